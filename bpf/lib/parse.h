@@ -1,0 +1,82 @@
+/* Header definitions and small helpers shared by the modules: Ethernet, IPv4, IPv6, checksums. */
+#ifndef LFP_PARSE_H
+#define LFP_PARSE_H
+
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+#define IP_MF     0x2000
+#define IP_OFFSET 0x1FFF
+
+#define NEXTHDR_HOP    0
+#define NEXTHDR_ICMPV6 58
+
+/* Neighbour states (include/uapi/linux/neighbour.h), for the neighbour mirror. */
+#define LFP_NUD_STALE 0x04
+
+static __always_inline __u16 csum_fold(__u32 csum)
+{
+	csum = (csum & 0xffff) + (csum >> 16);
+	csum = (csum & 0xffff) + (csum >> 16);
+	return (__u16)~csum;
+}
+
+/* True when the 20-byte IPv4 header's checksum is wrong (ip_fast_csum() != 0 in Linux). */
+static __always_inline int ipv4_csum_bad(const struct iphdr *iph)
+{
+	const __u16 *w = (const __u16 *)iph;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
+		sum += w[i];
+	return csum_fold(sum) != 0;
+}
+
+/* Linux's ip_decrease_ttl(): the same incremental update, so the bytes on the wire are the ones
+ * Linux would write (including how 0x0000/0xffff come out). */
+static __always_inline void ipv4_decrease_ttl(struct iphdr *iph)
+{
+	__u32 check = (__u32)iph->check;
+
+	check += (__u32)bpf_htons(0x0100);
+	iph->check = (__u16)(check + (check >= 0xFFFF));
+	iph->ttl--;
+}
+
+/* proto_ports_offset(): where the flow dissector finds the two 16-bit "ports" that fib rules and
+ * multipath hashing see, or -1. */
+static __always_inline int l4_ports_offset(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_DCCP:
+	case IPPROTO_ESP:
+	case IPPROTO_SCTP:
+	case IPPROTO_UDPLITE:
+		return 0;
+	case IPPROTO_AH:
+		return 4;
+	}
+	return -1;
+}
+
+static __always_inline int mac_equal(const __u8 *a, const volatile __u8 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] &&
+	       a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
+}
+
+#endif

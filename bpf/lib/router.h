@@ -1,0 +1,443 @@
+/* Router module: IPv4/IPv6 forwarding through the kernel's own FIB (bpf_fib_lookup), exactly as
+ * ip_forward()/ip6_forward() would do it, or the packet goes to Linux untouched with its reason. */
+#ifndef LFP_ROUTER_H
+#define LFP_ROUTER_H
+
+#include "ctx.h"
+#include "parse.h"
+#include "stats.h"
+
+/* Frozen per interface: which families this interface forwards in the fast path (the controller
+ * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
+volatile const __u32 cfg_router4 = 0;
+volatile const __u32 cfg_router6 = 0;
+
+/* Egress devices that can take an XDP redirect without dropping it (see the controller: for a
+ * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+	__uint(max_entries, 1024);
+} lfp_tx_devs SEC(".maps");
+
+/* Mirror of the kernel's neighbour states for nexthops, maintained from netlink events. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_neigh_key);
+	__type(value, struct lfp_neigh_val);
+	__uint(max_entries, 65536);
+} lfp_neigh SEC(".maps");
+
+/* Host addresses Linux treats as local or broadcast (sources it rejects as martian). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} lfp_local4 SEC(".maps");
+
+struct lfp_in6 {
+	__u32 a[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_in6);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+} lfp_local6 SEC(".maps");
+
+/* Non-host local routes (ip route add local 198.18.0.0/16 dev lo): consulted only when present. */
+struct lfp_lpm4_key {
+	__u32 prefixlen;
+	__u32 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lfp_lpm4_key);
+	__type(value, __u8);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} lfp_local_pfx4 SEC(".maps");
+
+struct lfp_lpm6_key {
+	__u32 prefixlen;
+	struct lfp_in6 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lfp_lpm6_key);
+	__type(value, __u8);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} lfp_local_pfx6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_config);
+	__uint(max_entries, 1);
+} lfp_config_map SEC(".maps");
+
+/* What each bpf_fib_lookup() result means for the stack (net/core/filter.c). Only SUCCESS is
+ * forwarded here; everything else is Linux's to handle, because Linux does something we do not:
+ *  NOT_FWDED     no route at all (ICMP net unreachable), or a local, broadcast or multicast
+ *                route: Linux delivers it locally or answers.
+ *  BLACKHOLE     Linux drops it and counts it.
+ *  UNREACHABLE   Linux sends ICMP host unreachable.
+ *  PROHIBIT      Linux sends ICMP administratively prohibited.
+ *  FWD_DISABLED  forwarding is off on the ingress device: Linux does not forward.
+ *  UNSUPP_LWT    the route encapsulates (MPLS, seg6 ...): Linux's lwtunnel output does that.
+ *  NO_NEIGH      Linux must resolve the neighbour (ARP/ND) and queue the packet meanwhile.
+ *  FRAG_NEEDED   larger than the egress MTU: Linux fragments or sends ICMP frag-needed/too-big. */
+static __always_inline enum lfp_reason fib_reason(int rc)
+{
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		return LFP_PASS_FIB_NOT_FWDED;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+		return LFP_PASS_FIB_BLACKHOLE;
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+		return LFP_PASS_FIB_UNREACHABLE;
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+		return LFP_PASS_FIB_PROHIBIT;
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return LFP_PASS_FIB_FWD_DISABLED;
+	case BPF_FIB_LKUP_RET_UNSUPP_LWT:
+		return LFP_PASS_FIB_UNSUPP_LWT;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return LFP_PASS_FIB_NO_NEIGH;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return LFP_PASS_FIB_FRAG_NEEDED;
+	}
+	return LFP_PASS_FIB_OTHER;
+}
+
+/* Checks on the routing decision shared by both families; returns LFP_FORWARDED when the packet
+ * may be redirected to fib->ifindex. */
+static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
+							   const struct bpf_fib_lookup *fib,
+							   __u32 l3len, int v4)
+{
+	struct lfp_neigh_key nk = {};
+	struct lfp_neigh_val *nv;
+	__u32 key = 0;
+	struct lfp_config *cfg;
+
+	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
+	 * the full source validation for this case. */
+	if (fib->ifindex == ctx_ingress_ifindex(ctx))
+		return LFP_PASS_HAIRPIN;
+
+	/* Only devices the controller proved can take the frame: an XDP redirect into a veth whose
+	 * peer has no NAPI is silently dropped, where Linux would have delivered it. */
+	if (!bpf_map_lookup_elem(&lfp_tx_devs, &fib->ifindex))
+		return LFP_PASS_EGRESS_NOT_READY;
+
+	/* ip_forward() honours an unlocked route MTU metric; bpf_fib_lookup() checks only the device
+	 * MTU, locked metrics and PMTU exceptions. Packets above the smallest route MTU go to Linux. */
+	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
+	if (!cfg)
+		return LFP_PASS_FIB_OTHER;
+	if (v4 && cfg->route_mtu4 && l3len > cfg->route_mtu4)
+		return LFP_PASS_ROUTE_MTU;
+
+	/* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE neighbour, moves
+	 * it to DELAY and re-probes it; a fast path that never lets Linux see a packet would keep
+	 * using a MAC nobody confirms. So a STALE nexthop's packets go to Linux (the next state,
+	 * DELAY/PROBE/REACHABLE, is one where Linux sends with the cached MAC, as we do). A nexthop the
+	 * controller has not mirrored yet also goes to Linux. */
+	nk.ifindex = fib->ifindex;
+	nk.family = fib->family;
+	if (fib->family == AF_INET) {
+		nk.addr[0] = fib->ipv4_dst;
+	} else {
+		nk.addr[0] = fib->ipv6_dst[0];
+		nk.addr[1] = fib->ipv6_dst[1];
+		nk.addr[2] = fib->ipv6_dst[2];
+		nk.addr[3] = fib->ipv6_dst[3];
+	}
+	nv = bpf_map_lookup_elem(&lfp_neigh, &nk);
+	if (!nv)
+		return LFP_PASS_NEIGH_UNKNOWN;
+	if (nv->state & LFP_NUD_STALE)
+		return LFP_PASS_NEIGH_STALE;
+	return LFP_FORWARDED;
+}
+
+/* Rewrite the Ethernet header as neigh_resolve_output() would and redirect. */
+static __always_inline int router_xmit(lfp_ctx *ctx, struct ethhdr *eth, const struct bpf_fib_lookup *fib)
+{
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	lfp_count(ctx, LFP_FORWARDED);
+	return bpf_redirect_map(&lfp_tx_devs, fib->ifindex, 0);
+}
+
+static __always_inline int ipv4_martian_src(__be32 addr)
+{
+	__u32 h = bpf_ntohl(addr);
+
+	/* 0/8 and limited broadcast are martian sources (ip_route_input_slow); 127/8 is unless
+	 * route_localnet; multicast is martian. Class E is routable but rare: Linux decides. */
+	return (h >> 24) == 0 || (h >> 24) == 127 || h >= 0xE0000000;
+}
+
+static __always_inline int ipv4_martian_dst(__be32 addr)
+{
+	__u32 h = bpf_ntohl(addr);
+
+	/* 0/8 and 127/8 are martian destinations, multicast and broadcast are not forwarded as
+	 * unicast; class E left to Linux. */
+	return (h >> 24) == 0 || (h >> 24) == 127 || h >= 0xE0000000;
+}
+
+static __always_inline int ipv4_local_src(__be32 saddr)
+{
+	__u32 key = 0;
+	struct lfp_config *cfg;
+
+	/* fib_validate_source(): a source that is one of this host's addresses is martian (unless
+	 * accept_local: then Linux decides, we stay conservative). With custom local routes or fib
+	 * rules Linux does a reverse lookup that also rejects sources routed as local or broadcast;
+	 * the controller puts every such address (and prefix) into these maps. */
+	if (bpf_map_lookup_elem(&lfp_local4, &saddr))
+		return 1;
+	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
+	if (cfg && cfg->local_prefixes4) {
+		struct lfp_lpm4_key k = { .prefixlen = 32, .addr = saddr };
+
+		if (bpf_map_lookup_elem(&lfp_local_pfx4, &k))
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline int icmp4_is_error(__u8 type)
+{
+	/* dest unreachable, source quench, redirect, time exceeded, parameter problem */
+	return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+}
+
+static __always_inline int router_ipv4(lfp_ctx *ctx)
+{
+	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
+	struct ethhdr *eth = data;
+	struct iphdr *iph = data + sizeof(*eth);
+	struct bpf_fib_lookup fib;
+	__u32 l3len, tot;
+	enum lfp_reason r;
+	int off, rc;
+
+	if (!cfg_router4)
+		return lfp_pass(ctx, LFP_PASS_FAMILY_OFF);
+	if ((void *)(iph + 1) > data_end)
+		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+
+	/* ip_rcv_core() drops these; Linux counts them, so let it see them. */
+	if (iph->version != 4 || iph->ihl < 5)
+		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	/* Options (record route, timestamps, source routing, router alert) are processed by
+	 * ip_forward_options() and may make Linux answer with ICMP. */
+	if (iph->ihl != 5)
+		return lfp_pass(ctx, LFP_PASS_IP_OPTIONS);
+	l3len = data_end - (void *)iph;
+	tot = bpf_ntohs(iph->tot_len);
+	if (tot < sizeof(*iph) || tot > l3len)
+		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	/* Fragments: conntrack/defrag or the MTU logic may treat them differently. */
+	if (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return lfp_pass(ctx, LFP_PASS_FRAGMENT);
+	if (ipv4_csum_bad(iph))
+		return lfp_pass(ctx, LFP_PASS_BAD_CSUM);
+	/* Linux sends ICMP time exceeded. */
+	if (iph->ttl <= 1)
+		return lfp_pass(ctx, LFP_PASS_TTL);
+	if (ipv4_martian_src(iph->saddr))
+		return lfp_pass(ctx, LFP_PASS_MARTIAN_SRC);
+	if (ipv4_martian_dst(iph->daddr))
+		return lfp_pass(ctx, LFP_PASS_MARTIAN_DST);
+
+	/* Clang 14 trap (KERNEL-NOTES): no initialiser for this struct; zero it, then assign. */
+	__builtin_memset(&fib, 0, sizeof(fib));
+	fib.family = AF_INET;
+	fib.tos = iph->tos;
+	fib.l4_protocol = iph->protocol;
+	fib.tot_len = tot;
+	fib.ifindex = ctx_ingress_ifindex(ctx);
+	fib.ipv4_src = iph->saddr;
+	fib.ipv4_dst = iph->daddr;
+
+	/* The same L4 "ports" the flow dissector gives fib rules (ipproto/sport/dport) and the L4
+	 * multipath hash; zero when the header is not all there, as in Linux. */
+	off = l4_ports_offset(iph->protocol);
+	if (off >= 0) {
+		__be16 *ports = (void *)(iph + 1) + off;
+
+		if ((void *)(ports + 2) <= data_end && sizeof(*iph) + off + 4 <= tot) {
+			fib.sport = ports[0];
+			fib.dport = ports[1];
+		}
+	} else if (iph->protocol == IPPROTO_ICMP) {
+		__u8 *type = (void *)(iph + 1);
+
+		/* Linux's multipath hash uses the embedded header of an ICMP error; bpf_fib_lookup()
+		 * hashes the outer one, so with ECMP the two could pick different nexthops. */
+		if ((void *)(type + 1) <= data_end && tot > sizeof(*iph) && icmp4_is_error(*type))
+			return lfp_pass(ctx, LFP_PASS_ICMP_ERROR);
+	}
+
+	if (ipv4_local_src(fib.ipv4_src))
+		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
+
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return lfp_pass(ctx, fib_reason(rc));
+	r = router_check_egress(ctx, &fib, tot, 1);
+	if (r != LFP_FORWARDED)
+		return lfp_pass(ctx, r);
+
+	/* ip_rcv_core() trims Ethernet padding beyond tot_len; so do we (only now, when the packet is
+	 * surely ours: a packet handed to Linux stays untouched). */
+	if (tot < l3len) {
+		if (ctx_trim(ctx, l3len - tot))
+			return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		data = ctx_data(ctx);
+		data_end = ctx_data_end(ctx);
+		eth = data;
+		iph = data + sizeof(*eth);
+		if ((void *)(iph + 1) > data_end)
+			return CTX_DROP; /* cannot happen: the trim kept tot >= 20 bytes */
+	}
+	ipv4_decrease_ttl(iph);
+	return router_xmit(ctx, eth, &fib);
+}
+
+static __always_inline int ipv6_martian(const struct lfp_in6 *a, int src)
+{
+	__u32 w0 = a->a[0];
+
+	/* Multicast: martian as a source; as a destination it is not unicast forwarding. */
+	if ((w0 & bpf_htonl(0xff000000)) == bpf_htonl(0xff000000))
+		return 1;
+	/* Link-local: ip6_forward() answers with ICMP (source) or cannot forward it (destination). */
+	if ((w0 & bpf_htonl(0xffc00000)) == bpf_htonl(0xfe800000))
+		return 1;
+	if (w0 == 0 && a->a[1] == 0) {
+		/* ::, ::1 and v4-mapped: dropped by ip6_rcv_core() or handled specially. */
+		if (a->a[2] == 0 && (a->a[3] == 0 || a->a[3] == bpf_htonl(1)))
+			return 1;
+		if (a->a[2] == bpf_htonl(0x0000ffff))
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline int ipv6_local_src(const struct lfp_in6 *saddr)
+{
+	__u32 key = 0;
+	struct lfp_config *cfg;
+
+	if (bpf_map_lookup_elem(&lfp_local6, saddr))
+		return 1;
+	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
+	if (cfg && cfg->local_prefixes6) {
+		struct lfp_lpm6_key k = { .prefixlen = 128 };
+
+		k.addr = *saddr;
+		if (bpf_map_lookup_elem(&lfp_local_pfx6, &k))
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline int router_ipv6(lfp_ctx *ctx)
+{
+	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = data + sizeof(*eth);
+	struct bpf_fib_lookup fib;
+	struct lfp_in6 src, dst;
+	__u32 l3len, tot;
+	enum lfp_reason r;
+	int off, rc;
+
+	if (!cfg_router6)
+		return lfp_pass(ctx, LFP_PASS_FAMILY_OFF);
+	if ((void *)(ip6 + 1) > data_end)
+		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	if (ip6->version != 6)
+		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	/* Hop-by-hop options (router alert, jumbograms) are processed by Linux. */
+	if (ip6->nexthdr == NEXTHDR_HOP)
+		return lfp_pass(ctx, LFP_PASS_V6_HOPOPTS);
+	l3len = data_end - (void *)ip6;
+	tot = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	if (tot > l3len)
+		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	/* Linux sends ICMPv6 time exceeded. */
+	if (ip6->hop_limit <= 1)
+		return lfp_pass(ctx, LFP_PASS_TTL);
+
+	__builtin_memcpy(&src, &ip6->saddr, sizeof(src));
+	__builtin_memcpy(&dst, &ip6->daddr, sizeof(dst));
+	if (ipv6_martian(&src, 1))
+		return lfp_pass(ctx, LFP_PASS_MARTIAN_SRC);
+	if (ipv6_martian(&dst, 0))
+		return lfp_pass(ctx, LFP_PASS_MARTIAN_DST);
+
+	__builtin_memset(&fib, 0, sizeof(fib));
+	fib.family = AF_INET6;
+	/* ip6_flowinfo(): traffic class and flow label, as ip6_route_input() uses them. */
+	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
+	fib.l4_protocol = ip6->nexthdr;
+	fib.tot_len = tot;
+	fib.ifindex = ctx_ingress_ifindex(ctx);
+	__builtin_memcpy(fib.ipv6_src, &src, sizeof(src));
+	__builtin_memcpy(fib.ipv6_dst, &dst, sizeof(dst));
+
+	off = l4_ports_offset(ip6->nexthdr);
+	if (off >= 0) {
+		__be16 *ports = (void *)(ip6 + 1) + off;
+
+		if ((void *)(ports + 2) <= data_end && sizeof(*ip6) + off + 4 <= tot) {
+			fib.sport = ports[0];
+			fib.dport = ports[1];
+		}
+	} else if (ip6->nexthdr == NEXTHDR_ICMPV6) {
+		__u8 *type = (void *)(ip6 + 1);
+
+		/* ICMPv6 errors (types < 128): the multipath hash uses the embedded header. */
+		if ((void *)(type + 1) <= data_end && tot > sizeof(*ip6) && *type < 128)
+			return lfp_pass(ctx, LFP_PASS_ICMP_ERROR);
+	}
+
+	if (ipv6_local_src(&src))
+		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
+
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return lfp_pass(ctx, fib_reason(rc));
+	r = router_check_egress(ctx, &fib, tot, 0);
+	if (r != LFP_FORWARDED)
+		return lfp_pass(ctx, r);
+
+	/* ip6_rcv_core() trims to the payload length. */
+	if (tot < l3len) {
+		if (ctx_trim(ctx, l3len - tot))
+			return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		data = ctx_data(ctx);
+		data_end = ctx_data_end(ctx);
+		eth = data;
+		ip6 = data + sizeof(*eth);
+		if ((void *)(ip6 + 1) > data_end)
+			return CTX_DROP; /* cannot happen: the trim kept the 40-byte header */
+	}
+	ip6->hop_limit--;
+	return router_xmit(ctx, eth, &fib);
+}
+
+#endif

@@ -1,0 +1,342 @@
+// Package dataplane loads, specialises, attaches and feeds linuxfp's eBPF programs.
+//
+// Every accelerated interface gets its own program, built from bpf/linuxfp.c with frozen .rodata
+// constants (its MAC, which families it forwards, its counter slot), so the verifier removes what
+// the interface does not use. All programs share one set of maps (neighbours, egress devices, local
+// addresses, counters): data changes update those maps in place; a change of an interface's
+// specialisation loads a new program and swaps it in with a bpf_link update, which is atomic.
+//
+// Links are held by this process and never pinned: if the process dies the kernel detaches the
+// programs and every packet goes to Linux again.
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Hook is where an interface's program is attached.
+type Hook string
+
+const (
+	HookXDP        Hook = "xdp"         // native (driver) XDP
+	HookXDPGeneric Hook = "xdp-generic" // generic (skb) XDP, for drivers without native support
+)
+
+// ErrForeignProgram: another XDP program is attached to the interface; linuxfp never replaces it.
+var ErrForeignProgram = errors.New("another XDP program is attached")
+
+// Spec is what one interface's program is specialised for. A different Spec means a new program.
+type Spec struct {
+	Ifindex int
+	Name    string
+	MAC     net.HardwareAddr
+	Hook    Hook
+	Router4 bool
+	Router6 bool
+}
+
+func (s Spec) equal(o Spec) bool {
+	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
+		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6
+}
+
+// Modules lists the fast-path modules the program runs, in order.
+func (s Spec) Modules() []string {
+	var m []string
+	if s.Router4 || s.Router6 {
+		m = append(m, "router")
+	}
+	return m
+}
+
+// Installed describes a program attached to an interface.
+type Installed struct {
+	Spec        Spec
+	Slot        int
+	ProgramID   ebpf.ProgramID
+	InstalledAt time.Time
+}
+
+type iface struct {
+	Installed
+	prog *ebpf.Program
+	link link.Link
+}
+
+// Dataplane owns the shared maps and the per-interface programs.
+type Dataplane struct {
+	mu     sync.Mutex
+	spec   *ebpf.CollectionSpec
+	maps   linuxfpMaps
+	shared map[string]*ebpf.Map
+	ifaces map[int]*iface
+	slots  []bool
+	log    *slog.Logger
+
+	txDevs map[uint32]linuxfpBpfDevmapVal
+	neigh  map[linuxfpLfpNeighKey]linuxfpLfpNeighVal
+	local4 map[uint32]uint8
+	local6 map[linuxfpLfpIn6]uint8
+	pfx4   map[linuxfpLfpLpm4Key]uint8
+	pfx6   map[linuxfpLfpLpm6Key]uint8
+}
+
+const maxSlots = 256 // LFP_MAX_SLOTS
+
+// New creates the shared maps. Nothing is attached yet.
+func New(log *slog.Logger) (*Dataplane, error) {
+	spec, err := loadLinuxfp()
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataplane{
+		spec:   spec,
+		ifaces: map[int]*iface{},
+		slots:  make([]bool, maxSlots),
+		log:    log,
+		txDevs: map[uint32]linuxfpBpfDevmapVal{},
+		neigh:  map[linuxfpLfpNeighKey]linuxfpLfpNeighVal{},
+		local4: map[uint32]uint8{},
+		local6: map[linuxfpLfpIn6]uint8{},
+		pfx4:   map[linuxfpLfpLpm4Key]uint8{},
+		pfx6:   map[linuxfpLfpLpm6Key]uint8{},
+	}
+	// Only the maps: programs are loaded per interface in Install.
+	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
+		return nil, fmt.Errorf("create maps: %w", err)
+	}
+	d.shared = map[string]*ebpf.Map{
+		linuxfpMapLfpConfigMap: d.maps.LfpConfigMap,
+		linuxfpMapLfpLocal4:    d.maps.LfpLocal4,
+		linuxfpMapLfpLocal6:    d.maps.LfpLocal6,
+		linuxfpMapLfpLocalPfx4: d.maps.LfpLocalPfx4,
+		linuxfpMapLfpLocalPfx6: d.maps.LfpLocalPfx6,
+		linuxfpMapLfpNeigh:     d.maps.LfpNeigh,
+		linuxfpMapLfpStats:     d.maps.LfpStats,
+		linuxfpMapLfpTxDevs:    d.maps.LfpTxDevs,
+	}
+	return d, nil
+}
+
+// Close detaches every program and releases the maps.
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for idx := range d.ifaces {
+		errs = append(errs, d.removeLocked(idx))
+	}
+	errs = append(errs, d.maps.Close())
+	return errors.Join(errs...)
+}
+
+// LoadProgram loads (without attaching) a program specialised for spec, counting into slot.
+// Tests use it with BPF_PROG_TEST_RUN.
+func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
+	cs := d.spec.Copy()
+	var mac [6]byte
+	copy(mac[:], s.MAC)
+	sets := []struct {
+		name string
+		val  any
+	}{
+		{linuxfpVarCfgMac, mac},
+		{linuxfpVarCfgRouter4, boolU32(s.Router4)},
+		{linuxfpVarCfgRouter6, boolU32(s.Router6)},
+		{linuxfpVarCfgSlot, uint32(slot)},
+	}
+	for _, v := range sets {
+		if err := cs.Variables[v.name].Set(v.val); err != nil {
+			return nil, fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: d.shared})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load program for %s: %w (verifier log: %+v)", s.Name, err, ve)
+		}
+		return nil, fmt.Errorf("load program for %s: %w", s.Name, err)
+	}
+	defer coll.Close()
+	return coll.DetachProgram(linuxfpProgLinuxfpXdp), nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Install attaches (or atomically replaces) the program of spec.Ifindex. It does nothing when
+// the interface already runs a program for an equal spec.
+func (d *Dataplane) Install(s Spec) (Installed, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur := d.ifaces[s.Ifindex]
+	if cur != nil && cur.Spec.equal(s) {
+		return cur.Installed, nil
+	}
+	slot := -1
+	if cur != nil {
+		slot = cur.Slot
+	} else {
+		var err error
+		if slot, err = d.allocSlot(); err != nil {
+			return Installed{}, err
+		}
+	}
+	prog, err := d.LoadProgram(s, slot)
+	if err != nil {
+		if cur == nil {
+			d.slots[slot] = false
+		}
+		return Installed{}, err
+	}
+	info, err := prog.Info()
+	if err != nil {
+		prog.Close()
+		return Installed{}, err
+	}
+	id, _ := info.ID()
+
+	switch {
+	case cur != nil && cur.Spec.Hook == s.Hook:
+		// bpf_link update: the kernel swaps the program atomically, no packet sees no program.
+		if err := cur.link.Update(prog); err != nil {
+			prog.Close()
+			return Installed{}, fmt.Errorf("replace program on %s: %w", s.Name, err)
+		}
+		cur.prog.Close()
+		cur.prog = prog
+	default:
+		if cur != nil {
+			// Native and generic XDP are different attach points: a mode change cannot be atomic.
+			d.log.Warn("changing XDP mode detaches the old program first", "interface", s.Name,
+				"from", cur.Spec.Hook, "to", s.Hook)
+			cur.link.Close()
+			cur.prog.Close()
+		}
+		flags := link.XDPDriverMode
+		if s.Hook == HookXDPGeneric {
+			flags = link.XDPGenericMode
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: s.Ifindex, Flags: flags})
+		if err != nil {
+			prog.Close()
+			if cur == nil {
+				d.slots[slot] = false
+			} else {
+				delete(d.ifaces, s.Ifindex)
+				d.slots[slot] = false
+			}
+			if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+				return Installed{}, fmt.Errorf("attach %s to %s: %w (linuxfp does not replace it; detach it first)", s.Hook, s.Name, ErrForeignProgram)
+			}
+			return Installed{}, fmt.Errorf("attach %s to %s: %w", s.Hook, s.Name, err)
+		}
+		cur = &iface{link: l, prog: prog}
+		d.ifaces[s.Ifindex] = cur
+	}
+	cur.Installed = Installed{Spec: s, Slot: slot, ProgramID: id, InstalledAt: time.Now()}
+	return cur.Installed, nil
+}
+
+// Remove detaches the program of ifindex, if any.
+func (d *Dataplane) Remove(ifindex int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.removeLocked(ifindex)
+}
+
+func (d *Dataplane) removeLocked(ifindex int) error {
+	cur := d.ifaces[ifindex]
+	if cur == nil {
+		return nil
+	}
+	delete(d.ifaces, ifindex)
+	d.slots[cur.Slot] = false
+	err := cur.link.Close()
+	cur.prog.Close()
+	return err
+}
+
+// Forget drops an interface that the kernel already removed (its link went with it).
+func (d *Dataplane) Forget(ifindex int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if cur := d.ifaces[ifindex]; cur != nil {
+		delete(d.ifaces, ifindex)
+		d.slots[cur.Slot] = false
+		cur.link.Close()
+		cur.prog.Close()
+	}
+}
+
+// Installed lists the attached programs.
+func (d *Dataplane) Installed() map[int]Installed {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[int]Installed, len(d.ifaces))
+	for idx, i := range d.ifaces {
+		out[idx] = i.Installed
+	}
+	return out
+}
+
+func (d *Dataplane) allocSlot() (int, error) {
+	for i, used := range d.slots {
+		if !used {
+			d.slots[i] = true
+			if err := d.resetSlot(i); err != nil {
+				return 0, err
+			}
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("more than %d accelerated interfaces", maxSlots)
+}
+
+// resetSlot zeroes a reused slot's counters so a new interface starts from 0.
+func (d *Dataplane) resetSlot(slot int) error {
+	zero := make([]linuxfpLfpCounter, ebpf.MustPossibleCPU())
+	for r := 0; r < NumReasons; r++ {
+		if err := d.maps.LfpStats.Put(uint32(slot*NumReasons+r), zero); err != nil {
+			return fmt.Errorf("reset counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// Counter is a packet and byte count.
+type Counter struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Counters returns the counters of a slot, indexed by Reason, summed over CPUs.
+func (d *Dataplane) Counters(slot int) ([]Counter, error) {
+	out := make([]Counter, NumReasons)
+	var per []linuxfpLfpCounter
+	for r := 0; r < NumReasons; r++ {
+		if err := d.maps.LfpStats.Lookup(uint32(slot*NumReasons+r), &per); err != nil {
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		for _, c := range per {
+			out[r].Packets += c.Packets
+			out[r].Bytes += c.Bytes
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Data is everything the programs read from maps: changing it never reloads a program.
+type Data struct {
+	// TxDevs are the ifindexes a packet may be redirected to.
+	TxDevs []int
+	// Neighbours maps a nexthop to its NUD state.
+	Neighbours map[NeighKey]uint16
+	// LocalHosts are addresses whose packets Linux rejects as local (martian) sources.
+	LocalHosts []netip.Addr
+	// LocalPrefixes are non-host prefixes routed as local, broadcast, anycast or multicast.
+	LocalPrefixes []netip.Prefix
+	// RouteMTU4 is the smallest MTU metric of any IPv4 route (0: none).
+	RouteMTU4 uint32
+}
+
+// NeighKey identifies a neighbour entry: device and address.
+type NeighKey struct {
+	Ifindex int
+	Addr    netip.Addr
+}
+
+func addrWords(a netip.Addr) (w [4]uint32) {
+	if a.Is4() {
+		b := a.As4()
+		w[0] = binary.NativeEndian.Uint32(b[:])
+		return w
+	}
+	b := a.As16()
+	for i := range w {
+		w[i] = binary.NativeEndian.Uint32(b[4*i:])
+	}
+	return w
+}
+
+// Sync brings the maps to data, touching only entries that differ.
+func (d *Dataplane) Sync(data Data) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	tx := map[uint32]linuxfpBpfDevmapVal{}
+	for _, idx := range data.TxDevs {
+		tx[uint32(idx)] = linuxfpBpfDevmapVal{Ifindex: uint32(idx)}
+	}
+	neigh := map[linuxfpLfpNeighKey]linuxfpLfpNeighVal{}
+	for k, st := range data.Neighbours {
+		fam := uint32(unix.AF_INET6)
+		if k.Addr.Is4() {
+			fam = unix.AF_INET
+		}
+		neigh[linuxfpLfpNeighKey{Ifindex: uint32(k.Ifindex), Family: fam, Addr: addrWords(k.Addr)}] =
+			linuxfpLfpNeighVal{State: st}
+	}
+	l4 := map[uint32]uint8{}
+	l6 := map[linuxfpLfpIn6]uint8{}
+	for _, a := range data.LocalHosts {
+		if a.Is4() {
+			l4[addrWords(a)[0]] = 1
+		} else {
+			l6[linuxfpLfpIn6{A: addrWords(a)}] = 1
+		}
+	}
+	p4 := map[linuxfpLfpLpm4Key]uint8{}
+	p6 := map[linuxfpLfpLpm6Key]uint8{}
+	for _, p := range data.LocalPrefixes {
+		p = p.Masked()
+		if p.Addr().Is4() {
+			p4[linuxfpLfpLpm4Key{Prefixlen: uint32(p.Bits()), Addr: addrWords(p.Addr())[0]}] = 1
+		} else {
+			p6[linuxfpLfpLpm6Key{Prefixlen: uint32(p.Bits()), Addr: linuxfpLfpIn6{A: addrWords(p.Addr())}}] = 1
+		}
+	}
+
+	// Order matters for transparency: entries that make the fast path more conservative (local
+	// sources) go in before the ones that let it forward (egress devices, neighbours).
+	cfg := linuxfpLfpConfig{
+		RouteMtu4:      data.RouteMTU4,
+		LocalPrefixes4: boolU32(len(p4) > 0),
+		LocalPrefixes6: boolU32(len(p6) > 0),
+	}
+	errs := []error{
+		syncMap(d.maps.LfpLocalPfx4, d.pfx4, p4),
+		syncMap(d.maps.LfpLocalPfx6, d.pfx6, p6),
+		syncMap(d.maps.LfpLocal4, d.local4, l4),
+		syncMap(d.maps.LfpLocal6, d.local6, l6),
+		d.maps.LfpConfigMap.Put(uint32(0), cfg),
+		syncMap(d.maps.LfpTxDevs, d.txDevs, tx),
+		syncMap(d.maps.LfpNeigh, d.neigh, neigh),
+	}
+	return errors.Join(errs...)
+}
+
+// syncMap makes m (whose contents are mirrored in cur) equal to want, and updates cur.
+func syncMap[K comparable, V comparable](m *ebpf.Map, cur, want map[K]V) error {
+	for k := range cur {
+		if _, ok := want[k]; !ok {
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete from %s: %w", m, err)
+			}
+			delete(cur, k)
+		}
+	}
+	for k, v := range want {
+		if old, ok := cur[k]; ok && old == v {
+			continue
+		}
+		if err := m.Put(k, v); err != nil {
+			return fmt.Errorf("update %s: %w", m, err)
+		}
+		cur[k] = v
+	}
+	return nil
+}

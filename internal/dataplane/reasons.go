@@ -1,0 +1,89 @@
+package dataplane
+
+// Reason is enum lfp_reason of bpf/include/linuxfp_types.h: why a packet went to Linux, or
+// Forwarded. TestReasonsMatchHeader keeps the two lists in the same order.
+type Reason uint32
+
+const (
+	Forwarded Reason = iota
+	PassNotIP
+	PassNotForUs
+	PassFamilyOff
+	PassMalformed
+	PassIPOptions
+	PassFragment
+	PassBadChecksum
+	PassTTL
+	PassMartianSrc
+	PassMartianDst
+	PassLocalSrc
+	PassV6HopByHop
+	PassICMPError
+	PassFIBNotForwarded
+	PassFIBBlackhole
+	PassFIBUnreachable
+	PassFIBProhibit
+	PassFIBForwardingDisabled
+	PassFIBLwtunnel
+	PassFIBNoNeighbour
+	PassFIBFragNeeded
+	PassFIBOther
+	PassRouteMTU
+	PassHairpin
+	PassEgressNotReady
+	PassNeighbourStale
+	PassNeighbourUnknown
+	numReasons
+)
+
+// reasonNames are the names shown by `linuxfp status`, in enum order.
+var reasonNames = [numReasons]string{
+	"forwarded",
+	"not_ip",
+	"not_for_us",
+	"family_off",
+	"malformed",
+	"ip_options",
+	"fragment",
+	"bad_checksum",
+	"ttl_exceeded",
+	"martian_source",
+	"martian_destination",
+	"local_source",
+	"ipv6_hop_by_hop",
+	"icmp_error",
+	"fib_not_forwarded",
+	"fib_blackhole",
+	"fib_unreachable",
+	"fib_prohibit",
+	"fib_forwarding_disabled",
+	"fib_lwtunnel",
+	"fib_no_neighbour",
+	"fib_frag_needed",
+	"fib_other",
+	"route_mtu",
+	"hairpin",
+	"egress_not_ready",
+	"neighbour_stale",
+	"neighbour_unknown",
+}
+
+// NumReasons is LFP_REASON_MAX.
+const NumReasons = int(numReasons)
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// ReasonByName is the inverse of Reason.String.
+func ReasonByName(name string) (Reason, bool) {
+	for i, n := range reasonNames {
+		if n == name {
+			return Reason(i), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,377 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/packet"
+)
+
+// The router program is run with BPF_PROG_TEST_RUN on crafted packets inside a namespace that
+// holds the routes, neighbours and addresses bpf_fib_lookup() consults. Each case gives the
+// expected verdict, the reason counted, and (when forwarded) the exact output bytes.
+
+var (
+	macIn    = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01} // in0, the ingress device
+	macOut   = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02} // out0, the egress device
+	macNext  = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03} // the nexthop on out0
+	macStale = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x04} // a STALE neighbour on out0
+	macPeer  = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x05} // a host on in0
+	macSlow  = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x06} // a neighbour on slow0 (no XDP redirect)
+)
+
+const topology = `
+ip link add in0 address 02:00:00:00:00:01 type veth peer name in0p
+ip link add out0 address 02:00:00:00:00:02 type veth peer name out0p
+ip link add slow0 type veth peer name slow0p
+ip link add big0 type veth peer name big0p
+ip link set big0 mtu 9000
+ip link set big0p mtu 9000
+ip link set big0 up
+ip link set big0p up
+ip addr add 198.18.3.1/24 dev big0
+ip neigh replace 198.18.3.2 lladdr 02:00:00:00:00:03 dev big0 nud permanent
+ip link set in0 up
+ip link set in0p up
+ip link set out0 up
+ip link set out0p up
+ip link set slow0 up
+ip link set slow0p up
+ip link set out0 mtu 1400
+ip addr add 198.18.0.1/24 dev in0
+ip addr add 198.18.1.1/24 dev out0
+ip addr add 198.18.2.1/24 dev slow0
+ip -6 addr add 2001:2:0:0::1/64 dev in0 nodad
+ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.ipv6.conf.all.forwarding=1
+ip neigh replace 198.18.1.2 lladdr 02:00:00:00:00:03 dev out0 nud permanent
+ip neigh replace 198.18.1.4 lladdr 02:00:00:00:00:04 dev out0 nud stale
+ip neigh replace 198.18.2.2 lladdr 02:00:00:00:00:06 dev slow0 nud permanent
+ip neigh replace 198.18.0.2 lladdr 02:00:00:00:00:05 dev in0 nud permanent
+ip -6 neigh replace 2001:2:0:1::2 lladdr 02:00:00:00:00:03 dev out0 nud permanent
+ip route add 198.19.0.0/24 via 198.18.1.2
+ip route add 198.19.4.0/24 via 198.18.1.4
+ip route add 198.19.5.0/24 via 198.18.1.9
+ip route add 198.19.6.0/24 via 198.18.2.2
+ip route add 198.19.7.0/24 via 198.18.0.2
+ip route add 198.19.8.0/24 via 198.18.3.2 mtu 1450
+ip route add blackhole 198.19.1.0/24
+ip route add unreachable 198.19.2.0/24
+ip route add prohibit 198.19.3.0/24
+ip -6 route add 2001:2:1::/64 via 2001:2:0:1::2
+ip -6 route add blackhole 2001:2:2::/64
+`
+
+type testEnv struct {
+	ns       *nsutil.NS
+	dp       *Dataplane
+	in, out  int
+	progs    map[[2]bool]*ebpf.Program
+	counters []Counter
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	requireRoot(t)
+	ns, err := nsutil.New("lfp-dptest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	if err := ns.Script(topology); err != nil {
+		t.Fatal(err)
+	}
+	env := &testEnv{ns: ns, progs: map[[2]bool]*ebpf.Program{}}
+	err = ns.Do(func() error {
+		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return err
+		}
+		env.dp = dp
+		in, _ := netlink.LinkByName("in0")
+		out, _ := netlink.LinkByName("out0")
+		env.in, env.out = in.Attrs().Index, out.Attrs().Index
+		// Neighbours as the controller mirrors them: the STALE one is marked stale.
+		neigh := map[NeighKey]uint16{
+			{env.out, netip.MustParseAddr("198.18.1.2")}:    netlink.NUD_PERMANENT,
+			{env.out, netip.MustParseAddr("198.18.1.4")}:    netlink.NUD_STALE,
+			{env.in, netip.MustParseAddr("198.18.0.2")}:     netlink.NUD_PERMANENT,
+			{env.out, netip.MustParseAddr("2001:2:0:1::2")}: netlink.NUD_PERMANENT,
+		}
+		slow, _ := netlink.LinkByName("slow0")
+		big, _ := netlink.LinkByName("big0")
+		neigh[NeighKey{slow.Attrs().Index, netip.MustParseAddr("198.18.2.2")}] = netlink.NUD_PERMANENT
+		neigh[NeighKey{big.Attrs().Index, netip.MustParseAddr("198.18.3.2")}] = netlink.NUD_PERMANENT
+		return dp.Sync(Data{
+			TxDevs:     []int{env.out, env.in, big.Attrs().Index}, // slow0 is not a redirect target
+			Neighbours: neigh,
+			LocalHosts: []netip.Addr{
+				netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1"),
+				netip.MustParseAddr("198.18.1.255"), netip.MustParseAddr("2001:2:0:1::1"),
+			},
+			LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")},
+			RouteMTU4:     1450,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range env.progs {
+			p.Close()
+		}
+		env.dp.Close()
+	})
+	return env
+}
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, BPF)")
+	}
+}
+
+func (e *testEnv) prog(t *testing.T, r4, r6 bool) *ebpf.Program {
+	key := [2]bool{r4, r6}
+	if p := e.progs[key]; p != nil {
+		return p
+	}
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: r4, Router6: r6}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.progs[key] = p
+	return p
+}
+
+// run runs one packet through the program as if received on in0.
+func (e *testEnv) run(t *testing.T, prog *ebpf.Program, pkt []byte) (uint32, []byte, Reason) {
+	t.Helper()
+	before, err := e.dp.Counters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(pkt)+256)
+	opts := &ebpf.RunOptions{
+		Data:    pkt,
+		DataOut: out,
+		Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(e.in)},
+	}
+	var ret uint32
+	err = e.ns.Do(func() error {
+		var err error
+		ret, err = prog.Run(opts)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.dp.Counters(0)
+	reason := Reason(1 << 30)
+	for r := range after {
+		if after[r].Packets != before[r].Packets {
+			reason = Reason(r)
+		}
+	}
+	return ret, opts.DataOut, reason
+}
+
+// xdpMD is struct xdp_md, the context given to BPF_PROG_TEST_RUN.
+type xdpMD struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+const (
+	xdpPass     = 2
+	xdpRedirect = 4
+)
+
+func v4(src, dst string) packet.Spec {
+	return packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst),
+		SrcPort: 1000, DstPort: 2000, Size: 60}
+}
+
+func v6(src, dst string) packet.Spec {
+	return packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst),
+		SrcPort: 1000, DstPort: 2000, Size: 80}
+}
+
+func TestRouter(t *testing.T) {
+	env := newTestEnv(t)
+	good4 := v4("198.18.0.2", "198.19.0.9")
+	good6 := v6("2001:2::2", "2001:2:1::9")
+
+	type tc struct {
+		name   string
+		pkt    []byte
+		off4   bool // program built with the IPv4 router off
+		want   Reason
+		output []byte // expected bytes when forwarded (default: packet.Forwarded)
+	}
+	mutate := func(b []byte, f func([]byte)) []byte { b = append([]byte(nil), b...); f(b); return b }
+	with := func(s packet.Spec, f func(*packet.Spec)) []byte { f(&s); return s.Bytes() }
+	cases := []tc{
+		{name: "ipv4 forwarded", pkt: good4.Bytes(), want: Forwarded},
+		{name: "ipv4 tcp forwarded", pkt: with(good4, func(s *packet.Spec) { s.Proto = layers.IPProtocolTCP }), want: Forwarded},
+		{name: "ipv4 icmp echo forwarded", pkt: with(good4, func(s *packet.Spec) { s.Proto = layers.IPProtocolICMPv4; s.ICMPType = 8 }), want: Forwarded},
+		{name: "ipv4 1400 bytes (egress mtu) forwarded", pkt: with(good4, func(s *packet.Spec) { s.Size = 1414; s.DF = true }), want: Forwarded},
+		{name: "ipv6 forwarded", pkt: good6.Bytes(), want: Forwarded},
+		{name: "ipv4 ttl 2 forwarded", pkt: with(good4, func(s *packet.Spec) { s.TTL = 2 }), want: Forwarded},
+		{name: "ipv4 checksum edge (ttl 255)", pkt: with(good4, func(s *packet.Spec) { s.TTL = 255; s.ID = 0xffff }), want: Forwarded},
+		{name: "ipv4 padded frame is trimmed", pkt: append(with(good4, func(s *packet.Spec) { s.Size = 0 }), make([]byte, 14)...), want: Forwarded,
+			output: packet.Forwarded(with(good4, func(s *packet.Spec) { s.Size = 0 }), macOut, macNext)[:14+28]},
+
+		{name: "broadcast frame", pkt: with(good4, func(s *packet.Spec) { s.DstMAC = net.HardwareAddr{255, 255, 255, 255, 255, 255} }), want: PassNotForUs},
+		{name: "multicast frame", pkt: with(good4, func(s *packet.Spec) { s.DstMAC = net.HardwareAddr{1, 0, 0x5e, 0, 0, 1} }), want: PassNotForUs},
+		{name: "frame for another host", pkt: with(good4, func(s *packet.Spec) { s.DstMAC = macNext }), want: PassNotForUs},
+		{name: "arp", pkt: mutate(good4.Bytes(), func(b []byte) { b[12], b[13] = 0x08, 0x06 }), want: PassNotIP},
+		{name: "vlan tagged", pkt: mutate(good4.Bytes(), func(b []byte) { b[12], b[13] = 0x81, 0x00 }), want: PassNotIP},
+		{name: "ipv4 router off", pkt: good4.Bytes(), off4: true, want: PassFamilyOff},
+		{name: "truncated ipv4 header", pkt: good4.Bytes()[:30], want: PassMalformed},
+		{name: "ipv4 version 5", pkt: mutate(good4.Bytes(), func(b []byte) { b[14] = 0x55 }), want: PassMalformed},
+		{name: "ipv4 ihl 4", pkt: mutate(good4.Bytes(), func(b []byte) { b[14] = 0x44 }), want: PassMalformed},
+		{name: "ipv4 total length beyond frame", pkt: mutate(good4.Bytes(), func(b []byte) { b[16], b[17] = 0x05, 0xdc; fixCsum(b) }), want: PassMalformed},
+		{name: "ipv4 total length below header", pkt: mutate(good4.Bytes(), func(b []byte) { b[16], b[17] = 0, 19; fixCsum(b) }), want: PassMalformed},
+		{name: "ipv4 options", pkt: with(good4, func(s *packet.Spec) { s.Options = []byte{1, 1, 1, 0} }), want: PassIPOptions},
+		{name: "ipv4 first fragment", pkt: with(good4, func(s *packet.Spec) { s.MF = true }), want: PassFragment},
+		{name: "ipv4 later fragment", pkt: with(good4, func(s *packet.Spec) { s.FragOffset = 10 }), want: PassFragment},
+		{name: "ipv4 bad checksum", pkt: mutate(good4.Bytes(), func(b []byte) { b[24] ^= 0x55 }), want: PassBadChecksum},
+		{name: "ipv4 ttl 1", pkt: with(good4, func(s *packet.Spec) { s.TTL = 1 }), want: PassTTL},
+		{name: "ipv4 ttl 0", pkt: mutate(with(good4, func(s *packet.Spec) { s.TTL = 1 }), func(b []byte) { b[22] = 0; fixCsum(b) }), want: PassTTL},
+		{name: "ipv4 source 0.0.0.0", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("0.0.0.0") }), want: PassMartianSrc},
+		{name: "ipv4 source loopback", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("127.0.0.1") }), want: PassMartianSrc},
+		{name: "ipv4 source multicast", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("224.0.0.1") }), want: PassMartianSrc},
+		{name: "ipv4 source limited broadcast", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("255.255.255.255") }), want: PassMartianSrc},
+		{name: "ipv4 destination loopback", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("127.0.0.1") }), want: PassMartianDst},
+		{name: "ipv4 destination 0/8", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("0.1.2.3") }), want: PassMartianDst},
+		{name: "ipv4 destination multicast", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("239.1.1.1") }), want: PassMartianDst},
+		{name: "ipv4 source is local", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("198.18.1.1") }), want: PassLocalSrc},
+		{name: "ipv4 source is subnet broadcast", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("198.18.1.255") }), want: PassLocalSrc},
+		{name: "ipv4 source in a local prefix", pkt: with(good4, func(s *packet.Spec) { s.Src = netip.MustParseAddr("198.18.200.7") }), want: PassLocalSrc},
+		{name: "ipv4 icmp error", pkt: with(good4, func(s *packet.Spec) { s.Proto = layers.IPProtocolICMPv4; s.ICMPType = 3 }), want: PassICMPError},
+		{name: "ipv4 destination local", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.18.1.1") }), want: PassFIBNotForwarded},
+		{name: "ipv4 destination subnet broadcast", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.18.1.255") }), want: PassFIBNotForwarded},
+		{name: "ipv4 blackhole", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.1.1") }), want: PassFIBBlackhole},
+		{name: "ipv4 unreachable", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.2.1") }), want: PassFIBUnreachable},
+		{name: "ipv4 no route", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("203.0.113.1") }), want: PassFIBNotForwarded},
+		{name: "ipv4 prohibit", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.3.1") }), want: PassFIBProhibit},
+		{name: "ipv4 neighbour unresolved", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.5.1") }), want: PassFIBNoNeighbour},
+		{name: "ipv4 too big for egress mtu, DF", pkt: with(good4, func(s *packet.Spec) { s.Size = 1415; s.DF = true }), want: PassFIBFragNeeded},
+		{name: "ipv4 too big for egress mtu, no DF", pkt: with(good4, func(s *packet.Spec) { s.Size = 1415 }), want: PassFIBFragNeeded},
+		{name: "ipv4 above a route mtu", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.8.1"); s.Size = 1480 }), want: PassRouteMTU},
+		{name: "ipv4 back out the ingress device", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.7.1") }), want: PassHairpin},
+		{name: "ipv4 egress cannot take a redirect", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.6.1") }), want: PassEgressNotReady},
+		{name: "ipv4 neighbour stale", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), want: PassNeighbourStale},
+
+		{name: "truncated ipv6 header", pkt: good6.Bytes()[:40], want: PassMalformed},
+		{name: "ipv6 version 4 in an ipv6 frame", pkt: mutate(good6.Bytes(), func(b []byte) { b[14] = 0x40 | b[14]&0x0f }), want: PassMalformed},
+		{name: "ipv6 payload beyond frame", pkt: mutate(good6.Bytes(), func(b []byte) { b[18], b[19] = 0x05, 0xdc }), want: PassMalformed},
+		{name: "ipv6 hop-by-hop", pkt: with(good6, func(s *packet.Spec) { s.HopByHop = true }), want: PassV6HopByHop},
+		{name: "ipv6 hop limit 1", pkt: with(good6, func(s *packet.Spec) { s.TTL = 1 }), want: PassTTL},
+		{name: "ipv6 source link-local", pkt: with(good6, func(s *packet.Spec) { s.Src = netip.MustParseAddr("fe80::1") }), want: PassMartianSrc},
+		{name: "ipv6 source multicast", pkt: with(good6, func(s *packet.Spec) { s.Src = netip.MustParseAddr("ff02::1") }), want: PassMartianSrc},
+		{name: "ipv6 source v4-mapped", pkt: with(good6, func(s *packet.Spec) { s.Src = netip.MustParseAddr("::ffff:198.18.0.2") }), want: PassMartianSrc},
+		{name: "ipv6 destination loopback", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("::1") }), want: PassMartianDst},
+		{name: "ipv6 destination link-local", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("fe80::2") }), want: PassMartianDst},
+		{name: "ipv6 source is local", pkt: with(good6, func(s *packet.Spec) { s.Src = netip.MustParseAddr("2001:2:0:1::1") }), want: PassLocalSrc},
+		{name: "ipv6 icmp error", pkt: with(good6, func(s *packet.Spec) { s.Proto = layers.IPProtocolICMPv6; s.ICMPType = 1 }), want: PassICMPError},
+		{name: "ipv6 icmp echo forwarded", pkt: with(good6, func(s *packet.Spec) { s.Proto = layers.IPProtocolICMPv6; s.ICMPType = 128 }), want: Forwarded},
+		{name: "ipv6 destination local", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:0:1::1") }), want: PassFIBNotForwarded},
+		{name: "ipv6 blackhole", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:2::1") }), want: PassFIBBlackhole},
+		{name: "ipv6 no route", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:db8::1") }), want: PassFIBNotForwarded},
+		{name: "ipv6 too big for egress mtu", pkt: with(good6, func(s *packet.Spec) { s.Size = 1415 }), want: PassFIBFragNeeded},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prog := env.prog(t, !c.off4, true)
+			ret, out, reason := env.run(t, prog, c.pkt)
+			if reason != c.want {
+				t.Fatalf("reason %v, want %v", reason, c.want)
+			}
+			if c.want != Forwarded {
+				if ret != xdpPass {
+					t.Fatalf("verdict %d, want XDP_PASS", ret)
+				}
+				if !bytes.Equal(out, c.pkt) {
+					t.Fatalf("packet handed to Linux was modified:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(c.pkt))
+				}
+				return
+			}
+			if ret != xdpRedirect {
+				t.Fatalf("verdict %d, want XDP_REDIRECT", ret)
+			}
+			want := c.output
+			if want == nil {
+				want = packet.Forwarded(c.pkt, macOut, macNext)
+			}
+			if !bytes.Equal(out, want) {
+				t.Fatalf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(want))
+			}
+			if out[12] == 0x08 && out[13] == 0 && packet.IPv4HeaderChecksum(out[14:]) != uint16(out[24])<<8|uint16(out[25]) {
+				t.Fatalf("IPv4 checksum wrong after forwarding")
+			}
+		})
+	}
+}
+
+func fixCsum(b []byte) {
+	b[24], b[25] = 0, 0
+	c := packet.IPv4HeaderChecksum(b[14:])
+	b[24], b[25] = byte(c>>8), byte(c)
+}
+
+// The verifier must remove the IPv6 router from a program built without it: specialisation is
+// what makes per-interface programs cheap.
+func TestSpecialisationShrinksProgram(t *testing.T) {
+	env := newTestEnv(t)
+	size := func(p *ebpf.Program) int {
+		info, err := p.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		insns, err := info.Instructions()
+		if err != nil {
+			t.Skipf("cannot read xlated instructions: %v", err)
+		}
+		return len(insns)
+	}
+	both := size(env.prog(t, true, true))
+	only4 := size(env.prog(t, true, false))
+	if only4 >= both {
+		t.Fatalf("IPv4-only program has %d instructions, the IPv4+IPv6 one %d: dead code was not removed", only4, both)
+	}
+	t.Logf("xlated instructions: v4+v6 %d, v4 only %d", both, only4)
+}
+
+// The names in reasons.go must follow enum lfp_reason in the shared header.
+func TestReasonsMatchHeader(t *testing.T) {
+	src, err := os.ReadFile("../../bpf/include/linuxfp_types.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := regexp.MustCompile(`(?s)enum lfp_reason \{(.*?)\};`).FindSubmatch(src)
+	if body == nil {
+		t.Fatal("enum lfp_reason not found")
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*(LFP_[A-Z0-9_]+)`).FindAllSubmatch(body[1], -1) {
+		names = append(names, string(m[1]))
+	}
+	if names[len(names)-1] != "LFP_REASON_MAX" || len(names)-1 != NumReasons {
+		t.Fatalf("header has %d reasons (%s), reasons.go %d", len(names)-1, strings.Join(names, " "), NumReasons)
+	}
+}
