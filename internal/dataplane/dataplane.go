@@ -45,7 +45,8 @@ type Spec struct {
 	Router6 bool
 }
 
-func (s Spec) equal(o Spec) bool {
+// Equal: the two specs make the same program.
+func (s Spec) Equal(o Spec) bool {
 	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
 		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6
 }
@@ -185,7 +186,7 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur := d.ifaces[s.Ifindex]
-	if cur != nil && cur.Spec.equal(s) {
+	if cur != nil && cur.Spec.Equal(s) {
 		return cur.Installed, nil
 	}
 	slot := -1

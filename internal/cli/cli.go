@@ -1,0 +1,106 @@
+// Package cli defines linuxfp's commands.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
+
+	"github.com/linuxfp/linuxfp/internal/controller"
+	"github.com/linuxfp/linuxfp/internal/graph"
+)
+
+// Main runs the command line and returns the exit code.
+func Main(args []string) int {
+	root := &cobra.Command{
+		Use:           "linuxfp",
+		Short:         "Transparent eBPF fast paths for the Linux networking you already configure",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(runCmd(), statusCmd(), benchCmd(), helperCmd())
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "linuxfp:", err)
+		return 1
+	}
+	return 0
+}
+
+func runCmd() *cobra.Command {
+	var hook, level, format string
+	var ifaces, exclude []string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Accelerate the current network namespace until stopped (SIGINT/SIGTERM)",
+		Long: `Runs in the foreground in the current network namespace. It follows links, addresses,
+routes, neighbours, sysctls and netfilter by events, installs a specialised XDP program on every
+interface it can accelerate, and hands every packet it cannot handle exactly to Linux.
+On exit (or if killed) every program is detached and traffic is plain Linux again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(level, format)
+			if err != nil {
+				return err
+			}
+			mode := graph.HookMode(hook)
+			switch mode {
+			case graph.HookAuto, graph.HookXDP, graph.HookXDPGeneric:
+			case "tc":
+				return errors.New("--hook tc: the TC hook is not implemented yet (use auto, xdp or xdp-generic)")
+			default:
+				return fmt.Errorf("--hook %q: want auto, xdp or xdp-generic", hook)
+			}
+			if os.Geteuid() != 0 {
+				return errors.New("run needs root (CAP_NET_ADMIN and CAP_BPF)")
+			}
+			_ = rlimit.RemoveMemlock() // only matters on kernels without memcg accounting
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return controller.Run(ctx, controller.Config{
+				Options: graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude)},
+				Log:     log,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&hook, "hook", "auto", "where to attach: auto, xdp (native only) or xdp-generic")
+	f.StringSliceVar(&ifaces, "interfaces", nil, "interfaces to accelerate (names or globs, comma-separated; default: all but lo)")
+	f.StringSliceVar(&exclude, "exclude", nil, "interfaces never to touch (names or globs)")
+	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&format, "log-format", "text", "text or json")
+	return cmd
+}
+
+func splitList(v []string) []string {
+	var out []string
+	for _, s := range v {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

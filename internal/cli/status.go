@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/linuxfp/linuxfp/internal/status"
+)
+
+func statusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show what is installed where, why, and the counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := status.NewClient().Status()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(os.Stdout, st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&asJSON, "json", "j", false, "JSON output")
+	return cmd
+}
+
+func printStatus(w io.Writer, st *status.Status) {
+	fmt.Fprintf(w, "linuxfp pid %d, up %s, hook %s, netfilter %s\n", st.PID,
+		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
+	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)
+	if st.LastApply != nil {
+		fmt.Fprintf(w, "events %d, data plane updates %d, last %s ago (%s after its first event)\n",
+			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),
+			st.LastApply.Applied.Sub(st.LastApply.FirstEvent).Round(10*time.Microsecond))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INTERFACE\tHOOK\tPROGRAM\tGRAPH\tINSTALLED\tFORWARDED\tTO LINUX\tEGRESS")
+	for _, it := range st.Interfaces {
+		hook, prog, graph, inst := "-", "-", "-", "-"
+		if p := it.Program; p != nil {
+			hook = p.Hook
+			prog = fmt.Sprint(p.ID)
+			graph = strings.Join(p.Modules, ">") + "(" + strings.Join(p.Families, ",") + ")"
+			inst = p.InstalledAt.Format("15:04:05.000")
+		}
+		var passed uint64
+		for _, c := range it.Passed {
+			passed += c.Packets
+		}
+		egress := "yes"
+		if !it.Egress {
+			egress = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", it.Name, hook, prog, graph, inst,
+			it.Forwarded.Packets, passed, egress)
+	}
+	tw.Flush()
+	for _, it := range st.Interfaces {
+		var lines []string
+		lines = append(lines, it.Notes...)
+		if !it.Egress && it.EgressNote != "" {
+			lines = append(lines, "egress: "+it.EgressNote)
+		}
+		if len(it.Passed) > 0 {
+			var rs []string
+			for r, c := range it.Passed {
+				rs = append(rs, fmt.Sprintf("%s %d", r, c.Packets))
+			}
+			sort.Strings(rs)
+			lines = append(lines, "to Linux by reason: "+strings.Join(rs, ", "))
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", it.Name)
+		for _, l := range lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"syscall"
+
+	"github.com/linuxfp/linuxfp/internal/dataplane"
+	"github.com/linuxfp/linuxfp/internal/status"
+)
+
+const syscallEADDRINUSE = syscall.EADDRINUSE
+
+func (c *Controller) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, c.status())
+	})
+	mux.HandleFunc("GET /v1/changes", func(w http.ResponseWriter, r *http.Request) {
+		since, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+		c.mu.Lock()
+		out := []status.Change{}
+		for _, ch := range c.changes {
+			if ch.Seq > since {
+				out = append(out, ch)
+			}
+		}
+		c.mu.Unlock()
+		writeJSON(w, out)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func (c *Controller) status() *status.Status {
+	installed := c.dp.Installed()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := &status.Status{
+		PID:         os.Getpid(),
+		StartedAt:   c.started,
+		HookOption:  string(c.cfg.Options.Hook),
+		SysctlWatch: c.w.SysctlMethod,
+		Events:      c.events,
+		Applies:     c.seq,
+		Interfaces:  []status.Interface{},
+	}
+	if n := len(c.changes); n > 0 {
+		last := c.changes[n-1]
+		st.LastApply = &last
+	}
+	if c.plan == nil {
+		return st
+	}
+	st.NetfilterBackend = c.backend
+	for idx, it := range c.plan.Interfaces {
+		si := status.Interface{Ifindex: idx, Name: it.Name, Kind: c.kinds[idx], Notes: it.Notes,
+			Egress: it.Egress, EgressNote: it.EgressNote}
+		if in, ok := installed[idx]; ok {
+			si.Program = &status.Program{
+				ID: uint32(in.ProgramID), Hook: string(in.Spec.Hook), Modules: in.Spec.Modules(),
+				Families: families(in.Spec), InstalledAt: in.InstalledAt,
+			}
+			if cs, err := c.dp.Counters(in.Slot); err == nil {
+				si.Forwarded = status.Counter(cs[dataplane.Forwarded])
+				si.Passed = map[string]status.Counter{}
+				for r, cn := range cs {
+					if r != int(dataplane.Forwarded) && cn.Packets > 0 {
+						si.Passed[dataplane.Reason(r).String()] = status.Counter(cn)
+					}
+				}
+			}
+		}
+		st.Interfaces = append(st.Interfaces, si)
+	}
+	sort.Slice(st.Interfaces, func(i, j int) bool { return st.Interfaces[i].Ifindex < st.Interfaces[j].Ifindex })
+	return st
+}

@@ -1,0 +1,265 @@
+// Package controller is `linuxfp run`: it follows Linux's state by events, rebuilds the graph and
+// brings the data plane to it, and answers status queries.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/dataplane"
+	"github.com/linuxfp/linuxfp/internal/graph"
+	"github.com/linuxfp/linuxfp/internal/observe"
+	"github.com/linuxfp/linuxfp/internal/status"
+)
+
+// Config configures Run.
+type Config struct {
+	Options graph.Options
+	Log     *slog.Logger
+	// Quiet and MaxDelay coalesce bursts of events: the data plane is rebuilt once no event
+	// arrived for Quiet, or MaxDelay after the first one, whichever is first.
+	Quiet    time.Duration
+	MaxDelay time.Duration
+}
+
+// Controller holds the running state.
+type Controller struct {
+	cfg     Config
+	log     *slog.Logger
+	dp      *dataplane.Dataplane
+	obs     *observe.Observer
+	w       *observe.Watcher
+	started time.Time
+
+	mu      sync.Mutex
+	plan    *graph.Plan
+	kinds   map[int]string
+	backend string           // netfilter backend
+	owned   map[int][]uint32 // every program id linuxfp installed, per ifindex
+	events  uint64
+	seq     uint64
+	changes []status.Change
+}
+
+const keepChanges = 4096
+
+// Run runs the controller until ctx is cancelled, then detaches everything.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Quiet == 0 {
+		cfg.Quiet = 2 * time.Millisecond
+	}
+	if cfg.MaxDelay == 0 {
+		cfg.MaxDelay = 20 * time.Millisecond
+	}
+	log := cfg.Log
+	// One controller per namespace: the status socket is the lock.
+	ln, err := net.Listen("unix", status.SocketName)
+	if err != nil {
+		if errors.Is(err, syscallEADDRINUSE) {
+			return fmt.Errorf("linuxfp is already running in this network namespace (see linuxfp status)")
+		}
+		return fmt.Errorf("listen on %s: %w", status.SocketName, err)
+	}
+	defer ln.Close()
+
+	c := &Controller{cfg: cfg, log: log, started: time.Now(), owned: map[int][]uint32{}}
+	// Subscribe before the first read, so no change in between is missed.
+	c.w, err = observe.NewWatcher(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer c.w.Close()
+	c.obs, err = observe.NewObserver()
+	if err != nil {
+		return err
+	}
+	defer c.obs.Close()
+	c.dp, err = dataplane.New(log)
+	if err != nil {
+		return fmt.Errorf("create data plane: %w (is this root, with BPF available?)", err)
+	}
+	defer func() {
+		// Detach every program: traffic goes back to Linux as it was.
+		if err := c.dp.Close(); err != nil {
+			log.Error("detach", "err", err)
+		}
+		log.Info("stopped; all programs detached")
+	}()
+
+	srv := &http.Server{Handler: c.handler()}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	log.Info("linuxfp running", "pid", os.Getpid(), "hook", cfg.Options.Hook,
+		"sysctl_watch", c.w.SysctlMethod)
+	c.react(observe.DirtyAll, time.Now(), time.Now(), 1)
+	for {
+		var ev observe.Event
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev = <-c.w.C:
+		}
+		first, last, n, dirty := ev.At, ev.At, 1, ev.Dirty
+		deadline := time.NewTimer(cfg.MaxDelay)
+	coalesce:
+		for {
+			quiet := time.NewTimer(cfg.Quiet)
+			select {
+			case <-ctx.Done():
+				quiet.Stop()
+				deadline.Stop()
+				return nil
+			case ev = <-c.w.C:
+				quiet.Stop()
+				dirty |= ev.Dirty
+				last = ev.At
+				n++
+			case <-quiet.C:
+				break coalesce
+			case <-deadline.C:
+				quiet.Stop()
+				break coalesce
+			}
+		}
+		deadline.Stop()
+		c.react(dirty, first, last, n)
+	}
+}
+
+// react re-reads what changed and brings the data plane to the new plan.
+func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) {
+	ch := status.Change{FirstEvent: first, LastEvent: last, Events: n, Dirty: dirty.String()}
+	programs, err := c.apply(dirty)
+	ch.Applied = time.Now()
+	ch.Programs = programs
+	if err != nil {
+		ch.Err = err.Error()
+		c.log.Error("apply", "err", err)
+	}
+	c.mu.Lock()
+	c.events += uint64(n)
+	c.seq++
+	ch.Seq = c.seq
+	c.changes = append(c.changes, ch)
+	if len(c.changes) > keepChanges {
+		c.changes = slices.Clone(c.changes[len(c.changes)-keepChanges/2:])
+	}
+	c.mu.Unlock()
+	c.log.Debug("applied", "dirty", ch.Dirty, "events", n, "programs", programs,
+		"latency", ch.Applied.Sub(first))
+}
+
+func (c *Controller) ownedProgram(ifindex int, id uint32) bool {
+	return slices.Contains(c.owned[ifindex], id)
+}
+
+func (c *Controller) apply(dirty observe.Dirty) (int, error) {
+	snap, err := c.obs.Refresh(dirty)
+	if err != nil {
+		return 0, fmt.Errorf("read state: %w", err)
+	}
+	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram)
+	kinds := map[int]string{}
+	for idx, lk := range snap.Links {
+		kinds[idx] = lk.Kind
+	}
+	installed := c.dp.Installed()
+	programs := 0
+	var errs []error
+
+	// 1. Remove programs the plan no longer wants, and forget those whose device is gone (the
+	//    kernel detached them already). Removing first is the conservative order: a packet
+	//    then goes to Linux.
+	for idx, in := range installed {
+		it := plan.Interfaces[idx]
+		switch {
+		case it == nil || it.Name != in.Spec.Name:
+			c.dp.Forget(idx)
+			c.log.Info("interface gone; its program went with it", "interface", in.Spec.Name)
+			programs++
+		case it.Spec == nil:
+			if err := c.dp.Remove(idx); err != nil {
+				errs = append(errs, err)
+			}
+			c.log.Info("removed fast path: packets go to Linux", "interface", it.Name, "why", strings.Join(it.Notes, "; "))
+			programs++
+		}
+	}
+	// 2. Data in place.
+	if err := c.dp.Sync(plan.Data); err != nil {
+		errs = append(errs, fmt.Errorf("update maps: %w", err))
+	}
+	// 3. Install or replace programs.
+	for idx, it := range plan.Interfaces {
+		if it.Spec == nil {
+			continue
+		}
+		before, had := installed[idx]
+		if had && before.Spec.Equal(*it.Spec) {
+			continue
+		}
+		inst, err := c.dp.Install(*it.Spec)
+		programs++
+		if err != nil {
+			errs = append(errs, err)
+			it.Notes = append(it.Notes, "install failed: "+err.Error())
+			it.Spec = nil
+			continue
+		}
+		c.owned[idx] = append(c.owned[idx], uint32(inst.ProgramID))
+		verb := "installed"
+		if had {
+			verb = "replaced (atomic link update)"
+		}
+		c.log.Info(verb+" fast path", "interface", it.Name, "hook", it.Spec.Hook,
+			"modules", strings.Join(it.Spec.Modules(), ","), "families", strings.Join(families(*it.Spec), ","),
+			"program", inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
+	}
+	c.logEgressChanges(plan)
+	c.mu.Lock()
+	c.plan = plan
+	c.kinds = kinds
+	c.backend = snap.Netfilter.Backend
+	c.mu.Unlock()
+	return programs, errors.Join(errs...)
+}
+
+func (c *Controller) logEgressChanges(plan *graph.Plan) {
+	c.mu.Lock()
+	old := c.plan
+	c.mu.Unlock()
+	for idx, it := range plan.Interfaces {
+		var was *graph.Interface
+		if old != nil {
+			was = old.Interfaces[idx]
+		}
+		if was == nil || was.Egress != it.Egress {
+			if it.Egress {
+				c.log.Info("egress ready for XDP redirect", "interface", it.Name)
+			} else {
+				c.log.Info("egress not a redirect target: its packets go to Linux", "interface", it.Name, "why", it.EgressNote)
+			}
+		}
+	}
+}
+
+func families(s dataplane.Spec) []string {
+	var f []string
+	if s.Router4 {
+		f = append(f, "ipv4")
+	}
+	if s.Router6 {
+		f = append(f, "ipv6")
+	}
+	return f
+}

@@ -1,0 +1,243 @@
+// Package graph decides, from a snapshot of Linux's state, which fast-path modules each interface
+// runs and why, and what data those modules read. It is a pure function of the snapshot: every
+// decision comes with the reason a person reading `linuxfp status` needs.
+package graph
+
+import (
+	"fmt"
+	"net/netip"
+	"path"
+	"slices"
+	"sort"
+
+	"github.com/linuxfp/linuxfp/internal/dataplane"
+	"github.com/linuxfp/linuxfp/internal/observe"
+)
+
+// HookMode is the --hook option.
+type HookMode string
+
+const (
+	HookAuto       HookMode = "auto"
+	HookXDP        HookMode = "xdp"
+	HookXDPGeneric HookMode = "xdp-generic"
+)
+
+// Options are the user's choices.
+type Options struct {
+	Hook       HookMode
+	Interfaces []string // glob patterns; empty: every interface but lo
+	Exclude    []string // glob patterns
+}
+
+// Interface is the decision for one interface.
+type Interface struct {
+	Index int    `json:"ifindex"`
+	Name  string `json:"name"`
+	// Spec is the program to install; nil when the interface gets none.
+	Spec *dataplane.Spec `json:"-"`
+	// Notes say why: why no program, why a module or family is off, which hook and why.
+	Notes []string `json:"notes,omitempty"`
+	// Egress: packets may be redirected out of this interface (or why not).
+	Egress     bool   `json:"egress"`
+	EgressNote string `json:"egress_note,omitempty"`
+}
+
+// Plan is the whole decision.
+type Plan struct {
+	Interfaces map[int]*Interface
+	Data       dataplane.Data
+}
+
+// OwnedProgram tells whether prog is one of linuxfp's own programs on ifindex.
+type OwnedProgram func(ifindex int, prog uint32) bool
+
+// Build computes the plan.
+func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
+	p := &Plan{Interfaces: map[int]*Interface{}}
+	for _, lk := range s.Links {
+		it := &Interface{Index: lk.Index, Name: lk.Name}
+		it.Egress, it.EgressNote = egressReady(s, lk)
+		it.Spec, it.Notes = ingress(s, o, lk, owned)
+		p.Interfaces[lk.Index] = it
+		if it.Egress {
+			p.Data.TxDevs = append(p.Data.TxDevs, lk.Index)
+		}
+	}
+	sort.Ints(p.Data.TxDevs)
+	p.Data.Neighbours = map[dataplane.NeighKey]uint16{}
+	for k, st := range s.Neighbours {
+		p.Data.Neighbours[dataplane.NeighKey{Ifindex: k.Ifindex, Addr: k.Addr}] = st
+	}
+	hosts := map[netip.Addr]bool{}
+	for _, a := range s.Routes.LocalHosts {
+		hosts[a] = true
+	}
+	for _, a := range s.Addrs {
+		hosts[a.Prefix.Addr()] = true
+	}
+	for a := range hosts {
+		p.Data.LocalHosts = append(p.Data.LocalHosts, a)
+	}
+	slices.SortFunc(p.Data.LocalHosts, func(a, b netip.Addr) int { return a.Compare(b) })
+	p.Data.LocalPrefixes = s.Routes.LocalPrefixes
+	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
+	return p
+}
+
+func matchAny(patterns []string, name string) bool {
+	for _, pat := range patterns {
+		if ok, _ := path.Match(pat, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// supportedKinds are the devices the router module runs on as an ingress. Others (bridges,
+// tunnels, bonds ...) are later modules' work; their packets are Linux's until then.
+var supportedKinds = map[string]bool{"": true, "veth": true}
+
+func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgram) (*dataplane.Spec, []string) {
+	if lk.Name == "lo" {
+		return nil, []string{"loopback: not accelerated"}
+	}
+	if len(o.Interfaces) > 0 && !matchAny(o.Interfaces, lk.Name) {
+		return nil, []string{"not selected by --interfaces"}
+	}
+	if matchAny(o.Exclude, lk.Name) {
+		return nil, []string{"excluded by --exclude"}
+	}
+	if !lk.Up {
+		return nil, []string{"down"}
+	}
+	if lk.Master != 0 {
+		name := lk.MasterKind
+		if m := s.Links[lk.Master]; m != nil {
+			name += " " + m.Name
+		}
+		return nil, []string{"enslaved to " + name + ": Linux handles its frames (no module for it yet)"}
+	}
+	if !supportedKinds[lk.Kind] {
+		return nil, []string{"kind " + lk.Kind + ": no fast-path module for it yet"}
+	}
+	if len(lk.MAC) != 6 {
+		return nil, []string{"not an Ethernet device"}
+	}
+	if lk.XDPProgID != 0 && !owned(lk.Index, lk.XDPProgID) {
+		return nil, []string{fmt.Sprintf("XDP program id %d attached by someone else: linuxfp does not replace it", lk.XDPProgID)}
+	}
+	if lk.TCIngress {
+		return nil, []string{"tc ingress filters attached: XDP runs before them and would bypass them"}
+	}
+	if why := s.Netfilter.Ingress[lk.Name]; len(why) > 0 {
+		return nil, append([]string{"netfilter ingress hook on this device (runs after XDP):"}, why...)
+	}
+
+	var notes []string
+	hook := dataplane.HookXDP
+	native := lk.XDPFeatures&observe.XDPActBasic != 0
+	switch o.Hook {
+	case HookXDPGeneric:
+		hook = dataplane.HookXDPGeneric
+		notes = append(notes, "hook xdp-generic: chosen by --hook")
+	case HookXDP:
+		if !native {
+			return nil, []string{"driver has no native XDP (use --hook auto or xdp-generic)"}
+		}
+		notes = append(notes, "hook xdp: chosen by --hook")
+	default:
+		if native {
+			notes = append(notes, "hook xdp: the driver supports native XDP")
+		} else {
+			hook = dataplane.HookXDPGeneric
+			notes = append(notes, "hook xdp-generic: the driver has no native XDP")
+		}
+	}
+
+	r4, why4 := router4(s, lk)
+	r6, why6 := router6(s, lk)
+	for _, w := range why4 {
+		notes = append(notes, "ipv4 router off: "+w)
+	}
+	for _, w := range why6 {
+		notes = append(notes, "ipv6 router off: "+w)
+	}
+	if !r4 && !r6 {
+		return nil, notes
+	}
+	return &dataplane.Spec{
+		Ifindex: lk.Index, Name: lk.Name, MAC: lk.MAC, Hook: hook, Router4: r4, Router6: r6,
+	}, notes
+}
+
+func router4(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
+	var why []string
+	if !s.Sysctl.IPv4Forward {
+		why = append(why, "net.ipv4.ip_forward=0")
+	} else if !s.Sysctl.IPv4DevFwd[lk.Name] {
+		why = append(why, "net.ipv4.conf."+lk.Name+".forwarding=0")
+	}
+	if rp := s.Sysctl.RPFilter[lk.Name]; rp != 0 {
+		why = append(why, fmt.Sprintf("rp_filter=%d on %s (reverse-path filtering is not emulated)", rp, lk.Name))
+	}
+	if s.XfrmPolicies {
+		why = append(why, "IPsec (xfrm) policies exist: forwarding checks them")
+	}
+	if s.Routes.Multipath4 && s.Sysctl.MPHashPolicy4 != 0 {
+		why = append(why, fmt.Sprintf("multipath routes with fib_multipath_hash_policy=%d (only the L3 policy 0 hashes as bpf_fib_lookup does)", s.Sysctl.MPHashPolicy4))
+	}
+	for _, w := range s.Netfilter.V4 {
+		why = append(why, "netfilter sees forwarded packets: "+w)
+	}
+	return len(why) == 0, why
+}
+
+func router6(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
+	var why []string
+	if !s.Sysctl.IPv6Forward {
+		why = append(why, "net.ipv6.conf.all.forwarding=0")
+	}
+	if s.Sysctl.IPv6ProxyNDP {
+		why = append(why, "net.ipv6.conf.all.proxy_ndp=1 (ip6_forward answers for proxied neighbours)")
+	}
+	if s.XfrmPolicies {
+		why = append(why, "IPsec (xfrm) policies exist: forwarding checks them")
+	}
+	if s.Routes.Multipath6 && s.Sysctl.MPHashPolicy6 != 0 {
+		why = append(why, fmt.Sprintf("multipath routes with fib_multipath_hash_policy=%d (only the L3 policy 0 hashes as bpf_fib_lookup does)", s.Sysctl.MPHashPolicy6))
+	}
+	for _, w := range s.Netfilter.V6 {
+		why = append(why, "netfilter sees forwarded packets: "+w)
+	}
+	return len(why) == 0, why
+}
+
+// passiveQdiscs do not shape, delay or reorder: bypassing them (an XDP redirect skips the egress
+// qdisc) changes nothing Linux would have done to an uncongested packet.
+var passiveQdiscs = map[string]bool{"noqueue": true, "pfifo_fast": true, "fq_codel": true, "mq": true,
+	"pfifo": true, "bfifo": true, "fq": true, "sfq": true}
+
+// egressReady: may a frame be redirected out of lk without being lost or skipping something
+// Linux would have applied?
+func egressReady(s *observe.Snapshot, lk *observe.Link) (bool, string) {
+	switch {
+	case !lk.Up || !lk.OperUp:
+		return false, "no carrier"
+	case lk.XDPFeatures&observe.XDPActNdoXmit == 0:
+		if lk.Kind == "veth" {
+			return false, "veth peer has no XDP program and no GRO: a redirected frame would be dropped"
+		}
+		return false, "driver cannot transmit XDP frames (no ndo_xdp_xmit)"
+	case lk.TCEgress:
+		return false, "tc egress filters attached: a redirect would bypass them"
+	case len(s.Netfilter.Egress[lk.Name]) > 0:
+		return false, "netfilter egress hook on this device: a redirect would bypass it"
+	}
+	for _, q := range lk.Qdiscs {
+		if !passiveQdiscs[q] {
+			return false, "qdisc " + q + " configured: a redirect would bypass it"
+		}
+	}
+	return true, ""
+}

@@ -1,0 +1,145 @@
+package observe
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/google/nftables"
+)
+
+// readNetfilter finds every netfilter hook that forwarded packets traverse and that holds
+// something: a rule, a DROP policy, or a NAT chain (NAT binds connections even when its chains
+// are empty). Until the filter module lands, the router hands the affected family to Linux.
+//
+// iptables on this system is iptables-nft: its rules are nf_tables rules, seen here. Legacy
+// x_tables (iptables-legacy) tables are not visible to nf_tables and send no events: a loaded
+// legacy table is treated as holding rules (see legacyTables).
+func readNetfilter() (Netfilter, error) {
+	nf := Netfilter{Backend: "nf_tables", Ingress: map[string][]string{}, Egress: map[string][]string{}}
+	c, err := nftables.New()
+	if err != nil {
+		return nf, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	chains, err := c.ListChains()
+	if err != nil {
+		return nf, fmt.Errorf("list nftables chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Hooknum == nil {
+			continue // not a base chain: reachable only by jumps from one
+		}
+		hook := *ch.Hooknum
+		fam := ch.Table.Family
+		name := fmt.Sprintf("nftables %s %s %s (hook %s)", familyName(fam), ch.Table.Name, ch.Name, hookName(fam, hook))
+		var why []string
+		if ch.Type == nftables.ChainTypeNAT {
+			why = append(why, name+": NAT")
+		}
+		if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+			why = append(why, name+": policy drop")
+		}
+		if len(why) == 0 {
+			rules, err := c.GetRules(ch.Table, ch)
+			if err != nil {
+				return nf, fmt.Errorf("list rules of %s: %w", name, err)
+			}
+			if len(rules) > 0 {
+				why = append(why, fmt.Sprintf("%s: %d rules", name, len(rules)))
+			}
+		}
+		if len(why) == 0 {
+			continue
+		}
+		switch fam {
+		case nftables.TableFamilyNetdev:
+			if hook == *nftables.ChainHookIngress {
+				nf.Ingress[ch.Device] = append(nf.Ingress[ch.Device], why...)
+			} else {
+				nf.Egress[ch.Device] = append(nf.Egress[ch.Device], why...)
+			}
+		case nftables.TableFamilyIPv4, nftables.TableFamilyIPv6, nftables.TableFamilyINet:
+			if !forwardPathHook(fam, hook) {
+				continue
+			}
+			if ch.Device != "" && fam == nftables.TableFamilyINet && hook == inetIngress {
+				// inet ingress is per device, like netdev ingress.
+				nf.Ingress[ch.Device] = append(nf.Ingress[ch.Device], why...)
+				continue
+			}
+			if fam != nftables.TableFamilyIPv6 {
+				nf.V4 = append(nf.V4, why...)
+			}
+			if fam != nftables.TableFamilyIPv4 {
+				nf.V6 = append(nf.V6, why...)
+			}
+		}
+	}
+	v4, v6 := legacyTables()
+	if len(v4)+len(v6) > 0 {
+		nf.Backend = "nf_tables+legacy"
+	}
+	for _, t := range v4 {
+		nf.V4 = append(nf.V4, "iptables-legacy table "+t+" loaded (legacy rules send no events; use iptables-nft)")
+	}
+	for _, t := range v6 {
+		nf.V6 = append(nf.V6, "ip6tables-legacy table "+t+" loaded (legacy rules send no events; use ip6tables-nft)")
+	}
+	sort.Strings(nf.V4)
+	sort.Strings(nf.V6)
+	return nf, nil
+}
+
+const inetIngress = 5 // NF_INET_INGRESS
+
+// forwardPathHook: prerouting, forward, postrouting (and inet ingress) see forwarded packets;
+// input and output do not.
+func forwardPathHook(fam nftables.TableFamily, h nftables.ChainHook) bool {
+	switch h {
+	case *nftables.ChainHookPrerouting, *nftables.ChainHookForward, *nftables.ChainHookPostrouting:
+		return true
+	case inetIngress:
+		return fam == nftables.TableFamilyINet
+	}
+	return false
+}
+
+func familyName(f nftables.TableFamily) string {
+	switch f {
+	case nftables.TableFamilyIPv4:
+		return "ip"
+	case nftables.TableFamilyIPv6:
+		return "ip6"
+	case nftables.TableFamilyINet:
+		return "inet"
+	case nftables.TableFamilyNetdev:
+		return "netdev"
+	case nftables.TableFamilyBridge:
+		return "bridge"
+	case nftables.TableFamilyARP:
+		return "arp"
+	}
+	return fmt.Sprint(uint8(f))
+}
+
+func hookName(f nftables.TableFamily, h nftables.ChainHook) string {
+	if f == nftables.TableFamilyNetdev {
+		return map[nftables.ChainHook]string{0: "ingress", 1: "egress"}[h]
+	}
+	return map[nftables.ChainHook]string{0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting", 5: "ingress"}[h]
+}
+
+// legacyTables lists the x_tables (iptables-legacy) tables loaded in this namespace. The kernel
+// creates them on first use, and they are invisible to nf_tables.
+func legacyTables() (v4, v6 []string) {
+	read := func(p string) []string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		return strings.Fields(string(b))
+	}
+	return read("/proc/net/ip_tables_names"), read("/proc/net/ip6_tables_names")
+}

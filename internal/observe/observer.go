@@ -1,0 +1,92 @@
+package observe
+
+import (
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Observer keeps a Snapshot of the current namespace and re-reads the parts events mark dirty.
+type Observer struct {
+	h    *netlink.Handle
+	snap Snapshot
+}
+
+// NewObserver opens a netlink handle in the current namespace.
+func NewObserver() (*Observer, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	return &Observer{h: h}, nil
+}
+
+// Close releases the netlink handle.
+func (o *Observer) Close() { o.h.Close() }
+
+// Refresh re-reads what d marks dirty and returns the snapshot (owned by the Observer: read it
+// before the next Refresh).
+func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
+	s := &o.snap
+	if s.Links == nil {
+		d = DirtyAll
+	}
+	if d&DirtyLinks != 0 {
+		links, err := readLinks(o.h)
+		if err != nil {
+			return nil, err
+		}
+		s.Links = links
+		// Per-link facts read by other calls must be re-read for the new Link values.
+		d |= DirtyTC | DirtyXDP | DirtySysctl
+	}
+	if d&DirtyXDP != 0 {
+		if err := readXDPFeatures(s.Links); err != nil {
+			return nil, err
+		}
+	}
+	if d&DirtyTC != 0 {
+		if err := readTC(o.h, s.Links); err != nil {
+			return nil, err
+		}
+	}
+	if d&DirtyAddrs != 0 {
+		addrs, err := readAddrs(o.h)
+		if err != nil {
+			return nil, err
+		}
+		s.Addrs = addrs
+	}
+	if d&DirtyRoutes != 0 {
+		r, err := readRoutes(o.h)
+		if err != nil {
+			return nil, err
+		}
+		s.Routes = r
+	}
+	if d&DirtyNeigh != 0 {
+		n, err := readNeighbours(o.h)
+		if err != nil {
+			return nil, err
+		}
+		s.Neighbours = n
+	}
+	if d&DirtySysctl != 0 {
+		s.Sysctl = readSysctls(s.Links)
+	}
+	if d&DirtyNetfilter != 0 {
+		nf, err := readNetfilter()
+		if err != nil {
+			return nil, err
+		}
+		s.Netfilter = nf
+	}
+	if d&DirtyXfrm != 0 {
+		x, err := readXfrm(o.h)
+		if err != nil {
+			return nil, err
+		}
+		s.XfrmPolicies = x
+	}
+	return s, nil
+}

@@ -1,0 +1,367 @@
+package observe
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/mdlayher/genetlink"
+	mnl "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// retryDump retries a netlink dump the kernel interrupted because the table changed meanwhile
+// (the CNI plugins' netlinksafe does the same).
+func retryDump[T any](f func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range 10 {
+		v, err = f()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+func readLinks(h *netlink.Handle) (map[int]*Link, error) {
+	ls, err := retryDump(h.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	out := make(map[int]*Link, len(ls))
+	for _, l := range ls {
+		a := l.Attrs()
+		lk := &Link{
+			Index:       a.Index,
+			Name:        a.Name,
+			Kind:        l.Type(),
+			MTU:         a.MTU,
+			MAC:         append(net.HardwareAddr(nil), a.HardwareAddr...),
+			Up:          a.Flags&net.FlagUp != 0,
+			OperUp:      a.RawFlags&unix.IFF_LOWER_UP != 0,
+			NoARP:       a.RawFlags&unix.IFF_NOARP != 0,
+			Master:      a.MasterIndex,
+			PeerNetnsID: a.NetNsID,
+		}
+		if lk.Kind == "device" {
+			lk.Kind = ""
+		}
+		if lk.Kind == "veth" {
+			lk.Peer = a.ParentIndex
+		}
+		if a.Xdp != nil && a.Xdp.Attached {
+			lk.XDPProgID = a.Xdp.ProgId
+		}
+		out[a.Index] = lk
+	}
+	for _, lk := range out {
+		if m := out[lk.Master]; m != nil {
+			lk.MasterKind = m.Kind
+		}
+	}
+	return out, nil
+}
+
+// readXDPFeatures fills Link.XDPFeatures from the "netdev" generic netlink family. For a veth,
+// the kernel sets NDO_XMIT only when the peer can receive redirected frames (it has an XDP program
+// or GRO, hence NAPI): exactly the condition under which an XDP redirect into it is not dropped.
+func readXDPFeatures(links map[int]*Link) error {
+	c, err := genetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("dial generic netlink: %w", err)
+	}
+	defer c.Close()
+	f, err := c.GetFamily("netdev")
+	if err != nil {
+		return fmt.Errorf("generic netlink family netdev: %w", err)
+	}
+	msgs, err := c.Execute(genetlink.Message{Header: genetlink.Header{Command: netdevCmdDevGet, Version: f.Version}},
+		f.ID, mnl.Request|mnl.Dump)
+	if err != nil {
+		return fmt.Errorf("netdev dev-get: %w", err)
+	}
+	for _, m := range msgs {
+		ad, err := mnl.NewAttributeDecoder(m.Data)
+		if err != nil {
+			return err
+		}
+		var idx int
+		var feat uint64
+		for ad.Next() {
+			switch ad.Type() {
+			case netdevADevIfindex:
+				idx = int(ad.Uint32())
+			case netdevADevXDPFeatures:
+				feat = ad.Uint64()
+			}
+		}
+		if lk := links[idx]; lk != nil {
+			lk.XDPFeatures = feat
+		}
+	}
+	return nil
+}
+
+// include/uapi/linux/netdev.h
+const (
+	netdevCmdDevGet       = 1
+	netdevADevIfindex     = 1
+	netdevADevXDPFeatures = 3
+	netdevMcgrpMgmt       = "mgmt"
+)
+
+// readTC fills the qdisc and tc-filter fields: XDP runs before tc ingress and an XDP redirect
+// bypasses the egress qdisc and tc egress, so whatever is configured there matters.
+func readTC(h *netlink.Handle, links map[int]*Link) error {
+	qs, err := retryDump(func() ([]netlink.Qdisc, error) { return h.QdiscList(nil) })
+	if err != nil {
+		return fmt.Errorf("list qdiscs: %w", err)
+	}
+	for _, lk := range links {
+		lk.Qdiscs, lk.TCIngress, lk.TCEgress = nil, false, false
+	}
+	for _, q := range qs {
+		a := q.Attrs()
+		lk := links[a.LinkIndex]
+		if lk == nil {
+			continue
+		}
+		switch {
+		case q.Type() != "ingress" && q.Type() != "clsact":
+			lk.Qdiscs = append(lk.Qdiscs, q.Type())
+		default:
+			l, _ := netlink.LinkByIndex(lk.Index)
+			if l == nil {
+				continue
+			}
+			in, _ := retryDump(func() ([]netlink.Filter, error) { return h.FilterList(l, netlink.HANDLE_MIN_INGRESS) })
+			lk.TCIngress = lk.TCIngress || len(in) > 0
+			if q.Type() == "clsact" {
+				eg, _ := retryDump(func() ([]netlink.Filter, error) { return h.FilterList(l, netlink.HANDLE_MIN_EGRESS) })
+				lk.TCEgress = lk.TCEgress || len(eg) > 0
+			}
+		}
+	}
+	// tcx programs (bpf_link based, no qdisc) are found by querying the attach points.
+	for _, lk := range links {
+		for _, at := range []struct {
+			t   ebpf.AttachType
+			dst *bool
+		}{{ebpf.AttachTCXIngress, &lk.TCIngress}, {ebpf.AttachTCXEgress, &lk.TCEgress}} {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: lk.Index, Attach: at.t})
+			if err == nil && len(res.Programs) > 0 {
+				*at.dst = true
+			}
+		}
+	}
+	return nil
+}
+
+func readAddrs(h *netlink.Handle) ([]Addr, error) {
+	as, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	out := make([]Addr, 0, len(as))
+	for _, a := range as {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		out = append(out, Addr{Index: a.LinkIndex, Prefix: netip.PrefixFrom(ip.Unmap(), ones)})
+	}
+	return out, nil
+}
+
+// alreadyMartian: sources the BPF router rejects by address class anyway, so they need no entry
+// in the local-source maps (this keeps 127.0.0.0/8 from forcing an LPM lookup per packet).
+func alreadyMartian(p netip.Prefix) bool {
+	for _, m := range martianPrefixes {
+		if m.Bits() <= p.Bits() && m.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+var martianPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("224.0.0.0/3"),
+	netip.MustParsePrefix("ff00::/8"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("::/127"),
+	netip.MustParsePrefix("::ffff:0:0/96"),
+}
+
+func readRoutes(h *netlink.Handle) (Routes, error) {
+	var r Routes
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := retryDump(func() ([]netlink.Route, error) {
+			return h.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		})
+		if err != nil {
+			return r, fmt.Errorf("list routes: %w", err)
+		}
+		r.Count += len(rs)
+		for _, rt := range rs {
+			switch rt.Type {
+			case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST, unix.RTN_MULTICAST:
+				if rt.Dst == nil {
+					continue
+				}
+				ip, _ := netip.AddrFromSlice(rt.Dst.IP)
+				ones, _ := rt.Dst.Mask.Size()
+				p := netip.PrefixFrom(ip.Unmap(), ones)
+				if alreadyMartian(p) {
+					continue
+				}
+				if p.IsSingleIP() {
+					r.LocalHosts = append(r.LocalHosts, p.Addr())
+				} else {
+					r.LocalPrefixes = append(r.LocalPrefixes, p)
+				}
+			}
+			if fam == netlink.FAMILY_V4 && rt.MTU > 0 && (r.MinMTU4 == 0 || rt.MTU < r.MinMTU4) {
+				r.MinMTU4 = rt.MTU
+			}
+			if len(rt.MultiPath) > 1 {
+				if fam == netlink.FAMILY_V4 {
+					r.Multipath4 = true
+				} else {
+					r.Multipath6 = true
+				}
+			}
+		}
+		rules, err := retryDump(func() ([]netlink.Rule, error) { return h.RuleList(fam) })
+		if err != nil {
+			return r, fmt.Errorf("list rules: %w", err)
+		}
+		custom := 0
+		for _, ru := range rules {
+			// The default rules: local (0), main (32766), default (32767, IPv4 only).
+			if (ru.Priority == 0 && ru.Table == unix.RT_TABLE_LOCAL) ||
+				(ru.Priority == 32766 && ru.Table == unix.RT_TABLE_MAIN) ||
+				(ru.Priority == 32767 && ru.Table == unix.RT_TABLE_DEFAULT) {
+				continue
+			}
+			custom++
+		}
+		if fam == netlink.FAMILY_V4 {
+			r.CustomRules4 = custom
+		} else {
+			r.CustomRules6 = custom
+		}
+	}
+	groups, err := nexthopGroups()
+	if err != nil {
+		return r, err
+	}
+	if groups {
+		// Routes that use nexthop objects (FRR) may point at a group: ECMP for both families.
+		r.Multipath4, r.Multipath6 = true, true
+	}
+	return r, nil
+}
+
+// nexthopGroups tells whether any nexthop object is a group (RTM_GETNEXTHOP dump; the
+// netlink library does not cover nexthop objects).
+func nexthopGroups() (bool, error) {
+	c, err := mnl.Dial(unix.NETLINK_ROUTE, nil)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	// struct nhmsg: family, scope, protocol, resvd, flags(u32)
+	req := mnl.Message{
+		Header: mnl.Header{Type: unix.RTM_GETNEXTHOP, Flags: mnl.Request | mnl.Dump},
+		Data:   make([]byte, 8),
+	}
+	msgs, err := c.Execute(req)
+	if err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+			return false, nil
+		}
+		return false, fmt.Errorf("list nexthops: %w", err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 8 {
+			continue
+		}
+		ad, err := mnl.NewAttributeDecoder(m.Data[8:])
+		if err != nil {
+			continue
+		}
+		for ad.Next() {
+			if ad.Type() == nhaGroup {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+const nhaGroup = 2 // NHA_GROUP
+
+func readNeighbours(h *netlink.Handle) (map[NeighKey]uint16, error) {
+	out := map[NeighKey]uint16{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		ns, err := retryDump(func() ([]netlink.Neigh, error) { return h.NeighList(0, fam) })
+		if err != nil {
+			return nil, fmt.Errorf("list neighbours: %w", err)
+		}
+		for _, n := range ns {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			if !ok {
+				continue
+			}
+			out[NeighKey{Ifindex: n.LinkIndex, Addr: ip.Unmap()}] = uint16(n.State)
+		}
+	}
+	return out, nil
+}
+
+func readSysctl(path string) int {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", path))
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return v
+}
+
+func readSysctls(links map[int]*Link) Sysctls {
+	s := Sysctls{
+		IPv4Forward:   readSysctl("net/ipv4/ip_forward") == 1,
+		IPv6Forward:   readSysctl("net/ipv6/conf/all/forwarding") == 1,
+		IPv6ProxyNDP:  readSysctl("net/ipv6/conf/all/proxy_ndp") != 0,
+		MPHashPolicy4: readSysctl("net/ipv4/fib_multipath_hash_policy"),
+		MPHashPolicy6: readSysctl("net/ipv6/fib_multipath_hash_policy"),
+		IPv4DevFwd:    map[string]bool{},
+		RPFilter:      map[string]int{},
+	}
+	all := readSysctl("net/ipv4/conf/all/rp_filter")
+	for _, lk := range links {
+		s.IPv4DevFwd[lk.Name] = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
+		s.RPFilter[lk.Name] = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
+	}
+	return s
+}
+
+func readXfrm(h *netlink.Handle) (bool, error) {
+	ps, err := h.XfrmPolicyList(netlink.FAMILY_ALL)
+	if err != nil {
+		return false, fmt.Errorf("list xfrm policies: %w", err)
+	}
+	return len(ps) > 0, nil
+}

@@ -1,0 +1,106 @@
+// Package observe reads the Linux networking state of the current network namespace and tells
+// when it changes, by events: rtnetlink (links, addresses, routes, rules, nexthops, neighbours,
+// netconf, tc), generic netlink (XDP features), nf_tables notifications, XFRM notifications and
+// a cgroup/sysctl BPF hook for sysctls that have no netlink event.
+package observe
+
+import (
+	"net"
+	"net/netip"
+)
+
+// Snapshot is what linuxfp knows of the namespace at one moment.
+type Snapshot struct {
+	Links      map[int]*Link
+	Addrs      []Addr
+	Routes     Routes
+	Neighbours map[NeighKey]uint16 // NUD state of every neighbour entry
+	Sysctl     Sysctls
+	Netfilter  Netfilter
+	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
+	XfrmPolicies bool
+}
+
+// Link is one network device.
+type Link struct {
+	Index  int
+	Name   string
+	Kind   string // "veth", "bridge", "" for a physical device ...
+	MTU    int
+	MAC    net.HardwareAddr
+	Up     bool // administratively up
+	OperUp bool // carrier: can transmit
+	NoARP  bool
+	Master int // ifindex of the bridge/bond/vrf it is enslaved to, 0 if none
+	// MasterKind is the Kind of Master.
+	MasterKind string
+	// Peer is the veth peer's ifindex and PeerNetnsID the id of its namespace as seen from
+	// here (-1: this namespace).
+	Peer        int
+	PeerNetnsID int
+	// XDPProgID is the XDP program attached now (0: none).
+	XDPProgID uint32
+	// XDPFeatures is the device's NETDEV_XDP_ACT_* mask (generic netlink "netdev" family).
+	XDPFeatures uint64
+	// Qdiscs are the kinds of its egress qdiscs, root and children ("noqueue", "fq_codel", ...).
+	Qdiscs []string
+	// TCIngress / TCEgress: tc filters on the ingress / egress hooks (clsact, ingress qdisc).
+	TCIngress bool
+	TCEgress  bool
+}
+
+// XDP feature bits (include/uapi/linux/netdev.h).
+const (
+	XDPActBasic   = 1 << 0
+	XDPActRedir   = 1 << 1
+	XDPActNdoXmit = 1 << 2
+)
+
+// Addr is an address on a device.
+type Addr struct {
+	Index  int
+	Prefix netip.Prefix
+}
+
+// Routes is what the router module needs to know of the routing tables (it forwards with the
+// kernel's own FIB, so it does not need the routes themselves).
+type Routes struct {
+	Count int
+	// LocalHosts / LocalPrefixes: destinations of local, broadcast, anycast and multicast
+	// routes in any table. A packet from one of these is martian for Linux.
+	LocalHosts    []netip.Addr
+	LocalPrefixes []netip.Prefix
+	// MinMTU4 is the smallest MTU metric on an IPv4 route, 0 if none.
+	MinMTU4 int
+	// Multipath: ECMP routes or nexthop groups exist (per family).
+	Multipath4, Multipath6 bool
+	// CustomRules: policy rules beyond the default ones (per family).
+	CustomRules4, CustomRules6 int
+}
+
+// NeighKey identifies a neighbour entry.
+type NeighKey struct {
+	Ifindex int
+	Addr    netip.Addr
+}
+
+// Sysctls are the settings that change forwarding.
+type Sysctls struct {
+	IPv4Forward   bool            // net.ipv4.ip_forward
+	IPv4DevFwd    map[string]bool // net.ipv4.conf.<dev>.forwarding
+	RPFilter      map[string]int  // effective rp_filter: max(all, <dev>)
+	IPv6Forward   bool            // net.ipv6.conf.all.forwarding
+	IPv6ProxyNDP  bool            // net.ipv6.conf.all.proxy_ndp
+	MPHashPolicy4 int             // net.ipv4.fib_multipath_hash_policy
+	MPHashPolicy6 int             // net.ipv6.fib_multipath_hash_policy
+}
+
+// Netfilter says which forwarded traffic netfilter could see.
+type Netfilter struct {
+	// Backend: "nf_tables" or "nf_tables+legacy" when legacy x_tables are loaded too.
+	Backend string
+	// V4, V6: why forwarded IPv4/IPv6 packets could meet a rule (empty: they cannot).
+	V4, V6 []string
+	// Ingress / Egress: netdev-family chains hooked on a device, by device name.
+	Ingress, Egress map[string][]string
+}

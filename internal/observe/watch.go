@@ -1,0 +1,342 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/mdlayher/genetlink"
+	mnl "github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Dirty says which parts of the Snapshot an event may have changed.
+type Dirty uint32
+
+const (
+	DirtyLinks Dirty = 1 << iota
+	DirtyAddrs
+	DirtyRoutes
+	DirtyNeigh
+	DirtySysctl
+	DirtyNetfilter
+	DirtyTC
+	DirtyXDP
+	DirtyXfrm
+	DirtyAll Dirty = 1<<iota - 1
+)
+
+func (d Dirty) String() string {
+	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm"}
+	if d == DirtyAll {
+		return "all"
+	}
+	var s []string
+	for i, n := range names {
+		if d&(1<<i) != 0 {
+			s = append(s, n)
+		}
+	}
+	return fmt.Sprint(s)
+}
+
+// Event is a notification that something changed, and when linuxfp received it.
+type Event struct {
+	Dirty Dirty
+	At    time.Time
+}
+
+// Watcher delivers Events from every source. Sources are opened by NewWatcher, before the first
+// read of the state, so no change between the read and the first event is missed.
+type Watcher struct {
+	C       chan Event
+	log     *slog.Logger
+	closers []func()
+	// SysctlMethod says how sysctls are watched (shown by `linuxfp status`).
+	SysctlMethod string
+	// LegacyPoll says that legacy iptables tables are polled (they have no events).
+	LegacyPoll time.Duration
+}
+
+const legacyPollInterval = 250 * time.Millisecond
+
+// NewWatcher subscribes to every event source in the current network namespace.
+func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
+	w := &Watcher{C: make(chan Event, 1024), log: log, LegacyPoll: legacyPollInterval}
+	ok := false
+	defer func() {
+		if !ok {
+			w.Close()
+		}
+	}()
+
+	// rtnetlink: everything iproute2 changes.
+	rt, err := mnl.Dial(unix.NETLINK_ROUTE, &mnl.Config{Groups: groupMask(
+		unix.RTNLGRP_LINK, unix.RTNLGRP_NEIGH, unix.RTNLGRP_TC,
+		unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV4_RULE,
+		unix.RTNLGRP_IPV6_IFADDR, unix.RTNLGRP_IPV6_ROUTE, unix.RTNLGRP_IPV6_RULE,
+		unix.RTNLGRP_IPV4_NETCONF, unix.RTNLGRP_IPV6_NETCONF)})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to rtnetlink: %w", err)
+	}
+	w.closers = append(w.closers, func() { rt.Close() })
+	if err := rt.JoinGroup(unix.RTNLGRP_NEXTHOP); err != nil { // group > 31: only by setsockopt
+		return nil, fmt.Errorf("subscribe to nexthop events: %w", err)
+	}
+	// A routing daemon loading 10,000 routes must not overflow the socket; if it still does,
+	// ENOBUFS makes us re-read everything.
+	_ = rt.SetReadBuffer(16 << 20)
+	go w.receive(ctx, "rtnetlink", rt, rtnlDirty)
+
+	// nf_tables: every ruleset change (iptables-nft, nft, firewalld ...).
+	nf, err := mnl.Dial(unix.NETLINK_NETFILTER, &mnl.Config{Groups: groupMask(unix.NFNLGRP_NFTABLES)})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to nf_tables: %w", err)
+	}
+	w.closers = append(w.closers, func() { nf.Close() })
+	_ = nf.SetReadBuffer(4 << 20)
+	go w.receive(ctx, "nf_tables", nf, func(mnl.Message) Dirty { return DirtyNetfilter })
+
+	// XFRM policies.
+	xf, err := mnl.Dial(unix.NETLINK_XFRM, &mnl.Config{Groups: groupMask(xfrmnlgrpPolicy)})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to xfrm: %w", err)
+	}
+	w.closers = append(w.closers, func() { xf.Close() })
+	go w.receive(ctx, "xfrm", xf, func(mnl.Message) Dirty { return DirtyXfrm })
+
+	// Generic netlink "netdev": XDP feature changes (a veth peer gaining or losing NAPI).
+	gc, err := genetlink.Dial(nil)
+	if err != nil {
+		return nil, fmt.Errorf("dial generic netlink: %w", err)
+	}
+	w.closers = append(w.closers, func() { gc.Close() })
+	fam, err := gc.GetFamily("netdev")
+	if err != nil {
+		return nil, fmt.Errorf("generic netlink family netdev (kernel >= 6.3 needed): %w", err)
+	}
+	i := slices.IndexFunc(fam.Groups, func(g genetlink.MulticastGroup) bool { return g.Name == netdevMcgrpMgmt })
+	if i < 0 {
+		return nil, errors.New("netdev family has no mgmt group")
+	}
+	if err := gc.JoinGroup(fam.Groups[i].ID); err != nil {
+		return nil, fmt.Errorf("join netdev mgmt group: %w", err)
+	}
+	go w.receiveGenl(ctx, gc)
+
+	w.watchSysctls(ctx)
+	go w.pollLegacy(ctx)
+	ok = true
+	return w, nil
+}
+
+const xfrmnlgrpPolicy = 4 // XFRMNLGRP_POLICY
+
+func groupMask(groups ...uint32) uint32 {
+	var m uint32
+	for _, g := range groups {
+		m |= 1 << (g - 1)
+	}
+	return m
+}
+
+// Close unsubscribes from everything.
+func (w *Watcher) Close() {
+	for _, c := range w.closers {
+		c()
+	}
+	w.closers = nil
+}
+
+func (w *Watcher) send(ctx context.Context, d Dirty) {
+	select {
+	case w.C <- Event{Dirty: d, At: time.Now()}:
+	case <-ctx.Done():
+	}
+}
+
+func rtnlDirty(m mnl.Message) Dirty {
+	switch m.Header.Type {
+	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
+		// Links carry sysctl directories and qdiscs with them.
+		return DirtyLinks | DirtySysctl | DirtyTC | DirtyXDP
+	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
+		return DirtyAddrs | DirtyRoutes
+	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE, unix.RTM_NEWRULE, unix.RTM_DELRULE,
+		unix.RTM_NEWNEXTHOP, unix.RTM_DELNEXTHOP:
+		return DirtyRoutes
+	case unix.RTM_NEWNEIGH, unix.RTM_DELNEIGH:
+		return DirtyNeigh
+	case unix.RTM_NEWNETCONF, unix.RTM_DELNETCONF:
+		return DirtySysctl
+	case unix.RTM_NEWQDISC, unix.RTM_DELQDISC, unix.RTM_NEWTFILTER, unix.RTM_DELTFILTER,
+		unix.RTM_NEWCHAIN, unix.RTM_DELCHAIN:
+		return DirtyTC
+	}
+	return 0
+}
+
+func (w *Watcher) receive(ctx context.Context, name string, c *mnl.Conn, classify func(mnl.Message) Dirty) {
+	for {
+		msgs, err := c.Receive()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, unix.ENOBUFS) {
+				// Events were lost: re-read everything.
+				w.log.Warn("event socket overflowed; re-reading all state", "source", name)
+				w.send(ctx, DirtyAll)
+				continue
+			}
+			w.log.Error("event source failed; re-reading all state", "source", name, "err", err)
+			w.send(ctx, DirtyAll)
+			return
+		}
+		var d Dirty
+		for _, m := range msgs {
+			d |= classify(m)
+		}
+		if d != 0 {
+			w.send(ctx, d)
+		}
+	}
+}
+
+func (w *Watcher) receiveGenl(ctx context.Context, c *genetlink.Conn) {
+	for {
+		_, _, err := c.Receive()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, unix.ENOBUFS) {
+				w.send(ctx, DirtyAll)
+				continue
+			}
+			w.log.Error("netdev event source failed", "err", err)
+			return
+		}
+		w.send(ctx, DirtyXDP)
+	}
+}
+
+// watchSysctls wakes the controller after sysctl writes under net/, through a cgroup/sysctl
+// program on the root of the cgroup v2 hierarchy (sysctls have no netlink event, except netconf
+// for forwarding, rp_filter and proxy_ndp, which rtnetlink already delivers). The hook runs just
+// before the value is stored, so each wake-up is followed by a second one 20ms later. Without
+// cgroup v2 it polls once a second.
+func (w *Watcher) watchSysctls(ctx context.Context) {
+	err := func() error {
+		cg, done, err := cgroup2Root()
+		if err != nil {
+			return err
+		}
+		defer done()
+		var objs sysctlwatchObjects
+		if err := loadSysctlwatchObjects(&objs, nil); err != nil {
+			return err
+		}
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupSysctl, Program: objs.LfpSysctlWrite})
+		if err != nil {
+			objs.Close()
+			return err
+		}
+		rd, err := ringbuf.NewReader(objs.LfpSysctlEvents)
+		if err != nil {
+			l.Close()
+			objs.Close()
+			return err
+		}
+		w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
+		go func() {
+			for {
+				if _, err := rd.Read(); err != nil {
+					return // closed
+				}
+				w.send(ctx, DirtySysctl)
+				time.AfterFunc(20*time.Millisecond, func() { w.send(ctx, DirtySysctl) })
+			}
+		}()
+		w.SysctlMethod = "event: cgroup/sysctl BPF program on the cgroup v2 root"
+		return nil
+	}()
+	if err == nil {
+		return
+	}
+	w.SysctlMethod = "poll: every 1s (cgroup/sysctl hook unavailable: " + err.Error() + ")"
+	w.log.Warn("cannot watch sysctl writes by event; polling", "err", err)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.send(ctx, DirtySysctl)
+			}
+		}
+	}()
+}
+
+// cgroup2Root finds where the cgroup v2 hierarchy is mounted. `ip netns exec` gives its
+// command a fresh /sys without the cgroup mounts; then the hierarchy is mounted on a temporary
+// directory just long enough to attach (the attachment holds the cgroup, not the mount), and
+// done() removes the mount again.
+func cgroup2Root() (path string, done func(), err error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// id parent dev root mountpoint options ... - fstype source options
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		f := strings.Fields(pre)
+		if len(f) >= 5 && f[3] == "/" {
+			return f[4], func() {}, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "linuxfp-cgroup2-")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := unix.Mount("none", dir, "cgroup2", 0, ""); err != nil {
+		os.Remove(dir)
+		return "", nil, fmt.Errorf("no cgroup2 mount, and mounting one failed: %w", err)
+	}
+	return dir, func() {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		os.Remove(dir)
+	}, nil
+}
+
+// pollLegacy: iptables-legacy tables appear without any event; their names are cheap to read.
+func (w *Watcher) pollLegacy(ctx context.Context) {
+	last4, last6 := legacyTables()
+	t := time.NewTicker(w.LegacyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			v4, v6 := legacyTables()
+			if !slices.Equal(v4, last4) || !slices.Equal(v6, last6) {
+				last4, last6 = v4, v6
+				w.send(ctx, DirtyNetfilter)
+			}
+		}
+	}
+}

@@ -1,0 +1,126 @@
+// Package status is the interface between a running `linuxfp run` and `linuxfp status` (and the
+// benchmarks): JSON over HTTP on an abstract unix socket. Abstract sockets belong to a network
+// namespace, so each namespace's controller is found at the same name, and the socket vanishes
+// with the process: nothing is left behind.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// SocketName is the abstract unix socket ("@linuxfp") of the controller of this namespace.
+const SocketName = "@linuxfp"
+
+// ErrNotRunning: no controller runs in this network namespace.
+var ErrNotRunning = errors.New("linuxfp is not running in this network namespace")
+
+// Status is the answer to GET /v1/status.
+type Status struct {
+	PID              int         `json:"pid"`
+	StartedAt        time.Time   `json:"started_at"`
+	HookOption       string      `json:"hook_option"`
+	SysctlWatch      string      `json:"sysctl_watch"`
+	NetfilterBackend string      `json:"netfilter_backend"`
+	Events           uint64      `json:"events"`
+	Applies          uint64      `json:"applies"`
+	LastApply        *Change     `json:"last_apply,omitempty"`
+	Interfaces       []Interface `json:"interfaces"`
+}
+
+// Interface is one interface's state.
+type Interface struct {
+	Ifindex    int      `json:"ifindex"`
+	Name       string   `json:"name"`
+	Kind       string   `json:"kind,omitempty"`
+	Program    *Program `json:"program,omitempty"`
+	Notes      []string `json:"notes,omitempty"`
+	Egress     bool     `json:"egress"`
+	EgressNote string   `json:"egress_note,omitempty"`
+	// Forwarded counts packets the fast path forwarded; Passed, those it handed to Linux, by
+	// reason. Linux's own counters (ip -s link, nstat IpForwDatagrams) do not see forwarded ones.
+	Forwarded Counter            `json:"forwarded"`
+	Passed    map[string]Counter `json:"passed,omitempty"`
+}
+
+// Program is the program attached to an interface.
+type Program struct {
+	ID          uint32    `json:"id"`
+	Hook        string    `json:"hook"`
+	Modules     []string  `json:"modules"`
+	Families    []string  `json:"families"`
+	InstalledAt time.Time `json:"installed_at"`
+}
+
+// Counter is packets and bytes.
+type Counter struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Change records one reaction to a burst of events.
+type Change struct {
+	Seq        uint64    `json:"seq"`
+	FirstEvent time.Time `json:"first_event"` // when the first event of the burst arrived
+	LastEvent  time.Time `json:"last_event"`
+	Events     int       `json:"events"`
+	Dirty      string    `json:"dirty"`
+	Applied    time.Time `json:"applied"`  // when the data plane reflected them
+	Programs   int       `json:"programs"` // programs installed, replaced or removed
+	Err        string    `json:"error,omitempty"`
+}
+
+// Client talks to the controller of the current network namespace. Create it in the namespace
+// you mean: the socket is resolved when connecting.
+type Client struct {
+	hc *http.Client
+}
+
+// NewClient returns a client for the controller of the calling thread's namespace at dial time.
+func NewClient() *Client {
+	return &Client{hc: &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", SocketName)
+			},
+			DisableKeepAlives: true,
+		},
+	}}
+}
+
+func (c *Client) get(path string, v any) error {
+	resp, err := c.hc.Get("http://linuxfp" + path)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return ErrNotRunning
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Status fetches the full status.
+func (c *Client) Status() (*Status, error) {
+	var s Status
+	return &s, c.get("/v1/status", &s)
+}
+
+// Changes returns the recorded changes with Seq > since (the most recent ones are kept).
+func (c *Client) Changes(since uint64) ([]Change, error) {
+	var ch []Change
+	return ch, c.get(fmt.Sprintf("/v1/changes?since=%d", since), &ch)
+}
