@@ -84,12 +84,24 @@ type Client struct {
 
 // NewClient returns a client for the controller of the calling thread's namespace at dial time.
 func NewClient() *Client {
+	return NewClientWithDialer(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", SocketName)
+	})
+}
+
+// NewClientWithDialer returns a client that connects with dial (for instance from inside another
+// network namespace).
+func NewClientWithDialer(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	return &Client{hc: &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", SocketName)
+				c, err := dial(ctx)
+				if err != nil {
+					return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+				}
+				return c, nil
 			},
 			DisableKeepAlives: true,
 		},

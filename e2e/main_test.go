@@ -1,0 +1,74 @@
+// Package e2e runs linuxfp end to end in network namespaces: the real binary, real veths, real
+// routes, packets sent and received. Needs root.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// linuxfpBin is the binary under test, built once by TestMain.
+var linuxfpBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: skipped, needs root (network namespaces, XDP)")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "linuxfp-e2e-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	linuxfpBin = filepath.Join(dir, "linuxfp")
+	out, err := exec.Command("go", "build", "-o", linuxfpBin, "../cmd/linuxfp").CombinedOutput()
+	if err != nil {
+		fmt.Printf("build linuxfp: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// newTestbed builds the gen -> dut -> sink topology for one test and removes it afterwards.
+func newTestbed(t *testing.T, o testbed.Options) *testbed.Testbed {
+	t.Helper()
+	tb, err := testbed.New("lfp-e2e", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := tb.ResolveNeighbours(); err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// startLinuxfp runs linuxfp in the DUT for the rest of the test.
+func startLinuxfp(t *testing.T, tb *testbed.Testbed, args ...string) *testbed.Linuxfp {
+	t.Helper()
+	l, err := tb.StartLinuxfp(linuxfpBin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Stop()
+		if t.Failed() {
+			t.Logf("linuxfp log:\n%s", l.Log.String())
+		}
+	})
+	return l
+}

@@ -1,0 +1,326 @@
+// Package testbed builds the gen -> dut -> sink topology that the end-to-end tests, the
+// differential tests and the benchmarks share, in network namespaces of their own:
+//
+//	gen eth0 198.18.0.2/24  <->  in0 198.18.0.1/24  [dut]  out0 198.18.1.1/24  <->  sink eth0 198.18.1.2/24
+//	         2001:2::2/64             2001:2::1/64             2001:2:0:1::1/64           2001:2:0:1::2/64
+//
+// The DUT routes Prefixes prefixes (198.19.N.0/24 and 2001:2:1:N::/64) to the sink, configured
+// with iproute2 as a person would, and forwards with net.ipv4.ip_forward=1 and IPv6 forwarding.
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+)
+
+// Options shape the topology.
+type Options struct {
+	// Prefixes routed by the DUT to the sink (default 50, as in the paper).
+	Prefixes int
+	// Queues per veth (default 1); more lets several generator CPUs run in parallel.
+	Queues int
+	// NoGRO leaves GRO off on every veth. By default it is on: a veth must have NAPI (GRO or an
+	// XDP program) to receive XDP-redirected frames (see KERNEL-NOTES).
+	NoGRO bool
+}
+
+// Testbed is the three namespaces and what is known of them.
+type Testbed struct {
+	Gen, DUT, Sink *nsutil.NS
+
+	GenMAC, InMAC, OutMAC, SinkMAC net.HardwareAddr
+	GenIfindex, SinkIfindex        int
+	InIfindex, OutIfindex          int
+	Prefixes                       int
+}
+
+// Fixed addresses of the topology.
+var (
+	GenAddr   = netip.MustParseAddr("198.18.0.2")
+	InAddr    = netip.MustParseAddr("198.18.0.1")
+	OutAddr   = netip.MustParseAddr("198.18.1.1")
+	SinkAddr  = netip.MustParseAddr("198.18.1.2")
+	GenAddr6  = netip.MustParseAddr("2001:2::2")
+	InAddr6   = netip.MustParseAddr("2001:2::1")
+	OutAddr6  = netip.MustParseAddr("2001:2:0:1::1")
+	SinkAddr6 = netip.MustParseAddr("2001:2:0:1::2")
+)
+
+// Prefix4 is the i-th routed IPv4 prefix's host h (198.19.i.h).
+func Prefix4(i, h int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, byte(i), byte(h)}) }
+
+// Prefix6 is the i-th routed IPv6 prefix's host h (2001:2:1:i::h).
+func Prefix6(i, h int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 1, byte(i >> 8), byte(i), 14: byte(h >> 8), 15: byte(h)})
+}
+
+// New builds the topology. Names start with prefix (use "lfp-..."); Close removes everything.
+func New(prefix string, o Options) (tb *Testbed, err error) {
+	if o.Prefixes == 0 {
+		o.Prefixes = 50
+	}
+	if o.Queues == 0 {
+		o.Queues = 1
+	}
+	tb = &Testbed{Prefixes: o.Prefixes}
+	defer func() {
+		if err != nil {
+			tb.Close()
+		}
+	}()
+	if tb.Gen, err = nsutil.New(prefix + "-gen"); err != nil {
+		return nil, err
+	}
+	if tb.DUT, err = nsutil.New(prefix + "-dut"); err != nil {
+		return nil, err
+	}
+	if tb.Sink, err = nsutil.New(prefix + "-sink"); err != nil {
+		return nil, err
+	}
+	q := fmt.Sprintf("numtxqueues %d numrxqueues %d", o.Queues, o.Queues)
+	script := fmt.Sprintf(`
+ip link add eth0 %[1]s type veth peer name in0 %[1]s netns %[2]s
+ip link add sink0 %[1]s type veth peer name out0 %[1]s netns %[2]s
+ip link set sink0 netns %[3]s
+`, q, tb.DUT.Name, tb.Sink.Name)
+	if err := tb.Gen.Script(script); err != nil {
+		return nil, err
+	}
+	gro := "on"
+	if o.NoGRO {
+		gro = "off"
+	}
+	if err := tb.Sink.Script(`
+ip link set sink0 name eth0
+ip addr add 198.18.1.2/24 dev eth0
+ip -6 addr add 2001:2:0:1::2/64 dev eth0 nodad
+ip link set eth0 up
+ip route add default via 198.18.1.1
+ip -6 route add default via 2001:2:0:1::1
+ethtool -K eth0 gro ` + gro); err != nil {
+		return nil, err
+	}
+	if err := tb.Gen.Script(`
+ip addr add 198.18.0.2/24 dev eth0
+ip -6 addr add 2001:2::2/64 dev eth0 nodad
+ip link set eth0 up
+ip route add default via 198.18.0.1
+ip -6 route add default via 2001:2::1
+ethtool -K eth0 gro ` + gro); err != nil {
+		return nil, err
+	}
+	var routes strings.Builder
+	for i := 0; i < o.Prefixes; i++ {
+		fmt.Fprintf(&routes, "ip route add 198.19.%d.0/24 via 198.18.1.2\n", i)
+		fmt.Fprintf(&routes, "ip -6 route add 2001:2:1:%x::/64 via 2001:2:0:1::2\n", i)
+	}
+	if err := tb.DUT.Script(`
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.ipv6.conf.all.forwarding=1
+ip addr add 198.18.0.1/24 dev in0
+ip addr add 198.18.1.1/24 dev out0
+ip -6 addr add 2001:2::1/64 dev in0 nodad
+ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
+ip link set in0 up
+ip link set out0 up
+ethtool -K in0 gro ` + gro + `
+ethtool -K out0 gro ` + gro + "\n" + routes.String()); err != nil {
+		return nil, err
+	}
+	// Collect MACs and ifindexes.
+	get := func(ns *nsutil.NS, name string, mac *net.HardwareAddr, idx *int) error {
+		return ns.Do(func() error {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("%s in %s: %w", name, ns.Name, err)
+			}
+			*mac = l.Attrs().HardwareAddr
+			if idx != nil {
+				*idx = l.Attrs().Index
+			}
+			return nil
+		})
+	}
+	for _, g := range []struct {
+		ns   *nsutil.NS
+		name string
+		mac  *net.HardwareAddr
+		idx  *int
+	}{
+		{tb.Gen, "eth0", &tb.GenMAC, &tb.GenIfindex}, {tb.Sink, "eth0", &tb.SinkMAC, &tb.SinkIfindex},
+		{tb.DUT, "in0", &tb.InMAC, &tb.InIfindex}, {tb.DUT, "out0", &tb.OutMAC, &tb.OutIfindex},
+	} {
+		if err := get(g.ns, g.name, g.mac, g.idx); err != nil {
+			return nil, err
+		}
+	}
+	return tb, nil
+}
+
+// ResolveNeighbours makes the DUT resolve gen and sink the ordinary way (ARP/ND by pinging).
+func (tb *Testbed) ResolveNeighbours() error {
+	for _, a := range []string{"198.18.0.2", "198.18.1.2", "2001:2::2", "2001:2:0:1::2"} {
+		if _, err := tb.DUT.Run("ping", "-c", "1", "-W", "2", a); err != nil {
+			return err
+		}
+	}
+	for _, a := range []string{"198.18.0.1", "2001:2::1"} {
+		if _, err := tb.Gen.Run("ping", "-c", "1", "-W", "2", a); err != nil {
+			return err
+		}
+	}
+	for _, a := range []string{"198.18.1.1", "2001:2:0:1::1"} {
+		if _, err := tb.Sink.Run("ping", "-c", "1", "-W", "2", a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close removes the namespaces (and with them every device and program in them).
+func (tb *Testbed) Close() error {
+	var errs []error
+	for _, ns := range []*nsutil.NS{tb.Gen, tb.DUT, tb.Sink} {
+		if ns != nil {
+			errs = append(errs, ns.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Linuxfp is a `linuxfp run` process in the DUT.
+type Linuxfp struct {
+	cmd    *exec.Cmd
+	Client *status.Client
+	Log    *SyncBuffer
+	done   chan error
+}
+
+// StartLinuxfp starts bin run in the DUT and waits until it has programs on in0 and out0.
+func (tb *Testbed) StartLinuxfp(bin string, args ...string) (*Linuxfp, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", tb.DUT.Name, bin, "run"}, args...)...)
+	log := &SyncBuffer{}
+	cmd.Stdout = log
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start linuxfp: %w", err)
+	}
+	l := &Linuxfp{cmd: cmd, Log: log, done: make(chan error, 1), Client: tb.StatusClient()}
+	go func() { l.done <- cmd.Wait() }()
+	if err := l.WaitFor(10*time.Second, func(st *status.Status) bool {
+		n := 0
+		for _, it := range st.Interfaces {
+			if (it.Name == "in0" || it.Name == "out0") && it.Program != nil {
+				n++
+			}
+		}
+		return n == 2
+	}); err != nil {
+		l.Kill()
+		return nil, fmt.Errorf("%w; log:\n%s", err, log.String())
+	}
+	return l, nil
+}
+
+// StatusClient talks to the controller in the DUT.
+func (tb *Testbed) StatusClient() *status.Client {
+	return status.NewClientWithDialer(func(ctx context.Context) (net.Conn, error) {
+		var c net.Conn
+		err := tb.DUT.Do(func() error {
+			var err error
+			c, err = net.Dial("unix", status.SocketName)
+			return err
+		})
+		return c, err
+	})
+}
+
+// WaitFor polls the status until cond holds.
+func (l *Linuxfp) WaitFor(timeout time.Duration, cond func(*status.Status) bool) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-l.done:
+			l.done <- err
+			return fmt.Errorf("linuxfp exited: %v", err)
+		default:
+		}
+		st, err := l.Client.Status()
+		if err == nil && cond(st) {
+			return nil
+		}
+		last = err
+		time.Sleep(2 * time.Millisecond)
+	}
+	return fmt.Errorf("timed out after %s waiting for linuxfp (last error: %v)", timeout, last)
+}
+
+// Interface returns the status of one interface.
+func (l *Linuxfp) Interface(name string) (*status.Interface, error) {
+	st, err := l.Client.Status()
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range st.Interfaces {
+		if it.Name == name {
+			return &it, nil
+		}
+	}
+	return nil, fmt.Errorf("no interface %s in status", name)
+}
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (l *Linuxfp) Stop() error {
+	l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-l.done:
+		l.done <- err
+		return err
+	case <-time.After(10 * time.Second):
+		l.Kill()
+		return errors.New("linuxfp did not stop within 10s of SIGTERM")
+	}
+}
+
+// Kill sends SIGKILL (to ip netns exec's child, linuxfp itself) and waits.
+func (l *Linuxfp) Kill() {
+	l.cmd.Process.Signal(os.Kill)
+	select {
+	case err := <-l.done:
+		l.done <- err
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// SyncBuffer collects a process's output; safe for concurrent writes.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
