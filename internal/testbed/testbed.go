@@ -212,6 +212,19 @@ type Linuxfp struct {
 
 // StartLinuxfp starts bin run in the DUT and waits until it has programs on in0 and out0.
 func (tb *Testbed) StartLinuxfp(bin string, args ...string) (*Linuxfp, error) {
+	return tb.StartLinuxfpUntil(bin, func(st *status.Status) bool {
+		n := 0
+		for _, it := range st.Interfaces {
+			if (it.Name == "in0" || it.Name == "out0") && it.Program != nil {
+				n++
+			}
+		}
+		return n == 2
+	}, args...)
+}
+
+// StartLinuxfpUntil starts bin run in the DUT and waits until ready holds.
+func (tb *Testbed) StartLinuxfpUntil(bin string, ready func(*status.Status) bool, args ...string) (*Linuxfp, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", tb.DUT.Name, bin, "run"}, args...)...)
 	log := &SyncBuffer{}
 	cmd.Stdout = log
@@ -221,15 +234,7 @@ func (tb *Testbed) StartLinuxfp(bin string, args ...string) (*Linuxfp, error) {
 	}
 	l := &Linuxfp{cmd: cmd, Log: log, done: make(chan error, 1), Client: tb.StatusClient()}
 	go func() { l.done <- cmd.Wait() }()
-	if err := l.WaitFor(10*time.Second, func(st *status.Status) bool {
-		n := 0
-		for _, it := range st.Interfaces {
-			if (it.Name == "in0" || it.Name == "out0") && it.Program != nil {
-				n++
-			}
-		}
-		return n == 2
-	}); err != nil {
+	if err := l.WaitFor(10*time.Second, ready); err != nil {
 		l.Kill()
 		return nil, fmt.Errorf("%w; log:\n%s", err, log.String())
 	}

@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// sendUDP sends n datagrams from the gen namespace to dst:9.
+func sendUDP(t *testing.T, tb *testbed.Testbed, dst string, n int) {
+	t.Helper()
+	err := tb.Gen.Do(func() error {
+		c, err := net.Dial("udp", net.JoinHostPort(dst, "9"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for i := 0; i < n; i++ {
+			// ICMP port unreachable coming back can fail a later write on a connected
+			// socket (ECONNREFUSED); that is not what these tests look at.
+			c.Write([]byte(fmt.Sprintf("linuxfp e2e %d", i)))
+			time.Sleep(200 * time.Microsecond)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send to %s: %v", dst, err)
+	}
+}
+
+// counters is a snapshot of one interface's fast-path counters.
+type counters struct {
+	forwarded uint64
+	passed    map[string]uint64
+}
+
+func readCounters(t *testing.T, l *testbed.Linuxfp, iface string) counters {
+	t.Helper()
+	it, err := l.Interface(iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := counters{forwarded: it.Forwarded.Packets, passed: map[string]uint64{}}
+	for r, v := range it.Passed {
+		c.passed[r] = v.Packets
+	}
+	return c
+}
+
+func (c counters) sub(o counters) counters {
+	d := counters{forwarded: c.forwarded - o.forwarded, passed: map[string]uint64{}}
+	for r, v := range c.passed {
+		if v-o.passed[r] > 0 {
+			d.passed[r] = v - o.passed[r]
+		}
+	}
+	return d
+}
+
+// trafficDelta sends n datagrams to dst and returns what in0's counters saw.
+func trafficDelta(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst string, n int) counters {
+	t.Helper()
+	before := readCounters(t, l, "in0")
+	sendUDP(t, tb, dst, n)
+	time.Sleep(20 * time.Millisecond)
+	return readCounters(t, l, "in0").sub(before)
+}
+
+// eventually retries f until it returns nil or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s: %v", what, timeout, err)
+}
+
+// waitFastPath waits until datagrams to dst are forwarded by the fast path.
+func waitFastPath(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst string) {
+	t.Helper()
+	eventually(t, 3*time.Second, "fast path to "+dst, func() error {
+		d := trafficDelta(t, tb, l, dst, 5)
+		if d.forwarded == 0 {
+			return fmt.Errorf("nothing fast-pathed; to Linux: %v", d.passed)
+		}
+		return nil
+	})
+}
+
+// waitPassed waits until datagrams to dst go to Linux for reason, and none are fast-pathed.
+func waitPassed(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst, reason string) {
+	t.Helper()
+	eventually(t, 3*time.Second, "datagrams to "+dst+" handed to Linux ("+reason+")", func() error {
+		d := trafficDelta(t, tb, l, dst, 5)
+		if d.forwarded != 0 || d.passed[reason] == 0 {
+			return fmt.Errorf("fast-pathed %d, to Linux %v", d.forwarded, d.passed)
+		}
+		return nil
+	})
+}
+
+// waitStatus waits until the status of iface satisfies cond.
+func waitStatus(t *testing.T, l *testbed.Linuxfp, iface, what string, cond func(*status.Interface) bool) {
+	t.Helper()
+	eventually(t, 3*time.Second, what, func() error {
+		it, err := l.Interface(iface)
+		if err != nil {
+			return err
+		}
+		if !cond(it) {
+			return fmt.Errorf("status of %s: program %+v, notes %q, egress %v %q", iface, it.Program, it.Notes, it.Egress, it.EgressNote)
+		}
+		return nil
+	})
+}
+
+func hasNote(it *status.Interface, sub string) bool {
+	for _, n := range it.Notes {
+		if strings.Contains(n, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func sh(t *testing.T, ns *nsutil.NS, script string) {
+	t.Helper()
+	if err := ns.Script(script); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// xdpAttached reports whether any XDP program is attached to dev in ns.
+func xdpAttached(t *testing.T, ns *nsutil.NS, dev string) bool {
+	t.Helper()
+	out, err := ns.Run("ip", "-d", "link", "show", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(out, "prog/xdp")
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// startLinuxfpWaitingFor runs linuxfp and waits only until iface has a program.
+func startLinuxfpWaitingFor(t *testing.T, tb *testbed.Testbed, iface string) *testbed.Linuxfp {
+	t.Helper()
+	l, err := tb.StartLinuxfpUntil(linuxfpBin, func(st *status.Status) bool {
+		for _, it := range st.Interfaces {
+			if it.Name == iface && it.Program != nil {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Stop()
+		if t.Failed() {
+			t.Logf("linuxfp log:\n%s", l.Log.String())
+		}
+	})
+	return l
+}
+
+// ipBatch feeds commands to `ip -batch -` in the calling thread's namespace.
+func ipBatch(cmds string) error {
+	cmd := exec.Command("ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(cmds)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ip -batch: %w: %s", err, out)
+	}
+	return nil
+}
+
+// captureDstMACs returns the destination MACs of the UDP datagrams to port 9 that arrive at the
+// sink's eth0 while f runs.
+func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
+	t.Helper()
+	var fd int
+	err := tb.Sink.Do(func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: tb.SinkIfindex})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	f()
+	tv := unix.Timeval{Usec: 100000}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	var macs []string
+	buf := make([]byte, 2048)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			break
+		}
+		b := buf[:n]
+		// IPv4, UDP, destination port 9
+		if n >= 42 && b[12] == 0x08 && b[13] == 0 && b[23] == 17 && b[36] == 0 && b[37] == 9 {
+			macs = append(macs, net.HardwareAddr(b[0:6]).String())
+		}
+	}
+	return macs
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

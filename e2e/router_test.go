@@ -1,0 +1,380 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// Each change made with iproute2 or sysctl is honoured: the fast path follows it or hands the
+// affected packets to Linux.
+
+func TestRouteAddDel(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.3.1")
+
+	// A new prefix: no route yet, then one.
+	waitPassed(t, tb, l, "198.19.77.1", "fib_not_forwarded")
+	sh(t, tb.DUT, "ip route add 198.19.77.0/24 via 198.18.1.2")
+	waitFastPath(t, tb, l, "198.19.77.1")
+	// Route types Linux answers for.
+	sh(t, tb.DUT, "ip route replace blackhole 198.19.77.0/24")
+	waitPassed(t, tb, l, "198.19.77.1", "fib_blackhole")
+	sh(t, tb.DUT, "ip route replace prohibit 198.19.77.0/24")
+	waitPassed(t, tb, l, "198.19.77.1", "fib_prohibit")
+	sh(t, tb.DUT, "ip route replace unreachable 198.19.77.0/24")
+	waitPassed(t, tb, l, "198.19.77.1", "fib_unreachable")
+	sh(t, tb.DUT, "ip route del 198.19.77.0/24")
+	waitPassed(t, tb, l, "198.19.77.1", "fib_not_forwarded")
+
+	// A route MTU metric below the packet size: Linux honours it, so must we.
+	sh(t, tb.DUT, "ip route replace 198.19.3.0/24 via 198.18.1.2 mtu 40")
+	waitPassed(t, tb, l, "198.19.3.1", "route_mtu")
+}
+
+func TestAddressAddDel(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.4.1")
+	// The destination becomes one of the DUT's own addresses: delivered locally.
+	sh(t, tb.DUT, "ip addr add 198.19.4.1/32 dev out0")
+	waitPassed(t, tb, l, "198.19.4.1", "fib_not_forwarded")
+	sh(t, tb.DUT, "ip addr del 198.19.4.1/32 dev out0")
+	waitFastPath(t, tb, l, "198.19.4.1")
+
+	// The gen's own address becomes local on the DUT too: its packets are now martian.
+	sh(t, tb.DUT, "ip addr add 198.18.0.2/32 dev lo")
+	waitPassed(t, tb, l, "198.19.4.1", "local_source")
+	sh(t, tb.DUT, "ip addr del 198.18.0.2/32 dev lo")
+	waitFastPath(t, tb, l, "198.19.4.1")
+
+	// The egress subnet disappears with its address: the sink is unreachable.
+	sh(t, tb.DUT, "ip addr del 198.18.1.1/24 dev out0")
+	waitPassed(t, tb, l, "198.18.1.2", "fib_not_forwarded")
+	sh(t, tb.DUT, "ip addr add 198.18.1.1/24 dev out0")
+	waitFastPath(t, tb, l, "198.18.1.2")
+}
+
+func TestLinkDownUp(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.5.1")
+	sh(t, tb.DUT, "ip link set out0 down")
+	waitStatus(t, l, "out0", "out0 down: no program, not an egress", func(it *status.Interface) bool {
+		return it.Program == nil && !it.Egress && hasNote(it, "down")
+	})
+	waitPassed(t, tb, l, "198.19.5.1", "fib_not_forwarded") // its routes are gone
+	sh(t, tb.DUT, "ip link set out0 up")
+	waitStatus(t, l, "out0", "out0 up again", func(it *status.Interface) bool { return it.Program != nil && it.Egress })
+	// The routes via the sink come back with the interface? No: Linux removed them with the
+	// link; a person re-adds them. Until then Linux answers.
+	sh(t, tb.DUT, "ip route add 198.19.5.0/24 via 198.18.1.2")
+	waitFastPath(t, tb, l, "198.19.5.1")
+}
+
+func TestNewInterface(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	// A second link between gen and DUT, created after linuxfp started.
+	sh(t, tb.Gen, "ip link add eth1 type veth peer name in1 netns "+tb.DUT.Name+"\n"+
+		"ip addr add 198.18.2.2/24 dev eth1\nip link set eth1 up\nethtool -K eth1 gro on")
+	sh(t, tb.DUT, "ip addr add 198.18.2.1/24 dev in1\nip link set in1 up")
+	waitStatus(t, l, "in1", "program on the new interface", func(it *status.Interface) bool {
+		return it.Program != nil && it.Egress
+	})
+	sh(t, tb.Gen, "ip link del eth1")
+	eventually(t, 3*time.Second, "in1 gone from status", func() error {
+		if _, err := l.Interface("in1"); err == nil {
+			return errString("in1 still listed")
+		}
+		return nil
+	})
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func TestNeighbourChange(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.6.1")
+	// STALE: Linux must see a packet to re-probe the neighbour.
+	sh(t, tb.DUT, "ip neigh change 198.18.1.2 dev out0 nud stale")
+	d := trafficDelta(t, tb, l, "198.19.6.1", 1)
+	if d.passed["neighbour_stale"] != 1 && d.passed["neighbour_unknown"] != 1 {
+		// The event may not have been applied yet: then the next packets show it.
+		eventually(t, time.Second, "a STALE neighbour's packet goes to Linux", func() error {
+			sh(t, tb.DUT, "ip neigh change 198.18.1.2 dev out0 nud stale")
+			time.Sleep(20 * time.Millisecond)
+			if d := trafficDelta(t, tb, l, "198.19.6.1", 1); d.passed["neighbour_stale"] == 0 {
+				return errString("not handed to Linux")
+			}
+			return nil
+		})
+	}
+	// Linux moved it to DELAY when it sent that packet: the fast path resumes.
+	waitFastPath(t, tb, l, "198.19.6.1")
+
+	// A new MAC for the nexthop: the fast path must use it at once.
+	sh(t, tb.DUT, "ip neigh replace 198.18.1.2 dev out0 lladdr 02:00:5e:00:53:99 nud permanent")
+	eventually(t, 3*time.Second, "frames carry the new MAC", func() error {
+		got := captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.6.1", 3) })
+		for _, m := range got {
+			if m != "02:00:5e:00:53:99" {
+				return errString("saw " + strings.Join(got, ","))
+			}
+		}
+		if len(got) == 0 {
+			return errString("nothing captured")
+		}
+		return nil
+	})
+	// Unresolved: the first packet goes to Linux, which resolves the neighbour (ARP) and sends
+	// it; then the fast path takes over again.
+	sh(t, tb.DUT, "ip neigh del 198.18.1.2 dev out0")
+	if d := trafficDelta(t, tb, l, "198.19.6.1", 1); d.passed["fib_no_neighbour"] != 1 {
+		t.Fatalf("first packet to a deleted neighbour: fast-pathed %d, to Linux %v", d.forwarded, d.passed)
+	}
+	waitFastPath(t, tb, l, "198.19.6.1")
+}
+
+func TestSysctlForwarding(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.7.1")
+	sh(t, tb.DUT, "sysctl -qw net.ipv4.ip_forward=0")
+	waitStatus(t, l, "in0", "ipv4 off on in0", func(it *status.Interface) bool {
+		return hasNote(it, "ip_forward=0") && (it.Program == nil || !contains(it.Program.Families, "ipv4"))
+	})
+	sh(t, tb.DUT, "sysctl -qw net.ipv4.ip_forward=1")
+	waitFastPath(t, tb, l, "198.19.7.1")
+	sh(t, tb.DUT, "sysctl -qw net.ipv4.conf.in0.rp_filter=1")
+	waitStatus(t, l, "in0", "ipv4 off on in0 with rp_filter", func(it *status.Interface) bool {
+		return hasNote(it, "rp_filter=1") && (it.Program == nil || !contains(it.Program.Families, "ipv4"))
+	})
+	sh(t, tb.DUT, "sysctl -qw net.ipv4.conf.in0.rp_filter=0")
+	waitFastPath(t, tb, l, "198.19.7.1")
+	// A sysctl without a netlink event: only the cgroup/sysctl hook (or the poll) sees it.
+	sh(t, tb.DUT, "ip route add 198.19.90.0/24 nexthop via 198.18.1.2 nexthop via 198.18.1.2 dev out0 weight 2")
+	sh(t, tb.DUT, "sysctl -qw net.ipv4.fib_multipath_hash_policy=1")
+	waitStatus(t, l, "in0", "ipv4 off with an L4 multipath hash", func(it *status.Interface) bool {
+		return hasNote(it, "fib_multipath_hash_policy=1")
+	})
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNetfilterRules(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.8.1")
+	// Listing creates empty tables with ACCEPT policies: nothing changes for forwarded packets.
+	sh(t, tb.DUT, "iptables -L -n")
+	time.Sleep(50 * time.Millisecond)
+	waitFastPath(t, tb, l, "198.19.8.1")
+
+	// A rule forwarded packets traverse: IPv4 goes to Linux, which drops them.
+	sh(t, tb.DUT, "iptables -A FORWARD -d 198.19.8.0/24 -j DROP")
+	waitStatus(t, l, "in0", "ipv4 off with a FORWARD rule", func(it *status.Interface) bool {
+		return hasNote(it, "netfilter") && (it.Program == nil || !contains(it.Program.Families, "ipv4"))
+	})
+	// IPv6 is not affected.
+	waitStatus(t, l, "in0", "ipv6 still on", func(it *status.Interface) bool {
+		return it.Program != nil && contains(it.Program.Families, "ipv6")
+	})
+	sh(t, tb.DUT, "iptables -D FORWARD -d 198.19.8.0/24 -j DROP")
+	waitFastPath(t, tb, l, "198.19.8.1")
+
+	// Native nftables, an inet table: both families.
+	sh(t, tb.DUT, "nft add table inet t\nnft add chain inet t fw { type filter hook forward priority 0 ; }\nnft add rule inet t fw counter")
+	waitStatus(t, l, "in0", "both families off with an inet forward rule", func(it *status.Interface) bool {
+		return it.Program == nil
+	})
+	sh(t, tb.DUT, "nft delete table inet t")
+	waitFastPath(t, tb, l, "198.19.8.1")
+
+	// Rules in INPUT do not see forwarded packets.
+	sh(t, tb.DUT, "iptables -A INPUT -p tcp --dport 22 -j DROP")
+	time.Sleep(50 * time.Millisecond)
+	waitFastPath(t, tb, l, "198.19.8.1")
+}
+
+func TestKillFallsBackToLinux(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l, err := tb.StartLinuxfp(linuxfpBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFastPath(t, tb, l, "198.19.9.1")
+	l.Kill() // SIGKILL: no chance to clean up
+	// The kernel drops the links with the process: no stale fast path remains.
+	eventually(t, 3*time.Second, "XDP detached after kill -9", func() error {
+		if xdpAttached(t, tb.DUT, "in0") || xdpAttached(t, tb.DUT, "out0") {
+			return errString("XDP program still attached")
+		}
+		return nil
+	})
+	if _, err := tb.Gen.Run("ping", "-c", "2", "-i", "0.1", "-W", "2", "198.18.1.2"); err != nil {
+		t.Fatalf("Linux does not forward after linuxfp died: %v", err)
+	}
+	// And a fresh linuxfp can start in the same namespace.
+	startLinuxfp(t, tb)
+}
+
+func TestStopDetaches(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l, err := tb.StartLinuxfp(linuxfpBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !xdpAttached(t, tb.DUT, "in0") {
+		t.Fatal("no XDP program on in0 while running")
+	}
+	if err := l.Stop(); err != nil {
+		t.Fatalf("stop: %v\n%s", err, l.Log.String())
+	}
+	if xdpAttached(t, tb.DUT, "in0") || xdpAttached(t, tb.DUT, "out0") {
+		t.Fatal("XDP program left attached after SIGTERM")
+	}
+	if !strings.Contains(l.Log.String(), "all programs detached") {
+		t.Fatalf("no shutdown message in the log:\n%s", l.Log.String())
+	}
+}
+
+func TestSecondInstanceRefused(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	startLinuxfp(t, tb)
+	out, err := tb.DUT.Run(linuxfpBin, "run")
+	if err == nil || !strings.Contains(out, "already running") {
+		t.Fatalf("second linuxfp in the same namespace: err %v, output %q", err, out)
+	}
+}
+
+// Someone else's XDP program is never replaced.
+func TestForeignXDPProgramKept(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.XDP,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	var lk link.Link
+	err = tb.DUT.Do(func() error {
+		in0, err := netlink.LinkByName("in0")
+		if err != nil {
+			return err
+		}
+		lk, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: in0.Attrs().Index})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	info, _ := prog.Info()
+	id, _ := info.ID()
+
+	l2 := startLinuxfpWaitingFor(t, tb, "out0")
+	waitStatus(t, l2, "in0", "in0 left alone with a note", func(it *status.Interface) bool {
+		return it.Program == nil && hasNote(it, "someone else")
+	})
+	out, _ := tb.DUT.Run("ip", "-d", "link", "show", "in0")
+	if !strings.Contains(out, "prog/xdp id "+itoa(int(id))) {
+		t.Fatalf("the foreign program was replaced:\n%s", out)
+	}
+}
+
+// A veth whose peer cannot receive XDP frames (no XDP program, no GRO) is never a redirect
+// target: packets for it go to Linux and none is lost. When the peer gains GRO, the kernel's
+// XDP-feature event makes it a target.
+func TestEgressWithoutNAPI(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{NoGRO: true})
+	l := startLinuxfpWaitingFor(t, tb, "in0")
+	waitStatus(t, l, "out0", "out0 not an egress", func(it *status.Interface) bool {
+		return !it.Egress && strings.Contains(it.EgressNote, "GRO")
+	})
+	if out, err := tb.Gen.Run("ping", "-c", "20", "-i", "0.01", "-W", "2", "198.18.1.2"); err != nil || !strings.Contains(out, " 0% packet loss") {
+		t.Fatalf("packets lost with a non-NAPI egress: %v\n%s", err, out)
+	}
+	d := trafficDelta(t, tb, l, "198.19.10.1", 5)
+	if d.forwarded != 0 || d.passed["egress_not_ready"] == 0 {
+		t.Fatalf("fast-pathed %d, to Linux %v; want all egress_not_ready", d.forwarded, d.passed)
+	}
+	sh(t, tb.Sink, "ethtool -K eth0 gro on")
+	waitStatus(t, l, "out0", "out0 an egress once the sink has GRO", func(it *status.Interface) bool { return it.Egress })
+	waitFastPath(t, tb, l, "198.19.10.1")
+}
+
+func TestIPv6Forwarding(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "2001:2:1:3::1")
+	sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.all.forwarding=0")
+	waitStatus(t, l, "in0", "ipv6 off", func(it *status.Interface) bool {
+		return it.Program != nil && !contains(it.Program.Families, "ipv6")
+	})
+	if _, err := tb.Gen.Run("ping", "-6", "-c", "1", "-W", "1", "2001:2:0:1::2"); err == nil {
+		t.Fatal("IPv6 forwarded although forwarding is off")
+	}
+}
+
+// A routing daemon installing 10,000 routes at once does not cause 10,000 reloads.
+func TestRouteBurstCoalesced(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	before, err := l.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for i := 0; i < 10000; i++ {
+		b.WriteString("route add 198.18.")
+		b.WriteString(itoa(128 + i/250))
+		b.WriteString(".")
+		b.WriteString(itoa(i % 250))
+		b.WriteString("/32 via 198.18.1.2\n")
+	}
+	start := time.Now()
+	if err := tb.DUT.Do(func() error { return ipBatch(b.String()) }); err != nil {
+		t.Fatal(err)
+	}
+	loaded := time.Since(start)
+	waitFastPath(t, tb, l, "198.18.150.7")
+	after, err := l.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applies := after.Applies - before.Applies
+	t.Logf("10,000 routes loaded in %s, reflected after %d data plane updates for %d events", loaded, applies, after.Events-before.Events)
+	if applies > 1000 {
+		t.Fatalf("%d updates for 10,000 routes: bursts are not coalesced", applies)
+	}
+	for _, it := range after.Interfaces {
+		for _, b := range before.Interfaces {
+			if it.Name == b.Name && it.Program != nil && b.Program != nil && it.Program.ID != b.Program.ID {
+				t.Errorf("%s program replaced by route changes (%d -> %d): routes are data, not program", it.Name, b.Program.ID, it.Program.ID)
+			}
+		}
+	}
+}
