@@ -1,0 +1,180 @@
+package graph
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/observe"
+)
+
+func snapshot() *observe.Snapshot {
+	mac := net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	return &observe.Snapshot{
+		Links: map[int]*observe.Link{
+			1: {Index: 1, Name: "lo", Up: true, OperUp: true},
+			2: {Index: 2, Name: "eth0", Up: true, OperUp: true, MAC: mac, XDPFeatures: observe.XDPActBasic | observe.XDPActNdoXmit, Qdiscs: []string{"mq", "fq_codel"}},
+			3: {Index: 3, Name: "veth0", Kind: "veth", Up: true, OperUp: true, MAC: mac, XDPFeatures: observe.XDPActBasic},
+		},
+		Addrs: []observe.Addr{{Index: 2, Prefix: netip.MustParsePrefix("198.18.0.1/24")}},
+		Routes: observe.Routes{
+			LocalHosts:    []netip.Addr{netip.MustParseAddr("198.18.0.255")},
+			LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/18")},
+			MinMTU4:       1400,
+		},
+		Neighbours: map[observe.NeighKey]uint16{{Ifindex: 2, Addr: netip.MustParseAddr("198.18.0.2")}: 2},
+		Sysctl: observe.Sysctls{
+			IPv4Forward: true, IPv6Forward: true,
+			IPv4DevFwd: map[string]bool{"eth0": true, "veth0": true},
+			RPFilter:   map[string]int{},
+		},
+		Netfilter: observe.Netfilter{Ingress: map[string][]string{}, Egress: map[string][]string{}},
+	}
+}
+
+func notOwned(int, uint32) bool { return false }
+
+func TestBuild(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*observe.Snapshot, *Options)
+		iface  int
+		r4, r6 bool   // expected families (both false: no program)
+		note   string // a note that must be present
+	}{
+		{name: "plain router", iface: 2, r4: true, r6: true, note: "hook xdp: the driver supports native XDP"},
+		{name: "loopback", iface: 1, note: "loopback"},
+		{name: "ip_forward off", iface: 2, r6: true, note: "net.ipv4.ip_forward=0",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv4Forward = false }},
+		{name: "device forwarding off", iface: 2, r6: true, note: "net.ipv4.conf.eth0.forwarding=0",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv4DevFwd["eth0"] = false }},
+		{name: "rp_filter", iface: 2, r6: true, note: "rp_filter=2",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.RPFilter["eth0"] = 2 }},
+		{name: "ipv6 forwarding off", iface: 2, r4: true, note: "net.ipv6.conf.all.forwarding=0",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Forward = false }},
+		{name: "proxy_ndp", iface: 2, r4: true, note: "proxy_ndp",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6ProxyNDP = true }},
+		{name: "netfilter v4", iface: 2, r6: true, note: "netfilter sees forwarded packets: nftables ip filter FORWARD",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Netfilter.V4 = []string{"nftables ip filter FORWARD (hook forward): 1 rules"}
+			}},
+		{name: "netfilter both", iface: 2, note: "inet",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Netfilter.V4 = []string{"nftables inet t f"}
+				s.Netfilter.V6 = []string{"nftables inet t f"}
+			}},
+		{name: "netdev ingress chain", iface: 2, note: "netfilter ingress hook",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Netfilter.Ingress["eth0"] = []string{"x"} }},
+		{name: "xfrm", iface: 2, note: "xfrm",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.XfrmPolicies = true }},
+		{name: "multipath with L4 hash", iface: 2, r6: true, note: "fib_multipath_hash_policy=1",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Routes.Multipath4 = true; s.Sysctl.MPHashPolicy4 = 1 }},
+		{name: "multipath with L3 hash", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Routes.Multipath4 = true }},
+		{name: "down", iface: 2, note: "down",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].Up = false }},
+		{name: "bridge port", iface: 3, note: "enslaved to bridge br0",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Links[4] = &observe.Link{Index: 4, Name: "br0", Kind: "bridge", Up: true}
+				s.Links[3].Master, s.Links[3].MasterKind = 4, "bridge"
+			}},
+		{name: "vxlan", iface: 3, note: "kind vxlan",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[3].Kind = "vxlan" }},
+		{name: "foreign xdp", iface: 2, note: "attached by someone else",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].XDPProgID = 99 }},
+		{name: "tc ingress", iface: 2, note: "tc ingress",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].TCIngress = true }},
+		{name: "excluded", iface: 2, note: "--exclude",
+			mutate: func(_ *observe.Snapshot, o *Options) { o.Exclude = []string{"eth*"} }},
+		{name: "not selected", iface: 3, note: "--interfaces",
+			mutate: func(_ *observe.Snapshot, o *Options) { o.Interfaces = []string{"eth0"} }},
+		{name: "--hook xdp without native support", iface: 2, note: "no native XDP",
+			mutate: func(s *observe.Snapshot, o *Options) { o.Hook = HookXDP; s.Links[2].XDPFeatures = 0 }},
+		{name: "auto falls back to generic", iface: 2, r4: true, r6: true, note: "hook xdp-generic: the driver has no native XDP",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].XDPFeatures = 0 }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := snapshot()
+			o := Options{Hook: HookAuto}
+			if c.mutate != nil {
+				c.mutate(s, &o)
+			}
+			it := Build(s, o, notOwned).Interfaces[c.iface]
+			r4, r6 := false, false
+			if it.Spec != nil {
+				r4, r6 = it.Spec.Router4, it.Spec.Router6
+				if !r4 && !r6 {
+					t.Fatal("a program with no family")
+				}
+			}
+			if r4 != c.r4 || r6 != c.r6 {
+				t.Fatalf("router4 %v router6 %v, want %v %v; notes %q", r4, r6, c.r4, c.r6, it.Notes)
+			}
+			if c.note != "" && !strings.Contains(strings.Join(it.Notes, "\n"), c.note) {
+				t.Fatalf("notes %q lack %q", it.Notes, c.note)
+			}
+		})
+	}
+}
+
+func TestOwnProgramIsNotForeign(t *testing.T) {
+	s := snapshot()
+	s.Links[2].XDPProgID = 7
+	it := Build(s, Options{Hook: HookAuto}, func(idx int, id uint32) bool { return idx == 2 && id == 7 }).Interfaces[2]
+	if it.Spec == nil {
+		t.Fatalf("own program treated as foreign: %q", it.Notes)
+	}
+}
+
+func TestEgress(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*observe.Snapshot)
+		iface  int
+		ok     bool
+		note   string
+	}{
+		{name: "nic with ndo_xdp_xmit and passive qdiscs", iface: 2, ok: true},
+		{name: "veth whose peer has no NAPI", iface: 3, note: "no XDP program and no GRO"},
+		{name: "no carrier", iface: 2, note: "no carrier", mutate: func(s *observe.Snapshot) { s.Links[2].OperUp = false }},
+		{name: "shaping qdisc", iface: 2, note: "qdisc tbf", mutate: func(s *observe.Snapshot) { s.Links[2].Qdiscs = []string{"tbf"} }},
+		{name: "tc egress", iface: 2, note: "tc egress", mutate: func(s *observe.Snapshot) { s.Links[2].TCEgress = true }},
+		{name: "netdev egress chain", iface: 2, note: "netfilter egress", mutate: func(s *observe.Snapshot) { s.Netfilter.Egress["eth0"] = []string{"x"} }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := snapshot()
+			if c.mutate != nil {
+				c.mutate(s)
+			}
+			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			it := p.Interfaces[c.iface]
+			if it.Egress != c.ok || !strings.Contains(it.EgressNote, c.note) {
+				t.Fatalf("egress %v %q, want %v %q", it.Egress, it.EgressNote, c.ok, c.note)
+			}
+			inTx := false
+			for _, idx := range p.Data.TxDevs {
+				inTx = inTx || idx == c.iface
+			}
+			if inTx != c.ok {
+				t.Fatalf("in the redirect map: %v, want %v", inTx, c.ok)
+			}
+		})
+	}
+}
+
+func TestData(t *testing.T) {
+	p := Build(snapshot(), Options{Hook: HookAuto}, notOwned)
+	want := map[string]bool{"198.18.0.1": true, "198.18.0.255": true}
+	for _, a := range p.Data.LocalHosts {
+		delete(want, a.String())
+	}
+	if len(want) > 0 {
+		t.Fatalf("local hosts %v lack %v", p.Data.LocalHosts, want)
+	}
+	if len(p.Data.LocalPrefixes) != 1 || p.Data.RouteMTU4 != 1400 || len(p.Data.Neighbours) != 1 {
+		t.Fatalf("data %+v", p.Data)
+	}
+}
