@@ -225,7 +225,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			"modules", strings.Join(it.Spec.Modules(), ","), "families", strings.Join(families(*it.Spec), ","),
 			"program", inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
 	}
-	c.logEgressChanges(plan)
+	c.logDecisions(plan)
 	c.mu.Lock()
 	c.plan = plan
 	c.kinds = kinds
@@ -234,7 +234,9 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	return programs, errors.Join(errs...)
 }
 
-func (c *Controller) logEgressChanges(plan *graph.Plan) {
+// logDecisions logs, once per change, why an interface gets no program and whether it is a
+// redirect target (installs and removals are logged where they happen).
+func (c *Controller) logDecisions(plan *graph.Plan) {
 	c.mu.Lock()
 	old := c.plan
 	c.mu.Unlock()
@@ -242,6 +244,9 @@ func (c *Controller) logEgressChanges(plan *graph.Plan) {
 		var was *graph.Interface
 		if old != nil {
 			was = old.Interfaces[idx]
+		}
+		if it.Spec == nil && (was == nil || !slices.Equal(was.Notes, it.Notes)) {
+			c.log.Info("not accelerated", "interface", it.Name, "why", strings.Join(it.Notes, "; "))
 		}
 		if was == nil || was.Egress != it.Egress {
 			if it.Egress {
