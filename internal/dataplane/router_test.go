@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
@@ -84,7 +85,7 @@ type testEnv struct {
 	counters []Counter
 }
 
-func newTestEnv(t *testing.T) *testEnv {
+func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
 	requireRoot(t)
 	ns, err := nsutil.New("lfp-dptest")
@@ -139,13 +140,13 @@ func newTestEnv(t *testing.T) *testEnv {
 	return env
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, BPF)")
 	}
 }
 
-func (e *testEnv) prog(t *testing.T, r4, r6 bool) *ebpf.Program {
+func (e *testEnv) prog(t testing.TB, r4, r6 bool) *ebpf.Program {
 	key := [2]bool{r4, r6}
 	if p := e.progs[key]; p != nil {
 		return p
@@ -373,5 +374,33 @@ func TestReasonsMatchHeader(t *testing.T) {
 	}
 	if names[len(names)-1] != "LFP_REASON_MAX" || len(names)-1 != NumReasons {
 		t.Fatalf("header has %d reasons (%s), reasons.go %d", len(names)-1, strings.Join(names, " "), NumReasons)
+	}
+}
+
+// BenchmarkRouter measures the program's cost per packet with BPF_PROG_TEST_RUN (no device, no
+// redirect): go test -run XXX -bench Router ./internal/dataplane
+func BenchmarkRouter(b *testing.B) {
+	env := newTestEnv(b)
+	for _, c := range []struct {
+		name   string
+		r4, r6 bool
+		pkt    []byte
+	}{
+		{"ipv4", true, false, v4("198.18.0.2", "198.19.0.9").Bytes()},
+		{"ipv6", false, true, v6("2001:2::2", "2001:2:1::9").Bytes()},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			prog := env.prog(b, c.r4, c.r6)
+			var d time.Duration
+			err := env.ns.Do(func() error {
+				var err error
+				_, d, err = prog.Benchmark(c.pkt, b.N, nil)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(d.Nanoseconds()), "ns/pkt")
+		})
 	}
 }
