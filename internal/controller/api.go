@@ -63,8 +63,12 @@ func (c *Controller) status() *status.Status {
 	}
 	st.NetfilterBackend = c.backend
 	for idx, it := range c.plan.Interfaces {
-		si := status.Interface{Ifindex: idx, Name: it.Name, Kind: c.kinds[idx], Notes: it.Notes,
-			Egress: it.Egress, EgressNote: it.EgressNote}
+		lk := c.links[idx]
+		si := status.Interface{Ifindex: idx, Name: it.Name, Kind: lk.Kind, MAC: lk.MAC.String(), MTU: lk.MTU,
+			Up: lk.Up, Carrier: lk.OperUp, Notes: it.Notes, Egress: it.Egress, EgressNote: it.EgressNote}
+		if lk.Kind == "veth" {
+			si.Peer, si.PeerNetnsID = lk.Peer, lk.PeerNetnsID
+		}
 		if in, ok := installed[idx]; ok {
 			si.Program = &status.Program{
 				ID: uint32(in.ProgramID), Hook: string(in.Spec.Hook), Modules: in.Spec.Modules(),

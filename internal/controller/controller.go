@@ -42,7 +42,7 @@ type Controller struct {
 
 	mu      sync.Mutex
 	plan    *graph.Plan
-	kinds   map[int]string
+	links   map[int]observe.Link
 	backend string           // netfilter backend
 	owned   map[int][]uint32 // every program id linuxfp installed, per ifindex
 	events  uint64
@@ -169,9 +169,9 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		return 0, fmt.Errorf("read state: %w", err)
 	}
 	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram)
-	kinds := map[int]string{}
+	links := map[int]observe.Link{}
 	for idx, lk := range snap.Links {
-		kinds[idx] = lk.Kind
+		links[idx] = *lk
 	}
 	installed := c.dp.Installed()
 	programs := 0
@@ -228,7 +228,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	c.logDecisions(plan)
 	c.mu.Lock()
 	c.plan = plan
-	c.kinds = kinds
+	c.links = links
 	c.backend = snap.Netfilter.Backend
 	c.mu.Unlock()
 	return programs, errors.Join(errs...)

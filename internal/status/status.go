@@ -36,13 +36,20 @@ type Status struct {
 
 // Interface is one interface's state.
 type Interface struct {
-	Ifindex    int      `json:"ifindex"`
-	Name       string   `json:"name"`
-	Kind       string   `json:"kind,omitempty"`
-	Program    *Program `json:"program,omitempty"`
-	Notes      []string `json:"notes,omitempty"`
-	Egress     bool     `json:"egress"`
-	EgressNote string   `json:"egress_note,omitempty"`
+	Ifindex int    `json:"ifindex"`
+	Name    string `json:"name"`
+	Kind    string `json:"kind,omitempty"`
+	MAC     string `json:"mac,omitempty"`
+	MTU     int    `json:"mtu"`
+	Up      bool   `json:"up"`
+	Carrier bool   `json:"carrier"`
+	// Peer is a veth's peer ifindex, in the namespace with id PeerNetnsID (-1: this one).
+	Peer        int      `json:"peer_ifindex,omitempty"`
+	PeerNetnsID int      `json:"peer_netnsid,omitempty"`
+	Program     *Program `json:"program,omitempty"`
+	Notes       []string `json:"notes,omitempty"`
+	Egress      bool     `json:"egress"`
+	EgressNote  string   `json:"egress_note,omitempty"`
 	// Forwarded counts packets the fast path forwarded; Passed, those it handed to Linux, by
 	// reason. Linux's own counters (ip -s link, nstat IpForwDatagrams) do not see forwarded ones.
 	Forwarded Counter            `json:"forwarded"`
