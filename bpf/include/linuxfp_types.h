@@ -31,7 +31,7 @@ enum lfp_reason {
 	LFP_PASS_FIB_NO_NEIGH,    /* neighbour not resolved */
 	LFP_PASS_FIB_FRAG_NEEDED, /* larger than the egress MTU */
 	LFP_PASS_FIB_OTHER,       /* any other bpf_fib_lookup result */
-	LFP_PASS_ROUTE_MTU,       /* larger than some route's MTU metric */
+	LFP_PASS_ROUTE_MTU,       /* larger than some route's MTU metric (same family) */
 	LFP_PASS_HAIRPIN,         /* egress == ingress: Linux may send a redirect */
 	LFP_PASS_EGRESS_NOT_READY,/* egress device cannot take an XDP redirect */
 	LFP_PASS_NEIGH_STALE,     /* neighbour STALE: Linux must see a packet to re-probe */
@@ -67,14 +67,14 @@ struct lfp_lpm_key {
 
 /* Data that changes without changing the graph: read per packet. */
 struct lfp_config {
-	/* Smallest MTU metric on any IPv4 route (0: none). Linux's forwarding
+	/* Smallest MTU metric on any IPv4 / IPv6 route (0: none). Linux's forwarding
 	 * honours an unlocked route MTU; bpf_fib_lookup does not. */
 	__u32 route_mtu4;
+	__u32 route_mtu6;
 	/* Non-host local routes exist (ip route add local 198.18.0.0/16 ...):
 	 * consult the LPM map as well as the host hash. */
 	__u32 local_prefixes4;
 	__u32 local_prefixes6;
-	__u32 pad;
 };
 
 #define LFP_MAX_SLOTS 256

@@ -137,12 +137,15 @@ static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
 	if (!bpf_map_lookup_elem(&lfp_tx_devs, &fib->ifindex))
 		return LFP_PASS_EGRESS_NOT_READY;
 
-	/* ip_forward() honours an unlocked route MTU metric; bpf_fib_lookup() checks only the device
-	 * MTU, locked metrics and PMTU exceptions. Packets above the smallest route MTU go to Linux. */
+	/* ip_forward() and ip6_forward() honour an unlocked route MTU metric; bpf_fib_lookup() checks
+	 * only the device MTU, locked metrics and PMTU exceptions (found by the differential test
+	 * for IPv6). Packets above the smallest route MTU of their family go to Linux. */
 	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
 	if (!cfg)
 		return LFP_PASS_FIB_OTHER;
 	if (v4 && cfg->route_mtu4 && l3len > cfg->route_mtu4)
+		return LFP_PASS_ROUTE_MTU;
+	if (!v4 && cfg->route_mtu6 && l3len > cfg->route_mtu6)
 		return LFP_PASS_ROUTE_MTU;
 
 	/* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE neighbour, moves

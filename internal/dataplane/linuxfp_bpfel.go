@@ -25,9 +25,9 @@ type linuxfpBpfDevmapVal struct {
 type linuxfpLfpConfig struct {
 	_              structs.HostLayout
 	RouteMtu4      uint32
+	RouteMtu6      uint32
 	LocalPrefixes4 uint32
 	LocalPrefixes6 uint32
-	Pad            uint32
 }
 
 type linuxfpLfpCounter struct {

@@ -20,8 +20,8 @@ type Data struct {
 	LocalHosts []netip.Addr
 	// LocalPrefixes are non-host prefixes routed as local, broadcast, anycast or multicast.
 	LocalPrefixes []netip.Prefix
-	// RouteMTU4 is the smallest MTU metric of any IPv4 route (0: none).
-	RouteMTU4 uint32
+	// RouteMTU4 / RouteMTU6 are the smallest MTU metric of any IPv4 / IPv6 route (0: none).
+	RouteMTU4, RouteMTU6 uint32
 }
 
 // NeighKey identifies a neighbour entry: device and address.
@@ -85,6 +85,7 @@ func (d *Dataplane) Sync(data Data) error {
 	// sources) go in before the ones that let it forward (egress devices, neighbours).
 	cfg := linuxfpLfpConfig{
 		RouteMtu4:      data.RouteMTU4,
+		RouteMtu6:      data.RouteMTU6,
 		LocalPrefixes4: boolU32(len(p4) > 0),
 		LocalPrefixes6: boolU32(len(p6) > 0),
 	}

@@ -75,6 +75,7 @@ ip route add unreachable 198.19.2.0/24
 ip route add prohibit 198.19.3.0/24
 ip -6 route add 2001:2:1::/64 via 2001:2:0:1::2
 ip -6 route add blackhole 2001:2:2::/64
+ip -6 route add 2001:2:3::/64 via 2001:2:0:1::2 mtu 1300
 `
 
 type testEnv struct {
@@ -126,6 +127,7 @@ func newTestEnv(t testing.TB) *testEnv {
 			},
 			LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")},
 			RouteMTU4:     1450,
+			RouteMTU6:     1300,
 		})
 	})
 	if err != nil {
@@ -294,6 +296,7 @@ func TestRouter(t *testing.T) {
 		{name: "ipv6 destination local", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:0:1::1") }), want: PassFIBNotForwarded},
 		{name: "ipv6 blackhole", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:2::1") }), want: PassFIBBlackhole},
 		{name: "ipv6 no route", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:db8::1") }), want: PassFIBNotForwarded},
+		{name: "ipv6 above a route mtu", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:3::1"); s.Size = 1360 }), want: PassRouteMTU},
 		{name: "ipv6 too big for egress mtu", pkt: with(good6, func(s *packet.Spec) { s.Size = 1415 }), want: PassFIBFragNeeded},
 	}
 	for _, c := range cases {

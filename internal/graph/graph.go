@@ -82,6 +82,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	slices.SortFunc(p.Data.LocalHosts, func(a, b netip.Addr) int { return a.Compare(b) })
 	p.Data.LocalPrefixes = s.Routes.LocalPrefixes
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
+	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	return p
 }
 

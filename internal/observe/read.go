@@ -232,8 +232,14 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 					r.LocalPrefixes = append(r.LocalPrefixes, p)
 				}
 			}
-			if fam == netlink.FAMILY_V4 && rt.MTU > 0 && (r.MinMTU4 == 0 || rt.MTU < r.MinMTU4) {
-				r.MinMTU4 = rt.MTU
+			if rt.MTU > 0 {
+				m := &r.MinMTU4
+				if fam == netlink.FAMILY_V6 {
+					m = &r.MinMTU6
+				}
+				if *m == 0 || rt.MTU < *m {
+					*m = rt.MTU
+				}
 			}
 			if len(rt.MultiPath) > 1 {
 				if fam == netlink.FAMILY_V4 {

@@ -70,8 +70,8 @@ type Routes struct {
 	// routes in any table. A packet from one of these is martian for Linux.
 	LocalHosts    []netip.Addr
 	LocalPrefixes []netip.Prefix
-	// MinMTU4 is the smallest MTU metric on an IPv4 route, 0 if none.
-	MinMTU4 int
+	// MinMTU4 / MinMTU6 are the smallest MTU metric on an IPv4 / IPv6 route, 0 if none.
+	MinMTU4, MinMTU6 int
 	// Multipath: ECMP routes or nexthop groups exist (per family).
 	Multipath4, Multipath6 bool
 	// CustomRules: policy rules beyond the default ones (per family).

@@ -59,11 +59,11 @@ func (s Spec) Bytes() []byte {
 			ip.Flags |= layers.IPv4MoreFragments
 		}
 		if len(s.Options) > 0 {
-			ip.Options = []layers.IPv4Option{{OptionType: s.Options[0], OptionLength: uint8(len(s.Options)), OptionData: s.Options[2:]}}
-			if s.Options[0] <= 1 { // EOL / NOP have no length byte
+			if s.Options[0] <= 1 || len(s.Options) < 2 { // EOL / NOP have no length byte
 				ip.Options = []layers.IPv4Option{{OptionType: s.Options[0], OptionLength: 1}}
+			} else {
+				ip.Options = []layers.IPv4Option{{OptionType: s.Options[0], OptionLength: uint8(len(s.Options)), OptionData: s.Options[2:]}}
 			}
-			ip.Padding = nil
 		}
 		ls = append(ls, eth, ip)
 		netLayer = ip
