@@ -69,8 +69,8 @@ func TestLinkDownUp(t *testing.T) {
 	l := startLinuxfp(t, tb)
 	waitFastPath(t, tb, l, "198.19.5.1")
 	sh(t, tb.DUT, "ip link set out0 down")
-	waitStatus(t, l, "out0", "out0 down: no program, not an egress", func(it *status.Interface) bool {
-		return it.Program == nil && !it.Egress && hasNote(it, "down")
+	waitStatus(t, l, "out0", "out0 down: not an egress, its program waits", func(it *status.Interface) bool {
+		return it.Program != nil && !it.Egress && hasNote(it, "down")
 	})
 	waitPassed(t, tb, l, "198.19.5.1", "fib_not_forwarded") // its routes are gone
 	sh(t, tb.DUT, "ip link set out0 up")

@@ -164,10 +164,15 @@ func (c *Controller) ownedProgram(ifindex int, id uint32) bool {
 }
 
 func (c *Controller) apply(dirty observe.Dirty) (int, error) {
+	t0 := time.Now()
 	snap, err := c.obs.Refresh(dirty)
 	if err != nil {
 		return 0, fmt.Errorf("read state: %w", err)
 	}
+	tRead := time.Since(t0)
+	defer func() {
+		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
+	}()
 	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram)
 	links := map[int]observe.Link{}
 	for idx, lk := range snap.Links {

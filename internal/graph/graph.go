@@ -109,9 +109,6 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	if matchAny(o.Exclude, lk.Name) {
 		return nil, []string{"excluded by --exclude"}
 	}
-	if !lk.Up {
-		return nil, []string{"down"}
-	}
 	if lk.Master != 0 {
 		name := lk.MasterKind
 		if m := s.Links[lk.Master]; m != nil {
@@ -136,6 +133,10 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	}
 
 	var notes []string
+	if !lk.Up {
+		// A down device receives nothing; installing now makes `ip link set up` instant.
+		notes = append(notes, "down: the program waits for it to come up")
+	}
 	hook := dataplane.HookXDP
 	native := lk.XDPFeatures&observe.XDPActBasic != 0
 	switch o.Hook {

@@ -72,7 +72,7 @@ func TestBuild(t *testing.T) {
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Routes.Multipath4 = true; s.Sysctl.MPHashPolicy4 = 1 }},
 		{name: "multipath with L3 hash", iface: 2, r4: true, r6: true,
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Routes.Multipath4 = true }},
-		{name: "down", iface: 2, note: "down",
+		{name: "down", iface: 2, r4: true, r6: true, note: "down: the program waits",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].Up = false }},
 		{name: "bridge port", iface: 3, note: "enslaved to bridge br0",
 			mutate: func(s *observe.Snapshot, _ *Options) {
