@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/packet"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// generator sends UDP frames out of gen's eth0 towards the routed prefixes: an XDP program run
+// with BPF_PROG_RUN in live-frame mode, so the frames leave through the ordinary XDP redirect
+// path at several Mpps per core, with no socket and no skb on the sending side.
+type generator struct {
+	tb       *testbed.Testbed
+	src, dst net.HardwareAddr
+	objs     generatorObjects
+	parked   link.Link
+	frame    []byte
+	size     int // frame size including FCS
+}
+
+const (
+	fcsLen = 4
+	// Frames per BPF_PROG_RUN batch (the kernel's default and its page-pool size per run).
+	genBatch = 64
+	// How long one BPF_PROG_RUN call lasts at full speed: short enough to stop promptly, long
+	// enough that the per-call setup (page pool, first touch of its pages) is noise.
+	genSlice = 20 * time.Millisecond
+	// At a fixed rate, frames go out in bursts this far apart.
+	pacedBurst = 5 * time.Millisecond
+	// A down veth pair in gen that holds the generator program (see newGenerator).
+	parkDev, parkPeer = "lfpgen0", "lfpgen1"
+)
+
+// newGenerator loads the generator for tb and parks it on a down veth pair of its own in gen.
+//
+// Parking is what makes short runs possible. A test run with repeat > 1 puts its program into
+// the kernel's XDP dispatcher for the duration of the run (bpf_prog_change_xdp) and takes it out
+// again; each change rewrites the dispatcher and waits for an RCU grace period: ~20 ms of sleep
+// per BPF_PROG_RUN call on this machine, which caps a generator at ~40 calls/s. A program that
+// is attached in driver mode somewhere stays in the dispatcher, and the test run changes nothing.
+func newGenerator(tb *testbed.Testbed) (*generator, error) {
+	g, err := newGeneratorProgram(tb.GenMAC, tb.InMAC, tb.Prefixes, tb.GenIfindex)
+	if err != nil {
+		return nil, err
+	}
+	g.tb = tb
+	if _, err := tb.Gen.Run("ip", "link", "add", parkDev, "type", "veth", "peer", "name", parkPeer); err != nil {
+		g.objs.Close()
+		return nil, fmt.Errorf("create the generator's parking veth: %w", err)
+	}
+	if g.parked, err = attachXDP(tb.Gen, parkDev, g.objs.BenchGen); err != nil {
+		g.objs.Close()
+		return nil, fmt.Errorf("park the generator: %w", err)
+	}
+	return g, nil
+}
+
+// newGeneratorProgram loads a generator of frames from src to dst (MACs) for prefixes routed
+// prefixes, redirected to ifindex.
+func newGeneratorProgram(src, dst net.HardwareAddr, prefixes, ifindex int) (*generator, error) {
+	spec, err := loadGenerator()
+	if err != nil {
+		return nil, err
+	}
+	for name, v := range map[string]any{
+		generatorVarCfgPrefixes: uint32(prefixes),
+		generatorVarCfgIfindex:  uint32(ifindex),
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	g := &generator{src: src, dst: dst}
+	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
+		return nil, fmt.Errorf("load generator: %w", err)
+	}
+	return g, nil
+}
+
+func (g *generator) Close() error {
+	var err error
+	if g.parked != nil {
+		err = g.parked.Close()
+	}
+	g.objs.Close()
+	return err
+}
+
+// setSize makes the generator send frames of size bytes (RFC 2544: including the 4-byte FCS,
+// which a veth does not carry). Only between runs.
+func (g *generator) setSize(size int) error {
+	if size == g.size {
+		return nil
+	}
+	if size-fcsLen < 60 || size-fcsLen > 3000 {
+		return fmt.Errorf("frame size %d: want 64 to 3004 bytes", size)
+	}
+	frame := packet.Spec{
+		SrcMAC: g.src, DstMAC: g.dst,
+		Src: testbed.GenAddr, Dst: testbed.Prefix4(0, 0),
+		SrcPort: 1024, DstPort: 9,
+		Size: size - fcsLen,
+	}.Bytes()
+	// The destination changes per frame and the UDP checksum covers it; 0 means "none" in IPv4,
+	// and neither Linux's forwarding nor the sink looks at it.
+	frame[40], frame[41] = 0, 0
+	var tmpl [48]byte
+	copy(tmpl[:], frame)
+	csum := binary.LittleEndian.Uint16(frame[24:26])
+	if err := g.objs.Tmpl.Set(tmpl); err != nil {
+		return fmt.Errorf("set generator template: %w", err)
+	}
+	if err := g.objs.TmplCsumAcc.Set(uint32(^csum)); err != nil {
+		return fmt.Errorf("set generator template: %w", err)
+	}
+	g.frame, g.size = frame, size
+	return nil
+}
+
+// sent is the number of frames the program has generated so far, on all CPUs.
+func (g *generator) sent() (uint64, error) {
+	var per []generatorGenState
+	if err := g.objs.GenStates.Lookup(uint32(0), &per); err != nil {
+		return 0, fmt.Errorf("read generator counters: %w", err)
+	}
+	var n uint64
+	for _, s := range per {
+		n += s.Packets
+	}
+	return n, nil
+}
+
+// start runs the generator on each of cpus until the returned stop is called. rate is the total
+// offered load in frames/s, 0 for as fast as the pipeline takes them.
+func (g *generator) start(ctx context.Context, cpus []int, rate float64) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make([]error, len(cpus))
+	for i, cpu := range cpus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = g.run(ctx, cpu, rate/float64(len(cpus))); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	return func() error {
+		cancel()
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// run generates on one CPU from a thread inside gen's netns: the test run's redirect resolves the
+// ifindex in the netns of the thread that runs it, and the DUT's softirq work then happens on
+// that same CPU (veth schedules the peer's NAPI locally), so one generator core drives one
+// pipeline.
+func (g *generator) run(ctx context.Context, cpu int, rate float64) error {
+	return g.tb.Gen.Do(func() error {
+		var old, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			return fmt.Errorf("get cpu affinity: %w", err)
+		}
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("pin generator to cpu %d: %w", cpu, err)
+		}
+		defer unix.SchedSetaffinity(0, &old)
+
+		opts := &ebpf.RunOptions{
+			Data:      g.frame,
+			BatchSize: genBatch,
+			Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+		}
+		if rate > 0 {
+			return g.paced(ctx, opts, rate)
+		}
+		chunk := uint32(16384)
+		for ctx.Err() == nil {
+			opts.Repeat = chunk
+			t := time.Now()
+			if _, err := g.objs.BenchGen.Run(opts); err != nil {
+				return fmt.Errorf("run generator: %w", err)
+			}
+			// Aim each call at genSlice whatever the rate of the mode under test.
+			if el := time.Since(t); el > 0 {
+				next := float64(chunk) * float64(genSlice) / float64(el)
+				chunk = uint32(min(max(next, 1024), 1<<22))
+			}
+		}
+		return nil
+	})
+}
+
+// paced offers rate frames/s in bursts of pacedBurst's worth. A burst goes through the pipeline
+// batch by batch (each batch's softirq work runs before the next batch is generated), so a rate
+// the DUT sustains on average is not lost to queue overflows.
+func (g *generator) paced(ctx context.Context, opts *ebpf.RunOptions, rate float64) error {
+	burst := uint64(max(rate*pacedBurst.Seconds(), genBatch))
+	start := time.Now()
+	var done uint64
+	for ctx.Err() == nil {
+		due := uint64(rate * time.Since(start).Seconds())
+		if due < done+burst {
+			time.Sleep(time.Duration(float64(done+burst-due) / rate * float64(time.Second)))
+			continue
+		}
+		// Behind (a sleep overslept): catch up in a bigger burst, so the average holds.
+		n := min(due-done, 10*burst)
+		opts.Repeat = uint32(n)
+		if _, err := g.objs.BenchGen.Run(opts); err != nil {
+			return fmt.Errorf("run generator: %w", err)
+		}
+		done += n
+	}
+	return nil
+}

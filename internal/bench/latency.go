@@ -1,0 +1,309 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// The latency test is netperf's TCP_RR, which is not packaged here: Sessions TCP connections from
+// gen to a server in the sink, each sending one byte and waiting for one byte back, over and over.
+// Client and server run in this process; their sockets are created inside the namespaces (a
+// socket stays in the netns it was created in) and all their packets cross the DUT.
+
+// LatencyMode is one mode's request/response result: the medians over rounds.
+type LatencyMode struct {
+	Mode     Mode           `json:"mode"`
+	Sessions int            `json:"sessions"`
+	TPS      float64        `json:"transactions_per_s"`
+	AvgUs    float64        `json:"avg_us"`
+	P99Us    float64        `json:"p99_us"`
+	StddevUs float64        `json:"stddev_us"`
+	Failed   int            `json:"failed_rounds,omitempty"`
+	Rounds   []LatencyRound `json:"rounds"`
+}
+
+// LatencyRound is one round's transactions.
+type LatencyRound struct {
+	Transactions int       `json:"transactions"`
+	Seconds      float64   `json:"seconds"`
+	TPS          float64   `json:"transactions_per_s"`
+	AvgUs        float64   `json:"avg_us"`
+	P99Us        float64   `json:"p99_us"`
+	StddevUs     float64   `json:"stddev_us"`
+	FastPath     *fastPath `json:"linuxfp_in0,omitempty"`
+	Error        string    `json:"error,omitempty"`
+}
+
+// rrPort is where the request/response server listens on the sink's address.
+const rrPort = 12865 // netperf's control port, for recognisability in captures
+
+// latency runs the request/response test in Linux and linuxfp mode (the ceiling forwards only
+// one way), rotated round by round.
+func (b *routerBench) latency() error {
+	var modes []Mode
+	for _, m := range b.cfg.Modes {
+		if m != ModeCeiling {
+			modes = append(modes, m)
+		}
+	}
+	if !b.cfg.KeepTxCsum {
+		restore, err := txCsumOff(b.tb)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
+	srv, err := startRRServer(b.tb)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	per := map[Mode][]LatencyRound{}
+	defer func() { b.res.Latency = summariseLatency(per, modes, b.cfg.Sessions) }()
+	for r := 0; r < b.cfg.Rounds; r++ {
+		for _, m := range rotated(modes, r) {
+			err := b.withMode(m, func() error {
+				lfp0, err := b.dut.lfpCounters()
+				if err != nil {
+					return err
+				}
+				lr, err := runRR(b.ctx, b.tb, b.cfg.Sessions, b.cfg.Warmup, b.cfg.Duration)
+				if err != nil {
+					if cerr := b.ctx.Err(); cerr != nil {
+						return cerr
+					}
+					// A mode that cannot carry TCP is a result, not a reason to stop the run.
+					lr = LatencyRound{Error: err.Error()}
+					b.log.Warn("latency round failed", "round", r+1, "mode", m, "err", err)
+				}
+				lfp1, err := b.dut.lfpCounters()
+				if err != nil {
+					return err
+				}
+				lr.FastPath = fastPathDelta(lfp0, lfp1)
+				per[m] = append(per[m], lr)
+				if lr.Error != "" {
+					return nil
+				}
+				b.log.Info("measured latency", "round", r+1, "mode", m, "tps", fmt.Sprintf("%.0f", lr.TPS),
+					"avg_us", fmt.Sprintf("%.1f", lr.AvgUs), "p99_us", fmt.Sprintf("%.1f", lr.P99Us))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rrServer answers every byte with one byte.
+type rrServer struct {
+	ln net.Listener
+	wg sync.WaitGroup
+	mu sync.Mutex
+	cs []net.Conn
+}
+
+func startRRServer(tb *testbed.Testbed) (*rrServer, error) {
+	s := &rrServer{}
+	addr := netip.AddrPortFrom(testbed.SinkAddr, rrPort).String()
+	err := tb.Sink.Do(func() error {
+		var err error
+		s.ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s in the sink: %w", addr, err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := s.ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.cs = append(s.cs, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				var b [1]byte
+				for {
+					if _, err := io.ReadFull(c, b[:]); err != nil {
+						return
+					}
+					if _, err := c.Write(b[:]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s, nil
+}
+
+func (s *rrServer) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	for _, c := range s.cs {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// runRR opens sessions connections from gen, runs transactions on all of them for warmup, then
+// records every transaction's round-trip time for d.
+func runRR(ctx context.Context, tb *testbed.Testbed, sessions int, warmup, d time.Duration) (LatencyRound, error) {
+	conns := make([]net.Conn, 0, sessions)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	addr := netip.AddrPortFrom(testbed.SinkAddr, rrPort).String()
+	err := tb.Gen.Do(func() error {
+		dl := net.Dialer{Timeout: 5 * time.Second}
+		for range sessions {
+			c, err := dl.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return LatencyRound{}, fmt.Errorf("connect to %s from gen: %w", addr, err)
+	}
+
+	t0 := time.Now()
+	from, until := t0.Add(warmup), t0.Add(warmup+d)
+	samples := make([][]time.Duration, sessions)
+	errs := make([]error, sessions)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A lost packet is retransmitted within a second or so; a session stuck longer than
+			// this means forwarding stopped, which is worth an error, not a hang.
+			c.SetDeadline(until.Add(10 * time.Second))
+			lat := make([]time.Duration, 0, 4096)
+			var b [1]byte
+			for ctx.Err() == nil {
+				t := time.Now()
+				if t.After(until) {
+					break
+				}
+				if _, err := c.Write(b[:]); err != nil {
+					errs[i] = err
+					break
+				}
+				if _, err := io.ReadFull(c, b[:]); err != nil {
+					errs[i] = err
+					break
+				}
+				if t.After(from) {
+					lat = append(lat, time.Since(t))
+				}
+			}
+			samples[i] = lat
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return LatencyRound{}, fmt.Errorf("request/response: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return LatencyRound{}, err
+	}
+	all := slices.Concat(samples...)
+	if len(all) == 0 {
+		return LatencyRound{}, errors.New("request/response: no transaction completed")
+	}
+	slices.Sort(all)
+	var sum, sq float64
+	for _, v := range all {
+		us := float64(v) / 1e3
+		sum += us
+		sq += us * us
+	}
+	n := float64(len(all))
+	avg := sum / n
+	return LatencyRound{
+		Transactions: len(all),
+		Seconds:      d.Seconds(),
+		TPS:          n / d.Seconds(),
+		AvgUs:        avg,
+		P99Us:        float64(all[int(math.Ceil(0.99*n))-1]) / 1e3,
+		StddevUs:     math.Sqrt(max(sq/n-avg*avg, 0)),
+	}, nil
+}
+
+func summariseLatency(per map[Mode][]LatencyRound, modes []Mode, sessions int) []LatencyMode {
+	var out []LatencyMode
+	for _, m := range modes {
+		rds := per[m]
+		if len(rds) == 0 {
+			continue
+		}
+		lm := LatencyMode{Mode: m, Sessions: sessions, Rounds: rds}
+		pick := func(f func(LatencyRound) float64) float64 {
+			var v []float64
+			for _, r := range rds {
+				if r.Error == "" {
+					v = append(v, f(r))
+				}
+			}
+			return medianOf(v)
+		}
+		for _, r := range rds {
+			if r.Error != "" {
+				lm.Failed++
+			}
+		}
+		lm.TPS = pick(func(r LatencyRound) float64 { return r.TPS })
+		lm.AvgUs = pick(func(r LatencyRound) float64 { return r.AvgUs })
+		lm.P99Us = pick(func(r LatencyRound) float64 { return r.P99Us })
+		lm.StddevUs = pick(func(r LatencyRound) float64 { return r.StddevUs })
+		out = append(out, lm)
+	}
+	return out
+}
+
+// txCsumOff makes gen and sink compute TCP/UDP checksums in software for the latency test.
+//
+// With offload on (veth's default), a segment leaves the sender's stack with only the
+// pseudo-header sum in its checksum field (CHECKSUM_PARTIAL): Linux's forwarding keeps that state
+// in the skb up to the receiver, which trusts it; an XDP redirect on the DUT turns the skb into a
+// bare frame and loses it, and the receiver then drops the segment (TcpInCsumErrors). A physical
+// NIC would have put the full checksum on the wire, so this is what the paper's hosts send. The
+// throughput and CPU tests are not affected: the generator's frames come from XDP, not a stack.
+func txCsumOff(tb *testbed.Testbed) (restore func(), err error) {
+	set := func(v string) error {
+		if _, err := tb.Gen.Run("ethtool", "-K", "eth0", "tx", v); err != nil {
+			return err
+		}
+		_, err := tb.Sink.Run("ethtool", "-K", "eth0", "tx", v)
+		return err
+	}
+	if err := set("off"); err != nil {
+		return nil, fmt.Errorf("turn tx checksum offload off on gen and sink: %w", err)
+	}
+	return func() { set("on") }, nil
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+)
+
+// With --prog-stats the kernel times every BPF program run (BPF_ENABLE_STATS): that tells where
+// the time per packet goes (the DUT's program on in0, the generator, the sink) without a
+// profiler. The timing itself costs two clock reads per run, so these rounds are a little slower.
+
+// ProgStat is one program's runs in a measurement window.
+type ProgStat struct {
+	Runs     uint64  `json:"runs"`
+	NsPerRun float64 `json:"ns_per_run"`
+}
+
+type progSample map[string]ebpf.ProgramStats
+
+// progStats samples the generator, the sink and whatever is attached to the DUT's in0.
+func (b *routerBench) progStats() (progSample, error) {
+	s := progSample{}
+	add := func(name string, p *ebpf.Program) error {
+		st, err := p.Stats()
+		if err != nil {
+			return fmt.Errorf("stats of %s program: %w", name, err)
+		}
+		s[name] = *st
+		return nil
+	}
+	if err := add("generator", b.gen.objs.BenchGen); err != nil {
+		return nil, err
+	}
+	if err := add("sink", b.sink.objs.BenchSink); err != nil {
+		return nil, err
+	}
+	var id uint32
+	err := b.tb.DUT.Do(func() error {
+		lk, err := netlink.LinkByName("in0")
+		if err != nil {
+			return err
+		}
+		if x := lk.Attrs().Xdp; x != nil && x.Attached {
+			id = x.ProgId
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("in0's program: %w", err)
+	}
+	if id != 0 {
+		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+		if err != nil {
+			return nil, fmt.Errorf("open in0's program %d: %w", id, err)
+		}
+		defer p.Close()
+		if err := add("dut_in0", p); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s progSample) since(o progSample) map[string]ProgStat {
+	out := map[string]ProgStat{}
+	for name, b := range s {
+		a, ok := o[name]
+		if !ok {
+			continue
+		}
+		st := ProgStat{Runs: b.RunCount - a.RunCount}
+		if st.Runs > 0 {
+			st.NsPerRun = float64(b.Runtime-a.Runtime) / float64(st.Runs)
+		}
+		out[name] = st
+	}
+	return out
+}

@@ -1,0 +1,367 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// RouterResult is everything the router benchmark measured. The JSON form is for scripts.
+type RouterResult struct {
+	Machine    Machine         `json:"machine"`
+	Config     RouterSettings  `json:"config"`
+	Throughput []ThroughputRow `json:"throughput"`
+	Latency    []LatencyMode   `json:"latency,omitempty"`
+	CPU        *CPUResult      `json:"cpu,omitempty"`
+	Elapsed    string          `json:"elapsed"`
+	rows       map[[2]int]int  // (cores, size) -> index in Throughput
+}
+
+// Machine describes where the numbers come from.
+type Machine struct {
+	Kernel string `json:"kernel"`
+	CPUs   int    `json:"cpus"`
+	Model  string `json:"cpu_model,omitempty"`
+	Go     string `json:"go"`
+	Date   string `json:"date"`
+}
+
+// RouterSettings is the configuration the numbers were taken with.
+type RouterSettings struct {
+	Sizes    []int  `json:"frame_sizes"`
+	Cores    []int  `json:"generator_cores"`
+	Modes    []Mode `json:"modes"`
+	Duration string `json:"duration"`
+	Warmup   string `json:"warmup"`
+	Rounds   int    `json:"rounds"`
+	Sessions int    `json:"rr_sessions,omitempty"`
+	// TxCsumOffload: the latency test left tx checksum offload on at gen and sink.
+	TxCsumOffload bool `json:"rr_tx_csum_offload"`
+	ProgStats     bool `json:"prog_stats"`
+	Prefixes      int  `json:"prefixes"`
+}
+
+// ThroughputRow is one (generator cores, frame size) cell: every mode and the ratios.
+type ThroughputRow struct {
+	Cores     int                  `json:"generator_cores"`
+	FrameSize int                  `json:"frame_size"` // with FCS; the veth frame is 4 bytes shorter
+	Modes     map[Mode]*Throughput `json:"modes"`
+	// Ratios of the medians (0 when a mode was not run).
+	LinuxfpOverLinux   float64 `json:"linuxfp_over_linux"`
+	LinuxfpOverCeiling float64 `json:"linuxfp_over_ceiling"`
+}
+
+// Throughput is one mode's received rate: the median over rounds.
+type Throughput struct {
+	Mpps        float64 `json:"mpps"`
+	Gbps        float64 `json:"gbps"` // frame size with FCS x 8 x rate
+	OfferedMpps float64 `json:"offered_mpps"`
+	Rounds      []Round `json:"rounds"`
+}
+
+func newRouterResult(cfg RouterConfig) *RouterResult {
+	return &RouterResult{
+		Machine: machine(),
+		Config: RouterSettings{
+			Sizes: cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Duration: cfg.Duration.String(),
+			Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds, Sessions: cfg.Sessions, Prefixes: 50,
+			TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
+		},
+		rows: map[[2]int]int{},
+	}
+}
+
+func (r *RouterResult) addRound(cores, size int, m Mode, rd Round) {
+	k := [2]int{cores, size}
+	i, ok := r.rows[k]
+	if !ok {
+		i = len(r.Throughput)
+		r.rows[k] = i
+		r.Throughput = append(r.Throughput, ThroughputRow{Cores: cores, FrameSize: size, Modes: map[Mode]*Throughput{}})
+	}
+	row := &r.Throughput[i]
+	t := row.Modes[m]
+	if t == nil {
+		t = &Throughput{}
+		row.Modes[m] = t
+	}
+	t.Rounds = append(t.Rounds, rd)
+	var mpps, off []float64
+	for _, x := range t.Rounds {
+		mpps = append(mpps, x.Mpps)
+		off = append(off, x.OfferedMpps)
+	}
+	t.Mpps, t.OfferedMpps = medianOf(mpps), medianOf(off)
+	t.Gbps = t.Mpps * float64(size) * 8 / 1e3
+	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = 0, 0
+	if l, f := row.Modes[ModeLinux], row.Modes[ModeLinuxfp]; l != nil && f != nil && l.Mpps > 0 {
+		row.LinuxfpOverLinux = f.Mpps / l.Mpps
+	}
+	if c, f := row.Modes[ModeCeiling], row.Modes[ModeLinuxfp]; c != nil && f != nil && c.Mpps > 0 {
+		row.LinuxfpOverCeiling = f.Mpps / c.Mpps
+	}
+}
+
+func (r *RouterResult) throughputOf(cores, size int, m Mode) *Throughput {
+	i, ok := r.rows[[2]int{cores, size}]
+	if !ok {
+		return nil
+	}
+	return r.Throughput[i].Modes[m]
+}
+
+func (r *RouterResult) finish(elapsed time.Duration) {
+	r.Elapsed = elapsed.Round(time.Second).String()
+	slices.SortStableFunc(r.Throughput, func(a, b ThroughputRow) int {
+		if a.Cores != b.Cores {
+			return a.Cores - b.Cores
+		}
+		return a.FrameSize - b.FrameSize
+	})
+	for i, row := range r.Throughput {
+		r.rows[[2]int{row.Cores, row.FrameSize}] = i
+	}
+}
+
+// WriteJSON writes the result for scripts.
+func (r *RouterResult) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+var modeTitle = map[Mode]string{ModeLinux: "Linux", ModeLinuxfp: "linuxfp", ModeCeiling: "ceiling", modeBaseline: "baseline"}
+
+// WriteTable writes the tables a person reads.
+func (r *RouterResult) WriteTable(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", c.Prefixes)
+	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintf(w, "Median of %d rounds x %s per mode (modes alternate round by round); took %s\n\n",
+		c.Rounds, c.Duration, r.Elapsed)
+
+	if len(r.Throughput) > 0 {
+		fmt.Fprintln(w, "Throughput received at the sink (frame size and Gbit/s include the 4-byte FCS, RFC 2544)")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		hdr := []string{"cores", "frame"}
+		for _, m := range c.Modes {
+			hdr = append(hdr, modeTitle[m]+" Mpps", "Gbit/s")
+		}
+		if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeLinux) {
+			hdr = append(hdr, "linuxfp/Linux")
+		}
+		if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeCeiling) {
+			hdr = append(hdr, "linuxfp/ceiling")
+		}
+		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+		for _, row := range r.Throughput {
+			cells := []string{fmt.Sprint(row.Cores), fmt.Sprint(row.FrameSize)}
+			for _, m := range c.Modes {
+				if t := row.Modes[m]; t != nil {
+					cells = append(cells, fmt.Sprintf("%.3f", t.Mpps), fmt.Sprintf("%.2f", t.Gbps))
+				} else {
+					cells = append(cells, "-", "-")
+				}
+			}
+			if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeLinux) {
+				cells = append(cells, ratio(row.LinuxfpOverLinux, "x"))
+			}
+			if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeCeiling) {
+				cells = append(cells, ratio(row.LinuxfpOverCeiling, ""))
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		}
+		tw.Flush()
+		r.writeLoss(w)
+		fmt.Fprintln(w)
+		r.writeProgStats(w)
+	}
+
+	if len(r.Latency) > 0 {
+		fmt.Fprintf(w, "Latency: TCP request/response (1 byte each way), %d parallel sessions gen -> sink", r.Latency[0].Sessions)
+		if r.Config.TxCsumOffload {
+			fmt.Fprintln(w, ", tx checksum offload on at gen and sink")
+		} else {
+			fmt.Fprintln(w, ", tx checksum offload off at gen and sink (see docs/benchmarks.md)")
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "mode\ttrans/s\tavg us\tp99 us\tstddev us\t")
+		var failed []string
+		for _, l := range r.Latency {
+			if l.Failed == len(l.Rounds) {
+				fmt.Fprintf(tw, "%s\tfailed\t-\t-\t-\t\n", modeTitle[l.Mode])
+			} else {
+				fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t\n", modeTitle[l.Mode], l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
+			}
+			for _, rd := range l.Rounds {
+				if rd.Error != "" {
+					failed = append(failed, fmt.Sprintf("! %s: %s (in0 fast-pathed %v)", modeTitle[l.Mode], rd.Error, rd.FastPath))
+				}
+			}
+		}
+		tw.Flush()
+		for _, f := range failed {
+			fmt.Fprintln(w, f)
+		}
+		fmt.Fprintln(w)
+	}
+
+	if cp := r.CPU; cp != nil && len(cp.Modes) > 0 {
+		fmt.Fprintf(w, "CPU at %.3f Mpps offered (%d-byte frames, %d generator core): kernel time (system+softirq+irq,\n"+
+			"all CPUs) per million packets. The generator itself runs in the kernel too: the baseline is the\n"+
+			"generator into an XDP drop on the DUT's in0, and DUT-only = total - baseline (it includes the sink's\n"+
+			"XDP drop, the same in every mode).\n", cp.OfferedMpps, cp.FrameSize, cp.Cores)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "mode\treceived Mpps\tloss\ttotal ms/Mpkt\tDUT-only ms/Mpkt\t")
+		for _, m := range cp.Modes {
+			dut := fmt.Sprintf("%.0f", m.DUTPerMpkt)
+			if m.Mode == modeBaseline {
+				dut = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", modeTitle[m.Mode], m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
+		}
+		tw.Flush()
+		if l, f := cp.mode(ModeLinux), cp.mode(ModeLinuxfp); l != nil && f != nil && f.DUTPerMpkt > 0 {
+			fmt.Fprintf(w, "linuxfp needs %.2fx less DUT CPU per packet than Linux\n", l.DUTPerMpkt/f.DUTPerMpkt)
+		}
+	}
+}
+
+// writeProgStats prints, with --prog-stats, the kernel's run time per packet of each program.
+func (r *RouterResult) writeProgStats(w io.Writer) {
+	if len(r.Throughput) == 0 || !r.Config.ProgStats {
+		return
+	}
+	fmt.Fprintln(w, "BPF program run time, ns per packet (BPF_ENABLE_STATS; median of rounds)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cores\tframe\tmode\tMpps\tgenerator\tDUT in0\tsink\t")
+	for _, row := range r.Throughput {
+		for _, m := range r.Config.Modes {
+			t := row.Modes[m]
+			if t == nil {
+				continue
+			}
+			ns := func(name string) string {
+				var v []float64
+				for _, rd := range t.Rounds {
+					if st, ok := rd.Programs[name]; ok && st.Runs > 0 {
+						v = append(v, st.NsPerRun)
+					}
+				}
+				if len(v) == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.0f", medianOf(v))
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t%s\t%s\t\n", row.Cores, row.FrameSize, modeTitle[m], t.Mpps,
+				ns("generator"), ns("dut_in0"), ns("sink"))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// writeLoss notes cells where the generator offered much more than arrived, and what linuxfp
+// handed to Linux: the first things to look at when a number is surprising.
+func (r *RouterResult) writeLoss(w io.Writer) {
+	for _, row := range r.Throughput {
+		for _, m := range r.Config.Modes {
+			t := row.Modes[m]
+			if t == nil {
+				continue
+			}
+			var again, lossy int
+			for _, rd := range t.Rounds {
+				again += len(rd.Discarded)
+				if rd.Received < rd.Offered*99/100 {
+					lossy++
+				}
+			}
+			if again > 0 {
+				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d window(s) measured again: frames were lost before the DUT\n",
+					modeTitle[m], row.Cores, row.FrameSize, again)
+			}
+			if lossy > 0 {
+				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d round(s) still lost more than 1%% before the sink\n",
+					modeTitle[m], row.Cores, row.FrameSize, lossy)
+			}
+		}
+		f := row.Modes[ModeLinuxfp]
+		if f == nil {
+			continue
+		}
+		var fwd, recv uint64
+		passed := map[string]uint64{}
+		for _, rd := range f.Rounds {
+			recv += rd.Received
+			if rd.FastPath != nil {
+				fwd += rd.FastPath.Forwarded
+				for k, v := range rd.FastPath.Passed {
+					passed[k] += v
+				}
+			}
+		}
+		if recv == 0 {
+			fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: nothing arrived at the sink (in0 fast-pathed %d, handed to Linux %v)\n",
+				row.Cores, row.FrameSize, fwd, passed)
+		} else if fwd < recv*99/100 {
+			fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: in0 fast-pathed only %d of %d received (handed to Linux %v)\n",
+				row.Cores, row.FrameSize, fwd, recv, passed)
+		}
+	}
+}
+
+func ratio(v float64, suffix string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f%s", v, suffix)
+}
+
+func (c *CPUResult) mode(m Mode) *CPUMode {
+	for i := range c.Modes {
+		if c.Modes[i].Mode == m {
+			return &c.Modes[i]
+		}
+	}
+	return nil
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC().Format(time.RFC3339)}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}

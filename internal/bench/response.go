@@ -1,0 +1,414 @@
+package bench
+
+// The response benchmark (the paper's Table VI): how long after a configuration command the
+// fast path follows it. Two times per command:
+//   event -> data plane: from the moment linuxfp received the command's first netlink event to
+//     the moment the data plane reflected all of the command's events (programs installed or
+//     replaced, maps updated), from linuxfp's own change records;
+//   exit -> fast path: from the moment the command exited to the first packet of a stream that
+//     depends on the change being forwarded by the fast path (linuxfp's counters, polled).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// ResponseOptions configure RunResponse.
+type ResponseOptions struct {
+	Binary  string // the linuxfp binary to run in the DUT
+	Repeats int    // changes per command (>= 50 for the p99 to mean something)
+	Only    []string
+}
+
+// ResponseResult is one command's distribution.
+type ResponseResult struct {
+	Command        string        `json:"command"`
+	Samples        int           `json:"samples"`
+	EventToDP      Distribution  `json:"event_to_dataplane_ms"`
+	ExitToFast     *Distribution `json:"exit_to_fastpath_ms,omitempty"`
+	ExitToFastNote string        `json:"exit_to_fastpath_note,omitempty"`
+}
+
+// Distribution summarises samples in milliseconds.
+type Distribution struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func distribution(d []time.Duration) Distribution {
+	if len(d) == 0 {
+		return Distribution{}
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return Distribution{P50: ms(q(0.50)), P99: ms(q(0.99)), Max: ms(s[len(s)-1])}
+}
+
+// responseCase is one kind of configuration change.
+type responseCase struct {
+	name string
+	// prepare runs before each sample (not timed); do is the timed command; undo restores.
+	prepare, do, undo func(rc *responseRun, i int) error
+	// stream: where packets that depend on the change go (empty: no dependent traffic) and
+	// which interface's counter shows them fast-pathed.
+	stream func(i int) (dst string, iface string)
+}
+
+type responseRun struct {
+	tb     *testbed.Testbed
+	client *status.Client
+}
+
+func (rc *responseRun) dut(cmd string) error {
+	_, err := rc.tb.DUT.Run(strings.Fields(cmd)...)
+	return err
+}
+
+func responseCases() []responseCase {
+	return []responseCase{
+		{
+			name: "ip route add",
+			do: func(rc *responseRun, i int) error {
+				return rc.dut(fmt.Sprintf("ip route add 198.19.%d.0/24 via 198.18.1.2", 100+i%100))
+			},
+			undo: func(rc *responseRun, i int) error {
+				return rc.dut(fmt.Sprintf("ip route del 198.19.%d.0/24", 100+i%100))
+			},
+			stream: func(i int) (string, string) { return fmt.Sprintf("198.19.%d.1", 100+i%100), "in0" },
+		},
+		{
+			// The sink owns 198.18.9.2/24 on its side; the DUT's address makes it reachable.
+			name:   "ip addr add",
+			do:     func(rc *responseRun, i int) error { return rc.dut("ip addr add 198.18.9.1/24 dev out0") },
+			undo:   func(rc *responseRun, i int) error { return rc.dut("ip addr del 198.18.9.1/24 dev out0") },
+			stream: func(i int) (string, string) { return "198.18.9.2", "in0" },
+		},
+		{
+			name:    "ip link set down",
+			prepare: nil,
+			do:      func(rc *responseRun, i int) error { return rc.dut("ip link set out0 down") },
+			undo: func(rc *responseRun, i int) error {
+				return rc.dut("ip link set out0 up")
+			},
+		},
+		{
+			name:    "ip link set up",
+			prepare: func(rc *responseRun, i int) error { return rc.dut("ip link set out0 down") },
+			do:      func(rc *responseRun, i int) error { return rc.dut("ip link set out0 up") },
+			undo:    func(rc *responseRun, i int) error { return nil },
+			// The connected route comes back with the link; the neighbour is resolved again.
+			stream: func(i int) (string, string) { return "198.18.1.2", "in0" },
+		},
+		{
+			// A new interface towards gen, created, addressed and brought up by one
+			// `ip -batch` in the DUT; its program is what is timed, then packets arriving on it.
+			name: "ip link add",
+			do: func(rc *responseRun, i int) error {
+				cmd := exec.Command("ip", "netns", "exec", rc.tb.DUT.Name, "ip", "-batch", "-")
+				cmd.Stdin = strings.NewReader("link add new0 type veth peer name new0 netns " + rc.tb.Gen.Name +
+					"\naddr add 198.18.8.1/24 dev new0\nlink set new0 up\n")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("ip -batch: %w: %s", err, out)
+				}
+				return nil
+			},
+			undo: func(rc *responseRun, i int) error { return rc.dut("ip link del new0") },
+			// The gen side is configured through netlink after the command (see measure).
+			stream: func(i int) (string, string) { return "198.18.1.2", "new0" },
+		},
+	}
+}
+
+// RunResponse runs the benchmark and writes a table (or JSON) to w.
+func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON bool) error {
+	if o.Repeats == 0 {
+		o.Repeats = 50
+	}
+	tb, err := testbed.New("lfp-resp", testbed.Options{})
+	if err != nil {
+		return err
+	}
+	defer tb.Close()
+	if err := tb.Sink.Script("ip addr add 198.18.9.2/24 dev eth0"); err != nil {
+		return err
+	}
+	if err := tb.ResolveNeighbours(); err != nil {
+		return err
+	}
+	l, err := tb.StartLinuxfp(o.Binary)
+	if err != nil {
+		return err
+	}
+	defer l.Stop()
+	rc := &responseRun{tb: tb, client: l.Client}
+
+	var results []ResponseResult
+	for _, c := range responseCases() {
+		if len(o.Only) > 0 && !containsString(o.Only, c.name) {
+			continue
+		}
+		res, err := rc.measure(ctx, c, o.Repeats)
+		if err != nil {
+			return fmt.Errorf("%s: %w\nlinuxfp log:\n%s", c.name, err, lastLines(l.Log.String(), 30))
+		}
+		results = append(results, res)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	}
+	fmt.Fprintf(w, "Response time (paper Table VI: 0.5-1.0 s), %d changes per command, ms\n", o.Repeats)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "command\tevent->dataplane p50\tp99\tmax\texit->fast path p50\tp99\tmax\t")
+	var notes []string
+	for _, r := range results {
+		if r.ExitToFastNote != "" {
+			notes = append(notes, r.Command+": "+r.ExitToFastNote)
+		}
+		fast := "-\t-\t-"
+		if r.ExitToFast != nil {
+			fast = fmt.Sprintf("%.2f\t%.2f\t%.2f", r.ExitToFast.P50, r.ExitToFast.P99, r.ExitToFast.Max)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Command, r.EventToDP.P50, r.EventToDP.P99, r.EventToDP.Max, fast)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "exit->fast path includes what Linux must do first (e.g. resolve the neighbour by ARP).")
+	for _, n := range notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+func containsString(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (rc *responseRun) lastSeq() (uint64, error) {
+	st, err := rc.client.Status()
+	if err != nil {
+		return 0, err
+	}
+	return st.Applies, nil
+}
+
+// settle waits until linuxfp has had no event for a while, so a sample starts from quiet.
+func (rc *responseRun) settle() error {
+	var last uint64
+	stable := 0
+	for i := 0; i < 500 && stable < 5; i++ {
+		st, err := rc.client.Status()
+		if err != nil {
+			return err
+		}
+		if st.Events == last {
+			stable++
+		} else {
+			stable = 0
+			last = st.Events
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+func (rc *responseRun) forwarded(iface string) (uint64, bool) {
+	st, err := rc.client.Status()
+	if err != nil {
+		return 0, false
+	}
+	for _, it := range st.Interfaces {
+		if it.Name == iface {
+			return it.Forwarded.Packets, true
+		}
+	}
+	return 0, false
+}
+
+func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (ResponseResult, error) {
+	res := ResponseResult{Command: c.name, Samples: n}
+	var evDP, exitFast []time.Duration
+	timeouts := 0
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if c.prepare != nil {
+			if err := c.prepare(rc, i); err != nil {
+				return res, err
+			}
+		}
+		if err := rc.settle(); err != nil {
+			return res, err
+		}
+		var stop func()
+		var dst, iface string
+		if c.stream != nil {
+			dst, iface = c.stream(i)
+		}
+		before, err := rc.lastSeq()
+		if err != nil {
+			return res, err
+		}
+		start := time.Now()
+		if dst != "" && iface == "in0" {
+			stop = startStream(rc.tb.Gen, dst)
+		}
+		base, _ := rc.forwarded(iface)
+		if err := c.do(rc, i); err != nil {
+			if stop != nil {
+				stop()
+			}
+			return res, err
+		}
+		exit := time.Now()
+		if dst != "" && iface != "in0" {
+			// The stream can only start once the new interface exists: configure its gen end
+			// (through netlink, in well under a millisecond) and start.
+			if err := configureGenEnd(rc.tb.Gen, iface); err != nil {
+				return res, err
+			}
+			stop = startStream(rc.tb.Gen, dst)
+			base = 0
+		}
+		if dst != "" {
+			deadline := exit.Add(3 * time.Second)
+			got := false
+			for time.Now().Before(deadline) {
+				if f, ok := rc.forwarded(iface); ok && f > base {
+					exitFast = append(exitFast, time.Since(exit))
+					got = true
+					break
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			if !got {
+				timeouts++
+			}
+			stop()
+		}
+		if err := rc.settle(); err != nil {
+			return res, err
+		}
+		changes, err := rc.client.Changes(before)
+		if err != nil {
+			return res, err
+		}
+		var first, applied time.Time
+		for _, ch := range changes {
+			if ch.FirstEvent.Before(start) || ch.FirstEvent.After(exit.Add(50*time.Millisecond)) {
+				continue // not caused by the command
+			}
+			if first.IsZero() {
+				first = ch.FirstEvent
+			}
+			applied = ch.Applied
+		}
+		if !first.IsZero() {
+			evDP = append(evDP, applied.Sub(first))
+		}
+		if err := c.undo(rc, i); err != nil {
+			return res, err
+		}
+	}
+	res.EventToDP = distribution(evDP)
+	if c.stream != nil {
+		d := distribution(exitFast)
+		res.ExitToFast = &d
+		if timeouts > 0 {
+			res.ExitToFastNote = fmt.Sprintf("%d of %d samples saw no fast-pathed packet within 3s", timeouts, n)
+		}
+	}
+	return res, nil
+}
+
+// startStream sends a UDP datagram to dst:9 every 100us from gen until stopped.
+func startStream(gen *nsutil.NS, dst string) (stop func()) {
+	var c net.Conn
+	gen.Do(func() error {
+		var err error
+		c, err = net.Dial("udp", net.JoinHostPort(dst, "9"))
+		return err
+	})
+	if c == nil {
+		return func() {}
+	}
+	var done atomic.Bool
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		payload := []byte("linuxfp response")
+		for !done.Load() {
+			c.Write(payload) // errors (ICMP unreachable before the change) are expected
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	return func() {
+		done.Store(true)
+		<-finished
+		c.Close()
+	}
+}
+
+// Executable is the path of the running binary (run as `linuxfp run` in the DUT).
+func Executable() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if _, err := exec.LookPath(p); err != nil {
+		return "", fmt.Errorf("cannot run myself (%s): %w", p, err)
+	}
+	return p, nil
+}
+
+// configureGenEnd gives gen's end of a new link 198.18.8.2/24 and routes the sink through it.
+func configureGenEnd(gen *nsutil.NS, name string) error {
+	return gen.Do(func() error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr("198.18.8.2/24")
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		_, dst, _ := net.ParseCIDR("198.18.1.2/32")
+		return netlink.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: net.ParseIP("198.18.8.1")})
+	})
+}

@@ -1,0 +1,425 @@
+// Package bench holds linuxfp's benchmarks. They build their own namespaces (internal/testbed),
+// generate traffic with the project's own XDP generator, and always compare linuxfp against Linux
+// in the same run.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// RouterConfig configures the virtual-router benchmark (the paper's Fig. 5 and Table III): the
+// DUT routes 50 prefixes from gen to sink; Linux, linuxfp and a hand-written ceiling forward
+// alternately, round by round.
+type RouterConfig struct {
+	Binary   string        // linuxfp binary run in the DUT (`linuxfp run`)
+	Sizes    []int         // frame sizes in bytes, FCS included (RFC 2544)
+	Cores    []int         // generator cores
+	Modes    []Mode        // default: all
+	Duration time.Duration // measured time per round, mode and size
+	Warmup   time.Duration // traffic before each measurement, not counted
+	Rounds   int           // rounds per mode; the report gives the median
+
+	Throughput bool // the throughput test (received rate per mode, frame size and cores)
+
+	Latency    bool // TCP request/response latency, Linux vs linuxfp
+	Sessions   int  // parallel request/response sessions
+	KeepTxCsum bool // leave tx checksum offload on at gen and sink (see txCsumOff)
+
+	CPU         bool          // CPU cost per packet at a fixed offered load
+	CPURate     float64       // offered load in frames/s; 0: half of Linux's 64-byte rate on one core
+	CPUDuration time.Duration // measured time per CPU round (default 2x Duration: ticks are coarse)
+
+	ProgStats bool // time the BPF programs (BPF_ENABLE_STATS) and report ns per run
+
+	Log *slog.Logger
+}
+
+func (c *RouterConfig) defaults() error {
+	if len(c.Sizes) == 0 {
+		c.Sizes = []int{64, 128, 256, 512, 1024, 1500}
+	}
+	if len(c.Cores) == 0 {
+		c.Cores = []int{1, 2}
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = Modes
+	}
+	// Report order, whatever the order on the command line; duplicates would be measured twice.
+	var modes []Mode
+	for _, m := range Modes {
+		if slices.Contains(c.Modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	c.Modes = modes
+	if c.Duration <= 0 {
+		c.Duration = time.Second
+	}
+	if c.Warmup <= 0 {
+		c.Warmup = 200 * time.Millisecond
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 3
+	}
+	if c.CPUDuration <= 0 {
+		c.CPUDuration = 2 * c.Duration
+	}
+	if c.Sessions <= 0 {
+		c.Sessions = 128
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Binary == "" && slices.Contains(c.Modes, ModeLinuxfp) {
+		return errors.New("no linuxfp binary to run in the DUT")
+	}
+	cpus, err := usableCPUs()
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Cores {
+		if n < 1 || n > len(cpus) {
+			return fmt.Errorf("--cores %d: this process may use %d CPUs", n, len(cpus))
+		}
+	}
+	for _, s := range c.Sizes {
+		if s < 64 || s > 1518 {
+			return fmt.Errorf("--sizes %d: want 64 to 1518 bytes (Ethernet frames with FCS)", s)
+		}
+	}
+	return nil
+}
+
+// RunRouter runs the benchmark. It returns what it measured even when ctx is cancelled half-way
+// (with ctx's error); every namespace it created is gone when it returns.
+func RunRouter(ctx context.Context, cfg RouterConfig) (*RouterResult, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	res := newRouterResult(cfg)
+	if cfg.ProgStats {
+		st, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			return nil, fmt.Errorf("enable BPF run-time statistics: %w", err)
+		}
+		defer st.Close()
+	}
+	start := time.Now()
+	for i, cores := range cfg.Cores {
+		if i > 0 && !cfg.Throughput {
+			break
+		}
+		err := withTestbed(cores, func(tb *testbed.Testbed) error {
+			b, err := newRouterBench(ctx, cfg, tb, res)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			if cfg.Throughput {
+				if err := b.throughput(cores); err != nil {
+					return err
+				}
+			}
+			// Latency and CPU once, in the first topology: neither depends on its queue count
+			// (the CPU test always generates from one core).
+			if i > 0 {
+				return nil
+			}
+			if cfg.Latency {
+				if err := b.latency(); err != nil {
+					return err
+				}
+			}
+			if cfg.CPU {
+				if err := b.cpu(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			res.finish(time.Since(start))
+			return res, err
+		}
+	}
+	res.finish(time.Since(start))
+	return res, nil
+}
+
+// withTestbed builds the topology for a generator of cores CPUs and always removes it.
+func withTestbed(cores int, fn func(*testbed.Testbed) error) (err error) {
+	// One veth queue per generator core: veth picks the peer's queue by sending CPU, so each
+	// core drives its own NAPI instance.
+	tb, err := testbed.New("lfp-bench", testbed.Options{Queues: cores})
+	if err != nil {
+		return fmt.Errorf("build testbed: %w", err)
+	}
+	defer func() {
+		if cerr := tb.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove testbed: %w", cerr))
+		}
+	}()
+	if err := tb.ResolveNeighbours(); err != nil {
+		return fmt.Errorf("resolve neighbours: %w", err)
+	}
+	return fn(tb)
+}
+
+// routerBench is one topology with its sink and generator attached.
+type routerBench struct {
+	ctx  context.Context
+	cfg  RouterConfig
+	tb   *testbed.Testbed
+	res  *RouterResult
+	sink *sink
+	gen  *generator
+	dut  *dut
+	log  *slog.Logger
+}
+
+func newRouterBench(ctx context.Context, cfg RouterConfig, tb *testbed.Testbed, res *RouterResult) (*routerBench, error) {
+	b := &routerBench{ctx: ctx, cfg: cfg, tb: tb, res: res, log: cfg.Log, dut: &dut{tb: tb, bin: cfg.Binary}}
+	var err error
+	if b.sink, err = attachSink(tb.Sink, "eth0"); err != nil {
+		return nil, err
+	}
+	if b.gen, err = newGenerator(tb); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *routerBench) close() {
+	if err := b.dut.leave(); err != nil {
+		b.log.Warn("leave DUT mode", "err", err)
+	}
+	if b.gen != nil {
+		b.gen.Close()
+	}
+	if b.sink != nil {
+		b.sink.Close()
+	}
+}
+
+// withMode runs fn with the DUT in mode m, and leaves the mode whatever happens.
+func (b *routerBench) withMode(m Mode, fn func() error) (err error) {
+	if err := b.dut.enter(m); err != nil {
+		return err
+	}
+	defer func() {
+		if lerr := b.dut.leave(); lerr != nil {
+			err = errors.Join(err, lerr)
+		}
+	}()
+	return fn()
+}
+
+// rotated returns modes starting at round r's turn: no mode always runs first (right after the
+// topology was built) or always after another particular one.
+func rotated[T any](modes []T, r int) []T {
+	k := r % len(modes)
+	return append(slices.Clone(modes[k:]), modes[:k]...)
+}
+
+// throughput measures every mode and size for a generator of cores CPUs.
+func (b *routerBench) throughput(cores int) error {
+	cpus, err := usableCPUs()
+	if err != nil {
+		return err
+	}
+	cpus = cpus[:cores]
+	for r := 0; r < b.cfg.Rounds; r++ {
+		for _, m := range rotated(b.cfg.Modes, r) {
+			err := b.withMode(m, func() error {
+				for _, size := range b.cfg.Sizes {
+					rd, err := b.measureFull(size, cpus)
+					if err != nil {
+						return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, size, err)
+					}
+					b.res.addRound(cores, size, m, rd)
+					b.log.Info("measured", "round", r+1, "mode", m, "cores", cores, "size", size,
+						"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))
+					if fp := rd.FastPath; fp != nil && rd.Received > 0 && fp.Forwarded < rd.Received*99/100 {
+						b.log.Warn("linuxfp fast-pathed less than 99% of what the sink received",
+							"forwarded", fp.Forwarded, "received", rd.Received, "passed", fp.Passed)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Round is one measurement.
+type Round struct {
+	Seconds     float64   `json:"seconds"`
+	Offered     uint64    `json:"offered"`  // frames the generator sent
+	Received    uint64    `json:"received"` // frames the sink counted
+	OfferedMpps float64   `json:"offered_mpps"`
+	Mpps        float64   `json:"mpps"`
+	FastPath    *fastPath `json:"linuxfp_in0,omitempty"` // linuxfp mode: what its program on in0 did
+	CPU         *cpuUse   `json:"cpu,omitempty"`
+	// --prog-stats: run time of the generator, the sink and the DUT's in0 program ("dut_in0").
+	Programs map[string]ProgStat `json:"programs,omitempty"`
+	// Windows measured before this one and not counted (see measureFull).
+	Discarded []Round `json:"discarded,omitempty"`
+}
+
+// escapeAttempts bounds how often measureFull repeats a window whose DUT work left the
+// generator's CPUs.
+const escapeAttempts = 3
+
+// measureFull measures at full speed. At full speed the generator can only outrun the DUT when
+// the DUT's NAPI work runs on another CPU than the generator: a veth NAPI instance stays on the
+// CPU that scheduled it as long as it has work, and anything else that schedules it first (a
+// frame sent by gen's own stack from another CPU) can pull the whole pipeline there. The
+// generator then runs unthrottled and in0's ring overflows: frames are lost before the DUT, and
+// the window measured a different machine (DUT and generator on separate CPUs). Such windows are
+// kept in the result but measured again.
+func (b *routerBench) measureFull(size int, cpus []int) (Round, error) {
+	var discarded []Round
+	for {
+		rd, err := b.measure(size, cpus, 0)
+		if err != nil || rd.Received >= rd.Offered*99/100 || len(discarded)+1 >= escapeAttempts {
+			rd.Discarded = discarded
+			return rd, err
+		}
+		b.log.Warn("frames lost before the DUT: its work left the generator's CPU; measuring again",
+			"size", size, "offered", rd.Offered, "received", rd.Received, "fast_path", rd.FastPath)
+		discarded = append(discarded, rd)
+	}
+}
+
+// measure runs the generator with frames of size bytes on cpus, at rate frames/s (0: full
+// speed), and counts what arrives at the sink over one window after cfg.Warmup.
+func (b *routerBench) measure(size int, cpus []int, rate float64) (Round, error) {
+	if err := b.ctx.Err(); err != nil {
+		return Round{}, err
+	}
+	g := b.gen
+	if err := g.setSize(size); err != nil {
+		return Round{}, err
+	}
+	stop := g.start(b.ctx, cpus, rate)
+	d := b.cfg.Duration
+	if rate > 0 {
+		d = b.cfg.CPUDuration
+	}
+	rd, err := b.window(g, d)
+	if serr := stop(); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if err == nil {
+		err = b.ctx.Err()
+	}
+	return rd, err
+}
+
+func (b *routerBench) window(g *generator, d time.Duration) (Round, error) {
+	if err := sleepCtx(b.ctx, b.cfg.Warmup); err != nil {
+		return Round{}, err
+	}
+	counted := b.sink
+	if b.dut.baseline != nil {
+		counted = b.dut.baseline
+	}
+	type snap struct {
+		t    time.Time
+		sent uint64
+		recv count
+		cpu  cpuTimes
+		prog progSample
+	}
+	take := func() (s snap, err error) {
+		if b.cfg.ProgStats {
+			if s.prog, err = b.progStats(); err != nil {
+				return s, err
+			}
+		}
+		if s.cpu, err = readCPUTimes(); err != nil {
+			return s, err
+		}
+		if s.recv, err = counted.read(); err != nil {
+			return s, err
+		}
+		if s.sent, err = g.sent(); err != nil {
+			return s, err
+		}
+		s.t = time.Now()
+		return s, nil
+	}
+	lfp0, err := b.dut.lfpCounters()
+	if err != nil {
+		return Round{}, fmt.Errorf("linuxfp counters: %w", err)
+	}
+	s0, err := take()
+	if err != nil {
+		return Round{}, err
+	}
+	if err := sleepCtx(b.ctx, d); err != nil {
+		return Round{}, err
+	}
+	s1, err := take()
+	if err != nil {
+		return Round{}, err
+	}
+	lfp1, err := b.dut.lfpCounters()
+	if err != nil {
+		return Round{}, fmt.Errorf("linuxfp counters: %w", err)
+	}
+	sec := s1.t.Sub(s0.t).Seconds()
+	rd := Round{
+		Seconds:  sec,
+		Offered:  s1.sent - s0.sent,
+		Received: s1.recv.Packets - s0.recv.Packets,
+		FastPath: fastPathDelta(lfp0, lfp1),
+		CPU:      s1.cpu.since(s0.cpu),
+	}
+	if b.cfg.ProgStats {
+		rd.Programs = s1.prog.since(s0.prog)
+	}
+	rd.OfferedMpps = float64(rd.Offered) / sec / 1e6
+	rd.Mpps = float64(rd.Received) / sec / 1e6
+	return rd, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// usableCPUs lists the CPUs this process may run on, lowest first.
+func usableCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("get cpu affinity: %w", err)
+	}
+	var cpus []int
+	for i := 0; i < len(set)*64; i++ {
+		if set.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	return cpus, nil
+}

@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+)
+
+// sink counts and drops the generator's frames with XDP where they arrive: at the sink's eth0
+// for the measurements, at the DUT's in0 for the CPU baseline. Counting in XDP keeps the
+// receiving side far cheaper than any forwarding path under test.
+type sink struct {
+	objs sinkObjects
+	link link.Link
+}
+
+// count is what a sink has counted.
+type count struct {
+	Packets uint64
+	Bytes   uint64
+}
+
+// attachSink loads a sink with counters of its own and attaches it to ifname in ns.
+func attachSink(ns *nsutil.NS, ifname string) (*sink, error) {
+	s := &sink{}
+	if err := loadSinkObjects(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("load sink: %w", err)
+	}
+	l, err := attachXDP(ns, ifname, s.objs.BenchSink)
+	if err != nil {
+		s.objs.Close()
+		return nil, err
+	}
+	s.link = l
+	return s, nil
+}
+
+// read sums the per-CPU counters.
+func (s *sink) read() (count, error) {
+	var per []sinkSinkCounter
+	if err := s.objs.SinkCount.Lookup(uint32(0), &per); err != nil {
+		return count{}, fmt.Errorf("read sink counters: %w", err)
+	}
+	var c count
+	for _, p := range per {
+		c.Packets += p.Packets
+		c.Bytes += p.Bytes
+	}
+	return c, nil
+}
+
+func (s *sink) Close() error {
+	err := s.link.Close()
+	s.objs.Close()
+	return err
+}
+
+// attachXDP attaches prog to ifname in ns in driver mode (veth has native XDP). The attach
+// resolves the ifindex in the calling thread's netns, hence inside ns.
+func attachXDP(ns *nsutil.NS, ifname string, prog *ebpf.Program) (link.Link, error) {
+	var l link.Link
+	err := ns.Do(func() error {
+		lk, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return fmt.Errorf("%s in %s: %w", ifname, ns.Name, err)
+		}
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: lk.Attrs().Index, Flags: link.XDPDriverMode})
+		if err != nil {
+			return fmt.Errorf("attach xdp to %s in %s: %w", ifname, ns.Name, err)
+		}
+		return nil
+	})
+	return l, err
+}
+
+// xdpAttached tells whether any XDP program is attached to ifname in ns.
+func xdpAttached(ns *nsutil.NS, ifname string) (bool, error) {
+	var attached bool
+	err := ns.Do(func() error {
+		lk, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return fmt.Errorf("%s in %s: %w", ifname, ns.Name, err)
+		}
+		attached = lk.Attrs().Xdp != nil && lk.Attrs().Xdp.Attached
+		return nil
+	})
+	return attached, err
+}

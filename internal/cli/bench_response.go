@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/linuxfp/linuxfp/internal/bench"
+)
+
+func benchResponseCmd() *cobra.Command {
+	var o bench.ResponseOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "response",
+		Short: "Time from a configuration command to the fast path following it (paper Table VI)",
+		Long: `Builds its own namespaces (gen -> dut -> sink), runs linuxfp in the DUT and times, for each
+command (ip route add, ip addr add, ip link set down/up, ip link add), the time from the
+command's netlink event to the data plane reflecting it, and from the command's exit to the first
+packet that depends on it being fast-pathed. p50/p99/max over --repeats changes each.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := bench.Executable()
+			if err != nil {
+				return err
+			}
+			o.Binary = bin
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return bench.RunResponse(ctx, o, os.Stdout, asJSON)
+		},
+	}
+	cmd.Flags().IntVar(&o.Repeats, "repeats", 50, "changes per command")
+	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "run only these commands (e.g. \"ip route add\")")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	return cmd
+}
