@@ -35,7 +35,6 @@ enum lfp_reason {
 	LFP_PASS_HAIRPIN,         /* egress == ingress: Linux may send a redirect */
 	LFP_PASS_EGRESS_NOT_READY,/* egress device cannot take an XDP redirect */
 	LFP_PASS_NEIGH_STALE,     /* neighbour STALE: Linux must see a packet to re-probe */
-	LFP_PASS_NEIGH_UNKNOWN,   /* neighbour not (yet) mirrored by the controller */
 	LFP_REASON_MAX,
 };
 
@@ -45,18 +44,17 @@ struct lfp_counter {
 	__u64 bytes;
 };
 
-/* Key of the neighbour-state mirror: the nexthop bpf_fib_lookup resolved. */
+/* Key of the STALE-neighbour set: the nexthop bpf_fib_lookup resolved. */
 struct lfp_neigh_key {
 	__u32 ifindex;
 	__u32 family;   /* AF_INET or AF_INET6 */
 	__u32 addr[4];  /* IPv4 in addr[0]; network byte order */
 };
 
-/* Value of the neighbour-state mirror. */
-struct lfp_neigh_val {
-	__u16 state;    /* NUD_* as Linux reports it */
-	__u16 pad;
-	__u32 pad2;
+/* Value of the STALE-neighbour set. The controller writes 0; the data plane sets kicked once it
+ * has handed Linux the packet that moves the entry from STALE to DELAY. */
+struct lfp_stale_val {
+	__u32 kicked;
 };
 
 /* LPM key for prefixes of local addresses (IPv4 and IPv6 share the layout). */
@@ -75,6 +73,8 @@ struct lfp_config {
 	 * consult the LPM map as well as the host hash. */
 	__u32 local_prefixes4;
 	__u32 local_prefixes6;
+	/* Entries in lfp_stale (0: skip the lookup). */
+	__u32 stale_neighs;
 };
 
 #define LFP_MAX_SLOTS 256

@@ -21,13 +21,13 @@ struct {
 	__uint(max_entries, 1024);
 } lfp_tx_devs SEC(".maps");
 
-/* Mirror of the kernel's neighbour states for nexthops, maintained from netlink events. */
+/* The neighbours Linux reports STALE, maintained from netlink events (see router_check_egress). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct lfp_neigh_key);
-	__type(value, struct lfp_neigh_val);
+	__type(value, struct lfp_stale_val);
 	__uint(max_entries, 65536);
-} lfp_neigh SEC(".maps");
+} lfp_stale SEC(".maps");
 
 /* Host addresses Linux treats as local or broadcast (sources it rejects as martian). */
 struct {
@@ -82,6 +82,13 @@ struct {
 	__uint(max_entries, 1);
 } lfp_config_map SEC(".maps");
 
+static __always_inline struct lfp_config *lfp_config(void)
+{
+	__u32 key = 0;
+
+	return bpf_map_lookup_elem(&lfp_config_map, &key);
+}
+
 /* What each bpf_fib_lookup() result means for the stack (net/core/filter.c). Only SUCCESS is
  * forwarded here; everything else is Linux's to handle, because Linux does something we do not:
  *  NOT_FWDED     no route at all (ICMP net unreachable), or a local, broadcast or multicast
@@ -116,68 +123,68 @@ static __always_inline enum lfp_reason fib_reason(int rc)
 	return LFP_PASS_FIB_OTHER;
 }
 
-/* Checks on the routing decision shared by both families; returns LFP_FORWARDED when the packet
- * may be redirected to fib->ifindex. */
+/* Checks on the routing decision shared by both families; the last one sets up the redirect.
+ * Returns LFP_FORWARDED when the packet may be rewritten and redirected to fib->ifindex. */
 static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
+							   const struct lfp_config *cfg,
 							   const struct bpf_fib_lookup *fib,
 							   __u32 l3len, int v4)
 {
-	struct lfp_neigh_key nk = {};
-	struct lfp_neigh_val *nv;
-	__u32 key = 0;
-	struct lfp_config *cfg;
-
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
 	if (fib->ifindex == ctx_ingress_ifindex(ctx))
 		return LFP_PASS_HAIRPIN;
 
-	/* Only devices the controller proved can take the frame: an XDP redirect into a veth whose
-	 * peer has no NAPI is silently dropped, where Linux would have delivered it. */
-	if (!bpf_map_lookup_elem(&lfp_tx_devs, &fib->ifindex))
-		return LFP_PASS_EGRESS_NOT_READY;
-
 	/* ip_forward() and ip6_forward() honour an unlocked route MTU metric; bpf_fib_lookup() checks
 	 * only the device MTU, locked metrics and PMTU exceptions (found by the differential test
 	 * for IPv6). Packets above the smallest route MTU of their family go to Linux. */
-	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
-	if (!cfg)
-		return LFP_PASS_FIB_OTHER;
 	if (v4 && cfg->route_mtu4 && l3len > cfg->route_mtu4)
 		return LFP_PASS_ROUTE_MTU;
 	if (!v4 && cfg->route_mtu6 && l3len > cfg->route_mtu6)
 		return LFP_PASS_ROUTE_MTU;
 
-	/* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE neighbour, moves
-	 * it to DELAY and re-probes it; a fast path that never lets Linux see a packet would keep
-	 * using a MAC nobody confirms. So a STALE nexthop's packets go to Linux (the next state,
-	 * DELAY/PROBE/REACHABLE, is one where Linux sends with the cached MAC, as we do). A nexthop the
-	 * controller has not mirrored yet also goes to Linux. */
-	nk.ifindex = fib->ifindex;
-	nk.family = fib->family;
-	if (fib->family == AF_INET) {
-		nk.addr[0] = fib->ipv4_dst;
-	} else {
-		nk.addr[0] = fib->ipv6_dst[0];
-		nk.addr[1] = fib->ipv6_dst[1];
-		nk.addr[2] = fib->ipv6_dst[2];
-		nk.addr[3] = fib->ipv6_dst[3];
+	/* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE one, moves it to
+	 * DELAY and later re-probes it; a fast path that never let Linux see a packet would keep using
+	 * a MAC nobody confirms. So the first packet to a STALE nexthop goes to Linux (which moves it to
+	 * DELAY: the kernel sends no event for that) and marks the entry; later packets are forwarded
+	 * with the cached MAC, as Linux does in DELAY and PROBE. The PROBE/REACHABLE/FAILED events that
+	 * follow remove the entry; the next STALE one adds it again, unmarked. */
+	if (cfg->stale_neighs) {
+		struct lfp_neigh_key nk = {};
+		struct lfp_stale_val *sv;
+
+		nk.ifindex = fib->ifindex;
+		nk.family = fib->family;
+		if (fib->family == AF_INET) {
+			nk.addr[0] = fib->ipv4_dst;
+		} else {
+			nk.addr[0] = fib->ipv6_dst[0];
+			nk.addr[1] = fib->ipv6_dst[1];
+			nk.addr[2] = fib->ipv6_dst[2];
+			nk.addr[3] = fib->ipv6_dst[3];
+		}
+		sv = bpf_map_lookup_elem(&lfp_stale, &nk);
+		if (sv && !sv->kicked) {
+			sv->kicked = 1;
+			return LFP_PASS_NEIGH_STALE;
+		}
 	}
-	nv = bpf_map_lookup_elem(&lfp_neigh, &nk);
-	if (!nv)
-		return LFP_PASS_NEIGH_UNKNOWN;
-	if (nv->state & LFP_NUD_STALE)
-		return LFP_PASS_NEIGH_STALE;
+
+	/* Last: only devices the controller proved can take the frame (an XDP redirect into a veth
+	 * whose peer has no NAPI is silently dropped, where Linux would have delivered it). On a miss
+	 * the helper returns XDP_PASS and the packet is still untouched. */
+	if (bpf_redirect_map(&lfp_tx_devs, fib->ifindex, XDP_PASS) != XDP_REDIRECT)
+		return LFP_PASS_EGRESS_NOT_READY;
 	return LFP_FORWARDED;
 }
 
-/* Rewrite the Ethernet header as neigh_resolve_output() would and redirect. */
+/* Rewrite the Ethernet header as neigh_resolve_output() would; the redirect is already set up. */
 static __always_inline int router_xmit(lfp_ctx *ctx, struct ethhdr *eth, const struct bpf_fib_lookup *fib)
 {
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
 	lfp_count(ctx, LFP_FORWARDED);
-	return bpf_redirect_map(&lfp_tx_devs, fib->ifindex, 0);
+	return XDP_REDIRECT;
 }
 
 static __always_inline int ipv4_martian_src(__be32 addr)
@@ -198,19 +205,15 @@ static __always_inline int ipv4_martian_dst(__be32 addr)
 	return (h >> 24) == 0 || (h >> 24) == 127 || h >= 0xE0000000;
 }
 
-static __always_inline int ipv4_local_src(__be32 saddr)
+static __always_inline int ipv4_local_src(const struct lfp_config *cfg, __be32 saddr)
 {
-	__u32 key = 0;
-	struct lfp_config *cfg;
-
 	/* fib_validate_source(): a source that is one of this host's addresses is martian (unless
 	 * accept_local: then Linux decides, we stay conservative). With custom local routes or fib
 	 * rules Linux does a reverse lookup that also rejects sources routed as local or broadcast;
 	 * the controller puts every such address (and prefix) into these maps. */
 	if (bpf_map_lookup_elem(&lfp_local4, &saddr))
 		return 1;
-	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
-	if (cfg && cfg->local_prefixes4) {
+	if (cfg->local_prefixes4) {
 		struct lfp_lpm4_key k = { .prefixlen = 32, .addr = saddr };
 
 		if (bpf_map_lookup_elem(&lfp_local_pfx4, &k))
@@ -231,6 +234,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	struct ethhdr *eth = data;
 	struct iphdr *iph = data + sizeof(*eth);
 	struct bpf_fib_lookup fib;
+	struct lfp_config *cfg;
 	__u32 l3len, tot;
 	enum lfp_reason r;
 	int off, rc;
@@ -293,13 +297,16 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 			return lfp_pass(ctx, LFP_PASS_ICMP_ERROR);
 	}
 
-	if (ipv4_local_src(fib.ipv4_src))
+	cfg = lfp_config();
+	if (!cfg)
+		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
+	if (ipv4_local_src(cfg, fib.ipv4_src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return lfp_pass(ctx, fib_reason(rc));
-	r = router_check_egress(ctx, &fib, tot, 1);
+	r = router_check_egress(ctx, cfg, &fib, tot, 1);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 
@@ -339,15 +346,11 @@ static __always_inline int ipv6_martian(const struct lfp_in6 *a, int src)
 	return 0;
 }
 
-static __always_inline int ipv6_local_src(const struct lfp_in6 *saddr)
+static __always_inline int ipv6_local_src(const struct lfp_config *cfg, const struct lfp_in6 *saddr)
 {
-	__u32 key = 0;
-	struct lfp_config *cfg;
-
 	if (bpf_map_lookup_elem(&lfp_local6, saddr))
 		return 1;
-	cfg = bpf_map_lookup_elem(&lfp_config_map, &key);
-	if (cfg && cfg->local_prefixes6) {
+	if (cfg->local_prefixes6) {
 		struct lfp_lpm6_key k = { .prefixlen = 128 };
 
 		k.addr = *saddr;
@@ -364,6 +367,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	struct ipv6hdr *ip6 = data + sizeof(*eth);
 	struct bpf_fib_lookup fib;
 	struct lfp_in6 src, dst;
+	struct lfp_config *cfg;
 	__u32 l3len, tot;
 	enum lfp_reason r;
 	int off, rc;
@@ -418,13 +422,16 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 			return lfp_pass(ctx, LFP_PASS_ICMP_ERROR);
 	}
 
-	if (ipv6_local_src(&src))
+	cfg = lfp_config();
+	if (!cfg)
+		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
+	if (ipv6_local_src(cfg, &src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return lfp_pass(ctx, fib_reason(rc));
-	r = router_check_egress(ctx, &fib, tot, 0);
+	r = router_check_egress(ctx, cfg, &fib, tot, 0);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 

@@ -2,7 +2,7 @@
 //
 // Every accelerated interface gets its own program, built from bpf/linuxfp.c with frozen .rodata
 // constants (its MAC, which families it forwards, its counter slot), so the verifier removes what
-// the interface does not use. All programs share one set of maps (neighbours, egress devices, local
+// the interface does not use. All programs share one set of maps (STALE neighbours, egress devices, local
 // addresses, counters): data changes update those maps in place; a change of an interface's
 // specialisation loads a new program and swaps it in with a bpf_link update, which is atomic.
 //
@@ -85,7 +85,7 @@ type Dataplane struct {
 	log    *slog.Logger
 
 	txDevs map[uint32]linuxfpBpfDevmapVal
-	neigh  map[linuxfpLfpNeighKey]linuxfpLfpNeighVal
+	stale  map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
 	local4 map[uint32]uint8
 	local6 map[linuxfpLfpIn6]uint8
 	pfx4   map[linuxfpLfpLpm4Key]uint8
@@ -106,7 +106,7 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		slots:  make([]bool, maxSlots),
 		log:    log,
 		txDevs: map[uint32]linuxfpBpfDevmapVal{},
-		neigh:  map[linuxfpLfpNeighKey]linuxfpLfpNeighVal{},
+		stale:  map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{},
 		local4: map[uint32]uint8{},
 		local6: map[linuxfpLfpIn6]uint8{},
 		pfx4:   map[linuxfpLfpLpm4Key]uint8{},
@@ -122,7 +122,7 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		linuxfpMapLfpLocal6:    d.maps.LfpLocal6,
 		linuxfpMapLfpLocalPfx4: d.maps.LfpLocalPfx4,
 		linuxfpMapLfpLocalPfx6: d.maps.LfpLocalPfx6,
-		linuxfpMapLfpNeigh:     d.maps.LfpNeigh,
+		linuxfpMapLfpStale:     d.maps.LfpStale,
 		linuxfpMapLfpStats:     d.maps.LfpStats,
 		linuxfpMapLfpTxDevs:    d.maps.LfpTxDevs,
 	}

@@ -28,6 +28,7 @@ type linuxfpLfpConfig struct {
 	RouteMtu6      uint32
 	LocalPrefixes4 uint32
 	LocalPrefixes6 uint32
+	StaleNeighs    uint32
 }
 
 type linuxfpLfpCounter struct {
@@ -60,11 +61,9 @@ type linuxfpLfpNeighKey struct {
 	Addr    [4]uint32
 }
 
-type linuxfpLfpNeighVal struct {
-	_     structs.HostLayout
-	State uint16
-	Pad   uint16
-	Pad2  uint32
+type linuxfpLfpStaleVal struct {
+	_      structs.HostLayout
+	Kicked uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -76,7 +75,7 @@ const (
 	linuxfpMapLfpLocal6    = "lfp_local6"
 	linuxfpMapLfpLocalPfx4 = "lfp_local_pfx4"
 	linuxfpMapLfpLocalPfx6 = "lfp_local_pfx6"
-	linuxfpMapLfpNeigh     = "lfp_neigh"
+	linuxfpMapLfpStale     = "lfp_stale"
 	linuxfpMapLfpStats     = "lfp_stats"
 	linuxfpMapLfpTxDevs    = "lfp_tx_devs"
 	linuxfpProgLinuxfpXdp  = "linuxfp_xdp"
@@ -140,7 +139,7 @@ type linuxfpMapSpecs struct {
 	LfpLocal6    *ebpf.MapSpec `ebpf:"lfp_local6"`
 	LfpLocalPfx4 *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6 *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
-	LfpNeigh     *ebpf.MapSpec `ebpf:"lfp_neigh"`
+	LfpStale     *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStats     *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTxDevs    *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
@@ -180,7 +179,7 @@ type linuxfpMaps struct {
 	LfpLocal6    *ebpf.Map `ebpf:"lfp_local6"`
 	LfpLocalPfx4 *ebpf.Map `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6 *ebpf.Map `ebpf:"lfp_local_pfx6"`
-	LfpNeigh     *ebpf.Map `ebpf:"lfp_neigh"`
+	LfpStale     *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStats     *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTxDevs    *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
@@ -192,7 +191,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpLocal6,
 		m.LfpLocalPfx4,
 		m.LfpLocalPfx6,
-		m.LfpNeigh,
+		m.LfpStale,
 		m.LfpStats,
 		m.LfpTxDevs,
 	)

@@ -14,8 +14,8 @@ import (
 type Data struct {
 	// TxDevs are the ifindexes a packet may be redirected to.
 	TxDevs []int
-	// Neighbours maps a nexthop to its NUD state.
-	Neighbours map[NeighKey]uint16
+	// StaleNeighbours are the neighbour entries Linux reports STALE.
+	StaleNeighbours []NeighKey
 	// LocalHosts are addresses whose packets Linux rejects as local (martian) sources.
 	LocalHosts []netip.Addr
 	// LocalPrefixes are non-host prefixes routed as local, broadcast, anycast or multicast.
@@ -52,14 +52,16 @@ func (d *Dataplane) Sync(data Data) error {
 	for _, idx := range data.TxDevs {
 		tx[uint32(idx)] = linuxfpBpfDevmapVal{Ifindex: uint32(idx)}
 	}
-	neigh := map[linuxfpLfpNeighKey]linuxfpLfpNeighVal{}
-	for k, st := range data.Neighbours {
+	// Written unmarked; the data plane marks an entry once it has handed Linux a packet for it.
+	// An entry that stays STALE is not rewritten, so the mark stays until Linux reports a new
+	// state (PROBE, REACHABLE ...) and the entry leaves the set.
+	stale := map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{}
+	for _, k := range data.StaleNeighbours {
 		fam := uint32(unix.AF_INET6)
 		if k.Addr.Is4() {
 			fam = unix.AF_INET
 		}
-		neigh[linuxfpLfpNeighKey{Ifindex: uint32(k.Ifindex), Family: fam, Addr: addrWords(k.Addr)}] =
-			linuxfpLfpNeighVal{State: st}
+		stale[linuxfpLfpNeighKey{Ifindex: uint32(k.Ifindex), Family: fam, Addr: addrWords(k.Addr)}] = linuxfpLfpStaleVal{}
 	}
 	l4 := map[uint32]uint8{}
 	l6 := map[linuxfpLfpIn6]uint8{}
@@ -82,21 +84,23 @@ func (d *Dataplane) Sync(data Data) error {
 	}
 
 	// Order matters for transparency: entries that make the fast path more conservative (local
-	// sources) go in before the ones that let it forward (egress devices, neighbours).
+	// sources, STALE neighbours) go in before the ones that let it forward (egress devices), and
+	// the STALE set before the count that makes the data plane look at it.
 	cfg := linuxfpLfpConfig{
 		RouteMtu4:      data.RouteMTU4,
 		RouteMtu6:      data.RouteMTU6,
 		LocalPrefixes4: boolU32(len(p4) > 0),
 		LocalPrefixes6: boolU32(len(p6) > 0),
+		StaleNeighs:    uint32(len(stale)),
 	}
 	errs := []error{
 		syncMap(d.maps.LfpLocalPfx4, d.pfx4, p4),
 		syncMap(d.maps.LfpLocalPfx6, d.pfx6, p6),
 		syncMap(d.maps.LfpLocal4, d.local4, l4),
 		syncMap(d.maps.LfpLocal6, d.local6, l6),
+		syncMap(d.maps.LfpStale, d.stale, stale),
 		d.maps.LfpConfigMap.Put(uint32(0), cfg),
 		syncMap(d.maps.LfpTxDevs, d.txDevs, tx),
-		syncMap(d.maps.LfpNeigh, d.neigh, neigh),
 	}
 	return errors.Join(errs...)
 }

@@ -32,7 +32,6 @@ const (
 	PassHairpin
 	PassEgressNotReady
 	PassNeighbourStale
-	PassNeighbourUnknown
 	numReasons
 )
 
@@ -65,7 +64,6 @@ var reasonNames = [numReasons]string{
 	"hairpin",
 	"egress_not_ready",
 	"neighbour_stale",
-	"neighbour_unknown",
 }
 
 // NumReasons is LFP_REASON_MAX.

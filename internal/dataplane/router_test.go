@@ -107,20 +107,10 @@ func newTestEnv(t testing.TB) *testEnv {
 		in, _ := netlink.LinkByName("in0")
 		out, _ := netlink.LinkByName("out0")
 		env.in, env.out = in.Attrs().Index, out.Attrs().Index
-		// Neighbours as the controller mirrors them: the STALE one is marked stale.
-		neigh := map[NeighKey]uint16{
-			{env.out, netip.MustParseAddr("198.18.1.2")}:    netlink.NUD_PERMANENT,
-			{env.out, netip.MustParseAddr("198.18.1.4")}:    netlink.NUD_STALE,
-			{env.in, netip.MustParseAddr("198.18.0.2")}:     netlink.NUD_PERMANENT,
-			{env.out, netip.MustParseAddr("2001:2:0:1::2")}: netlink.NUD_PERMANENT,
-		}
-		slow, _ := netlink.LinkByName("slow0")
 		big, _ := netlink.LinkByName("big0")
-		neigh[NeighKey{slow.Attrs().Index, netip.MustParseAddr("198.18.2.2")}] = netlink.NUD_PERMANENT
-		neigh[NeighKey{big.Attrs().Index, netip.MustParseAddr("198.18.3.2")}] = netlink.NUD_PERMANENT
 		return dp.Sync(Data{
-			TxDevs:     []int{env.out, env.in, big.Attrs().Index}, // slow0 is not a redirect target
-			Neighbours: neigh,
+			TxDevs:          []int{env.out, env.in, big.Attrs().Index}, // slow0 is not a redirect target
+			StaleNeighbours: []NeighKey{{env.out, netip.MustParseAddr("198.18.1.4")}},
 			LocalHosts: []netip.Addr{
 				netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1"),
 				netip.MustParseAddr("198.18.1.255"), netip.MustParseAddr("2001:2:0:1::1"),
@@ -278,7 +268,9 @@ func TestRouter(t *testing.T) {
 		{name: "ipv4 above a route mtu", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.8.1"); s.Size = 1480 }), want: PassRouteMTU},
 		{name: "ipv4 back out the ingress device", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.7.1") }), want: PassHairpin},
 		{name: "ipv4 egress cannot take a redirect", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.6.1") }), want: PassEgressNotReady},
-		{name: "ipv4 neighbour stale", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), want: PassNeighbourStale},
+		{name: "ipv4 neighbour stale: first packet to Linux", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), want: PassNeighbourStale},
+		{name: "ipv4 neighbour stale: then DELAY, forwarded", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), want: Forwarded,
+			output: packet.Forwarded(with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), macOut, macStale)},
 
 		{name: "truncated ipv6 header", pkt: good6.Bytes()[:40], want: PassMalformed},
 		{name: "ipv6 version 4 in an ipv6 frame", pkt: mutate(good6.Bytes(), func(b []byte) { b[14] = 0x40 | b[14]&0x0f }), want: PassMalformed},

@@ -65,10 +65,17 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 		}
 	}
 	sort.Ints(p.Data.TxDevs)
-	p.Data.Neighbours = map[dataplane.NeighKey]uint16{}
 	for k, st := range s.Neighbours {
-		p.Data.Neighbours[dataplane.NeighKey{Ifindex: k.Ifindex, Addr: k.Addr}] = st
+		if st&nudStale != 0 {
+			p.Data.StaleNeighbours = append(p.Data.StaleNeighbours, dataplane.NeighKey{Ifindex: k.Ifindex, Addr: k.Addr})
+		}
 	}
+	slices.SortFunc(p.Data.StaleNeighbours, func(a, b dataplane.NeighKey) int {
+		if a.Ifindex != b.Ifindex {
+			return a.Ifindex - b.Ifindex
+		}
+		return a.Addr.Compare(b.Addr)
+	})
 	hosts := map[netip.Addr]bool{}
 	for _, a := range s.Routes.LocalHosts {
 		hosts[a] = true
@@ -85,6 +92,8 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	return p
 }
+
+const nudStale = 0x04 // NUD_STALE
 
 func matchAny(patterns []string, name string) bool {
 	for _, pat := range patterns {

@@ -23,7 +23,10 @@ func snapshot() *observe.Snapshot {
 			LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/18")},
 			MinMTU4:       1400,
 		},
-		Neighbours: map[observe.NeighKey]uint16{{Ifindex: 2, Addr: netip.MustParseAddr("198.18.0.2")}: 2},
+		Neighbours: map[observe.NeighKey]uint16{
+			{Ifindex: 2, Addr: netip.MustParseAddr("198.18.0.2")}: 0x02, // REACHABLE
+			{Ifindex: 2, Addr: netip.MustParseAddr("198.18.0.3")}: 0x04, // STALE
+		},
 		Sysctl: observe.Sysctls{
 			IPv4Forward: true, IPv6Forward: true,
 			IPv4DevFwd: map[string]bool{"eth0": true, "veth0": true},
@@ -174,7 +177,7 @@ func TestData(t *testing.T) {
 	if len(want) > 0 {
 		t.Fatalf("local hosts %v lack %v", p.Data.LocalHosts, want)
 	}
-	if len(p.Data.LocalPrefixes) != 1 || p.Data.RouteMTU4 != 1400 || len(p.Data.Neighbours) != 1 {
+	if len(p.Data.LocalPrefixes) != 1 || p.Data.RouteMTU4 != 1400 || len(p.Data.StaleNeighbours) != 1 || p.Data.StaleNeighbours[0].Addr.String() != "198.18.0.3" {
 		t.Fatalf("data %+v", p.Data)
 	}
 }
