@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"strconv"
@@ -227,3 +228,50 @@ func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// tcpEcho connects from gen to a server in the sink and exchanges n messages; it fails the test
+// if any byte is lost or altered.
+func tcpEcho(t *testing.T, tb *testbed.Testbed, n int) {
+	t.Helper()
+	var ln net.Listener
+	if err := tb.Sink.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", "198.18.1.2:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	var c net.Conn
+	if err := tb.Gen.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", ln.Addr().String(), 3*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("tcp connect through the DUT: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1000)
+	for i := 0; i < n; i++ {
+		msg := []byte(strings.Repeat(string(rune('a'+i%26)), 1+i%1000))
+		if _, err := c.Write(msg); err != nil {
+			t.Fatalf("tcp write %d: %v", i, err)
+		}
+		if _, err := io.ReadFull(c, buf[:len(msg)]); err != nil {
+			t.Fatalf("tcp read %d: %v", i, err)
+		}
+		if string(buf[:len(msg)]) != string(msg) {
+			t.Fatalf("tcp message %d altered", i)
+		}
+	}
+}

@@ -378,3 +378,42 @@ func TestRouteBurstCoalesced(t *testing.T) {
 		}
 	}
 }
+
+// A veth peer whose stack leaves TCP/UDP checksums to offload (veth's default, containers) sends
+// CHECKSUM_PARTIAL skbs; a native XDP redirect would lose that state and the receiver would drop
+// the segments. linuxfp uses generic XDP then, native XDP when the peer computes checksums
+// itself, and follows the peer's setting as it changes (events from the peer's namespace).
+func TestChecksumOffloadPeers(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	hookOf := func(want string) func(*status.Interface) bool {
+		return func(it *status.Interface) bool { return it.Program != nil && it.Program.Hook == want }
+	}
+	waitStatus(t, l, "in0", "generic XDP on in0 (peer offloads checksums)", hookOf("xdp-generic"))
+	if it, _ := l.Interface("in0"); !hasNote(it, "checksums left to offload") {
+		t.Fatalf("no reason given for generic XDP: %q", it.Notes)
+	}
+	before := readCounters(t, l, "in0")
+	tcpEcho(t, tb, 200)
+	if d := readCounters(t, l, "in0").sub(before); d.forwarded < 100 {
+		t.Fatalf("TCP not fast-pathed with generic XDP: forwarded %d, to Linux %v", d.forwarded, d.passed)
+	}
+
+	sh(t, tb.Gen, "ethtool -K eth0 tx off")
+	sh(t, tb.Sink, "ethtool -K eth0 tx off")
+	waitStatus(t, l, "in0", "native XDP on in0 once gen computes checksums", hookOf("xdp"))
+	waitStatus(t, l, "out0", "native XDP on out0 once the sink computes checksums", hookOf("xdp"))
+	before = readCounters(t, l, "in0")
+	tcpEcho(t, tb, 200)
+	if d := readCounters(t, l, "in0").sub(before); d.forwarded < 100 {
+		t.Fatalf("TCP not fast-pathed with native XDP: forwarded %d, to Linux %v", d.forwarded, d.passed)
+	}
+
+	sh(t, tb.Gen, "ethtool -K eth0 tx on")
+	waitStatus(t, l, "in0", "generic XDP again when gen offloads again", hookOf("xdp-generic"))
+	tcpEcho(t, tb, 50)
+	if out, _ := tb.Sink.Run("nstat", "-az", "TcpInCsumErrors"); strings.Contains(out, "TcpInCsumErrors") &&
+		!strings.Contains(strings.Join(strings.Fields(out), " "), "TcpInCsumErrors 0") {
+		t.Fatalf("the sink saw bad TCP checksums:\n%s", out)
+	}
+}

@@ -35,6 +35,7 @@ enum lfp_reason {
 	LFP_PASS_HAIRPIN,         /* egress == ingress: Linux may send a redirect */
 	LFP_PASS_EGRESS_NOT_READY,/* egress device cannot take an XDP redirect */
 	LFP_PASS_NEIGH_STALE,     /* neighbour STALE: Linux must see a packet to re-probe */
+	LFP_PASS_SCTP_OFFLOAD,    /* SCTP from a veth peer that may leave its CRC to offload */
 	LFP_REASON_MAX,
 };
 

@@ -11,6 +11,10 @@
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
 volatile const __u32 cfg_router4 = 0;
 volatile const __u32 cfg_router6 = 0;
+/* The ingress is a veth: frames may be skbs from a local stack. The controller attaches native XDP
+ * there only if the peer has no TCP/UDP checksum offload (otherwise generic XDP, which keeps the
+ * skb's CHECKSUM_PARTIAL state); SCTP's CRC offload is a separate feature, so SCTP goes to Linux. */
+volatile const __u32 cfg_skb_sender = 0;
 
 /* Egress devices that can take an XDP redirect without dropping it (see the controller: for a
  * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
@@ -278,6 +282,9 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	fib.ipv4_src = iph->saddr;
 	fib.ipv4_dst = iph->daddr;
 
+	if (cfg_skb_sender && iph->protocol == IPPROTO_SCTP)
+		return lfp_pass(ctx, LFP_PASS_SCTP_OFFLOAD);
+
 	/* The same L4 "ports" the flow dissector gives fib rules (ipproto/sport/dport) and the L4
 	 * multipath hash; zero when the header is not all there, as in Linux. */
 	off = l4_ports_offset(iph->protocol);
@@ -405,6 +412,9 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	fib.ifindex = ctx_ingress_ifindex(ctx);
 	__builtin_memcpy(fib.ipv6_src, &src, sizeof(src));
 	__builtin_memcpy(fib.ipv6_dst, &dst, sizeof(dst));
+
+	if (cfg_skb_sender && ip6->nexthdr == IPPROTO_SCTP)
+		return lfp_pass(ctx, LFP_PASS_SCTP_OFFLOAD);
 
 	off = l4_ports_offset(ip6->nexthdr);
 	if (off >= 0) {

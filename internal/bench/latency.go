@@ -56,8 +56,8 @@ func (b *routerBench) latency() error {
 			modes = append(modes, m)
 		}
 	}
-	if !b.cfg.KeepTxCsum {
-		restore, err := txCsumOff(b.tb)
+	if b.cfg.KeepTxCsum {
+		restore, err := setTxCsum(b.tb, "on")
 		if err != nil {
 			return err
 		}
@@ -286,15 +286,15 @@ func summariseLatency(per map[Mode][]LatencyRound, modes []Mode, sessions int) [
 	return out
 }
 
-// txCsumOff makes gen and sink compute TCP/UDP checksums in software for the latency test.
+// setTxCsum sets transmit checksum offload at gen and sink (the testbed turns it off).
 //
-// With offload on (veth's default), a segment leaves the sender's stack with only the
-// pseudo-header sum in its checksum field (CHECKSUM_PARTIAL): Linux's forwarding keeps that state
-// in the skb up to the receiver, which trusts it; an XDP redirect on the DUT turns the skb into a
-// bare frame and loses it, and the receiver then drops the segment (TcpInCsumErrors). A physical
-// NIC would have put the full checksum on the wire, so this is what the paper's hosts send. The
-// throughput and CPU tests are not affected: the generator's frames come from XDP, not a stack.
-func txCsumOff(tb *testbed.Testbed) (restore func(), err error) {
+// Off, the hosts' stacks put complete checksums in every segment, as hosts behind physical NICs
+// do, and linuxfp uses native XDP on the DUT's veths. On (veth's default, as in containers), a
+// segment leaves the sender with only the pseudo-header sum in its checksum field
+// (CHECKSUM_PARTIAL): Linux's forwarding keeps that state in the skb up to the receiver, which
+// trusts it; a native XDP redirect would turn the skb into a bare frame and lose it, so linuxfp
+// then attaches generic XDP, which redirects the skb itself (see internal/graph).
+func setTxCsum(tb *testbed.Testbed, v string) (restore func(), err error) {
 	set := func(v string) error {
 		if _, err := tb.Gen.Run("ethtool", "-K", "eth0", "tx", v); err != nil {
 			return err
@@ -302,8 +302,12 @@ func txCsumOff(tb *testbed.Testbed) (restore func(), err error) {
 		_, err := tb.Sink.Run("ethtool", "-K", "eth0", "tx", v)
 		return err
 	}
-	if err := set("off"); err != nil {
-		return nil, fmt.Errorf("turn tx checksum offload off on gen and sink: %w", err)
+	if err := set(v); err != nil {
+		return nil, fmt.Errorf("set tx checksum offload %s on gen and sink: %w", v, err)
 	}
-	return func() { set("on") }, nil
+	old := "off"
+	if v == "off" {
+		old = "on"
+	}
+	return func() { set(old) }, nil
 }

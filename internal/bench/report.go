@@ -189,9 +189,9 @@ func (r *RouterResult) WriteTable(w io.Writer) {
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(w, "Latency: TCP request/response (1 byte each way), %d parallel sessions gen -> sink", r.Latency[0].Sessions)
 		if r.Config.TxCsumOffload {
-			fmt.Fprintln(w, ", tx checksum offload on at gen and sink")
+			fmt.Fprintln(w, ", tx checksum offload on at gen and sink (linuxfp: generic XDP)")
 		} else {
-			fmt.Fprintln(w, ", tx checksum offload off at gen and sink (see docs/benchmarks.md)")
+			fmt.Fprintln(w, ", tx checksum offload off at gen and sink (linuxfp: native XDP)")
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "mode\ttrans/s\tavg us\tp99 us\tstddev us\t")

@@ -33,7 +33,7 @@ type RouterConfig struct {
 
 	Latency    bool // TCP request/response latency, Linux vs linuxfp
 	Sessions   int  // parallel request/response sessions
-	KeepTxCsum bool // leave tx checksum offload on at gen and sink (see txCsumOff)
+	KeepTxCsum bool // turn tx checksum offload on at gen and sink for the latency test (see setTxCsum)
 
 	CPU         bool          // CPU cost per packet at a fixed offered load
 	CPURate     float64       // offered load in frames/s; 0: half of Linux's 64-byte rate on one core
@@ -160,7 +160,8 @@ func RunRouter(ctx context.Context, cfg RouterConfig) (*RouterResult, error) {
 func withTestbed(cores int, fn func(*testbed.Testbed) error) (err error) {
 	// One veth queue per generator core: veth picks the peer's queue by sending CPU, so each
 	// core drives its own NAPI instance.
-	tb, err := testbed.New("lfp-bench", testbed.Options{Queues: cores})
+	// The hosts' stacks compute their checksums (as behind a physical NIC): see setTxCsum.
+	tb, err := testbed.New("lfp-bench", testbed.Options{Queues: cores, TxChecksumOff: true})
 	if err != nil {
 		return fmt.Errorf("build testbed: %w", err)
 	}

@@ -93,7 +93,7 @@ Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1`,
 	f.BoolVar(&noThroughput, "no-throughput", false, "skip the throughput test")
 	f.BoolVar(&noLatency, "no-latency", false, "skip the request/response latency test")
 	f.BoolVar(&cfg.KeepTxCsum, "latency-tx-csum-offload", false,
-		"keep tx checksum offload on at gen and sink in the latency test (breaks linuxfp's TCP, see docs/benchmarks.md)")
+		"turn tx checksum offload on at gen and sink for the latency test, as in containers (linuxfp then uses generic XDP on the DUT's veths)")
 	f.BoolVar(&noCPU, "no-cpu", false, "skip the CPU cost test")
 	f.DurationVar(&cfg.CPUDuration, "cpu-duration", 0, "measured time per CPU round (default 2x --duration)")
 	f.BoolVar(&cfg.ProgStats, "prog-stats", false,

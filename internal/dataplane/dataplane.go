@@ -43,12 +43,14 @@ type Spec struct {
 	Hook    Hook
 	Router4 bool
 	Router6 bool
+	// SkbSender: the ingress may receive skbs from a local stack (a veth).
+	SkbSender bool
 }
 
 // Equal: the two specs make the same program.
 func (s Spec) Equal(o Spec) bool {
 	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
-		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6
+		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6 && s.SkbSender == o.SkbSender
 }
 
 // Modules lists the fast-path modules the program runs, in order.
@@ -155,6 +157,7 @@ func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
 		{linuxfpVarCfgRouter4, boolU32(s.Router4)},
 		{linuxfpVarCfgRouter6, boolU32(s.Router6)},
 		{linuxfpVarCfgSlot, uint32(slot)},
+		{linuxfpVarCfgSkbSender, boolU32(s.SkbSender)},
 	}
 	for _, v := range sets {
 		if err := cs.Variables[v.name].Set(v.val); err != nil {

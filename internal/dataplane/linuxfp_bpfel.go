@@ -82,6 +82,7 @@ const (
 	linuxfpVarCfgMac       = "cfg_mac"
 	linuxfpVarCfgRouter4   = "cfg_router4"
 	linuxfpVarCfgRouter6   = "cfg_router6"
+	linuxfpVarCfgSkbSender = "cfg_skb_sender"
 	linuxfpVarCfgSlot      = "cfg_slot"
 )
 
@@ -148,10 +149,11 @@ type linuxfpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpVariableSpecs struct {
-	CfgMac     *ebpf.VariableSpec `ebpf:"cfg_mac"`
-	CfgRouter4 *ebpf.VariableSpec `ebpf:"cfg_router4"`
-	CfgRouter6 *ebpf.VariableSpec `ebpf:"cfg_router6"`
-	CfgSlot    *ebpf.VariableSpec `ebpf:"cfg_slot"`
+	CfgMac       *ebpf.VariableSpec `ebpf:"cfg_mac"`
+	CfgRouter4   *ebpf.VariableSpec `ebpf:"cfg_router4"`
+	CfgRouter6   *ebpf.VariableSpec `ebpf:"cfg_router6"`
+	CfgSkbSender *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
+	CfgSlot      *ebpf.VariableSpec `ebpf:"cfg_slot"`
 }
 
 // linuxfpObjects contains all objects after they have been loaded into the kernel.
@@ -201,10 +203,11 @@ func (m *linuxfpMaps) Close() error {
 //
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpVariables struct {
-	CfgMac     *ebpf.Variable `ebpf:"cfg_mac"`
-	CfgRouter4 *ebpf.Variable `ebpf:"cfg_router4"`
-	CfgRouter6 *ebpf.Variable `ebpf:"cfg_router6"`
-	CfgSlot    *ebpf.Variable `ebpf:"cfg_slot"`
+	CfgMac       *ebpf.Variable `ebpf:"cfg_mac"`
+	CfgRouter4   *ebpf.Variable `ebpf:"cfg_router4"`
+	CfgRouter6   *ebpf.Variable `ebpf:"cfg_router6"`
+	CfgSkbSender *ebpf.Variable `ebpf:"cfg_skb_sender"`
+	CfgSlot      *ebpf.Variable `ebpf:"cfg_slot"`
 }
 
 // linuxfpPrograms contains all programs after they have been loaded into the kernel.

@@ -32,6 +32,7 @@ const (
 	PassHairpin
 	PassEgressNotReady
 	PassNeighbourStale
+	PassSCTPOffload
 	numReasons
 )
 
@@ -64,6 +65,7 @@ var reasonNames = [numReasons]string{
 	"hairpin",
 	"egress_not_ready",
 	"neighbour_stale",
+	"sctp_checksum_offload",
 }
 
 // NumReasons is LFP_REASON_MAX.

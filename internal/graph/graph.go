@@ -142,6 +142,11 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	}
 
 	var notes []string
+	skbSender := lk.Kind == "veth"
+	// A veth's frames are skbs from the peer's stack. If that stack may leave TCP/UDP checksums
+	// to offload (CHECKSUM_PARTIAL, veth's default), a native XDP redirect would lose that state
+	// and the receiver would drop the packet; generic XDP redirects the skb and keeps it.
+	partial := skbSender && lk.PeerOffload != observe.OffloadOff
 	if !lk.Up {
 		// A down device receives nothing; installing now makes `ip link set up` instant.
 		notes = append(notes, "down: the program waits for it to come up")
@@ -156,13 +161,22 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 		if !native {
 			return nil, []string{"driver has no native XDP (use --hook auto or xdp-generic)"}
 		}
+		if partial {
+			return nil, []string{"native XDP would lose the checksum-offload state of skbs from the veth peer (" +
+				peerOffloadNote(lk) + "); use --hook auto or xdp-generic"}
+		}
 		notes = append(notes, "hook xdp: chosen by --hook")
 	default:
-		if native {
-			notes = append(notes, "hook xdp: the driver supports native XDP")
-		} else {
+		switch {
+		case !native:
 			hook = dataplane.HookXDPGeneric
 			notes = append(notes, "hook xdp-generic: the driver has no native XDP")
+		case partial:
+			hook = dataplane.HookXDPGeneric
+			notes = append(notes, "hook xdp-generic: the veth peer may send skbs with checksums left to offload ("+
+				peerOffloadNote(lk)+"), which only generic XDP keeps")
+		default:
+			notes = append(notes, "hook xdp: the driver supports native XDP")
 		}
 	}
 
@@ -179,7 +193,16 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	}
 	return &dataplane.Spec{
 		Ifindex: lk.Index, Name: lk.Name, MAC: lk.MAC, Hook: hook, Router4: r4, Router6: r6,
+		// Generic XDP keeps the skb, and its SCTP CRC offload state with it.
+		SkbSender: skbSender && hook == dataplane.HookXDP,
 	}, notes
+}
+
+func peerOffloadNote(lk *observe.Link) string {
+	if lk.PeerOffload == observe.OffloadUnknown {
+		return "peer not inspected: " + lk.PeerOffloadErr
+	}
+	return "peer tx checksum offload on"
 }
 
 func router4(s *observe.Snapshot, lk *observe.Link) (bool, []string) {

@@ -8,8 +8,9 @@ import (
 
 // Observer keeps a Snapshot of the current namespace and re-reads the parts events mark dirty.
 type Observer struct {
-	h    *netlink.Handle
-	snap Snapshot
+	h     *netlink.Handle
+	peers peerFinder
+	snap  Snapshot
 }
 
 // NewObserver opens a netlink handle in the current namespace.
@@ -37,6 +38,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 			return nil, err
 		}
 		s.Links = links
+		o.peers.readPeerOffload(links)
 		// Per-link facts read by other calls must be re-read for the new Link values.
 		d |= DirtyTC | DirtyXDP | DirtySysctl
 	}

@@ -38,6 +38,9 @@ type Link struct {
 	// here (-1: this namespace).
 	Peer        int
 	PeerNetnsID int
+	// PeerOffload: may the veth peer's stack send skbs with checksums left to offload?
+	PeerOffload    Offload
+	PeerOffloadErr string
 	// XDPProgID is the XDP program attached now (0: none).
 	XDPProgID uint32
 	// XDPFeatures is the device's NETDEV_XDP_ACT_* mask (generic netlink "netdev" family).

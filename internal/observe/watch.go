@@ -96,6 +96,24 @@ func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
 	_ = rt.SetReadBuffer(16 << 20)
 	go w.receive(ctx, "rtnetlink", rt, rtnlDirty)
 
+	// Links in every namespace that has an id here (veth peers' namespaces): a peer's checksum
+	// offload changes there, with no event here. NETLINK_LISTEN_ALL_NSID holds no reference to
+	// those namespaces.
+	peers, err := mnl.Dial(unix.NETLINK_ROUTE, &mnl.Config{Groups: groupMask(unix.RTNLGRP_LINK)})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to rtnetlink: %w", err)
+	}
+	w.closers = append(w.closers, func() { peers.Close() })
+	if err := peers.SetOption(mnl.ListenAllNSID, true); err != nil {
+		return nil, fmt.Errorf("listen to all namespaces' link events: %w", err)
+	}
+	go w.receive(ctx, "rtnetlink (peer namespaces)", peers, func(m mnl.Message) Dirty {
+		if m.Header.Type == unix.RTM_NEWLINK || m.Header.Type == unix.RTM_DELLINK {
+			return DirtyLinks
+		}
+		return 0
+	})
+
 	// nf_tables: every ruleset change (iptables-nft, nft, firewalld ...).
 	nf, err := mnl.Dial(unix.NETLINK_NETFILTER, &mnl.Config{Groups: groupMask(unix.NFNLGRP_NFTABLES)})
 	if err != nil {

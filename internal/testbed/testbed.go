@@ -36,6 +36,10 @@ type Options struct {
 	// NoGRO leaves GRO off on every veth. By default it is on: a veth must have NAPI (GRO or an
 	// XDP program) to receive XDP-redirected frames (see KERNEL-NOTES).
 	NoGRO bool
+	// TxChecksumOff turns transmit checksum offload off on gen's and sink's eth0, so their
+	// stacks put complete checksums in every packet, as hosts behind physical NICs do. By default
+	// it stays on (veth's default, as in containers): the DUT then receives CHECKSUM_PARTIAL skbs.
+	TxChecksumOff bool
 }
 
 // Testbed is the three namespaces and what is known of them.
@@ -122,6 +126,13 @@ ip route add default via 198.18.0.1
 ip -6 route add default via 2001:2::1
 ethtool -K eth0 gro ` + gro); err != nil {
 		return nil, err
+	}
+	if o.TxChecksumOff {
+		for _, ns := range []*nsutil.NS{tb.Gen, tb.Sink} {
+			if _, err := ns.Run("ethtool", "-K", "eth0", "tx", "off"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	var routes strings.Builder
 	for i := 0; i < o.Prefixes; i++ {

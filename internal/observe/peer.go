@@ -1,0 +1,162 @@
+package observe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+)
+
+// Checksum-offload state of a veth's peer: whether the stack behind the peer may hand the veth
+// skbs whose TCP/UDP/SCTP checksum is left for "hardware" to finish (CHECKSUM_PARTIAL). Linux's
+// forwarding keeps that state with the skb and the final receiver trusts it; a native XDP
+// redirect turns the skb into a bare frame and loses it, so the receiver would see a wrong
+// checksum. Generic XDP redirects the skb itself and keeps the state.
+type Offload int8
+
+const (
+	OffloadUnknown Offload = iota // the peer could not be inspected: assume it may
+	OffloadOn
+	OffloadOff
+)
+
+func (o Offload) String() string {
+	return [...]string{"unknown", "on", "off"}[o]
+}
+
+// peerFinder finds the namespace a veth peer lives in from the id this namespace gave it
+// (IFLA_LINK_NETNSID). No namespace is held open between calls: a reference would keep a
+// deleted namespace, and the veth in it, alive.
+type peerFinder struct {
+	paths map[int]string // nsid -> a path that opened it last time
+}
+
+func (f *peerFinder) path(nsid int) (string, error) {
+	if p, ok := f.paths[nsid]; ok {
+		if id, err := nsidOfPath(p); err == nil && id == nsid {
+			return p, nil
+		}
+		delete(f.paths, nsid)
+	}
+	if f.paths == nil {
+		f.paths = map[int]string{}
+	}
+	// Named namespaces first (ip netns), then every process's.
+	cands, _ := filepath.Glob("/run/netns/*")
+	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	cands = append(cands, procs...)
+	seen := map[uint64]bool{}
+	for _, p := range cands {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil || seen[st.Ino] {
+			continue
+		}
+		seen[st.Ino] = true
+		id, err := nsidOfPath(p)
+		if err != nil || id < 0 {
+			continue
+		}
+		f.paths[id] = p
+		if id == nsid {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no namespace with id %d found under /run/netns or /proc", nsid)
+}
+
+func nsidOfPath(p string) (int, error) {
+	fd, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer fd.Close()
+	return netlink.GetNetNsIdByFd(int(fd.Fd()))
+}
+
+// peerOffload tells the checksum-offload state of the peer of a veth.
+func (f *peerFinder) peerOffload(lk *Link) (Offload, error) {
+	query := func() (Offload, error) {
+		l, err := netlink.LinkByIndex(lk.Peer)
+		if err != nil {
+			return OffloadUnknown, fmt.Errorf("peer ifindex %d: %w", lk.Peer, err)
+		}
+		on, err := txChecksumOffload(l.Attrs().Name)
+		if err != nil {
+			return OffloadUnknown, err
+		}
+		if on {
+			return OffloadOn, nil
+		}
+		return OffloadOff, nil
+	}
+	if lk.PeerNetnsID < 0 {
+		return query()
+	}
+	p, err := f.path(lk.PeerNetnsID)
+	if err != nil {
+		return OffloadUnknown, err
+	}
+	h, err := netns.GetFromPath(p)
+	if err != nil {
+		return OffloadUnknown, err
+	}
+	defer h.Close()
+	o := OffloadUnknown
+	err = nsutil.Do(h, func() error {
+		var err error
+		o, err = query()
+		return err
+	})
+	return o, err
+}
+
+// txChecksumOffload reads ETHTOOL_GTXCSUM: whether any of the device's IPv4/IPv6/generic
+// transmit checksum offloads is on. (A hand-written ioctl: golang.org/x/sys has no public
+// SIOCETHTOOL with data, and the ethtool netlink libraries do not read features.)
+func txChecksumOffload(name string) (bool, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	v := struct{ cmd, data uint32 }{cmd: unix.ETHTOOL_GTXCSUM}
+	var ifr struct {
+		name [unix.IFNAMSIZ]byte
+		data unsafe.Pointer
+		_    [16]byte // struct ifreq is 40 bytes
+	}
+	copy(ifr.name[:], name)
+	ifr.data = unsafe.Pointer(&v)
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
+	runtime.KeepAlive(&v)
+	if errno != 0 {
+		if errors.Is(errno, syscall.EOPNOTSUPP) {
+			return false, nil
+		}
+		return false, fmt.Errorf("ethtool %s: %w", name, errno)
+	}
+	return v.data != 0, nil
+}
+
+// readPeerOffload fills Link.PeerOffload for every veth.
+func (f *peerFinder) readPeerOffload(links map[int]*Link) {
+	for _, lk := range links {
+		if lk.Kind != "veth" {
+			continue
+		}
+		o, err := f.peerOffload(lk)
+		lk.PeerOffload = o
+		if err != nil {
+			lk.PeerOffloadErr = err.Error()
+		}
+	}
+}
