@@ -172,12 +172,7 @@ func startLinuxfpWaitingFor(t *testing.T, tb *testbed.Testbed, iface string) *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		l.Stop()
-		if t.Failed() {
-			t.Logf("linuxfp log:\n%s", l.Log.String())
-		}
-	})
+	stopAtCleanup(t, l)
 	return l
 }
 

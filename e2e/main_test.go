@@ -64,11 +64,16 @@ func startLinuxfp(t *testing.T, tb *testbed.Testbed, args ...string) *testbed.Li
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopAtCleanup(t, l)
+	return l
+}
+
+// stopAtCleanup stops linuxfp at the end of the test and shows its log if the test failed.
+func stopAtCleanup(t *testing.T, l *testbed.Linuxfp) {
 	t.Cleanup(func() {
 		l.Stop()
 		if t.Failed() {
 			t.Logf("linuxfp log:\n%s", l.Log.String())
 		}
 	})
-	return l
 }

@@ -182,6 +182,27 @@ static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
 	return LFP_FORWARDED;
 }
 
+/* The routing decision and what follows it, for both families: the kernel's FIB, the checks on
+ * its result, then the Ethernet padding beyond the IP length trimmed as ip_rcv_core() and
+ * ip6_rcv_core() do (only now, when the packet is surely ours: a packet handed to Linux stays
+ * untouched). Every packet pointer is invalid afterwards. */
+static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct lfp_config *cfg,
+						    struct bpf_fib_lookup *fib, __u32 tot, __u32 l3len, int v4)
+{
+	enum lfp_reason r;
+	int rc;
+
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return fib_reason(rc);
+	r = router_check_egress(ctx, cfg, fib, tot, v4);
+	if (r != LFP_FORWARDED)
+		return r;
+	if (tot < l3len && ctx_trim(ctx, l3len - tot))
+		return LFP_PASS_MALFORMED;
+	return LFP_FORWARDED;
+}
+
 /* Rewrite the Ethernet header as neigh_resolve_output() would; the redirect is already set up. */
 static __always_inline int router_xmit(lfp_ctx *ctx, struct ethhdr *eth, const struct bpf_fib_lookup *fib)
 {
@@ -241,7 +262,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	struct lfp_config *cfg;
 	__u32 l3len, tot;
 	enum lfp_reason r;
-	int off, rc;
+	int off;
 
 	if (!cfg_router4)
 		return lfp_pass(ctx, LFP_PASS_FAMILY_OFF);
@@ -310,25 +331,15 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	if (ipv4_local_src(cfg, fib.ipv4_src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return lfp_pass(ctx, fib_reason(rc));
-	r = router_check_egress(ctx, cfg, &fib, tot, 1);
+	r = router_route(ctx, cfg, &fib, tot, l3len, 1);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
-
-	/* ip_rcv_core() trims Ethernet padding beyond tot_len; so do we (only now, when the packet is
-	 * surely ours: a packet handed to Linux stays untouched). */
-	if (tot < l3len) {
-		if (ctx_trim(ctx, l3len - tot))
-			return lfp_pass(ctx, LFP_PASS_MALFORMED);
-		data = ctx_data(ctx);
-		data_end = ctx_data_end(ctx);
-		eth = data;
-		iph = data + sizeof(*eth);
-		if ((void *)(iph + 1) > data_end)
-			return CTX_DROP; /* cannot happen: the trim kept tot >= 20 bytes */
-	}
+	data = ctx_data(ctx);
+	data_end = ctx_data_end(ctx);
+	eth = data;
+	iph = data + sizeof(*eth);
+	if ((void *)(iph + 1) > data_end)
+		return CTX_DROP; /* cannot happen: a trim keeps tot >= 20 bytes */
 	ipv4_decrease_ttl(iph);
 	return router_xmit(ctx, eth, &fib);
 }
@@ -377,7 +388,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	struct lfp_config *cfg;
 	__u32 l3len, tot;
 	enum lfp_reason r;
-	int off, rc;
+	int off;
 
 	if (!cfg_router6)
 		return lfp_pass(ctx, LFP_PASS_FAMILY_OFF);
@@ -438,24 +449,15 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	if (ipv6_local_src(cfg, &src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return lfp_pass(ctx, fib_reason(rc));
-	r = router_check_egress(ctx, cfg, &fib, tot, 0);
+	r = router_route(ctx, cfg, &fib, tot, l3len, 0);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
-
-	/* ip6_rcv_core() trims to the payload length. */
-	if (tot < l3len) {
-		if (ctx_trim(ctx, l3len - tot))
-			return lfp_pass(ctx, LFP_PASS_MALFORMED);
-		data = ctx_data(ctx);
-		data_end = ctx_data_end(ctx);
-		eth = data;
-		ip6 = data + sizeof(*eth);
-		if ((void *)(ip6 + 1) > data_end)
-			return CTX_DROP; /* cannot happen: the trim kept the 40-byte header */
-	}
+	data = ctx_data(ctx);
+	data_end = ctx_data_end(ctx);
+	eth = data;
+	ip6 = data + sizeof(*eth);
+	if ((void *)(ip6 + 1) > data_end)
+		return CTX_DROP; /* cannot happen: a trim keeps the 40-byte header */
 	ip6->hop_limit--;
 	return router_xmit(ctx, eth, &fib);
 }
