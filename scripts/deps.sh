@@ -5,7 +5,9 @@ set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v iptables >/dev/null || need+=(iptables)
+command -v nft >/dev/null || need+=(nftables)
 command -v ipset >/dev/null || need+=(ipset)
+command -v sysctl >/dev/null || need+=(procps)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v ping >/dev/null || need+=(iputils-ping)
 if [ "${1:-}" = generate ]; then
