@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
@@ -369,33 +368,5 @@ func TestReasonsMatchHeader(t *testing.T) {
 	}
 	if names[len(names)-1] != "LFP_REASON_MAX" || len(names)-1 != NumReasons {
 		t.Fatalf("header has %d reasons (%s), reasons.go %d", len(names)-1, strings.Join(names, " "), NumReasons)
-	}
-}
-
-// BenchmarkRouter measures the program's cost per packet with BPF_PROG_TEST_RUN (no device, no
-// redirect): go test -run XXX -bench Router ./internal/dataplane
-func BenchmarkRouter(b *testing.B) {
-	env := newTestEnv(b)
-	for _, c := range []struct {
-		name   string
-		r4, r6 bool
-		pkt    []byte
-	}{
-		{"ipv4", true, false, v4("198.18.0.2", "198.19.0.9").Bytes()},
-		{"ipv6", false, true, v6("2001:2::2", "2001:2:1::9").Bytes()},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			prog := env.prog(b, c.r4, c.r6)
-			var d time.Duration
-			err := env.ns.Do(func() error {
-				var err error
-				_, d, err = prog.Benchmark(c.pkt, b.N, nil)
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(d.Nanoseconds()), "ns/pkt")
-		})
 	}
 }
