@@ -48,6 +48,8 @@ type Controller struct {
 	events  uint64
 	seq     uint64
 	changes []status.Change
+
+	readFailures int
 }
 
 const keepChanges = 4096
@@ -101,12 +103,18 @@ func Run(ctx context.Context, cfg Config) error {
 
 	log.Info("linuxfp running", "pid", os.Getpid(), "hook", cfg.Options.Hook,
 		"sysctl_watch", c.w.SysctlMethod)
-	c.react(observe.DirtyAll, time.Now(), time.Now(), 1)
+	if err := c.react(observe.DirtyAll, time.Now(), time.Now(), 1); err != nil {
+		return err
+	}
 	for {
 		var ev observe.Event
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-c.w.Failed:
+			// Without events the fast path would follow a configuration nobody watches: stop, and
+			// the deferred Close hands every packet back to Linux.
+			return fmt.Errorf("%w; stopping so that Linux handles every packet", err)
 		case ev = <-c.w.C:
 		}
 		first, last, n, dirty := ev.At, ev.At, 1, ev.Dirty
@@ -132,19 +140,44 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 		deadline.Stop()
-		c.react(dirty, first, last, n)
+		if err := c.react(dirty, first, last, n); err != nil {
+			return fmt.Errorf("%w (3 times in a row); stopping so that Linux handles every packet", err)
+		}
 	}
 }
 
 // react re-reads what changed and brings the data plane to the new plan.
-func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) {
+// react re-reads what changed and brings the data plane to the new plan. It returns an error
+// when Linux's state could not be read several times in a row: the data plane would then follow
+// a configuration linuxfp no longer sees.
+func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) error {
 	ch := status.Change{FirstEvent: first, LastEvent: last, Events: n, Dirty: dirty.String()}
 	programs, err := c.apply(dirty)
 	ch.Applied = time.Now()
 	ch.Programs = programs
+	var readErr *readError
+	switch {
+	case errors.As(err, &readErr):
+		c.readFailures++
+		if c.readFailures >= 3 {
+			return err
+		}
+		c.log.Warn("reading Linux's state failed; retrying", "err", err)
+		// Everything again, shortly: the failed read left the snapshot incomplete.
+		time.AfterFunc(50*time.Millisecond, func() {
+			select {
+			case c.w.C <- observe.Event{Dirty: observe.DirtyAll, At: time.Now()}:
+			default:
+			}
+		})
+	case err != nil:
+		c.readFailures = 0
+		c.log.Error("apply", "err", err)
+	default:
+		c.readFailures = 0
+	}
 	if err != nil {
 		ch.Err = err.Error()
-		c.log.Error("apply", "err", err)
 	}
 	c.mu.Lock()
 	c.events += uint64(n)
@@ -157,7 +190,14 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) {
 	c.mu.Unlock()
 	c.log.Debug("applied", "dirty", ch.Dirty, "events", n, "programs", programs,
 		"latency", ch.Applied.Sub(first))
+	return nil
 }
+
+// readError: Linux's state could not be read.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "read state: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 func (c *Controller) ownedProgram(ifindex int, id uint32) bool {
 	return slices.Contains(c.owned[ifindex], id)
@@ -167,7 +207,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	t0 := time.Now()
 	snap, err := c.obs.Refresh(dirty)
 	if err != nil {
-		return 0, fmt.Errorf("read state: %w", err)
+		return 0, &readError{err}
 	}
 	tRead := time.Since(t0)
 	defer func() {

@@ -57,7 +57,10 @@ type Event struct {
 // Watcher delivers Events from every source. Sources are opened by NewWatcher, before the first
 // read of the state, so no change between the read and the first event is missed.
 type Watcher struct {
-	C       chan Event
+	C chan Event
+	// Failed receives an error when an event source stops for good: from then on linuxfp would
+	// not see changes, so the controller must stop (and its fast path with it).
+	Failed  chan error
 	log     *slog.Logger
 	closers []func()
 	// SysctlMethod says how sysctls are watched (shown by `linuxfp status`).
@@ -70,7 +73,7 @@ const legacyPollInterval = 250 * time.Millisecond
 
 // NewWatcher subscribes to every event source in the current network namespace.
 func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
-	w := &Watcher{C: make(chan Event, 1024), log: log, LegacyPoll: legacyPollInterval}
+	w := &Watcher{C: make(chan Event, 1024), Failed: make(chan error, 8), log: log, LegacyPoll: legacyPollInterval}
 	ok := false
 	defer func() {
 		if !ok {
@@ -181,6 +184,13 @@ func (w *Watcher) send(ctx context.Context, d Dirty) {
 	}
 }
 
+func (w *Watcher) fail(err error) {
+	select {
+	case w.Failed <- err:
+	default:
+	}
+}
+
 func rtnlDirty(m mnl.Message) Dirty {
 	switch m.Header.Type {
 	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
@@ -215,8 +225,7 @@ func (w *Watcher) receive(ctx context.Context, name string, c *mnl.Conn, classif
 				w.send(ctx, DirtyAll)
 				continue
 			}
-			w.log.Error("event source failed; re-reading all state", "source", name, "err", err)
-			w.send(ctx, DirtyAll)
+			w.fail(fmt.Errorf("event source %s: %w", name, err))
 			return
 		}
 		var d Dirty
@@ -240,7 +249,7 @@ func (w *Watcher) receiveGenl(ctx context.Context, c *genetlink.Conn) {
 				w.send(ctx, DirtyAll)
 				continue
 			}
-			w.log.Error("netdev event source failed", "err", err)
+			w.fail(fmt.Errorf("event source netdev: %w", err))
 			return
 		}
 		w.send(ctx, DirtyXDP)
@@ -278,7 +287,10 @@ func (w *Watcher) watchSysctls(ctx context.Context) {
 		go func() {
 			for {
 				if _, err := rd.Read(); err != nil {
-					return // closed
+					if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
+						w.fail(fmt.Errorf("sysctl events: %w", err))
+					}
+					return
 				}
 				w.send(ctx, DirtySysctl)
 				time.AfterFunc(20*time.Millisecond, func() { w.send(ctx, DirtySysctl) })
