@@ -77,13 +77,3 @@ func (r Reason) String() string {
 	}
 	return "unknown"
 }
-
-// ReasonByName is the inverse of Reason.String.
-func ReasonByName(name string) (Reason, bool) {
-	for i, n := range reasonNames {
-		if n == name {
-			return Reason(i), true
-		}
-	}
-	return 0, false
-}

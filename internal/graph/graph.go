@@ -215,15 +215,7 @@ func router4(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
 	if rp := s.Sysctl.RPFilter[lk.Name]; rp != 0 {
 		why = append(why, fmt.Sprintf("rp_filter=%d on %s (reverse-path filtering is not emulated)", rp, lk.Name))
 	}
-	if s.XfrmPolicies {
-		why = append(why, "IPsec (xfrm) policies exist: forwarding checks them")
-	}
-	if s.Routes.Multipath4 && s.Sysctl.MPHashPolicy4 != 0 {
-		why = append(why, fmt.Sprintf("multipath routes with fib_multipath_hash_policy=%d (only the L3 policy 0 hashes as bpf_fib_lookup does)", s.Sysctl.MPHashPolicy4))
-	}
-	for _, w := range s.Netfilter.V4 {
-		why = append(why, "netfilter sees forwarded packets: "+w)
-	}
+	why = append(why, familyChecks(s, s.Routes.Multipath4, s.Sysctl.MPHashPolicy4, s.Netfilter.V4)...)
 	return len(why) == 0, why
 }
 
@@ -235,16 +227,23 @@ func router6(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
 	if s.Sysctl.IPv6ProxyNDP {
 		why = append(why, "net.ipv6.conf.all.proxy_ndp=1 (ip6_forward answers for proxied neighbours)")
 	}
+	why = append(why, familyChecks(s, s.Routes.Multipath6, s.Sysctl.MPHashPolicy6, s.Netfilter.V6)...)
+	return len(why) == 0, why
+}
+
+// familyChecks are the reasons both families share: IPsec, the multipath hash, netfilter.
+func familyChecks(s *observe.Snapshot, multipath bool, hashPolicy int, netfilter []string) []string {
+	var why []string
 	if s.XfrmPolicies {
 		why = append(why, "IPsec (xfrm) policies exist: forwarding checks them")
 	}
-	if s.Routes.Multipath6 && s.Sysctl.MPHashPolicy6 != 0 {
-		why = append(why, fmt.Sprintf("multipath routes with fib_multipath_hash_policy=%d (only the L3 policy 0 hashes as bpf_fib_lookup does)", s.Sysctl.MPHashPolicy6))
+	if multipath && hashPolicy != 0 {
+		why = append(why, fmt.Sprintf("multipath routes with fib_multipath_hash_policy=%d (only the L3 policy 0 hashes as bpf_fib_lookup does)", hashPolicy))
 	}
-	for _, w := range s.Netfilter.V6 {
+	for _, w := range netfilter {
 		why = append(why, "netfilter sees forwarded packets: "+w)
 	}
-	return len(why) == 0, why
+	return why
 }
 
 // passiveQdiscs do not shape, delay or reorder: bypassing them (an XDP redirect skips the egress

@@ -48,7 +48,6 @@ func readLinks(h *netlink.Handle) (map[int]*Link, error) {
 			MAC:         append(net.HardwareAddr(nil), a.HardwareAddr...),
 			Up:          a.Flags&net.FlagUp != 0,
 			OperUp:      a.RawFlags&unix.IFF_LOWER_UP != 0,
-			NoARP:       a.RawFlags&unix.IFF_NOARP != 0,
 			Master:      a.MasterIndex,
 			PeerNetnsID: a.NetNsID,
 		}
@@ -213,7 +212,6 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 		if err != nil {
 			return r, fmt.Errorf("list routes: %w", err)
 		}
-		r.Count += len(rs)
 		for _, rt := range rs {
 			switch rt.Type {
 			case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST, unix.RTN_MULTICAST:
@@ -248,25 +246,6 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 					r.Multipath6 = true
 				}
 			}
-		}
-		rules, err := retryDump(func() ([]netlink.Rule, error) { return h.RuleList(fam) })
-		if err != nil {
-			return r, fmt.Errorf("list rules: %w", err)
-		}
-		custom := 0
-		for _, ru := range rules {
-			// The default rules: local (0), main (32766), default (32767, IPv4 only).
-			if (ru.Priority == 0 && ru.Table == unix.RT_TABLE_LOCAL) ||
-				(ru.Priority == 32766 && ru.Table == unix.RT_TABLE_MAIN) ||
-				(ru.Priority == 32767 && ru.Table == unix.RT_TABLE_DEFAULT) {
-				continue
-			}
-			custom++
-		}
-		if fam == netlink.FAMILY_V4 {
-			r.CustomRules4 = custom
-		} else {
-			r.CustomRules6 = custom
 		}
 	}
 	groups, err := nexthopGroups()

@@ -30,8 +30,7 @@ type Link struct {
 	MAC    net.HardwareAddr
 	Up     bool // administratively up
 	OperUp bool // carrier: can transmit
-	NoARP  bool
-	Master int // ifindex of the bridge/bond/vrf it is enslaved to, 0 if none
+	Master int  // ifindex of the bridge/bond/vrf it is enslaved to, 0 if none
 	// MasterKind is the Kind of Master.
 	MasterKind string
 	// Peer is the veth peer's ifindex and PeerNetnsID the id of its namespace as seen from
@@ -55,7 +54,6 @@ type Link struct {
 // XDP feature bits (include/uapi/linux/netdev.h).
 const (
 	XDPActBasic   = 1 << 0
-	XDPActRedir   = 1 << 1
 	XDPActNdoXmit = 1 << 2
 )
 
@@ -68,7 +66,6 @@ type Addr struct {
 // Routes is what the router module needs to know of the routing tables (it forwards with the
 // kernel's own FIB, so it does not need the routes themselves).
 type Routes struct {
-	Count int
 	// LocalHosts / LocalPrefixes: destinations of local, broadcast, anycast and multicast
 	// routes in any table. A packet from one of these is martian for Linux.
 	LocalHosts    []netip.Addr
@@ -77,8 +74,6 @@ type Routes struct {
 	MinMTU4, MinMTU6 int
 	// Multipath: ECMP routes or nexthop groups exist (per family).
 	Multipath4, Multipath6 bool
-	// CustomRules: policy rules beyond the default ones (per family).
-	CustomRules4, CustomRules6 int
 }
 
 // NeighKey identifies a neighbour entry.

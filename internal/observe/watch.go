@@ -84,8 +84,8 @@ func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
 	// rtnetlink: everything iproute2 changes.
 	rt, err := mnl.Dial(unix.NETLINK_ROUTE, &mnl.Config{Groups: groupMask(
 		unix.RTNLGRP_LINK, unix.RTNLGRP_NEIGH, unix.RTNLGRP_TC,
-		unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV4_RULE,
-		unix.RTNLGRP_IPV6_IFADDR, unix.RTNLGRP_IPV6_ROUTE, unix.RTNLGRP_IPV6_RULE,
+		unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV4_ROUTE,
+		unix.RTNLGRP_IPV6_IFADDR, unix.RTNLGRP_IPV6_ROUTE,
 		unix.RTNLGRP_IPV4_NETCONF, unix.RTNLGRP_IPV6_NETCONF)})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to rtnetlink: %w", err)
@@ -198,7 +198,7 @@ func rtnlDirty(m mnl.Message) Dirty {
 		return DirtyLinks | DirtySysctl | DirtyTC | DirtyXDP
 	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
 		return DirtyAddrs | DirtyRoutes
-	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE, unix.RTM_NEWRULE, unix.RTM_DELRULE,
+	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE,
 		unix.RTM_NEWNEXTHOP, unix.RTM_DELNEXTHOP:
 		return DirtyRoutes
 	case unix.RTM_NEWNEIGH, unix.RTM_DELNEIGH:
