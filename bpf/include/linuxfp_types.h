@@ -36,6 +36,15 @@ enum lfp_reason {
 	LFP_PASS_EGRESS_NOT_READY,/* egress device cannot take an XDP redirect */
 	LFP_PASS_NEIGH_STALE,     /* neighbour STALE: Linux must see a packet to re-probe */
 	LFP_PASS_SCTP_OFFLOAD,    /* SCTP from a veth peer that may leave its CRC to offload */
+	LFP_BRIDGED,              /* fast-pathed: switched to another port by the bridge module */
+	LFP_PASS_BR_PORT_STATE,   /* ingress port not in STP forwarding state */
+	LFP_PASS_BR_CONFIG,       /* a bridge or port option Linux handles (see linuxfp status) */
+	LFP_PASS_BR_FLOOD,        /* broadcast / multicast / link-local group: Linux floods or delivers */
+	LFP_PASS_BR_SRC_UNKNOWN,  /* source MAC not learned on the ingress port: Linux learns it */
+	LFP_PASS_BR_DST_UNKNOWN,  /* destination MAC not in the FDB: Linux floods */
+	LFP_PASS_BR_LOCAL,        /* to a local FDB entry other than the bridge's own MAC */
+	LFP_PASS_BR_EGRESS,       /* destination port: same as ingress, not forwarding, isolated, MTU */
+	LFP_PASS_BR_NETFILTER,    /* br_netfilter would pass the bridged packet through iptables rules */
 	LFP_REASON_MAX,
 };
 
@@ -76,6 +85,52 @@ struct lfp_config {
 	__u32 local_prefixes6;
 	/* Entries in lfp_stale (0: skip the lookup). */
 	__u32 stale_neighs;
+	/* Bridges in lfp_l2 (0: a routed packet's egress cannot be a bridge; skip the lookup). */
+	__u32 bridges;
+};
+
+/* Bridge module: the mirror of Linux's forwarding databases. Only VLAN 0 entries: on a bridge
+ * without vlan_filtering every lookup uses VLAN 0 (bridges with it are Linux's). */
+struct lfp_fdb_key {
+	__u32 bridge; /* ifindex of the bridge device */
+	__u8 mac[6];
+	__u16 pad;
+};
+
+#define LFP_FDB_LOCAL 1 /* local entry (NUD_PERMANENT): the bridge's own addresses */
+
+struct lfp_fdb_val {
+	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
+	__u32 flags;   /* LFP_FDB_* */
+	__u64 seen_ns; /* written by the data plane: last refresh request (see bridge_refresh) */
+};
+
+/* A bridge device or bridge port, by ifindex. */
+struct lfp_l2_dev {
+	__u32 bridge; /* the bridge's ifindex (its own, for a bridge) */
+	__u32 flags;  /* LFP_L2_* */
+	__u32 mtu;    /* largest L3 packet it transmits without dropping or fragmenting */
+};
+
+enum {
+	LFP_L2_BRIDGE     = 1 << 0, /* a bridge device: routed packets to it go through its FDB */
+	LFP_L2_FORWARDING = 1 << 1, /* port in STP forwarding state */
+	LFP_L2_IN_OK      = 1 << 2, /* port: no bridge/port option Linux handles for received frames */
+	LFP_L2_OUT_OK     = 1 << 3, /* bridge: nothing on its own transmit path (tc, qdisc, nft) */
+	LFP_L2_LEARNING   = 1 << 4, /* port learns source addresses: the fast path refreshes them */
+	LFP_L2_ISOLATED   = 1 << 5, /* port isolated: no forwarding to another isolated port */
+	LFP_L2_NF4        = 1 << 6, /* br_netfilter sees bridged IPv4 (call-iptables): validate, trim */
+	LFP_L2_NF6        = 1 << 7, /* br_netfilter sees bridged IPv6 (call-ip6tables) */
+	LFP_L2_IP4_OFF    = 1 << 8, /* bridged IPv4 goes to Linux (iptables rules could see it) */
+	LFP_L2_IP6_OFF    = 1 << 9, /* bridged IPv6 goes to Linux */
+};
+
+/* Ring buffer record: a learned address the fast path keeps using (see bridge_refresh). */
+struct lfp_fdb_refresh_ev {
+	__u32 bridge;
+	__u32 port;
+	__u8 mac[6];
+	__u16 pad;
 };
 
 #define LFP_MAX_SLOTS 256

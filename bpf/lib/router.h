@@ -6,6 +6,10 @@
 #include "ctx.h"
 #include "parse.h"
 #include "stats.h"
+#include "fdb.h"
+
+/* The MAC Linux routes frames for: the ingress device's, or on a bridge port the bridge's. */
+volatile const __u8 cfg_mac[ETH_ALEN] = {};
 
 /* Frozen per interface: which families this interface forwards in the fast path (the controller
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
@@ -15,6 +19,14 @@ volatile const __u32 cfg_router6 = 0;
  * there only if the peer has no TCP/UDP checksum offload (otherwise generic XDP, which keeps the
  * skb's CHECKSUM_PARTIAL state); SCTP's CRC offload is a separate feature, so SCTP goes to Linux. */
 volatile const __u32 cfg_skb_sender = 0;
+/* The device Linux routes the packet from: 0 for the ingress device itself; on a bridge port,
+ * the bridge (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
+volatile const __u32 cfg_l3_ifindex = 0;
+
+static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)
+{
+	return cfg_l3_ifindex ? cfg_l3_ifindex : ctx_ingress_ifindex(ctx);
+}
 
 /* Egress devices that can take an XDP redirect without dropping it (see the controller: for a
  * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
@@ -136,7 +148,9 @@ static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
 {
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
-	if (fib->ifindex == ctx_ingress_ifindex(ctx))
+	__u32 out = fib->ifindex;
+
+	if (fib->ifindex == router_in_ifindex(ctx))
 		return LFP_PASS_HAIRPIN;
 
 	/* ip_forward() and ip6_forward() honour an unlocked route MTU metric; bpf_fib_lookup() checks
@@ -174,10 +188,27 @@ static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
 		}
 	}
 
+	/* Router -> bridge: a route out of a bridge device ends in br_dev_xmit(), which sends the
+	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). */
+	if (cfg->bridges) {
+		struct lfp_l2_dev *br = l2_dev(fib->ifindex);
+
+		if (br && (br->flags & LFP_L2_BRIDGE)) {
+			enum lfp_reason r;
+
+			/* Something on the bridge device's own transmit path (tc, qdisc, nft). */
+			if (!(br->flags & LFP_L2_OUT_OK))
+				return LFP_PASS_BR_CONFIG;
+			r = bridge_out_port(fib->ifindex, fib->dmac, 0, 0, l3len, &out);
+			if (r != LFP_FORWARDED)
+				return r;
+		}
+	}
+
 	/* Last: only devices the controller proved can take the frame (an XDP redirect into a veth
 	 * whose peer has no NAPI is silently dropped, where Linux would have delivered it). On a miss
 	 * the helper returns XDP_PASS and the packet is still untouched. */
-	if (bpf_redirect_map(&lfp_tx_devs, fib->ifindex, XDP_PASS) != XDP_REDIRECT)
+	if (bpf_redirect_map(&lfp_tx_devs, out, XDP_PASS) != XDP_REDIRECT)
 		return LFP_PASS_EGRESS_NOT_READY;
 	return LFP_FORWARDED;
 }
@@ -299,7 +330,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	fib.tos = iph->tos;
 	fib.l4_protocol = iph->protocol;
 	fib.tot_len = tot;
-	fib.ifindex = ctx_ingress_ifindex(ctx);
+	fib.ifindex = router_in_ifindex(ctx);
 	fib.ipv4_src = iph->saddr;
 	fib.ipv4_dst = iph->daddr;
 
@@ -420,7 +451,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
 	fib.l4_protocol = ip6->nexthdr;
 	fib.tot_len = tot;
-	fib.ifindex = ctx_ingress_ifindex(ctx);
+	fib.ifindex = router_in_ifindex(ctx);
 	__builtin_memcpy(fib.ipv6_src, &src, sizeof(src));
 	__builtin_memcpy(fib.ipv6_dst, &dst, sizeof(dst));
 

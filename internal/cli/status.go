@@ -48,15 +48,22 @@ func printStatus(w io.Writer, st *status.Status) {
 			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),
 			st.LastApply.Applied.Sub(st.LastApply.FirstEvent).Round(10*time.Microsecond))
 	}
+	if st.FDBEntries > 0 {
+		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",
+			st.FDBEntries, st.FDBRefreshes)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INTERFACE\tHOOK\tPROGRAM\tGRAPH\tINSTALLED\tFORWARDED\tTO LINUX\tEGRESS")
+	fmt.Fprintln(tw, "INTERFACE\tMASTER\tHOOK\tPROGRAM\tGRAPH\tINSTALLED\tROUTED\tBRIDGED\tTO LINUX\tEGRESS")
 	for _, it := range st.Interfaces {
 		hook, prog, graph, inst := "-", "-", "-", "-"
 		if p := it.Program; p != nil {
 			hook = p.Hook
 			prog = fmt.Sprint(p.ID)
-			graph = strings.Join(p.Modules, ">") + "(" + strings.Join(p.Families, ",") + ")"
+			graph = strings.Join(p.Modules, ">")
+			if len(p.Families) > 0 {
+				graph += "(" + strings.Join(p.Families, ",") + ")"
+			}
 			inst = p.InstalledAt.Format("15:04:05.000")
 		}
 		var passed uint64
@@ -67,8 +74,12 @@ func printStatus(w io.Writer, st *status.Status) {
 		if !it.Egress {
 			egress = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", it.Name, hook, prog, graph, inst,
-			it.Forwarded.Packets, passed, egress)
+		master := it.Master
+		if master == "" {
+			master = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", it.Name, master, hook, prog, graph, inst,
+			it.Forwarded.Packets, it.Bridged.Packets, passed, egress)
 	}
 	tw.Flush()
 	for _, it := range st.Interfaces {

@@ -62,10 +62,15 @@ func (c *Controller) status() *status.Status {
 		return st
 	}
 	st.NetfilterBackend = c.backend
+	st.FDBEntries = len(c.plan.Data.FDB)
+	st.FDBRefreshes = c.fdbRefreshes
 	for idx, it := range c.plan.Interfaces {
 		lk := c.links[idx]
 		si := status.Interface{Ifindex: idx, Name: it.Name, Kind: lk.Kind, MAC: lk.MAC.String(), MTU: lk.MTU,
 			Up: lk.Up, Carrier: lk.OperUp, Notes: it.Notes, Egress: it.Egress, EgressNote: it.EgressNote}
+		if m, ok := c.links[lk.Master]; ok && lk.Master != 0 {
+			si.Master = m.Name
+		}
 		if lk.Kind == "veth" {
 			si.Peer, si.PeerNetnsID = lk.Peer, lk.PeerNetnsID
 		}
@@ -76,9 +81,10 @@ func (c *Controller) status() *status.Status {
 			}
 			if cs, err := c.dp.Counters(in.Slot); err == nil {
 				si.Forwarded = status.Counter(cs[dataplane.Forwarded])
+				si.Bridged = status.Counter(cs[dataplane.Bridged])
 				si.Passed = map[string]status.Counter{}
 				for r, cn := range cs {
-					if r != int(dataplane.Forwarded) && cn.Packets > 0 {
+					if !dataplane.Reason(r).FastPathed() && cn.Packets > 0 {
 						si.Passed[dataplane.Reason(r).String()] = status.Counter(cn)
 					}
 				}

@@ -50,6 +50,9 @@ type Controller struct {
 	changes []status.Change
 
 	readFailures int
+
+	fdb          map[fdbKey]int // learned FDB entries the data plane may refresh (see refreshFDB)
+	fdbRefreshes uint64
 }
 
 const keepChanges = 4096
@@ -96,6 +99,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("stopped; all programs detached")
 	}()
+
+	if err := c.dp.ReadFDBRefreshes(c.refreshFDB); err != nil {
+		return err
+	}
 
 	srv := &http.Server{Handler: c.handler()}
 	go srv.Serve(ln)
@@ -271,8 +278,10 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			"program", inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
 	}
 	c.logDecisions(plan)
+	fdb := fdbLearning(plan)
 	c.mu.Lock()
 	c.plan = plan
+	c.fdb = fdb
 	c.links = links
 	c.backend = snap.Netfilter.Backend
 	c.mu.Unlock()

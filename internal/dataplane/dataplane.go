@@ -45,17 +45,25 @@ type Spec struct {
 	Router6 bool
 	// SkbSender: the ingress may receive skbs from a local stack (a veth).
 	SkbSender bool
+	// Bridge: the interface is a port of bridge L3Ifindex and runs the bridge module; MAC is
+	// then the bridge's, and Router4/Router6 route frames sent to it (bridge -> router).
+	Bridge    bool
+	L3Ifindex int
 }
 
 // Equal: the two specs make the same program.
 func (s Spec) Equal(o Spec) bool {
 	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
-		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6 && s.SkbSender == o.SkbSender
+		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6 && s.SkbSender == o.SkbSender &&
+		s.Bridge == o.Bridge && s.L3Ifindex == o.L3Ifindex
 }
 
 // Modules lists the fast-path modules the program runs, in order.
 func (s Spec) Modules() []string {
 	var m []string
+	if s.Bridge {
+		m = append(m, "bridge")
+	}
 	if s.Router4 || s.Router6 {
 		m = append(m, "router")
 	}
@@ -86,12 +94,15 @@ type Dataplane struct {
 	slots  []bool
 	log    *slog.Logger
 
-	txDevs map[uint32]linuxfpBpfDevmapVal
-	stale  map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
-	local4 map[uint32]uint8
-	local6 map[linuxfpLfpIn6]uint8
-	pfx4   map[linuxfpLfpLpm4Key]uint8
-	pfx6   map[linuxfpLfpLpm6Key]uint8
+	txDevs  map[uint32]linuxfpBpfDevmapVal
+	stale   map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
+	local4  map[uint32]uint8
+	local6  map[linuxfpLfpIn6]uint8
+	pfx4    map[linuxfpLfpLpm4Key]uint8
+	pfx6    map[linuxfpLfpLpm6Key]uint8
+	closers []func()
+	fdb     map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
+	l2      map[uint32]linuxfpLfpL2Dev
 }
 
 const maxSlots = 256 // LFP_MAX_SLOTS
@@ -113,20 +124,25 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		local6: map[linuxfpLfpIn6]uint8{},
 		pfx4:   map[linuxfpLfpLpm4Key]uint8{},
 		pfx6:   map[linuxfpLfpLpm6Key]uint8{},
+		fdb:    map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
+		l2:     map[uint32]linuxfpLfpL2Dev{},
 	}
 	// Only the maps: programs are loaded per interface in Install.
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
 		return nil, fmt.Errorf("create maps: %w", err)
 	}
 	d.shared = map[string]*ebpf.Map{
-		linuxfpMapLfpConfigMap: d.maps.LfpConfigMap,
-		linuxfpMapLfpLocal4:    d.maps.LfpLocal4,
-		linuxfpMapLfpLocal6:    d.maps.LfpLocal6,
-		linuxfpMapLfpLocalPfx4: d.maps.LfpLocalPfx4,
-		linuxfpMapLfpLocalPfx6: d.maps.LfpLocalPfx6,
-		linuxfpMapLfpStale:     d.maps.LfpStale,
-		linuxfpMapLfpStats:     d.maps.LfpStats,
-		linuxfpMapLfpTxDevs:    d.maps.LfpTxDevs,
+		linuxfpMapLfpConfigMap:  d.maps.LfpConfigMap,
+		linuxfpMapLfpLocal4:     d.maps.LfpLocal4,
+		linuxfpMapLfpLocal6:     d.maps.LfpLocal6,
+		linuxfpMapLfpLocalPfx4:  d.maps.LfpLocalPfx4,
+		linuxfpMapLfpLocalPfx6:  d.maps.LfpLocalPfx6,
+		linuxfpMapLfpStale:      d.maps.LfpStale,
+		linuxfpMapLfpStats:      d.maps.LfpStats,
+		linuxfpMapLfpTxDevs:     d.maps.LfpTxDevs,
+		linuxfpMapLfpFdb:        d.maps.LfpFdb,
+		linuxfpMapLfpL2:         d.maps.LfpL2,
+		linuxfpMapLfpFdbRefresh: d.maps.LfpFdbRefresh,
 	}
 	return d, nil
 }
@@ -136,6 +152,9 @@ func (d *Dataplane) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var errs []error
+	for _, c := range d.closers {
+		c()
+	}
 	for idx := range d.ifaces {
 		errs = append(errs, d.removeLocked(idx))
 	}
@@ -158,6 +177,9 @@ func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
 		{linuxfpVarCfgRouter6, boolU32(s.Router6)},
 		{linuxfpVarCfgSlot, uint32(slot)},
 		{linuxfpVarCfgSkbSender, boolU32(s.SkbSender)},
+		{linuxfpVarCfgBridge, boolU32(s.Bridge)},
+		{linuxfpVarCfgL3Ifindex, uint32(s.L3Ifindex)},
+		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
 	}
 	for _, v := range sets {
 		if err := cs.Variables[v.name].Set(v.val); err != nil {

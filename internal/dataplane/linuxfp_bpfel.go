@@ -29,6 +29,7 @@ type linuxfpLfpConfig struct {
 	LocalPrefixes4 uint32
 	LocalPrefixes6 uint32
 	StaleNeighs    uint32
+	Bridges        uint32
 }
 
 type linuxfpLfpCounter struct {
@@ -37,9 +38,30 @@ type linuxfpLfpCounter struct {
 	Bytes   uint64
 }
 
+type linuxfpLfpFdbKey struct {
+	_      structs.HostLayout
+	Bridge uint32
+	Mac    [6]uint8
+	Pad    uint16
+}
+
+type linuxfpLfpFdbVal struct {
+	_      structs.HostLayout
+	Port   uint32
+	Flags  uint32
+	SeenNs uint64
+}
+
 type linuxfpLfpIn6 struct {
 	_ structs.HostLayout
 	A [4]uint32
+}
+
+type linuxfpLfpL2Dev struct {
+	_      structs.HostLayout
+	Bridge uint32
+	Flags  uint32
+	Mtu    uint32
 }
 
 type linuxfpLfpLpm4Key struct {
@@ -70,20 +92,26 @@ type linuxfpLfpStaleVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	linuxfpMapLfpConfigMap = "lfp_config_map"
-	linuxfpMapLfpLocal4    = "lfp_local4"
-	linuxfpMapLfpLocal6    = "lfp_local6"
-	linuxfpMapLfpLocalPfx4 = "lfp_local_pfx4"
-	linuxfpMapLfpLocalPfx6 = "lfp_local_pfx6"
-	linuxfpMapLfpStale     = "lfp_stale"
-	linuxfpMapLfpStats     = "lfp_stats"
-	linuxfpMapLfpTxDevs    = "lfp_tx_devs"
-	linuxfpProgLinuxfpXdp  = "linuxfp_xdp"
-	linuxfpVarCfgMac       = "cfg_mac"
-	linuxfpVarCfgRouter4   = "cfg_router4"
-	linuxfpVarCfgRouter6   = "cfg_router6"
-	linuxfpVarCfgSkbSender = "cfg_skb_sender"
-	linuxfpVarCfgSlot      = "cfg_slot"
+	linuxfpMapLfpConfigMap    = "lfp_config_map"
+	linuxfpMapLfpFdb          = "lfp_fdb"
+	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
+	linuxfpMapLfpL2           = "lfp_l2"
+	linuxfpMapLfpLocal4       = "lfp_local4"
+	linuxfpMapLfpLocal6       = "lfp_local6"
+	linuxfpMapLfpLocalPfx4    = "lfp_local_pfx4"
+	linuxfpMapLfpLocalPfx6    = "lfp_local_pfx6"
+	linuxfpMapLfpStale        = "lfp_stale"
+	linuxfpMapLfpStats        = "lfp_stats"
+	linuxfpMapLfpTxDevs       = "lfp_tx_devs"
+	linuxfpProgLinuxfpXdp     = "linuxfp_xdp"
+	linuxfpVarCfgBridge       = "cfg_bridge"
+	linuxfpVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
+	linuxfpVarCfgL3Ifindex    = "cfg_l3_ifindex"
+	linuxfpVarCfgMac          = "cfg_mac"
+	linuxfpVarCfgRouter4      = "cfg_router4"
+	linuxfpVarCfgRouter6      = "cfg_router6"
+	linuxfpVarCfgSkbSender    = "cfg_skb_sender"
+	linuxfpVarCfgSlot         = "cfg_slot"
 )
 
 // loadLinuxfp returns the embedded CollectionSpec for linuxfp.
@@ -135,25 +163,31 @@ type linuxfpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpMapSpecs struct {
-	LfpConfigMap *ebpf.MapSpec `ebpf:"lfp_config_map"`
-	LfpLocal4    *ebpf.MapSpec `ebpf:"lfp_local4"`
-	LfpLocal6    *ebpf.MapSpec `ebpf:"lfp_local6"`
-	LfpLocalPfx4 *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6 *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
-	LfpStale     *ebpf.MapSpec `ebpf:"lfp_stale"`
-	LfpStats     *ebpf.MapSpec `ebpf:"lfp_stats"`
-	LfpTxDevs    *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	LfpConfigMap  *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbRefresh *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpL2         *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpLocal4     *ebpf.MapSpec `ebpf:"lfp_local4"`
+	LfpLocal6     *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalPfx4  *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6  *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
+	LfpStale      *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStats      *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTxDevs     *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
 
 // linuxfpVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpVariableSpecs struct {
-	CfgMac       *ebpf.VariableSpec `ebpf:"cfg_mac"`
-	CfgRouter4   *ebpf.VariableSpec `ebpf:"cfg_router4"`
-	CfgRouter6   *ebpf.VariableSpec `ebpf:"cfg_router6"`
-	CfgSkbSender *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
-	CfgSlot      *ebpf.VariableSpec `ebpf:"cfg_slot"`
+	CfgBridge       *ebpf.VariableSpec `ebpf:"cfg_bridge"`
+	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
+	CfgL3Ifindex    *ebpf.VariableSpec `ebpf:"cfg_l3_ifindex"`
+	CfgMac          *ebpf.VariableSpec `ebpf:"cfg_mac"`
+	CfgRouter4      *ebpf.VariableSpec `ebpf:"cfg_router4"`
+	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
+	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
+	CfgSlot         *ebpf.VariableSpec `ebpf:"cfg_slot"`
 }
 
 // linuxfpObjects contains all objects after they have been loaded into the kernel.
@@ -176,19 +210,25 @@ func (o *linuxfpObjects) Close() error {
 //
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpMaps struct {
-	LfpConfigMap *ebpf.Map `ebpf:"lfp_config_map"`
-	LfpLocal4    *ebpf.Map `ebpf:"lfp_local4"`
-	LfpLocal6    *ebpf.Map `ebpf:"lfp_local6"`
-	LfpLocalPfx4 *ebpf.Map `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6 *ebpf.Map `ebpf:"lfp_local_pfx6"`
-	LfpStale     *ebpf.Map `ebpf:"lfp_stale"`
-	LfpStats     *ebpf.Map `ebpf:"lfp_stats"`
-	LfpTxDevs    *ebpf.Map `ebpf:"lfp_tx_devs"`
+	LfpConfigMap  *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbRefresh *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpL2         *ebpf.Map `ebpf:"lfp_l2"`
+	LfpLocal4     *ebpf.Map `ebpf:"lfp_local4"`
+	LfpLocal6     *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalPfx4  *ebpf.Map `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6  *ebpf.Map `ebpf:"lfp_local_pfx6"`
+	LfpStale      *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStats      *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTxDevs     *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
 
 func (m *linuxfpMaps) Close() error {
 	return _LinuxfpClose(
 		m.LfpConfigMap,
+		m.LfpFdb,
+		m.LfpFdbRefresh,
+		m.LfpL2,
 		m.LfpLocal4,
 		m.LfpLocal6,
 		m.LfpLocalPfx4,
@@ -203,11 +243,14 @@ func (m *linuxfpMaps) Close() error {
 //
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpVariables struct {
-	CfgMac       *ebpf.Variable `ebpf:"cfg_mac"`
-	CfgRouter4   *ebpf.Variable `ebpf:"cfg_router4"`
-	CfgRouter6   *ebpf.Variable `ebpf:"cfg_router6"`
-	CfgSkbSender *ebpf.Variable `ebpf:"cfg_skb_sender"`
-	CfgSlot      *ebpf.Variable `ebpf:"cfg_slot"`
+	CfgBridge       *ebpf.Variable `ebpf:"cfg_bridge"`
+	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
+	CfgL3Ifindex    *ebpf.Variable `ebpf:"cfg_l3_ifindex"`
+	CfgMac          *ebpf.Variable `ebpf:"cfg_mac"`
+	CfgRouter4      *ebpf.Variable `ebpf:"cfg_router4"`
+	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
+	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
+	CfgSlot         *ebpf.Variable `ebpf:"cfg_slot"`
 }
 
 // linuxfpPrograms contains all programs after they have been loaded into the kernel.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
@@ -22,7 +23,44 @@ type Data struct {
 	LocalPrefixes []netip.Prefix
 	// RouteMTU4 / RouteMTU6 are the smallest MTU metric of any IPv4 / IPv6 route (0: none).
 	RouteMTU4, RouteMTU6 uint32
+	// L2 are the bridges and bridge ports, FDB the bridges' forwarding databases (VLAN 0).
+	L2  []L2Dev
+	FDB []FDBEntry
 }
+
+// L2Flags are struct lfp_l2_dev's LFP_L2_* flags.
+type L2Flags uint32
+
+const (
+	L2Bridge     L2Flags = 1 << iota // a bridge device
+	L2Forwarding                     // port in STP forwarding state
+	L2InOK                           // port: frames received may be fast-pathed
+	L2OutOK                          // bridge: routed packets may go through its FDB
+	L2Learning                       // port learns: refresh its addresses
+	L2Isolated                       // port isolated
+	L2NF4                            // br_netfilter validates and trims bridged IPv4
+	L2NF6                            // br_netfilter validates and trims bridged IPv6
+	L2IP4Off                         // bridged IPv4 goes to Linux
+	L2IP6Off                         // bridged IPv6 goes to Linux
+)
+
+// L2Dev is a bridge or a bridge port.
+type L2Dev struct {
+	Ifindex int
+	Bridge  int // the bridge's ifindex (its own for a bridge)
+	Flags   L2Flags
+	MTU     int
+}
+
+// FDBEntry is one forwarding-database entry of a bridge.
+type FDBEntry struct {
+	Bridge int
+	MAC    net.HardwareAddr
+	Port   int  // ifindex of the port (or of the bridge, for some local entries)
+	Local  bool // NUD_PERMANENT: one of the bridge's own addresses
+}
+
+const fdbLocal = 1 // LFP_FDB_LOCAL
 
 // NeighKey identifies a neighbour entry: device and address.
 type NeighKey struct {
@@ -83,6 +121,27 @@ func (d *Dataplane) Sync(data Data) error {
 		}
 	}
 
+	l2 := map[uint32]linuxfpLfpL2Dev{}
+	bridges := uint32(0)
+	for _, dv := range data.L2 {
+		l2[uint32(dv.Ifindex)] = linuxfpLfpL2Dev{Bridge: uint32(dv.Bridge), Flags: uint32(dv.Flags), Mtu: uint32(dv.MTU)}
+		if dv.Flags&L2Bridge != 0 {
+			bridges++
+		}
+	}
+	fdb := map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{}
+	for _, e := range data.FDB {
+		k := linuxfpLfpFdbKey{Bridge: uint32(e.Bridge)}
+		copy(k.Mac[:], e.MAC)
+		v := linuxfpLfpFdbVal{Port: uint32(e.Port)}
+		if e.Local {
+			v.Flags = fdbLocal
+		}
+		// seen_ns is the data plane's: an entry that did not change is not rewritten (syncMap
+		// compares with what it wrote), so its refresh timestamp survives.
+		fdb[k] = v
+	}
+
 	// Order matters for transparency: entries that make the fast path more conservative (local
 	// sources, STALE neighbours) go in before the ones that let it forward (egress devices), and
 	// the STALE set before the count that makes the data plane look at it.
@@ -92,6 +151,7 @@ func (d *Dataplane) Sync(data Data) error {
 		LocalPrefixes4: boolU32(len(p4) > 0),
 		LocalPrefixes6: boolU32(len(p6) > 0),
 		StaleNeighs:    uint32(len(stale)),
+		Bridges:        bridges,
 	}
 	errs := []error{
 		syncMap(d.maps.LfpLocalPfx4, d.pfx4, p4),
@@ -99,6 +159,10 @@ func (d *Dataplane) Sync(data Data) error {
 		syncMap(d.maps.LfpLocal4, d.local4, l4),
 		syncMap(d.maps.LfpLocal6, d.local6, l6),
 		syncMap(d.maps.LfpStale, d.stale, stale),
+		// FDB before the ports and bridges that make the data plane use it; an entry removed
+		// goes first (syncMap deletes before it adds).
+		syncMap(d.maps.LfpFdb, d.fdb, fdb),
+		syncMap(d.maps.LfpL2, d.l2, l2),
 		d.maps.LfpConfigMap.Put(uint32(0), cfg),
 		syncMap(d.maps.LfpTxDevs, d.txDevs, tx),
 	}

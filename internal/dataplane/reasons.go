@@ -33,6 +33,15 @@ const (
 	PassEgressNotReady
 	PassNeighbourStale
 	PassSCTPOffload
+	Bridged
+	PassBridgePortState
+	PassBridgeConfig
+	PassBridgeFlood
+	PassBridgeSrcUnknown
+	PassBridgeDstUnknown
+	PassBridgeLocal
+	PassBridgeEgress
+	PassBridgeNetfilter
 	numReasons
 )
 
@@ -66,7 +75,19 @@ var reasonNames = [numReasons]string{
 	"egress_not_ready",
 	"neighbour_stale",
 	"sctp_checksum_offload",
+	"bridged",
+	"bridge_port_state",
+	"bridge_config",
+	"bridge_flood",
+	"bridge_source_unknown",
+	"bridge_destination_unknown",
+	"bridge_local",
+	"bridge_egress",
+	"bridge_netfilter",
 }
+
+// FastPathed: the reason says the fast path took the packet (routed or bridged).
+func (r Reason) FastPathed() bool { return r == Forwarded || r == Bridged }
 
 // NumReasons is LFP_REASON_MAX.
 const NumReasons = int(numReasons)

@@ -93,7 +93,7 @@ func newTestEnv(t testing.TB) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	if err := ns.Script(topology); err != nil {
+	if err := ns.Script(topology + bridgeTopology); err != nil {
 		t.Fatal(err)
 	}
 	env := &testEnv{ns: ns, progs: map[[2]bool]*ebpf.Program{}}
@@ -153,6 +153,12 @@ func (e *testEnv) prog(t testing.TB, r4, r6 bool) *ebpf.Program {
 // run runs one packet through the program as if received on in0.
 func (e *testEnv) run(t *testing.T, prog *ebpf.Program, pkt []byte) (uint32, []byte, Reason) {
 	t.Helper()
+	return e.runOn(t, prog, pkt, e.in)
+}
+
+// runOn runs one packet through the program as if received on ifindex.
+func (e *testEnv) runOn(t *testing.T, prog *ebpf.Program, pkt []byte, ifindex int) (uint32, []byte, Reason) {
+	t.Helper()
 	before, err := e.dp.Counters(0)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +167,7 @@ func (e *testEnv) run(t *testing.T, prog *ebpf.Program, pkt []byte) (uint32, []b
 	opts := &ebpf.RunOptions{
 		Data:    pkt,
 		DataOut: out,
-		Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(e.in)},
+		Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(ifindex)},
 	}
 	var ret uint32
 	err = e.ns.Do(func() error {

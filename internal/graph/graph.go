@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/observe"
@@ -63,8 +64,24 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 		if it.Egress {
 			p.Data.TxDevs = append(p.Data.TxDevs, lk.Index)
 		}
+		if dv, notes := l2Dev(s, lk); dv != nil {
+			p.Data.L2 = append(p.Data.L2, *dv)
+			it.Notes = append(it.Notes, notes...)
+			if lk.Kind == "bridge" {
+				// Not a redirect target itself: routed packets go on to the port its FDB names.
+				it.Egress = dv.Flags&dataplane.L2OutOK != 0
+				it.EgressNote = ""
+				if !it.Egress {
+					it.EgressNote = strings.Join(notes, "; ")
+				}
+			}
+		}
 	}
 	sort.Ints(p.Data.TxDevs)
+	slices.SortFunc(p.Data.L2, func(a, b dataplane.L2Dev) int { return a.Ifindex - b.Ifindex })
+	for _, e := range s.FDB {
+		p.Data.FDB = append(p.Data.FDB, dataplane.FDBEntry{Bridge: e.Bridge, MAC: e.MAC, Port: e.Port, Local: e.Local})
+	}
 	for k, st := range s.Neighbours {
 		if st&nudStale != 0 {
 			p.Data.StaleNeighbours = append(p.Data.StaleNeighbours, dataplane.NeighKey{Ifindex: k.Ifindex, Addr: k.Addr})
@@ -112,18 +129,26 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	if lk.Name == "lo" {
 		return nil, []string{"loopback: not accelerated"}
 	}
+	if lk.Kind == "bridge" {
+		return nil, nil // frames reach a bridge through its ports; see l2Dev
+	}
 	if len(o.Interfaces) > 0 && !matchAny(o.Interfaces, lk.Name) {
 		return nil, []string{"not selected by --interfaces"}
 	}
 	if matchAny(o.Exclude, lk.Name) {
 		return nil, []string{"excluded by --exclude"}
 	}
+	var br *observe.Link
 	if lk.Master != 0 {
 		name := lk.MasterKind
-		if m := s.Links[lk.Master]; m != nil {
+		m := s.Links[lk.Master]
+		if m != nil {
 			name += " " + m.Name
 		}
-		return nil, []string{"enslaved to " + name + ": Linux handles its frames (no module for it yet)"}
+		if lk.MasterKind != "bridge" || m == nil || lk.Port == nil || m.Bridge == nil {
+			return nil, []string{"enslaved to " + name + ": Linux handles its frames (no module for it yet)"}
+		}
+		br = m
 	}
 	if !supportedKinds[lk.Kind] {
 		return nil, []string{"kind " + lk.Kind + ": no fast-path module for it yet"}
@@ -178,6 +203,10 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 		default:
 			notes = append(notes, "hook xdp: the driver supports native XDP")
 		}
+	}
+
+	if br != nil {
+		return bridgePort(s, lk, br, hook, skbSender, notes)
 	}
 
 	r4, why4 := router4(s, lk)

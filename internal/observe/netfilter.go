@@ -60,6 +60,9 @@ func readNetfilter() (Netfilter, error) {
 			} else {
 				nf.Egress[ch.Device] = append(nf.Egress[ch.Device], why...)
 			}
+		case nftables.TableFamilyBridge:
+			// Every bridge-family hook sees bridged frames or frames to and from bridges.
+			nf.Bridge = append(nf.Bridge, why...)
 		case nftables.TableFamilyIPv4, nftables.TableFamilyIPv6, nftables.TableFamilyINet:
 			if !forwardPathHook(fam, hook) {
 				continue
@@ -89,6 +92,7 @@ func readNetfilter() (Netfilter, error) {
 	}
 	sort.Strings(nf.V4)
 	sort.Strings(nf.V6)
+	sort.Strings(nf.Bridge)
 	return nf, nil
 }
 

@@ -39,8 +39,11 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		}
 		s.Links = links
 		o.peers.readPeerOffload(links)
+		if err := readBridgeAttrs(links); err != nil {
+			return nil, err
+		}
 		// Per-link facts read by other calls must be re-read for the new Link values.
-		d |= DirtyTC | DirtyXDP | DirtySysctl
+		d |= DirtyTC | DirtyXDP | DirtySysctl | DirtyFDB
 	}
 	if d&DirtyXDP != 0 {
 		if err := readXDPFeatures(s.Links); err != nil {
@@ -72,6 +75,13 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 			return nil, err
 		}
 		s.Neighbours = n
+	}
+	if d&DirtyFDB != 0 {
+		f, err := readFDB(o.h, s.Links)
+		if err != nil {
+			return nil, err
+		}
+		s.FDB = f
 	}
 	if d&DirtySysctl != 0 {
 		s.Sysctl = readSysctls(s.Links)

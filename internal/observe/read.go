@@ -50,6 +50,7 @@ func readLinks(h *netlink.Handle) (map[int]*Link, error) {
 			OperUp:      a.RawFlags&unix.IFF_LOWER_UP != 0,
 			Master:      a.MasterIndex,
 			PeerNetnsID: a.NetNsID,
+			Promisc:     a.RawFlags&unix.IFF_PROMISC != 0,
 		}
 		if lk.Kind == "device" {
 			lk.Kind = ""
@@ -332,8 +333,11 @@ func readSysctls(links map[int]*Link) Sysctls {
 		IPv6ProxyNDP:  readSysctl("net/ipv6/conf/all/proxy_ndp") != 0,
 		MPHashPolicy4: readSysctl("net/ipv4/fib_multipath_hash_policy"),
 		MPHashPolicy6: readSysctl("net/ipv6/fib_multipath_hash_policy"),
-		IPv4DevFwd:    map[string]bool{},
-		RPFilter:      map[string]int{},
+		// Absent when no bridge was ever created in this namespace: then nothing is bridged.
+		BrNFCallIPTables:  readSysctl("net/bridge/bridge-nf-call-iptables") != 0,
+		BrNFCallIP6Tables: readSysctl("net/bridge/bridge-nf-call-ip6tables") != 0,
+		IPv4DevFwd:        map[string]bool{},
+		RPFilter:          map[string]int{},
 	}
 	all := readSysctl("net/ipv4/conf/all/rp_filter")
 	for _, lk := range links {

@@ -7,6 +7,7 @@ package observe
 import (
 	"net"
 	"net/netip"
+	"time"
 )
 
 // Snapshot is what linuxfp knows of the namespace at one moment.
@@ -15,6 +16,7 @@ type Snapshot struct {
 	Addrs      []Addr
 	Routes     Routes
 	Neighbours map[NeighKey]uint16 // NUD state of every neighbour entry
+	FDB        []FDBEntry          // every bridge's forwarding database
 	Sysctl     Sysctls
 	Netfilter  Netfilter
 	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
@@ -49,6 +51,42 @@ type Link struct {
 	// TCIngress / TCEgress: tc filters on the ingress / egress hooks (clsact, ingress qdisc).
 	TCIngress bool
 	TCEgress  bool
+	// Promisc: IFF_PROMISC (a bridge in promiscuous mode also passes every frame up to itself).
+	Promisc bool
+	// Bridge holds a bridge's options (Kind "bridge"), Port a bridge port's (MasterKind "bridge").
+	Bridge *BridgeInfo
+	Port   *BridgePort
+}
+
+// BridgeInfo are the options of a bridge device (IFLA_BR_*).
+type BridgeInfo struct {
+	AgeingTime      time.Duration
+	VlanFiltering   bool
+	NFCallIPTables  bool // per-bridge nf_call_iptables (or the net.bridge sysctl)
+	NFCallIP6Tables bool
+}
+
+// BridgePort are the options of a bridge port (IFLA_BRPORT_*).
+type BridgePort struct {
+	State         uint8 // BR_STATE_*: 3 is forwarding
+	Learning      bool
+	Hairpin       bool
+	Isolated      bool
+	Locked        bool
+	MAB           bool
+	NeighSuppress bool // neigh_suppress or neigh_vlan_suppress
+	BackupPort    int
+}
+
+// BrStateForwarding is BR_STATE_FORWARDING.
+const BrStateForwarding = 3
+
+// FDBEntry is one bridge forwarding-database entry (VLAN 0 only, see readFDB).
+type FDBEntry struct {
+	Bridge int
+	Port   int // the port's ifindex, or the bridge's for its own address
+	MAC    net.HardwareAddr
+	Local  bool // NUD_PERMANENT: the bridge's own address (a local entry)
 }
 
 // XDP feature bits (include/uapi/linux/netdev.h).
@@ -91,6 +129,9 @@ type Sysctls struct {
 	IPv6ProxyNDP  bool            // net.ipv6.conf.all.proxy_ndp
 	MPHashPolicy4 int             // net.ipv4.fib_multipath_hash_policy
 	MPHashPolicy6 int             // net.ipv6.fib_multipath_hash_policy
+	// BrNFCallIPTables / BrNFCallIP6Tables: net.bridge.bridge-nf-call-iptables / -ip6tables
+	// (br_netfilter passes bridged IPv4 / IPv6 through the iptables hooks).
+	BrNFCallIPTables, BrNFCallIP6Tables bool
 }
 
 // Netfilter says which forwarded traffic netfilter could see.
@@ -101,4 +142,6 @@ type Netfilter struct {
 	V4, V6 []string
 	// Ingress / Egress: netdev-family chains hooked on a device, by device name.
 	Ingress, Egress map[string][]string
+	// Bridge: why bridged frames could meet a bridge-family rule (empty: they cannot).
+	Bridge []string
 }

@@ -31,11 +31,12 @@ const (
 	DirtyTC
 	DirtyXDP
 	DirtyXfrm
+	DirtyFDB
 	DirtyAll Dirty = 1<<iota - 1
 )
 
 func (d Dirty) String() string {
-	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm"}
+	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm", "fdb"}
 	if d == DirtyAll {
 		return "all"
 	}
@@ -202,6 +203,10 @@ func rtnlDirty(m mnl.Message) Dirty {
 		unix.RTM_NEWNEXTHOP, unix.RTM_DELNEXTHOP:
 		return DirtyRoutes
 	case unix.RTM_NEWNEIGH, unix.RTM_DELNEIGH:
+		// struct ndmsg starts with the family: AF_BRIDGE is a bridge FDB entry.
+		if len(m.Data) > 0 && m.Data[0] == unix.AF_BRIDGE {
+			return DirtyFDB
+		}
 		return DirtyNeigh
 	case unix.RTM_NEWNETCONF, unix.RTM_DELNETCONF:
 		return DirtySysctl

@@ -23,15 +23,19 @@ var ErrNotRunning = errors.New("linuxfp is not running in this network namespace
 
 // Status is the answer to GET /v1/status.
 type Status struct {
-	PID              int         `json:"pid"`
-	StartedAt        time.Time   `json:"started_at"`
-	HookOption       string      `json:"hook_option"`
-	SysctlWatch      string      `json:"sysctl_watch"`
-	NetfilterBackend string      `json:"netfilter_backend"`
-	Events           uint64      `json:"events"`
-	Applies          uint64      `json:"applies"`
-	LastApply        *Change     `json:"last_apply,omitempty"`
-	Interfaces       []Interface `json:"interfaces"`
+	PID              int       `json:"pid"`
+	StartedAt        time.Time `json:"started_at"`
+	HookOption       string    `json:"hook_option"`
+	SysctlWatch      string    `json:"sysctl_watch"`
+	NetfilterBackend string    `json:"netfilter_backend"`
+	Events           uint64    `json:"events"`
+	Applies          uint64    `json:"applies"`
+	LastApply        *Change   `json:"last_apply,omitempty"`
+	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
+	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
+	FDBEntries   int         `json:"fdb_entries"`
+	FDBRefreshes uint64      `json:"fdb_refreshes"`
+	Interfaces   []Interface `json:"interfaces"`
 }
 
 // Interface is one interface's state.
@@ -41,6 +45,7 @@ type Interface struct {
 	Kind    string `json:"kind,omitempty"`
 	MAC     string `json:"mac,omitempty"`
 	MTU     int    `json:"mtu"`
+	Master  string `json:"master,omitempty"` // the bridge (or bond, vrf) it is enslaved to
 	Up      bool   `json:"up"`
 	Carrier bool   `json:"carrier"`
 	// Peer is a veth's peer ifindex, in the namespace with id PeerNetnsID (-1: this one).
@@ -50,9 +55,11 @@ type Interface struct {
 	Notes       []string `json:"notes,omitempty"`
 	Egress      bool     `json:"egress"`
 	EgressNote  string   `json:"egress_note,omitempty"`
-	// Forwarded counts packets the fast path forwarded; Passed, those it handed to Linux, by
-	// reason. Linux's own counters (ip -s link, nstat IpForwDatagrams) do not see forwarded ones.
+	// Forwarded counts packets the fast path routed, Bridged those it switched to another
+	// bridge port; Passed, those it handed to Linux, by reason. Linux's own counters (ip -s
+	// link, nstat IpForwDatagrams, bridge -s fdb) do not see fast-pathed ones.
 	Forwarded Counter            `json:"forwarded"`
+	Bridged   Counter            `json:"bridged"`
 	Passed    map[string]Counter `json:"passed,omitempty"`
 }
 

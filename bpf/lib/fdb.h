@@ -1,0 +1,115 @@
+/* Bridge module, data side: the mirror of Linux's bridge forwarding databases (FDB) and bridge
+ * ports, and the part of br_forward() that both bridged frames and routed packets leaving
+ * through a bridge go through. Linux stays the authority: it learns, ages and flushes; the
+ * controller copies every change it reports (AF_BRIDGE neighbour and link events) into these
+ * maps. */
+#ifndef LFP_FDB_H
+#define LFP_FDB_H
+
+#include "ctx.h"
+#include "parse.h"
+#include "stats.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_fdb_key);
+	__type(value, struct lfp_fdb_val);
+	__uint(max_entries, 131072);
+} lfp_fdb SEC(".maps");
+
+/* Bridges and bridge ports, by ifindex. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lfp_l2_dev);
+	__uint(max_entries, 4096);
+} lfp_l2 SEC(".maps");
+
+/* Learned addresses the fast path keeps using, for the controller to refresh in Linux. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} lfp_fdb_refresh SEC(".maps");
+
+/* How often, at most, one FDB entry is refreshed (set by the controller; see bridge_refresh). */
+volatile const __u64 cfg_fdb_refresh_ns = 1000000000ULL;
+
+static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *mac)
+{
+	struct lfp_fdb_key k = {};
+
+	k.bridge = bridge;
+	__builtin_memcpy(k.mac, mac, ETH_ALEN);
+	return bpf_map_lookup_elem(&lfp_fdb, &k);
+}
+
+static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
+{
+	return bpf_map_lookup_elem(&lfp_l2, &ifindex);
+}
+
+/* Linux refreshes a learned entry (fdb->updated) on every frame it sees from that address, and
+ * ages the entry out ageing_time after the last refresh. Frames the fast path forwards are never
+ * seen by Linux, so the entry of a host that talks only through the fast path would age out and
+ * Linux would start flooding frames to it. So: at most once per cfg_fdb_refresh_ns per entry,
+ * the first forwarded frame from a learned address asks the controller to refresh it, which it
+ * does the way hardware offloads do (RTM_NEWNEIGH with NTF_USE: br_fdb_update(), exactly what a
+ * received frame does; no event, no other state changed). Not exact in one respect: Linux's
+ * timestamp may lag the last frame by up to cfg_fdb_refresh_ns (1 s) plus the controller's
+ * latency, so an address that falls silent ages out at most that much later than with Linux
+ * alone (ageing_time is 300 s by default; the controller hands bridges with an ageing time
+ * below 10 s to Linux). Ports that do not learn are not refreshed: Linux would not either. */
+static __always_inline void bridge_refresh(struct lfp_fdb_val *src, __u32 bridge, __u32 port,
+					   const __u8 *mac)
+{
+	struct lfp_fdb_refresh_ev ev = {};
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	if (now - src->seen_ns < cfg_fdb_refresh_ns)
+		return;
+	src->seen_ns = now;
+	ev.bridge = bridge;
+	ev.port = port;
+	__builtin_memcpy(ev.mac, mac, ETH_ALEN);
+	/* A full ring only delays a refresh to the next frame after cfg_fdb_refresh_ns. */
+	if (bpf_ringbuf_output(&lfp_fdb_refresh, &ev, sizeof(ev), 0))
+		src->seen_ns = 0;
+}
+
+/* br_forward()'s choice of port for a unicast frame to dmac on `bridge`, and should_deliver()'s
+ * checks on it. in_port is the ingress port (0 for a packet the bridge device transmits, as
+ * br_dev_xmit() does for routed packets), in_flags its LFP_L2_* flags. l3len is the size of the
+ * packet after the Ethernet header, as it will leave. On success *out is the port's ifindex. */
+static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 *dmac, __u32 in_port,
+						       __u32 in_flags, __u32 l3len, __u32 *out)
+{
+	struct lfp_fdb_val *dst = fdb_lookup(bridge, dmac);
+	struct lfp_l2_dev *op;
+
+	/* Unknown unicast: Linux floods it to every port. */
+	if (!dst)
+		return LFP_PASS_BR_DST_UNKNOWN;
+	/* A local entry: Linux passes the frame up to the bridge device (the caller routes frames to
+	 * the bridge's own MAC; for the others see bridge_rx). From br_dev_xmit() a local entry has
+	 * no port. */
+	if (dst->flags & LFP_FDB_LOCAL)
+		return LFP_PASS_BR_LOCAL;
+	/* Back out the ingress port: dropped unless hairpin mode, which is Linux's. */
+	if (dst->port == in_port)
+		return LFP_PASS_BR_EGRESS;
+	op = l2_dev(dst->port);
+	/* should_deliver(): the port must forward (STP state); an isolated port does not forward to
+	 * another isolated port. A stale entry (port gone or moved to another bridge) is Linux's. */
+	if (!op || op->bridge != bridge || (op->flags & LFP_L2_BRIDGE) || !(op->flags & LFP_L2_FORWARDING))
+		return LFP_PASS_BR_EGRESS;
+	if ((in_flags & LFP_L2_ISOLATED) && (op->flags & LFP_L2_ISOLATED))
+		return LFP_PASS_BR_EGRESS;
+	/* br_dev_queue_push_xmit() drops what the port's MTU does not allow (and with br_netfilter
+	 * it would fragment): leave both to Linux. */
+	if (l3len > op->mtu)
+		return LFP_PASS_BR_EGRESS;
+	*out = dst->port;
+	return LFP_FORWARDED;
+}
+
+#endif

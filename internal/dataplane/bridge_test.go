@@ -1,0 +1,342 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/hex"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/packet"
+)
+
+// The bridge module, run with BPF_PROG_TEST_RUN as a program on bridge port bp1 of br0, with a
+// forwarding database written by hand: every rule of bpf/lib/bridge.h and fdb.h, the bytes that
+// leave, and the refresh requests it makes.
+
+var (
+	macBr  = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x00} // br0
+	macBp2 = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x02} // bp2's own address (a local entry)
+	macA   = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x0a} // a host behind bp1
+	macB   = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x0b} // a host behind bp2
+	macC   = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x0c} // a host behind bp3 (isolated, MTU 1400)
+	macD   = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x0d} // a host behind bp4 (not a redirect target)
+	macZ   = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x0f} // unknown
+)
+
+const bridgeTopology = `
+ip link add br0 address 02:00:00:00:01:00 type bridge
+ip link add bp1 address 02:00:00:00:01:01 type veth peer name bp1p
+ip link add bp2 address 02:00:00:00:01:02 type veth peer name bp2p
+ip link add bp3 type veth peer name bp3p
+ip link add bp4 type veth peer name bp4p
+ip link set bp1 master br0
+ip link set bp2 master br0
+ip link set bp3 master br0
+ip link set bp4 master br0
+ip link set br0 up
+ip addr add 198.18.4.1/24 dev br0
+ip neigh replace 198.18.4.11 lladdr 02:00:00:00:01:0b dev br0 nud permanent
+ip neigh replace 198.18.4.15 lladdr 02:00:00:00:01:0f dev br0 nud permanent
+ip route add 198.19.9.0/24 via 198.18.4.11
+ip route add 198.19.10.0/24 via 198.18.4.15
+`
+
+type bridgeEnv struct {
+	*testEnv
+	br, bp1, bp2, bp3, bp4 int
+	base                   Data
+}
+
+func newBridgeEnv(t *testing.T) *bridgeEnv {
+	e := &bridgeEnv{testEnv: newTestEnv(t)}
+	idx := func(name string) int {
+		var i int
+		e.ns.Do(func() error {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i = l.Attrs().Index
+			return nil
+		})
+		return i
+	}
+	e.br, e.bp1, e.bp2, e.bp3, e.bp4 = idx("br0"), idx("bp1"), idx("bp2"), idx("bp3"), idx("bp4")
+	port := L2Forwarding | L2InOK | L2Learning
+	e.base = Data{
+		TxDevs: []int{e.out, e.in, e.bp1, e.bp2, e.bp3},
+		L2: []L2Dev{
+			{Ifindex: e.br, Bridge: e.br, Flags: L2Bridge | L2OutOK, MTU: 1500},
+			{Ifindex: e.bp1, Bridge: e.br, Flags: port | L2NF4 | L2NF6, MTU: 1500},
+			{Ifindex: e.bp2, Bridge: e.br, Flags: port, MTU: 1500},
+			{Ifindex: e.bp3, Bridge: e.br, Flags: port | L2Isolated, MTU: 1400},
+			{Ifindex: e.bp4, Bridge: e.br, Flags: port, MTU: 1500},
+		},
+		FDB: []FDBEntry{
+			{Bridge: e.br, MAC: macBr, Port: e.br, Local: true},
+			{Bridge: e.br, MAC: macBp2, Port: e.bp2, Local: true},
+			{Bridge: e.br, MAC: macA, Port: e.bp1},
+			{Bridge: e.br, MAC: macB, Port: e.bp2},
+			{Bridge: e.br, MAC: macC, Port: e.bp3},
+			{Bridge: e.br, MAC: macD, Port: e.bp4},
+		},
+	}
+	return e
+}
+
+// sync writes the base data changed by f.
+func (e *bridgeEnv) sync(t *testing.T, f func(d *Data)) {
+	t.Helper()
+	d := e.base
+	d.L2 = append([]L2Dev(nil), e.base.L2...)
+	d.FDB = append([]FDBEntry(nil), e.base.FDB...)
+	if f != nil {
+		f(&d)
+	}
+	// Devmap entries are resolved in the caller's namespace.
+	if err := e.ns.Do(func() error { return e.dp.Sync(d) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *bridgeEnv) portProg(t *testing.T, r4 bool) *ebpf.Program {
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", MAC: macBr, Hook: HookXDP, Router4: r4, Router6: true,
+		Bridge: true, L3Ifindex: e.br}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func setFlags(d *Data, ifindex int, f func(L2Flags) L2Flags) {
+	for i := range d.L2 {
+		if d.L2[i].Ifindex == ifindex {
+			d.L2[i].Flags = f(d.L2[i].Flags)
+		}
+	}
+}
+
+func TestBridge(t *testing.T) {
+	e := newBridgeEnv(t)
+	progR, progNoR4 := e.portProg(t, true), e.portProg(t, false)
+	l2 := func(src, dst net.HardwareAddr, size int) packet.Spec {
+		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("198.18.4.10"), Dst: netip.MustParseAddr("198.18.4.11"),
+			SrcPort: 1000, DstPort: 2000, Size: size}
+	}
+	l2v6 := func(src, dst net.HardwareAddr) packet.Spec {
+		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("2001:2:4::10"), Dst: netip.MustParseAddr("2001:2:4::11"),
+			SrcPort: 1000, DstPort: 2000, Size: 80}
+	}
+	mutate := func(b []byte, f func([]byte)) []byte { b = append([]byte(nil), b...); f(b); return b }
+	ab := l2(macA, macB, 60)
+	// A 42-byte IPv4 frame padded to 60 bytes (packet.Spec pads as a NIC does).
+	padded := l2(macA, macB, 0).Bytes()
+	small := padded[:14+28]
+	small6 := l2v6(macA, macB)
+	small6.Size = 0
+	padded6 := append(small6.Bytes(), make([]byte, 8)...)
+	toBr := l2(macA, macBr, 60)
+	toBr.Dst = netip.MustParseAddr("198.19.0.9") // routed out of out0 (router topology)
+
+	type tc struct {
+		name   string
+		pkt    []byte
+		noR4   bool        // the port's program has no IPv4 router
+		data   func(*Data) // changes to the base data
+		want   Reason
+		output []byte // expected bytes out (default: unchanged for Bridged)
+	}
+	off := func(ifindex int, f L2Flags) func(*Data) {
+		return func(d *Data) { setFlags(d, ifindex, func(x L2Flags) L2Flags { return x &^ f }) }
+	}
+	without := func(ifindex int) func(*Data) {
+		return func(d *Data) {
+			d.L2 = slices.DeleteFunc(d.L2, func(x L2Dev) bool { return x.Ifindex == ifindex })
+		}
+	}
+	on := func(ifindex int, f L2Flags) func(*Data) {
+		return func(d *Data) { setFlags(d, ifindex, func(x L2Flags) L2Flags { return x | f }) }
+	}
+	cases := []tc{
+		{name: "known unicast ipv4 bridged", pkt: ab.Bytes(), want: Bridged},
+		{name: "known unicast ipv6 bridged", pkt: l2v6(macA, macB).Bytes(), want: Bridged},
+		{name: "padding trimmed as br_validate_ipv4 does", pkt: padded, want: Bridged, output: small},
+		{name: "ipv6 padding trimmed as br_validate_ipv6 does", pkt: padded6, want: Bridged, output: small6.Bytes()},
+		{name: "padding kept without br_netfilter", pkt: padded, data: off(e.bp1, L2NF4), want: Bridged, output: padded},
+		{name: "bad ipv4 checksum: br_netfilter drops it", pkt: mutate(ab.Bytes(), func(b []byte) { b[24] ^= 0x55 }), want: PassBridgeNetfilter},
+		{name: "ipv4 options: br_netfilter parses them", pkt: func() []byte { s := l2(macA, macB, 0); s.Options = []byte{1, 1, 1, 0}; return s.Bytes() }(), want: PassBridgeNetfilter},
+		{name: "ipv4 total length beyond frame", pkt: mutate(ab.Bytes(), func(b []byte) { b[16], b[17] = 0x05, 0xdc; fixCsum(b) }), want: PassBridgeNetfilter},
+		{name: "ipv6 hop-by-hop: br_netfilter parses it", pkt: func() []byte { s := l2v6(macA, macB); s.HopByHop = true; return s.Bytes() }(), want: PassBridgeNetfilter},
+		{name: "iptables rules could see bridged ipv4", pkt: ab.Bytes(), data: on(e.bp1, L2IP4Off), want: PassBridgeNetfilter},
+		{name: "iptables rules could see bridged ipv6", pkt: l2v6(macA, macB).Bytes(), data: on(e.bp1, L2IP6Off), want: PassBridgeNetfilter},
+		{name: "broadcast", pkt: l2(macA, net.HardwareAddr{255, 255, 255, 255, 255, 255}, 60).Bytes(), want: PassBridgeFlood},
+		{name: "multicast", pkt: l2(macA, net.HardwareAddr{1, 0, 0x5e, 0, 0, 1}, 60).Bytes(), want: PassBridgeFlood},
+		{name: "stp group address", pkt: l2(macA, net.HardwareAddr{1, 0x80, 0xc2, 0, 0, 0}, 60).Bytes(), want: PassBridgeFlood},
+		{name: "arp", pkt: mutate(ab.Bytes(), func(b []byte) { b[12], b[13] = 0x08, 0x06 }), want: PassNotIP},
+		{name: "vlan tagged", pkt: mutate(ab.Bytes(), func(b []byte) { b[12], b[13] = 0x81, 0x00 }), want: PassNotIP},
+		{name: "multicast source", pkt: l2(net.HardwareAddr{1, 0, 0, 0, 0, 1}, macB, 60).Bytes(), want: PassMalformed},
+		{name: "zero source", pkt: l2(net.HardwareAddr{0, 0, 0, 0, 0, 0}, macB, 60).Bytes(), want: PassMalformed},
+		{name: "source not learned", pkt: l2(macZ, macB, 60).Bytes(), want: PassBridgeSrcUnknown},
+		{name: "source learned on another port (moved)", pkt: l2(macD, macB, 60).Bytes(), want: PassBridgeSrcUnknown},
+		{name: "source is the bridge's own address", pkt: l2(macBr, macB, 60).Bytes(), want: PassBridgeSrcUnknown},
+		{name: "destination unknown: Linux floods", pkt: l2(macA, macZ, 60).Bytes(), want: PassBridgeDstUnknown},
+		{name: "destination is a port's own address", pkt: l2(macA, macBp2, 60).Bytes(), want: PassBridgeLocal},
+		{name: "destination behind the ingress port", pkt: l2(macA, macA, 60).Bytes(), want: PassBridgeEgress},
+		{name: "ingress port not forwarding", pkt: ab.Bytes(), data: off(e.bp1, L2Forwarding), want: PassBridgePortState},
+		{name: "ingress port options Linux handles", pkt: ab.Bytes(), data: off(e.bp1, L2InOK), want: PassBridgeConfig},
+		{name: "ingress port not mirrored", pkt: ab.Bytes(), data: without(e.bp1), want: PassBridgeConfig},
+		{name: "egress port not forwarding", pkt: ab.Bytes(), data: off(e.bp2, L2Forwarding), want: PassBridgeEgress},
+		{name: "egress port not mirrored", pkt: ab.Bytes(), data: without(e.bp2), want: PassBridgeEgress},
+		{name: "egress port not a redirect target", pkt: l2(macA, macD, 60).Bytes(), want: PassEgressNotReady},
+		{name: "to an isolated port", pkt: l2(macA, macC, 60).Bytes(), want: Bridged},
+		{name: "isolated to isolated", pkt: l2(macA, macC, 60).Bytes(), data: on(e.bp1, L2Isolated), want: PassBridgeEgress},
+		{name: "larger than the egress port's MTU", pkt: l2(macA, macC, 1415).Bytes(), want: PassBridgeEgress},
+		{name: "exactly the egress port's MTU", pkt: l2(macA, macC, 1414).Bytes(), want: Bridged},
+		{name: "to the bridge's MAC: routed from br0", pkt: toBr.Bytes(), want: Forwarded, output: packet.Forwarded(toBr.Bytes(), macOut, macNext)},
+		{name: "to the bridge's MAC: router off", pkt: toBr.Bytes(), noR4: true, want: PassFamilyOff},
+		{name: "to the bridge's MAC from an unknown source", pkt: func() []byte { s := toBr; s.SrcMAC = macZ; return s.Bytes() }(), want: PassBridgeSrcUnknown},
+		{name: "routed back into br0: hairpin", pkt: func() []byte { s := toBr; s.Dst = netip.MustParseAddr("198.19.9.1"); return s.Bytes() }(), want: PassHairpin},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e.sync(t, c.data)
+			prog := progR
+			if c.noR4 {
+				prog = progNoR4
+			}
+			ret, out, reason := e.runOn(t, prog, c.pkt, e.bp1)
+			if reason != c.want {
+				t.Fatalf("reason %v, want %v", reason, c.want)
+			}
+			if !c.want.FastPathed() {
+				if ret != xdpPass {
+					t.Fatalf("verdict %d, want XDP_PASS", ret)
+				}
+				if !bytes.Equal(out, c.pkt) {
+					t.Fatalf("packet handed to Linux was modified:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(c.pkt))
+				}
+				return
+			}
+			if ret != xdpRedirect {
+				t.Fatalf("verdict %d, want XDP_REDIRECT", ret)
+			}
+			want := c.output
+			if want == nil {
+				want = c.pkt
+			}
+			if !bytes.Equal(out, want) {
+				t.Fatalf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(want))
+			}
+		})
+	}
+}
+
+// Router -> bridge: a route out of br0 continues into br0's FDB.
+func TestRouterToBridge(t *testing.T) {
+	e := newBridgeEnv(t)
+	prog := e.prog(t, true, true)
+	pkt := v4("198.18.0.2", "198.19.9.1").Bytes()
+	cases := []struct {
+		name string
+		pkt  []byte
+		data func(*Data)
+		want Reason
+	}{
+		{name: "to a host behind bp2", pkt: pkt, want: Forwarded},
+		{name: "neighbour's MAC not in the FDB: Linux floods", pkt: v4("198.18.0.2", "198.19.10.1").Bytes(), want: PassBridgeDstUnknown},
+		{name: "bridge transmit path not modelled", pkt: pkt, want: PassBridgeConfig,
+			data: func(d *Data) { setFlags(d, e.br, func(f L2Flags) L2Flags { return f &^ L2OutOK }) }},
+		{name: "port not forwarding", pkt: pkt, want: PassBridgeEgress,
+			data: func(d *Data) { setFlags(d, e.bp2, func(f L2Flags) L2Flags { return f &^ L2Forwarding }) }},
+		{name: "no bridge known: br0 is not a redirect target", pkt: pkt, want: PassEgressNotReady,
+			data: func(d *Data) { d.L2 = nil }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e.sync(t, c.data)
+			ret, out, reason := e.run(t, prog, c.pkt)
+			if reason != c.want {
+				t.Fatalf("reason %v, want %v", reason, c.want)
+			}
+			if c.want != Forwarded {
+				if ret != xdpPass || !bytes.Equal(out, c.pkt) {
+					t.Fatalf("verdict %d, packet modified: %v", ret, !bytes.Equal(out, c.pkt))
+				}
+				return
+			}
+			if want := packet.Forwarded(c.pkt, macBr, macB); ret != xdpRedirect || !bytes.Equal(out, want) {
+				t.Fatalf("verdict %d, output:\n got %s\nwant %s", ret, hex.EncodeToString(out), hex.EncodeToString(want))
+			}
+		})
+	}
+}
+
+// Forwarded frames ask for their source's FDB entry to be refreshed in Linux, at most once per
+// FDBRefreshInterval, and only on ports that learn.
+func TestBridgeRefresh(t *testing.T) {
+	e := newBridgeEnv(t)
+	prog := e.portProg(t, true)
+	got := make(chan FDBRefresh, 16)
+	if err := e.dp.ReadFDBRefreshes(func(r FDBRefresh) { got <- r }); err != nil {
+		t.Fatal(err)
+	}
+	frame := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: netip.MustParseAddr("198.18.4.10"),
+		Dst: netip.MustParseAddr("198.18.4.11"), SrcPort: 1, DstPort: 2, Size: 60}.Bytes()
+	expect := func(n int) {
+		t.Helper()
+		var rs []FDBRefresh
+		timeout := time.After(300 * time.Millisecond)
+	loop:
+		for {
+			select {
+			case r := <-got:
+				rs = append(rs, r)
+			case <-timeout:
+				break loop
+			}
+		}
+		if len(rs) != n {
+			t.Fatalf("%d refresh requests, want %d: %+v", len(rs), n, rs)
+		}
+		for _, r := range rs {
+			if r.Bridge != e.br || r.Port != e.bp1 || !bytes.Equal(r.MAC, macA) {
+				t.Fatalf("refresh %+v, want bridge %d port %d mac %s", r, e.br, e.bp1, macA)
+			}
+		}
+	}
+	e.sync(t, nil)
+	for range 5 {
+		if _, _, r := e.runOn(t, prog, frame, e.bp1); r != Bridged {
+			t.Fatalf("reason %v", r)
+		}
+	}
+	expect(1)
+	// A frame Linux gets (unknown destination) is Linux's to learn from: no request.
+	e.sync(t, func(d *Data) {
+		d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macB) })
+	})
+	time.Sleep(FDBRefreshInterval)
+	if _, _, r := e.runOn(t, prog, frame, e.bp1); r != PassBridgeDstUnknown {
+		t.Fatalf("reason %v", r)
+	}
+	expect(0)
+	// A port that does not learn: Linux would not refresh either.
+	e.sync(t, func(d *Data) { setFlags(d, e.bp1, func(f L2Flags) L2Flags { return f &^ L2Learning }) })
+	if _, _, r := e.runOn(t, prog, frame, e.bp1); r != Bridged {
+		t.Fatalf("reason %v", r)
+	}
+	expect(0)
+	// Learning again, more than the interval later: one more.
+	e.sync(t, nil)
+	if _, _, r := e.runOn(t, prog, frame, e.bp1); r != Bridged {
+		t.Fatalf("reason %v", r)
+	}
+	expect(1)
+}
