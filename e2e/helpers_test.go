@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/nsutil"
@@ -228,10 +229,16 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // if any byte is lost or altered.
 func tcpEcho(t *testing.T, tb *testbed.Testbed, n int) {
 	t.Helper()
+	tcpEchoTo(t, tb, "198.18.1.2", n)
+}
+
+// tcpEchoTo is tcpEcho with the sink's server on addr.
+func tcpEchoTo(t *testing.T, tb *testbed.Testbed, addr string, n int) {
+	t.Helper()
 	var ln net.Listener
 	if err := tb.Sink.Do(func() error {
 		var err error
-		ln, err = net.Listen("tcp", "198.18.1.2:0")
+		ln, err = net.Listen("tcp", net.JoinHostPort(addr, "0"))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -269,4 +276,43 @@ func tcpEcho(t *testing.T, tb *testbed.Testbed, n int) {
 			t.Fatalf("tcp message %d altered", i)
 		}
 	}
+}
+
+// requireTool skips the test when a command-line tool it drives is not installed.
+func requireTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("%s not installed (make deps installs it)", name)
+	}
+}
+
+// linkIndex is the ifindex of dev in ns.
+func linkIndex(t *testing.T, ns *nsutil.NS, dev string) int {
+	t.Helper()
+	var idx int
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		idx = l.Attrs().Index
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return idx
+}
+
+// sendUDPFrom sends n datagrams to dst:9 from the calling thread's namespace.
+func sendUDPFrom(dst string, n int) error {
+	c, err := net.Dial("udp", net.JoinHostPort(dst, "9"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for i := 0; i < n; i++ {
+		c.Write([]byte(fmt.Sprintf("linuxfp e2e %d", i)))
+		time.Sleep(200 * time.Microsecond)
+	}
+	return nil
 }
