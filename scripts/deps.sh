@@ -10,6 +10,7 @@ command -v ipset >/dev/null || need+=(ipset)
 command -v sysctl >/dev/null || need+=(procps)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v ping >/dev/null || need+=(iputils-ping)
+command -v brctl >/dev/null || need+=(bridge-utils)
 if [ "${1:-}" = generate ]; then
   command -v clang >/dev/null || need+=(clang llvm)
   [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
