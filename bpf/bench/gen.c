@@ -8,13 +8,15 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Live-frame pages are recycled without being re-initialised, and the DUT rewrites what it
  * forwards (MACs, TTL, checksum) in place: every run starts again from this template. It is the
- * Ethernet + IPv4 + UDP header (42 bytes, padded to 48) with daddr 198.19.0.0. Not const: the
+ * Ethernet + IPv4 + UDP header (42 bytes, padded to 48) with daddr 198.19.0.0 (or, with
+ * cfg_prefixes 0, the one destination with its checksum). Not const: the
  * lengths change with the frame size, and one program, parked once in the XDP dispatcher, serves
  * every size (see newGenerator in internal/bench). */
 __u64 tmpl[6] = {};
 /* ~(IPv4 checksum of the template): adding the varying daddr word to it gives the new sum. */
 __u32 tmpl_csum_acc = 0;
-/* Routed prefixes on the DUT: destinations cycle through 198.19.0..prefixes-1. */
+/* Routed prefixes on the DUT: destinations cycle through 198.19.0..prefixes-1. 0: every frame
+ * goes to the template's destination (a host across a bridge); the verifier drops the rest. */
 volatile const __u32 cfg_prefixes = 50;
 /* gen's eth0, in the namespace the test run executes in. */
 volatile const __u32 cfg_ifindex = 0;
@@ -67,7 +69,7 @@ int bench_gen(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct gen_state *s;
 	__u32 key = 0;
-	__u16 lo;
+	__u16 lo = 0;
 
 	if (data + HDR_LEN > data_end)
 		return XDP_ABORTED;
@@ -75,7 +77,8 @@ int bench_gen(struct xdp_md *ctx)
 	if (!s)
 		return XDP_ABORTED;
 	s->packets++;
-	lo = next_daddr_lo(s);
+	if (cfg_prefixes)
+		lo = next_daddr_lo(s);
 
 	/* 8-byte stores: the header starts 8-byte aligned in a live frame, and a byte-wise memcpy
 	 * would cost more than the rest of the program. */
@@ -85,7 +88,9 @@ int bench_gen(struct xdp_md *ctx)
 	((__u64 *)data)[3] = tmpl[3];
 	((__u64 *)data)[4] = tmpl[4];
 	*(__u16 *)(data + 40) = (__u16)tmpl[5];
-	*(__u16 *)(data + DADDR_LO) = lo;
-	*(__u16 *)(data + CSUM_OFF) = ip_csum(lo);
+	if (cfg_prefixes) {
+		*(__u16 *)(data + DADDR_LO) = lo;
+		*(__u16 *)(data + CSUM_OFF) = ip_csum(lo);
+	}
 	return bpf_redirect(cfg_ifindex, 0);
 }

@@ -48,7 +48,8 @@ func TestGeneratorFrames(t *testing.T) {
 	needRoot(t)
 	pinThread(t)
 	const prefixes, ifindex = 50, 7
-	g, err := newGeneratorProgram(macA, macB, prefixes, ifindex)
+	g, err := newGeneratorProgram(genFlow{src: macA, dst: macB, srcIP: testbed.GenAddr, dstIP: testbed.Prefix4(0, 0),
+		prefixes: prefixes, ifindex: ifindex})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +89,36 @@ func TestGeneratorFrames(t *testing.T) {
 	}
 }
 
+// With no routed prefixes (the bridge benchmark) every frame goes to the one destination, with
+// its checksum intact, whatever the page held.
+func TestGeneratorFixedDestination(t *testing.T) {
+	needRoot(t)
+	pinThread(t)
+	g, err := newGeneratorProgram(genFlow{src: macA, dst: macB, srcIP: testbed.GenAddr, dstIP: testbed.BridgeSinkAddr, ifindex: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.setSize(64); err != nil {
+		t.Fatal(err)
+	}
+	want := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr, Dst: testbed.BridgeSinkAddr,
+		SrcPort: 1024, DstPort: 9, Size: 60}.Bytes()
+	want[40], want[41] = 0, 0 // no UDP checksum
+	garbage := bytes.Repeat([]byte{0xa5}, len(want))
+	for i, in := range [][]byte{g.frame, garbage, g.frame} {
+		out := make([]byte, len(in))
+		ret, err := g.objs.BenchGen.Run(&ebpf.RunOptions{Data: in, DataOut: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The padding after the headers is not rewritten (the DUT does not touch it either).
+		if ret != 4 || !bytes.Equal(out[:42], want[:42]) {
+			t.Fatalf("frame %d: verdict %d\n got %x\nwant %x", i, ret, out[:42], want[:42])
+		}
+	}
+}
+
 func TestSinkVerdicts(t *testing.T) {
 	needRoot(t)
 	var objs sinkObjects
@@ -97,8 +128,6 @@ func TestSinkVerdicts(t *testing.T) {
 	defer objs.Close()
 	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.3.1")
 	udp9 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, DstPort: 9, Size: 60}.Bytes()
-	arp := append(append(append([]byte(nil), macB...), macA...), 0x08, 0x06)
-	arp = append(arp, make([]byte, 46)...)
 	for _, tc := range []struct {
 		name  string
 		frame []byte
@@ -109,7 +138,7 @@ func TestSinkVerdicts(t *testing.T) {
 		{"tcp to port 9", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, Proto: layers.IPProtocolTCP, DstPort: 9, Size: 60}.Bytes(), 2},
 		{"ipv6 udp to port 9", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(3, 1), DstPort: 9, Size: 80}.Bytes(), 2},
 		{"ip options", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, DstPort: 9, Options: []byte{1, 0, 0, 0}, Size: 64}.Bytes(), 2},
-		{"arp", arp, 2},
+		{"arp", arpFrame(), 2},
 		{"truncated", udp9[:40], 2},
 	} {
 		ret, err := objs.BenchSink.Run(&ebpf.RunOptions{Data: tc.frame})
@@ -136,25 +165,10 @@ func TestSinkVerdicts(t *testing.T) {
 
 func TestCeilingVerdicts(t *testing.T) {
 	needRoot(t)
-	spec, err := loadCeiling()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var eth [12]byte
 	copy(eth[:6], macC)
 	copy(eth[6:], macB)
-	if err := spec.Variables[ceilingVarCfgEth].Set(eth); err != nil {
-		t.Fatal(err)
-	}
-	var objs ceilingObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer objs.Close()
-	// lo stands in for out0: the test run only records the redirect.
-	if err := objs.CeilingTx.Put(uint32(0), ceilingBpfDevmapVal{Ifindex: 1}); err != nil {
-		t.Fatal(err)
-	}
+	objs := loadTestCeiling(t, map[string]any{ceilingVarCfgEth: eth})
 	in := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr, Dst: testbed.Prefix4(1, 1), DstPort: 9, Size: 60}.Bytes()
 	out := make([]byte, len(in))
 	ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: in, DataOut: out})
@@ -165,9 +179,62 @@ func TestCeilingVerdicts(t *testing.T) {
 	if ret != 4 || !bytes.Equal(out, want) {
 		t.Errorf("ipv4: verdict %d, frame %x; want 4, %x", ret, out, want)
 	}
-	arp := append(append(append([]byte(nil), macB...), macA...), 0x08, 0x06)
-	arp = append(arp, make([]byte, 46)...)
-	if ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: arp}); err != nil || ret != 2 {
+	if ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: arpFrame()}); err != nil || ret != 2 {
 		t.Errorf("arp: verdict %d (%v), want XDP_PASS", ret, err)
 	}
+}
+
+// The bridge benchmark's ceiling redirects IPv4 frames as they are and passes the rest.
+func TestCeilingL2Verdicts(t *testing.T) {
+	needRoot(t)
+	objs := loadTestCeiling(t, map[string]any{ceilingVarCfgL2: uint32(1)})
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  uint32
+	}{
+		{"ipv4", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr, Dst: testbed.BridgeSinkAddr, DstPort: 9, Size: 60}.Bytes(), 4},
+		{"ipv6", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr6, Dst: testbed.BridgeSinkAddr6, DstPort: 9, Size: 80}.Bytes(), 2},
+		{"arp", arpFrame(), 2},
+		{"learning frame", learnFrame(macA, macC), 2},
+	} {
+		out := make([]byte, len(tc.frame))
+		ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: tc.frame, DataOut: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret != tc.want || !bytes.Equal(out, tc.frame) {
+			t.Errorf("%s: verdict %d, frame %x; want %d, unmodified", tc.name, ret, out, tc.want)
+		}
+	}
+}
+
+// loadTestCeiling loads the ceiling with vars set, lo standing in for out0 (a test run only
+// records the redirect).
+func loadTestCeiling(t *testing.T, vars map[string]any) *ceilingObjects {
+	t.Helper()
+	spec, err := loadCeiling()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var objs ceilingObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	if err := objs.CeilingTx.Put(uint32(0), ceilingBpfDevmapVal{Ifindex: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return &objs
+}
+
+// arpFrame is an ARP frame from macA to macB (only the ethertype matters here).
+func arpFrame() []byte {
+	arp := append(append(append([]byte(nil), macB...), macA...), 0x08, 0x06)
+	return append(arp, make([]byte, 46)...)
 }

@@ -29,6 +29,7 @@ const (
 	ceilingMapCeilingTx     = "ceiling_tx"
 	ceilingProgBenchCeiling = "bench_ceiling"
 	ceilingVarCfgEth        = "cfg_eth"
+	ceilingVarCfgL2         = "cfg_l2"
 )
 
 // loadCeiling returns the embedded CollectionSpec for ceiling.
@@ -88,6 +89,7 @@ type ceilingMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ceilingVariableSpecs struct {
 	CfgEth *ebpf.VariableSpec `ebpf:"cfg_eth"`
+	CfgL2  *ebpf.VariableSpec `ebpf:"cfg_l2"`
 }
 
 // ceilingObjects contains all objects after they have been loaded into the kernel.
@@ -124,6 +126,7 @@ func (m *ceilingMaps) Close() error {
 // It can be passed to loadCeilingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ceilingVariables struct {
 	CfgEth *ebpf.Variable `ebpf:"cfg_eth"`
+	CfgL2  *ebpf.Variable `ebpf:"cfg_l2"`
 }
 
 // ceilingPrograms contains all programs after they have been loaded into the kernel.

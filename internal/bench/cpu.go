@@ -66,7 +66,7 @@ func (u *cpuUse) kernel() float64 { return u.System + u.Softirq + u.Irq }
 // cpu measures CPU time per million packets at a fixed offered load, one generator core, 64-byte
 // frames: first a baseline where in0 drops the frames with XDP (the generator's own cost, and
 // veth's), then every mode, rotated round by round.
-func (b *routerBench) cpu() error {
+func (b *pipeline) cpu() error {
 	const size = 64
 	rate := b.cfg.CPURate
 	if rate == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -17,16 +18,17 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// generator sends UDP frames out of gen's eth0 towards the routed prefixes: an XDP program run
-// with BPF_PROG_RUN in live-frame mode, so the frames leave through the ordinary XDP redirect
-// path at several Mpps per core, with no socket and no skb on the sending side.
+// generator sends UDP frames out of gen's eth0 (to the routed prefixes, or to the sink across a
+// bridge): an XDP program run with BPF_PROG_RUN in live-frame mode, so the frames leave through
+// the ordinary XDP redirect path at several Mpps per core, with no socket and no skb on the
+// sending side.
 type generator struct {
-	tb       *testbed.Testbed
-	src, dst net.HardwareAddr
-	objs     generatorObjects
-	parked   link.Link
-	frame    []byte
-	size     int // frame size including FCS
+	tb     *testbed.Testbed
+	flow   genFlow
+	objs   generatorObjects
+	parked link.Link
+	frame  []byte
+	size   int // frame size including FCS
 }
 
 const (
@@ -42,6 +44,16 @@ const (
 	parkDev, parkPeer = "lfpgen0", "lfpgen1"
 )
 
+// genFlow is what the generator sends: UDP from srcIP to dstIP, port 1024 to 9, in frames from
+// src to dst (MACs), redirected to ifindex. With prefixes > 0 the destination cycles through
+// 198.19.0..prefixes-1.1..254 (dstIP must then be 198.19.0.0); with 0 it is always dstIP.
+type genFlow struct {
+	src, dst     net.HardwareAddr
+	srcIP, dstIP netip.Addr
+	prefixes     int
+	ifindex      int
+}
+
 // newGenerator loads the generator for tb and parks it on a down veth pair of its own in gen.
 //
 // Parking is what makes short runs possible. A test run with repeat > 1 puts its program into
@@ -49,8 +61,8 @@ const (
 // again; each change rewrites the dispatcher and waits for an RCU grace period: ~20 ms of sleep
 // per BPF_PROG_RUN call on this machine, which caps a generator at ~40 calls/s. A program that
 // is attached in driver mode somewhere stays in the dispatcher, and the test run changes nothing.
-func newGenerator(tb *testbed.Testbed) (*generator, error) {
-	g, err := newGeneratorProgram(tb.GenMAC, tb.InMAC, tb.Prefixes, tb.GenIfindex)
+func newGenerator(tb *testbed.Testbed, f genFlow) (*generator, error) {
+	g, err := newGeneratorProgram(f)
 	if err != nil {
 		return nil, err
 	}
@@ -66,22 +78,21 @@ func newGenerator(tb *testbed.Testbed) (*generator, error) {
 	return g, nil
 }
 
-// newGeneratorProgram loads a generator of frames from src to dst (MACs) for prefixes routed
-// prefixes, redirected to ifindex.
-func newGeneratorProgram(src, dst net.HardwareAddr, prefixes, ifindex int) (*generator, error) {
+// newGeneratorProgram loads a generator of f's frames.
+func newGeneratorProgram(f genFlow) (*generator, error) {
 	spec, err := loadGenerator()
 	if err != nil {
 		return nil, err
 	}
 	for name, v := range map[string]any{
-		generatorVarCfgPrefixes: uint32(prefixes),
-		generatorVarCfgIfindex:  uint32(ifindex),
+		generatorVarCfgPrefixes: uint32(f.prefixes),
+		generatorVarCfgIfindex:  uint32(f.ifindex),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	g := &generator{src: src, dst: dst}
+	g := &generator{flow: f}
 	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
 		return nil, fmt.Errorf("load generator: %w", err)
 	}
@@ -107,13 +118,14 @@ func (g *generator) setSize(size int) error {
 		return fmt.Errorf("frame size %d: want 64 to 3004 bytes", size)
 	}
 	frame := packet.Spec{
-		SrcMAC: g.src, DstMAC: g.dst,
-		Src: testbed.GenAddr, Dst: testbed.Prefix4(0, 0),
+		SrcMAC: g.flow.src, DstMAC: g.flow.dst,
+		Src: g.flow.srcIP, Dst: g.flow.dstIP,
 		SrcPort: 1024, DstPort: 9,
 		Size: size - fcsLen,
 	}.Bytes()
-	// The destination changes per frame and the UDP checksum covers it; 0 means "none" in IPv4,
-	// and neither Linux's forwarding nor the sink looks at it.
+	// With routed prefixes the destination changes per frame and the UDP checksum covers it; 0
+	// means "none" in IPv4 (used for every flow alike), and neither Linux's forwarding or
+	// bridging nor the sink looks at it.
 	frame[40], frame[41] = 0, 0
 	var tmpl [48]byte
 	copy(tmpl[:], frame)

@@ -49,7 +49,7 @@ const rrPort = 12865 // netperf's control port, for recognisability in captures
 
 // latency runs the request/response test in Linux and linuxfp mode (the ceiling forwards only
 // one way), rotated round by round.
-func (b *routerBench) latency() error {
+func (b *pipeline) latency() error {
 	var modes []Mode
 	for _, m := range b.cfg.Modes {
 		if m != ModeCeiling {
@@ -73,6 +73,9 @@ func (b *routerBench) latency() error {
 	for r := 0; r < b.cfg.Rounds; r++ {
 		for _, m := range rotated(modes, r) {
 			err := b.withMode(m, func() error {
+				if _, err := b.prepare(); err != nil {
+					return err
+				}
 				lfp0, err := b.dut.lfpCounters()
 				if err != nil {
 					return err
@@ -117,7 +120,7 @@ type rrServer struct {
 
 func startRRServer(tb *testbed.Testbed) (*rrServer, error) {
 	s := &rrServer{}
-	addr := netip.AddrPortFrom(testbed.SinkAddr, rrPort).String()
+	addr := netip.AddrPortFrom(tb.SinkIP, rrPort).String()
 	err := tb.Sink.Do(func() error {
 		var err error
 		s.ln, err = net.Listen("tcp", addr)
@@ -175,7 +178,7 @@ func runRR(ctx context.Context, tb *testbed.Testbed, sessions int, warmup, d tim
 			c.Close()
 		}
 	}()
-	addr := netip.AddrPortFrom(testbed.SinkAddr, rrPort).String()
+	addr := netip.AddrPortFrom(tb.SinkIP, rrPort).String()
 	err := tb.Gen.Do(func() error {
 		dl := net.Dialer{Timeout: 5 * time.Second}
 		for range sessions {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf/link"
 
@@ -39,6 +40,7 @@ func ParseMode(s string) (Mode, error) {
 // is attached to in0 or out0 before it attaches its own.
 type dut struct {
 	tb       *testbed.Testbed
+	topo     *topology
 	bin      string // linuxfp binary
 	mode     Mode
 	lfp      *testbed.Linuxfp
@@ -62,7 +64,7 @@ func (d *dut) enter(m Mode) error {
 	switch m {
 	case ModeLinux:
 	case ModeLinuxfp:
-		l, err := d.tb.StartLinuxfp(d.bin)
+		l, err := d.topo.startLinuxfp(d.tb, d.bin)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the DUT: %w", err)
 		}
@@ -74,7 +76,7 @@ func (d *dut) enter(m Mode) error {
 			return nil
 		})
 	case ModeCeiling:
-		c, err := attachCeiling(d.tb)
+		c, err := attachCeiling(d.tb, d.topo.l2)
 		if err != nil {
 			return err
 		}
@@ -103,11 +105,18 @@ func (d *dut) leave() error {
 	return errors.Join(errs...)
 }
 
-// fastPath is what linuxfp's program on in0 did: packets forwarded and handed to Linux by reason.
+// fastPath is what linuxfp's program on in0 did: packets routed or switched, and handed to Linux
+// by reason.
 type fastPath struct {
 	Forwarded uint64            `json:"forwarded"`
+	Bridged   uint64            `json:"bridged,omitempty"`
 	Passed    map[string]uint64 `json:"passed_to_linux,omitempty"`
+	// NoProgram says why linuxfp has no program on in0 (its notes), if it has none.
+	NoProgram string `json:"no_program,omitempty"`
 }
+
+// fastPathed is what the program sent on itself, routed or switched.
+func (fp *fastPath) fastPathed() uint64 { return fp.Forwarded + fp.Bridged }
 
 // lfpCounters reads in0's counters from the running linuxfp (nil outside linuxfp mode).
 func (d *dut) lfpCounters() (*status.Interface, error) {
@@ -121,7 +130,13 @@ func fastPathDelta(a, b *status.Interface) *fastPath {
 	if a == nil || b == nil {
 		return nil
 	}
-	fp := &fastPath{Forwarded: b.Forwarded.Packets - a.Forwarded.Packets}
+	fp := &fastPath{Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets}
+	if b.Program == nil {
+		fp.NoProgram = strings.Join(b.Notes, "; ")
+		if fp.NoProgram == "" {
+			fp.NoProgram = "no reason given"
+		}
+	}
 	for _, r := range slices.Sorted(maps.Keys(b.Passed)) {
 		if n := b.Passed[r].Packets - a.Passed[r].Packets; n > 0 {
 			if fp.Passed == nil {
@@ -133,8 +148,9 @@ func fastPathDelta(a, b *status.Interface) *fastPath {
 	return fp
 }
 
-// attachCeiling attaches the minimal forwarder to the DUT's in0, redirecting into out0.
-func attachCeiling(tb *testbed.Testbed) (*ceilingRun, error) {
+// attachCeiling attaches the minimal forwarder to the DUT's in0, redirecting into out0: with
+// the MACs rewritten for the sink (a router), or with l2 as the frames are (a switch).
+func attachCeiling(tb *testbed.Testbed, l2 bool) (*ceilingRun, error) {
 	spec, err := loadCeiling()
 	if err != nil {
 		return nil, err
@@ -142,8 +158,10 @@ func attachCeiling(tb *testbed.Testbed) (*ceilingRun, error) {
 	var eth [12]byte
 	copy(eth[:6], tb.SinkMAC)
 	copy(eth[6:], tb.OutMAC)
-	if err := spec.Variables[ceilingVarCfgEth].Set(eth); err != nil {
-		return nil, fmt.Errorf("set %s: %w", ceilingVarCfgEth, err)
+	for name, v := range map[string]any{ceilingVarCfgEth: eth, ceilingVarCfgL2: boolU32(l2)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
 	}
 	c := &ceilingRun{}
 	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
@@ -173,4 +191,11 @@ func (c *ceilingRun) Close() error {
 	err := c.link.Close()
 	c.objs.Close()
 	return err
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -20,7 +20,7 @@ type ProgStat struct {
 type progSample map[string]ebpf.ProgramStats
 
 // progStats samples the generator, the sink and whatever is attached to the DUT's in0.
-func (b *routerBench) progStats() (progSample, error) {
+func (b *pipeline) progStats() (progSample, error) {
 	s := progSample{}
 	add := func(name string, p *ebpf.Program) error {
 		st, err := p.Stats()

@@ -15,10 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// RouterResult is everything the router benchmark measured. The JSON form is for scripts.
-type RouterResult struct {
+// Result is everything a forwarding benchmark (router, bridge) measured. The JSON form is for
+// scripts.
+type Result struct {
 	Machine    Machine         `json:"machine"`
-	Config     RouterSettings  `json:"config"`
+	Config     Settings        `json:"config"`
 	Throughput []ThroughputRow `json:"throughput"`
 	Latency    []LatencyMode   `json:"latency,omitempty"`
 	CPU        *CPUResult      `json:"cpu,omitempty"`
@@ -35,8 +36,9 @@ type Machine struct {
 	Date   string `json:"date"`
 }
 
-// RouterSettings is the configuration the numbers were taken with.
-type RouterSettings struct {
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
+	Topology string `json:"topology"` // "router" or "bridge"
 	Sizes    []int  `json:"frame_sizes"`
 	Cores    []int  `json:"generator_cores"`
 	Modes    []Mode `json:"modes"`
@@ -47,7 +49,9 @@ type RouterSettings struct {
 	// TxCsumOffload: the latency test left tx checksum offload on at gen and sink.
 	TxCsumOffload bool `json:"rr_tx_csum_offload"`
 	ProgStats     bool `json:"prog_stats"`
-	Prefixes      int  `json:"prefixes"`
+	Prefixes      int  `json:"prefixes,omitempty"`
+	// Bridge: the DUT's bridge as Linux had it configured.
+	Bridge *BridgeSettings `json:"bridge,omitempty"`
 }
 
 // ThroughputRow is one (generator cores, frame size) cell: every mode and the ratios.
@@ -68,19 +72,20 @@ type Throughput struct {
 	Rounds      []Round `json:"rounds"`
 }
 
-func newRouterResult(cfg RouterConfig) *RouterResult {
-	return &RouterResult{
+func newResult(cfg Config, t *topology) *Result {
+	return &Result{
 		Machine: machine(),
-		Config: RouterSettings{
-			Sizes: cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Duration: cfg.Duration.String(),
-			Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds, Sessions: cfg.Sessions, Prefixes: 50,
+		Config: Settings{
+			Topology: t.name,
+			Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Duration: cfg.Duration.String(),
+			Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds, Sessions: cfg.Sessions, Prefixes: t.prefixes,
 			TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
 		},
 		rows: map[[2]int]int{},
 	}
 }
 
-func (r *RouterResult) addRound(cores, size int, m Mode, rd Round) {
+func (r *Result) addRound(cores, size int, m Mode, rd Round) {
 	k := [2]int{cores, size}
 	i, ok := r.rows[k]
 	if !ok {
@@ -111,7 +116,7 @@ func (r *RouterResult) addRound(cores, size int, m Mode, rd Round) {
 	}
 }
 
-func (r *RouterResult) throughputOf(cores, size int, m Mode) *Throughput {
+func (r *Result) throughputOf(cores, size int, m Mode) *Throughput {
 	i, ok := r.rows[[2]int{cores, size}]
 	if !ok {
 		return nil
@@ -119,7 +124,7 @@ func (r *RouterResult) throughputOf(cores, size int, m Mode) *Throughput {
 	return r.Throughput[i].Modes[m]
 }
 
-func (r *RouterResult) finish(elapsed time.Duration) {
+func (r *Result) finish(elapsed time.Duration) {
 	r.Elapsed = elapsed.Round(time.Second).String()
 	slices.SortStableFunc(r.Throughput, func(a, b ThroughputRow) int {
 		if a.Cores != b.Cores {
@@ -133,7 +138,7 @@ func (r *RouterResult) finish(elapsed time.Duration) {
 }
 
 // WriteJSON writes the result for scripts.
-func (r *RouterResult) WriteJSON(w io.Writer) error {
+func (r *Result) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -142,9 +147,16 @@ func (r *RouterResult) WriteJSON(w io.Writer) error {
 var modeTitle = map[Mode]string{ModeLinux: "Linux", ModeLinuxfp: "linuxfp", ModeCeiling: "ceiling", modeBaseline: "baseline"}
 
 // WriteTable writes the tables a person reads.
-func (r *RouterResult) WriteTable(w io.Writer) {
+func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", c.Prefixes)
+	if c.Topology == "bridge" {
+		fmt.Fprintln(w, "Bridge: gen -> DUT (br0, in0 -> out0) -> sink over veth, one IPv4 subnet, UDP to port 9")
+		if br := c.Bridge; br != nil {
+			fmt.Fprintf(w, "br0: FDB learned (%s), ageing %s, bridge-nf-call-iptables=%d\n", br.Learning, br.Ageing, br.NFCallIptables)
+		}
+	} else {
+		fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", c.Prefixes)
+	}
 	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
 	fmt.Fprintf(w, "Median of %d rounds x %s per mode (modes alternate round by round); took %s\n\n",
 		c.Rounds, c.Duration, r.Elapsed)
@@ -237,7 +249,7 @@ func (r *RouterResult) WriteTable(w io.Writer) {
 }
 
 // writeProgStats prints, with --prog-stats, the kernel's run time per packet of each program.
-func (r *RouterResult) writeProgStats(w io.Writer) {
+func (r *Result) writeProgStats(w io.Writer) {
 	if len(r.Throughput) == 0 || !r.Config.ProgStats {
 		return
 	}
@@ -272,19 +284,34 @@ func (r *RouterResult) writeProgStats(w io.Writer) {
 
 // writeLoss notes cells where the generator offered much more than arrived, and what linuxfp
 // handed to Linux: the first things to look at when a number is surprising.
-func (r *RouterResult) writeLoss(w io.Writer) {
+func (r *Result) writeLoss(w io.Writer) {
+	var noPrograms []string
+	defer func() {
+		for _, n := range noPrograms {
+			fmt.Fprintf(w, "! linuxfp installed no program on in0 (%s): Linux forwarded in linuxfp mode\n", n)
+		}
+	}()
 	for _, row := range r.Throughput {
 		for _, m := range r.Config.Modes {
 			t := row.Modes[m]
 			if t == nil {
 				continue
 			}
-			var again, lossy int
+			var again, lossy, unlearned int
+			var problem string
 			for _, rd := range t.Rounds {
 				again += len(rd.Discarded)
 				if rd.Received < rd.Offered*99/100 {
 					lossy++
 				}
+				if rd.FDBNotLearned != "" {
+					unlearned++
+					problem = rd.FDBNotLearned
+				}
+			}
+			if unlearned > 0 {
+				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d round(s) started with the FDB not learned: %s\n",
+					modeTitle[m], row.Cores, row.FrameSize, unlearned, problem)
 			}
 			if again > 0 {
 				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d window(s) measured again: frames were lost before the DUT\n",
@@ -301,16 +328,27 @@ func (r *RouterResult) writeLoss(w io.Writer) {
 		}
 		var fwd, recv uint64
 		passed := map[string]uint64{}
+		var noProgram string
 		for _, rd := range f.Rounds {
 			recv += rd.Received
 			if rd.FastPath != nil {
-				fwd += rd.FastPath.Forwarded
+				fwd += rd.FastPath.fastPathed()
 				for k, v := range rd.FastPath.Passed {
 					passed[k] += v
 				}
+				if rd.FastPath.NoProgram != "" {
+					noProgram = rd.FastPath.NoProgram
+				}
 			}
 		}
-		if recv == 0 {
+		if noProgram != "" {
+			if !slices.Contains(noPrograms, noProgram) {
+				noPrograms = append(noPrograms, noProgram)
+			}
+			if recv == 0 {
+				fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: nothing arrived at the sink\n", row.Cores, row.FrameSize)
+			}
+		} else if recv == 0 {
 			fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: nothing arrived at the sink (in0 fast-pathed %d, handed to Linux %v)\n",
 				row.Cores, row.FrameSize, fwd, passed)
 		} else if fwd < recv*99/100 {

@@ -6,6 +6,7 @@
 //
 // The DUT routes Prefixes prefixes (198.19.N.0/24 and 2001:2:1:N::/64) to the sink, configured
 // with iproute2 as a person would, and forwards with net.ipv4.ip_forward=1 and IPv6 forwarding.
+// NewBridge builds the same namespaces with a bridge in the DUT instead (see bridge.go).
 package testbed
 
 import (
@@ -50,6 +51,13 @@ type Testbed struct {
 	GenIfindex, SinkIfindex        int
 	InIfindex, OutIfindex          int
 	Prefixes                       int
+	// GenIP and SinkIP are the IPv4 addresses of gen's and the sink's eth0 (GenAddr and
+	// SinkAddr in the routed topology, BridgeSinkAddr for the sink in the bridged one).
+	GenIP, SinkIP netip.Addr
+	// Bridge is the DUT's bridge in the bridged topology (NewBridge), "" in the routed one.
+	Bridge string
+
+	pings []ping // what ResolveNeighbours does
 }
 
 // Fixed addresses of the topology.
@@ -73,14 +81,91 @@ func Prefix6(i, h int) netip.Addr {
 }
 
 // New builds the topology. Names start with prefix (use "lfp-..."); Close removes everything.
-func New(prefix string, o Options) (tb *Testbed, err error) {
+func New(prefix string, o Options) (*Testbed, error) {
 	if o.Prefixes == 0 {
 		o.Prefixes = 50
 	}
+	var routes strings.Builder
+	for i := 0; i < o.Prefixes; i++ {
+		fmt.Fprintf(&routes, "ip route add 198.19.%d.0/24 via 198.18.1.2\n", i)
+		fmt.Fprintf(&routes, "ip -6 route add 2001:2:1:%x::/64 via 2001:2:0:1::2\n", i)
+	}
+	return build(prefix, o, layout{
+		gen:   host{addr4: "198.18.0.2/24", addr6: "2001:2::2/64", gw4: "198.18.0.1", gw6: "2001:2::1"},
+		sink:  host{addr4: "198.18.1.2/24", addr6: "2001:2:0:1::2/64", gw4: "198.18.1.1", gw6: "2001:2:0:1::1"},
+		genIP: GenAddr, sinkIP: SinkAddr,
+		dut: func(gro string) string {
+			return `
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.ipv6.conf.all.forwarding=1
+ip addr add 198.18.0.1/24 dev in0
+ip addr add 198.18.1.1/24 dev out0
+ip -6 addr add 2001:2::1/64 dev in0 nodad
+ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
+ip link set in0 up
+ip link set out0 up
+ethtool -K in0 gro ` + gro + `
+ethtool -K out0 gro ` + gro + "\n" + routes.String()
+		},
+		// The DUT resolves gen and sink, and each host its gateway, the ordinary way.
+		pings: func(tb *Testbed) []ping {
+			return []ping{
+				{tb.DUT, []string{"198.18.0.2", "198.18.1.2", "2001:2::2", "2001:2:0:1::2"}},
+				{tb.Gen, []string{"198.18.0.1", "2001:2::1"}},
+				{tb.Sink, []string{"198.18.1.1", "2001:2:0:1::1"}},
+			}
+		},
+	})
+}
+
+// layout is what differs between the topologies built on the same three namespaces and two
+// veth pairs (gen eth0 <-> DUT in0, DUT out0 <-> sink eth0).
+type layout struct {
+	gen, sink     host
+	genIP, sinkIP netip.Addr
+	bridge        string
+	// dut is the DUT's configuration script, given the GRO setting for in0 and out0.
+	dut   func(gro string) string
+	pings func(*Testbed) []ping
+}
+
+// host is an end host's eth0: addresses with their prefix length, default gateways ("": none).
+type host struct {
+	addr4, addr6 string
+	gw4, gw6     string
+	// noRouterSolicit: no IPv6 router solicitations (by default a host sends them forever, with
+	// a growing interval).
+	noRouterSolicit bool
+}
+
+func (h host) script(gro string) string {
+	s := "ip addr add " + h.addr4 + " dev eth0\n" +
+		"ip -6 addr add " + h.addr6 + " dev eth0 nodad\n"
+	if h.noRouterSolicit {
+		s += "sysctl -qw net.ipv6.conf.eth0.router_solicitations=0\n"
+	}
+	s += "ip link set eth0 up\n"
+	if h.gw4 != "" {
+		s += "ip route add default via " + h.gw4 + "\n"
+	}
+	if h.gw6 != "" {
+		s += "ip -6 route add default via " + h.gw6 + "\n"
+	}
+	return s + "ethtool -K eth0 gro " + gro + "\n"
+}
+
+// ping is one namespace pinging addresses once each.
+type ping struct {
+	from *nsutil.NS
+	to   []string
+}
+
+// build creates the namespaces and veths and configures them as l says.
+func build(prefix string, o Options, l layout) (tb *Testbed, err error) {
 	if o.Queues == 0 {
 		o.Queues = 1
 	}
-	tb = &Testbed{Prefixes: o.Prefixes}
+	tb = &Testbed{Prefixes: o.Prefixes, GenIP: l.genIP, SinkIP: l.sinkIP, Bridge: l.bridge}
 	defer func() {
 		if err != nil {
 			tb.Close()
@@ -108,23 +193,10 @@ ip link set sink0 netns %[3]s
 	if o.NoGRO {
 		gro = "off"
 	}
-	if err := tb.Sink.Script(`
-ip link set sink0 name eth0
-ip addr add 198.18.1.2/24 dev eth0
-ip -6 addr add 2001:2:0:1::2/64 dev eth0 nodad
-ip link set eth0 up
-ip route add default via 198.18.1.1
-ip -6 route add default via 2001:2:0:1::1
-ethtool -K eth0 gro ` + gro); err != nil {
+	if err := tb.Sink.Script("ip link set sink0 name eth0\n" + l.sink.script(gro)); err != nil {
 		return nil, err
 	}
-	if err := tb.Gen.Script(`
-ip addr add 198.18.0.2/24 dev eth0
-ip -6 addr add 2001:2::2/64 dev eth0 nodad
-ip link set eth0 up
-ip route add default via 198.18.0.1
-ip -6 route add default via 2001:2::1
-ethtool -K eth0 gro ` + gro); err != nil {
+	if err := tb.Gen.Script(l.gen.script(gro)); err != nil {
 		return nil, err
 	}
 	if o.TxChecksumOff {
@@ -134,24 +206,10 @@ ethtool -K eth0 gro ` + gro); err != nil {
 			}
 		}
 	}
-	var routes strings.Builder
-	for i := 0; i < o.Prefixes; i++ {
-		fmt.Fprintf(&routes, "ip route add 198.19.%d.0/24 via 198.18.1.2\n", i)
-		fmt.Fprintf(&routes, "ip -6 route add 2001:2:1:%x::/64 via 2001:2:0:1::2\n", i)
-	}
-	if err := tb.DUT.Script(`
-sysctl -qw net.ipv4.ip_forward=1
-sysctl -qw net.ipv6.conf.all.forwarding=1
-ip addr add 198.18.0.1/24 dev in0
-ip addr add 198.18.1.1/24 dev out0
-ip -6 addr add 2001:2::1/64 dev in0 nodad
-ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
-ip link set in0 up
-ip link set out0 up
-ethtool -K in0 gro ` + gro + `
-ethtool -K out0 gro ` + gro + "\n" + routes.String()); err != nil {
+	if err := tb.DUT.Script(l.dut(gro)); err != nil {
 		return nil, err
 	}
+	tb.pings = l.pings(tb)
 	// Collect MACs and ifindexes.
 	get := func(ns *nsutil.NS, name string, mac *net.HardwareAddr, idx *int) error {
 		return ns.Do(func() error {
@@ -182,21 +240,15 @@ ethtool -K out0 gro ` + gro + "\n" + routes.String()); err != nil {
 	return tb, nil
 }
 
-// ResolveNeighbours makes the DUT resolve gen and sink the ordinary way (ARP/ND by pinging).
+// ResolveNeighbours makes the hosts resolve each other the ordinary way (ARP/ND by pinging):
+// in the routed topology the DUT resolves gen and sink and each host its gateway; in the bridged
+// one gen resolves the sink (and the bridge learns both on the way).
 func (tb *Testbed) ResolveNeighbours() error {
-	for _, a := range []string{"198.18.0.2", "198.18.1.2", "2001:2::2", "2001:2:0:1::2"} {
-		if _, err := tb.DUT.Run("ping", "-c", "1", "-W", "2", a); err != nil {
-			return err
-		}
-	}
-	for _, a := range []string{"198.18.0.1", "2001:2::1"} {
-		if _, err := tb.Gen.Run("ping", "-c", "1", "-W", "2", a); err != nil {
-			return err
-		}
-	}
-	for _, a := range []string{"198.18.1.1", "2001:2:0:1::1"} {
-		if _, err := tb.Sink.Run("ping", "-c", "1", "-W", "2", a); err != nil {
-			return err
+	for _, p := range tb.pings {
+		for _, a := range p.to {
+			if _, err := p.from.Run("ping", "-c", "1", "-W", "2", a); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

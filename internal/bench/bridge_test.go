@@ -1,0 +1,43 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// bridgeLearn must leave the DUT's bridge with gen's MAC learned on in0 and the sink's on out0,
+// and fdbProblem must notice when an entry is not where it should be.
+func TestBridgeLearn(t *testing.T) {
+	needRoot(t)
+	tb, err := testbed.NewBridge("lfp-test", testbed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	want := []fdbWant{{host: "gen", mac: tb.GenMAC, port: "in0", ifindex: tb.InIfindex}}
+	if p, err := fdbProblem(tb, want, time.Hour); err != nil || !strings.Contains(p, "not on in0") {
+		t.Fatalf("before any frame: problem %q (%v), want gen's MAC not on in0", p, err)
+	}
+	for i := range 2 { // the second time, the entries exist and must be refreshed
+		p, err := bridgeLearn(&pipeline{tb: tb})
+		if err != nil || p != "" {
+			t.Fatalf("learning %d: problem %q (%v)", i, p, err)
+		}
+	}
+	wrong := []fdbWant{{host: "gen", mac: tb.GenMAC, port: "out0", ifindex: tb.OutIfindex}}
+	if p, err := fdbProblem(tb, wrong, time.Hour); err != nil || !strings.Contains(p, "not on out0") {
+		t.Errorf("gen's MAC on out0: problem %q (%v), want it reported missing", p, err)
+	}
+	// An entry learned long before counts as stale learning.
+	time.Sleep(50 * time.Millisecond)
+	if p, err := fdbProblem(tb, want, 0); err != nil || !strings.Contains(p, "before its frame") {
+		t.Errorf("entry 50 ms old for a frame just sent: problem %q (%v), want it reported old", p, err)
+	}
+}
