@@ -110,6 +110,10 @@ struct lfp_l2_dev {
 	__u32 bridge; /* the bridge's ifindex (its own, for a bridge) */
 	__u32 flags;  /* LFP_L2_* */
 	__u32 mtu;    /* largest L3 packet it transmits without dropping or fragmenting */
+	/* The bridge's MAC (frames to it are routed). Data, not a frozen constant: a bridge's MAC
+	 * follows its ports' unless set, and changing it must not reload every port's program. */
+	__u8 br_mac[6];
+	__u16 pad;
 };
 
 enum {

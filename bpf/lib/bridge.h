@@ -13,7 +13,7 @@
 #include "router.h"
 
 /* Frozen per interface: this interface is a bridge port (its program runs this module). The
- * bridge's ifindex is cfg_l3_ifindex and its MAC cfg_mac. */
+ * bridge's ifindex is cfg_l3_ifindex; its MAC is in the port's lfp_l2 entry. */
 volatile const __u32 cfg_bridge = 0;
 
 /* br_validate_ipv4() / br_validate_ipv6(): with bridge-nf-call-iptables (or -ip6tables) on, a
@@ -107,7 +107,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 		/* br_pass_frame_up(): only frames to the bridge device's own MAC become PACKET_HOST
 		 * there; other local entries (ports' addresses, `bridge fdb add ... permanent`) are
 		 * delivered as PACKET_OTHERHOST or HOST depending on the port: Linux's. */
-		if (!mac_equal(eth->h_dest, cfg_mac))
+		if (!mac_equal(eth->h_dest, port->br_mac))
 			return lfp_pass(ctx, LFP_PASS_BR_LOCAL);
 		switch (proto) {
 		case bpf_htons(ETH_P_IP):

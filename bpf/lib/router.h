@@ -8,7 +8,8 @@
 #include "stats.h"
 #include "fdb.h"
 
-/* The MAC Linux routes frames for: the ingress device's, or on a bridge port the bridge's. */
+/* The MAC Linux routes frames for: the ingress device's (on a bridge port, the bridge's MAC is
+ * data: see lfp_l2_dev). */
 volatile const __u8 cfg_mac[ETH_ALEN] = {};
 
 /* Frozen per interface: which families this interface forwards in the fast path (the controller

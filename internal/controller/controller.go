@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -251,7 +253,16 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	if err := c.dp.Sync(plan.Data); err != nil {
 		errs = append(errs, fmt.Errorf("update maps: %w", err))
 	}
-	// 3. Install or replace programs.
+	// 3. Install or replace programs: loaded (verified) in parallel, one per CPU, as a change to
+	//    a bridge or a burst of new interfaces may need several.
+	type job struct {
+		idx  int
+		it   *graph.Interface
+		had  bool
+		inst dataplane.Installed
+		err  error
+	}
+	var jobs []*job
 	for idx, it := range plan.Interfaces {
 		if it.Spec == nil {
 			continue
@@ -260,22 +271,37 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		if had && before.Spec.Equal(*it.Spec) {
 			continue
 		}
-		inst, err := c.dp.Install(*it.Spec)
+		jobs = append(jobs, &job{idx: idx, it: it, had: had})
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.NumCPU())
+	for _, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			j.inst, j.err = c.dp.Install(*j.it.Spec)
+		}()
+	}
+	wg.Wait()
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].idx < jobs[b].idx })
+	for _, j := range jobs {
+		it := j.it
 		programs++
-		if err != nil {
-			errs = append(errs, err)
-			it.Notes = append(it.Notes, "install failed: "+err.Error())
+		if j.err != nil {
+			errs = append(errs, j.err)
+			it.Notes = append(it.Notes, "install failed: "+j.err.Error())
 			it.Spec = nil
 			continue
 		}
-		c.owned[idx] = append(c.owned[idx], uint32(inst.ProgramID))
+		c.owned[j.idx] = append(c.owned[j.idx], uint32(j.inst.ProgramID))
 		verb := "installed"
-		if had {
+		if j.had {
 			verb = "replaced (atomic link update)"
 		}
 		c.log.Info(verb+" fast path", "interface", it.Name, "hook", it.Spec.Hook,
 			"modules", strings.Join(it.Spec.Modules(), ","), "families", strings.Join(families(*it.Spec), ","),
-			"program", inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
+			"program", j.inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
 	}
 	c.logDecisions(plan)
 	fdb := fdbLearning(plan)

@@ -73,10 +73,10 @@ func newBridgeEnv(t *testing.T) *bridgeEnv {
 		TxDevs: []int{e.out, e.in, e.bp1, e.bp2, e.bp3},
 		L2: []L2Dev{
 			{Ifindex: e.br, Bridge: e.br, Flags: L2Bridge | L2OutOK, MTU: 1500},
-			{Ifindex: e.bp1, Bridge: e.br, Flags: port | L2NF4 | L2NF6, MTU: 1500},
-			{Ifindex: e.bp2, Bridge: e.br, Flags: port, MTU: 1500},
-			{Ifindex: e.bp3, Bridge: e.br, Flags: port | L2Isolated, MTU: 1400},
-			{Ifindex: e.bp4, Bridge: e.br, Flags: port, MTU: 1500},
+			{Ifindex: e.bp1, Bridge: e.br, Flags: port | L2NF4 | L2NF6, MTU: 1500, BrMAC: macBr},
+			{Ifindex: e.bp2, Bridge: e.br, Flags: port, MTU: 1500, BrMAC: macBr},
+			{Ifindex: e.bp3, Bridge: e.br, Flags: port | L2Isolated, MTU: 1400, BrMAC: macBr},
+			{Ifindex: e.bp4, Bridge: e.br, Flags: port, MTU: 1500, BrMAC: macBr},
 		},
 		FDB: []FDBEntry{
 			{Bridge: e.br, MAC: macBr, Port: e.br, Local: true},
@@ -106,7 +106,7 @@ func (e *bridgeEnv) sync(t *testing.T, f func(d *Data)) {
 }
 
 func (e *bridgeEnv) portProg(t *testing.T, r4 bool) *ebpf.Program {
-	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", MAC: macBr, Hook: HookXDP, Router4: r4, Router6: true,
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", Hook: HookXDP, Router4: r4, Router6: true,
 		Bridge: true, L3Ifindex: e.br}, 0)
 	if err != nil {
 		t.Fatal(err)

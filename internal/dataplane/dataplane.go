@@ -206,12 +206,13 @@ func boolU32(b bool) uint32 {
 }
 
 // Install attaches (or atomically replaces) the program of spec.Ifindex. It does nothing when
-// the interface already runs a program for an equal spec.
+// the interface already runs a program for an equal spec. Installs for different interfaces may
+// run concurrently: the program is loaded (and verified, the slow part) outside the lock.
 func (d *Dataplane) Install(s Spec) (Installed, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	cur := d.ifaces[s.Ifindex]
 	if cur != nil && cur.Spec.Equal(s) {
+		d.mu.Unlock()
 		return cur.Installed, nil
 	}
 	slot := -1
@@ -220,10 +221,15 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 	} else {
 		var err error
 		if slot, err = d.allocSlot(); err != nil {
+			d.mu.Unlock()
 			return Installed{}, err
 		}
 	}
+	d.mu.Unlock()
+
 	prog, err := d.LoadProgram(s, slot)
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if err != nil {
 		if cur == nil {
 			d.slots[slot] = false

@@ -62,6 +62,8 @@ type linuxfpLfpL2Dev struct {
 	Bridge uint32
 	Flags  uint32
 	Mtu    uint32
+	BrMac  [6]uint8
+	Pad    uint16
 }
 
 type linuxfpLfpLpm4Key struct {

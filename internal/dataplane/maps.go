@@ -50,6 +50,7 @@ type L2Dev struct {
 	Bridge  int // the bridge's ifindex (its own for a bridge)
 	Flags   L2Flags
 	MTU     int
+	BrMAC   net.HardwareAddr // the bridge's MAC (ports)
 }
 
 // FDBEntry is one forwarding-database entry of a bridge.
@@ -124,7 +125,9 @@ func (d *Dataplane) Sync(data Data) error {
 	l2 := map[uint32]linuxfpLfpL2Dev{}
 	bridges := uint32(0)
 	for _, dv := range data.L2 {
-		l2[uint32(dv.Ifindex)] = linuxfpLfpL2Dev{Bridge: uint32(dv.Bridge), Flags: uint32(dv.Flags), Mtu: uint32(dv.MTU)}
+		v := linuxfpLfpL2Dev{Bridge: uint32(dv.Bridge), Flags: uint32(dv.Flags), Mtu: uint32(dv.MTU)}
+		copy(v.BrMac[:], dv.BrMAC)
+		l2[uint32(dv.Ifindex)] = v
 		if dv.Flags&L2Bridge != 0 {
 			bridges++
 		}

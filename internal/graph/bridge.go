@@ -31,8 +31,10 @@ func bridgePort(s *observe.Snapshot, lk, br *observe.Link, hook dataplane.Hook, 
 	for _, w := range append(up, why6...) {
 		notes = append(notes, "routing via "+br.Name+" (ipv6) off: "+w)
 	}
+	// No MAC: the bridge's is data (lfp_l2), so a bridge whose MAC follows its ports does not
+	// reload every port's program when it changes.
 	return &dataplane.Spec{
-		Ifindex: lk.Index, Name: lk.Name, MAC: br.MAC, Hook: hook, Router4: r4, Router6: r6,
+		Ifindex: lk.Index, Name: lk.Name, Hook: hook, Router4: r4, Router6: r6,
 		SkbSender: skbSender && hook == dataplane.HookXDP,
 		Bridge:    true, L3Ifindex: br.Index,
 	}, notes
@@ -110,7 +112,7 @@ func bridgeOutNotes(s *observe.Snapshot, br *observe.Link) []string {
 // updates a map entry, not the program.
 func bridgePortDev(s *observe.Snapshot, lk, br *observe.Link) (*dataplane.L2Dev, []string) {
 	p, b := lk.Port, br.Bridge
-	dv := &dataplane.L2Dev{Ifindex: lk.Index, Bridge: br.Index, MTU: lk.MTU}
+	dv := &dataplane.L2Dev{Ifindex: lk.Index, Bridge: br.Index, MTU: lk.MTU, BrMAC: br.MAC}
 	var notes, in []string
 	if p.State == observe.BrStateForwarding && lk.Up {
 		dv.Flags |= dataplane.L2Forwarding
