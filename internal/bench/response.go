@@ -69,13 +69,17 @@ type responseCase struct {
 	// prepare runs before each sample (not timed); do is the timed command; undo restores.
 	prepare, do, undo func(rc *responseRun, i int) error
 	// stream: where packets that depend on the change go (empty: no dependent traffic) and
-	// which interface's counter shows them fast-pathed.
+	// which interface's counter shows them fast-pathed (routed or bridged).
 	stream func(i int) (dst string, iface string)
+	// genEnd, if set, configures gen's end of an interface the command creates; the stream
+	// then starts after the command. Otherwise it runs from before the command.
+	genEnd func(rc *responseRun) error
 }
 
 type responseRun struct {
-	tb     *testbed.Testbed
-	client *status.Client
+	tb        *testbed.Testbed
+	client    *status.Client
+	sinkBrMAC string // the sink's bs0 (bridge cases)
 }
 
 func (rc *responseRun) dut(cmd string) error {
@@ -134,9 +138,93 @@ func responseCases() []responseCase {
 			undo: func(rc *responseRun, i int) error { return rc.dut("ip link del new0") },
 			// The gen side is configured through netlink after the command (see measure).
 			stream: func(i int) (string, string) { return "198.18.1.2", "new0" },
+			genEnd: func(rc *responseRun) error { return configureGenEnd(rc.tb.Gen, "new0") },
 		},
 	}
 }
+
+// Bridge cases: a second path gen bg0 <-> bgen [DUT] bsink <-> bs0 sink (198.18.20.0/24), made a
+// bridge's ports by the commands (see setupBridgePath). The stream goes to 198.18.20.9, an
+// address gen's neighbour table maps to the sink's MAC and the sink does not own: the sink never
+// answers, so the bridge learns its MAC only from what the command does.
+const (
+	bridgeStreamDst = "198.18.20.9"
+	brName          = "brx"
+)
+
+func bridgeCases() []responseCase {
+	return []responseCase{
+		{
+			name: "brctl addbr",
+			do:   func(rc *responseRun, i int) error { return rc.dut("brctl addbr " + brName) },
+			undo: func(rc *responseRun, i int) error { return rc.dut("brctl delbr " + brName) },
+		},
+		{
+			// The sink's port is in the bridge and its address static; gen's port joins.
+			name: "brctl addif",
+			prepare: func(rc *responseRun, i int) error {
+				return rc.dutScript("brctl addbr " + brName + "\nbrctl addif " + brName + " bsink\nip link set " + brName + " up\n" +
+					"bridge fdb replace " + rc.sinkBrMAC + " dev bsink master static")
+			},
+			do: func(rc *responseRun, i int) error { return rc.dut("brctl addif " + brName + " bgen") },
+			undo: func(rc *responseRun, i int) error {
+				return rc.dutScript("ip link set " + brName + " down\nbrctl delbr " + brName)
+			},
+			stream: func(i int) (string, string) { return bridgeStreamDst, "bgen" },
+		},
+		{
+			// Both ports in the bridge, gen's address learned from the stream, the sink's
+			// unknown (frames to it are flooded by Linux) until the command.
+			name: "bridge fdb add",
+			prepare: func(rc *responseRun, i int) error {
+				return rc.dutScript("brctl addbr " + brName + "\nbrctl addif " + brName + " bsink\nbrctl addif " + brName + " bgen\n" +
+					"ip link set " + brName + " up")
+			},
+			do: func(rc *responseRun, i int) error {
+				return rc.dut("bridge fdb add " + rc.sinkBrMAC + " dev bsink master static")
+			},
+			undo: func(rc *responseRun, i int) error {
+				return rc.dutScript("ip link set " + brName + " down\nbrctl delbr " + brName)
+			},
+			stream: func(i int) (string, string) { return bridgeStreamDst, "bgen" },
+		},
+		{
+			// Port removal: what is timed is the data plane forgetting the port (nothing may be
+			// switched to it afterwards).
+			name: "brctl delif",
+			prepare: func(rc *responseRun, i int) error {
+				return rc.dutScript("brctl addbr " + brName + "\nbrctl addif " + brName + " bsink\nbrctl addif " + brName + " bgen\n" +
+					"ip link set " + brName + " up\nbridge fdb replace " + rc.sinkBrMAC + " dev bsink master static")
+			},
+			do: func(rc *responseRun, i int) error { return rc.dut("brctl delif " + brName + " bsink") },
+			undo: func(rc *responseRun, i int) error {
+				return rc.dutScript("ip link set " + brName + " down\nbrctl delbr " + brName)
+			},
+		},
+	}
+}
+
+// setupBridgePath creates the veths of the bridge cases (not timed).
+func (rc *responseRun) setupBridgePath() error {
+	tb := rc.tb
+	if err := rc.dutScript("ip link add bgen type veth peer name bg0 netns " + tb.Gen.Name + "\n" +
+		"ip link add bsink type veth peer name bs0 netns " + tb.Sink.Name + "\nip link set bgen up\nip link set bsink up\n" +
+		"ethtool -K bgen gro on\nethtool -K bsink gro on"); err != nil {
+		return err
+	}
+	if err := tb.Sink.Script("ip link set bs0 up\nethtool -K bs0 gro on tx off\nip addr add 198.18.20.3/24 dev bs0"); err != nil {
+		return err
+	}
+	out, err := tb.Sink.Run("cat", "/sys/class/net/bs0/address")
+	if err != nil {
+		return err
+	}
+	rc.sinkBrMAC = strings.TrimSpace(out)
+	return tb.Gen.Script("ip link set bg0 up\nethtool -K bg0 gro on tx off\nip addr add 198.18.20.2/24 dev bg0\n" +
+		"ip neigh replace " + bridgeStreamDst + " lladdr " + rc.sinkBrMAC + " dev bg0 nud permanent")
+}
+
+func (rc *responseRun) dutScript(script string) error { return rc.tb.DUT.Script(script) }
 
 // RunResponse runs the benchmark and writes a table (or JSON) to w.
 func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON bool) error {
@@ -160,9 +248,12 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	}
 	defer l.Stop()
 	rc := &responseRun{tb: tb, client: l.Client}
+	if err := rc.setupBridgePath(); err != nil {
+		return fmt.Errorf("bridge cases: %w", err)
+	}
 
 	var results []ResponseResult
-	for _, c := range responseCases() {
+	for _, c := range append(responseCases(), bridgeCases()...) {
 		if len(o.Only) > 0 && !containsString(o.Only, c.name) {
 			continue
 		}
@@ -254,7 +345,7 @@ func (rc *responseRun) forwarded(iface string) (uint64, bool) {
 	}
 	for _, it := range st.Interfaces {
 		if it.Name == iface {
-			return it.Forwarded.Packets, true
+			return it.Forwarded.Packets + it.Bridged.Packets, true
 		}
 	}
 	return 0, false
@@ -283,7 +374,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			return res, err
 		}
 		start := time.Now()
-		if dst != "" && iface == "in0" {
+		if dst != "" && c.genEnd == nil {
 			stop = startStream(rc.tb.Gen, dst)
 		}
 		base, _ := rc.forwarded(iface)
@@ -294,10 +385,10 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			return res, err
 		}
 		exit := time.Now()
-		if dst != "" && iface != "in0" {
+		if dst != "" && c.genEnd != nil {
 			// The stream can only start once the new interface exists: configure its gen end
 			// (through netlink, in well under a millisecond) and start.
-			if err := configureGenEnd(rc.tb.Gen, iface); err != nil {
+			if err := c.genEnd(rc); err != nil {
 				return res, err
 			}
 			stop = startStream(rc.tb.Gen, dst)

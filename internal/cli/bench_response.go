@@ -18,7 +18,8 @@ func benchResponseCmd() *cobra.Command {
 		Use:   "response",
 		Short: "Time from a configuration command to the fast path following it (paper Table VI)",
 		Long: `Builds its own namespaces (gen -> dut -> sink), runs linuxfp in the DUT and times, for each
-command (ip route add, ip addr add, ip link set down/up, ip link add), the time from the
+command (ip route add, ip addr add, ip link set down/up, ip link add; brctl addbr, brctl addif,
+bridge fdb add, brctl delif), the time from the
 command's netlink event to the data plane reflecting it, and from the command's exit to the first
 packet that depends on it being fast-pathed. p50/p99/max over --repeats changes each.`,
 		Args: cobra.NoArgs,
