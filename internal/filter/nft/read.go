@@ -1,0 +1,267 @@
+// Package nft reads the live netfilter ruleset that forwarded packets traverse (iptables-nft's
+// tables and native nftables tables alike) and the ipset sets its rules use, and translates it
+// into the filter module's model (package model): one model.Ruleset per address family.
+//
+// Chains are listed with google/nftables; tables and rules are dumped here (see dump.go for
+// why) and translated expression by expression (translate.go, xt.go). A whole snapshot is read
+// between two reads of the nf_tables generation and read again if a change was committed in
+// between, so rules, chains and policies always belong to one ruleset.
+//
+// What the snapshot does not cover, and whoever uses it must hand to Linux: legacy (x_tables)
+// iptables tables, which nf_tables cannot see; netdev and bridge family chains and inet ingress
+// chains (listed in Snapshot.Elsewhere); and fragments, which the model describes whole.
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/filter/ipset"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
+)
+
+// Options say where to read.
+type Options struct {
+	// NetNS is a network namespace file descriptor; 0 reads the caller's namespace.
+	NetNS int
+}
+
+// Snapshot is the forward path's ruleset at one nf_tables generation.
+type Snapshot struct {
+	// Generation is the nf_tables ruleset generation read.
+	Generation uint32
+	IPv4, IPv6 *model.Ruleset
+	// Sets are every ipset set, by name. ipset has no generation: they are read within the same
+	// window as the rules, but a set changed meanwhile is not detected.
+	Sets map[string]*model.IPSet
+	// Native lists base chains of native nftables tables (not iptables-nft's) on the hooks
+	// forwarded packets traverse; they are part of the models.
+	Native []string
+	// Elsewhere lists base chains forwarded packets may meet that the models do not cover:
+	// netdev ingress/egress, inet ingress, bridge family.
+	Elsewhere []string
+}
+
+// Ruleset returns the model of family f.
+func (s *Snapshot) Ruleset(f model.Family) *model.Ruleset {
+	if f == model.IPv6 {
+		return s.IPv6
+	}
+	return s.IPv4
+}
+
+// iptablesTables are the tables iptables-nft manages (in families ip and ip6).
+var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
+
+// Read reads the ruleset.
+func Read(o Options) (*Snapshot, error) {
+	c, err := dial(o.NetNS)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var opts []nftables.ConnOption
+	if o.NetNS != 0 {
+		opts = append(opts, nftables.WithNetNSFd(o.NetNS))
+	}
+	nc, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	const tries = 10
+	for try := 1; ; try++ {
+		gen, err := generation(c)
+		if err != nil {
+			return nil, err
+		}
+		tables, err := dumpTables(c)
+		if errors.Is(err, errInterrupted) && try < tries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		chains, err := nc.ListChains()
+		if err != nil {
+			return nil, fmt.Errorf("list nftables chains: %w", err)
+		}
+		rules, err := dumpRules(c)
+		if errors.Is(err, errInterrupted) && try < tries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		sets, err := ipset.List(ipset.Options{NetNS: o.NetNS})
+		if errors.Is(err, ipset.ErrNoIPSet) {
+			sets, err = map[string]*model.IPSet{}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		again, err := generation(c)
+		if err != nil {
+			return nil, err
+		}
+		if again != gen {
+			if try < tries {
+				continue
+			}
+			return nil, fmt.Errorf("nftables ruleset changed during each of %d reads", tries)
+		}
+		s := build(tables, chains, rules, sets)
+		s.Generation = gen
+		return s, nil
+	}
+}
+
+// build assembles a snapshot from what was read.
+func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets map[string]*model.IPSet) *Snapshot {
+	s := &Snapshot{IPv4: model.NewRuleset(model.IPv4), IPv6: model.NewRuleset(model.IPv6), Sets: sets}
+	byIndex := map[uint16]*model.IPSet{}
+	for _, set := range sets {
+		byIndex[set.Index] = set
+	}
+	dormant := map[[2]string]bool{}
+	for _, t := range tables {
+		if t.Flags&unix.NFT_TABLE_F_DORMANT != 0 {
+			dormant[[2]string{familyName(nftables.TableFamily(t.Family)), t.Name}] = true
+		}
+	}
+	type key struct {
+		fam          uint8
+		table, chain string
+	}
+	chainRules := map[key][]rawRule{}
+	for _, r := range rules {
+		k := key{r.Family, r.Table, r.Chain}
+		chainRules[k] = append(chainRules[k], r)
+	}
+	for _, ch := range chains {
+		fam := ch.Table.Family
+		famName := familyName(fam)
+		if dormant[[2]string{famName, ch.Table.Name}] {
+			continue // a dormant table's chains are not registered
+		}
+		var targets []*model.Ruleset
+		switch fam {
+		case nftables.TableFamilyIPv4:
+			targets = []*model.Ruleset{s.IPv4}
+		case nftables.TableFamilyIPv6:
+			targets = []*model.Ruleset{s.IPv6}
+		case nftables.TableFamilyINet:
+			targets = []*model.Ruleset{s.IPv4, s.IPv6}
+		}
+		var base *model.BaseChain
+		if ch.Hooknum != nil {
+			desc := fmt.Sprintf("%s %s %s (hook %s", famName, ch.Table.Name, ch.Name, hookName(fam, *ch.Hooknum))
+			if ch.Device != "" {
+				desc += " device " + ch.Device
+			}
+			if ch.Priority != nil {
+				desc += fmt.Sprintf(" priority %d", *ch.Priority)
+			}
+			desc += ")"
+			h, forwardPath := modelHook(*ch.Hooknum)
+			switch {
+			case fam == nftables.TableFamilyNetdev, fam == nftables.TableFamilyBridge,
+				fam == nftables.TableFamilyINet && *ch.Hooknum == inetIngress:
+				s.Elsewhere = append(s.Elsewhere, desc)
+				continue
+			case targets == nil, !forwardPath:
+				continue // arp; input, output: not on the forward path (and no jump reaches a base chain)
+			}
+			base = &model.BaseChain{Hook: h, Type: model.ChainType(ch.Type), Policy: model.PolicyAccept}
+			if ch.Priority != nil {
+				base.Priority = int32(*ch.Priority)
+			}
+			if ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+				base.Policy = model.PolicyDrop
+			}
+			ipt := iptablesTables[ch.Table.Name] && fam != nftables.TableFamilyINet
+			if !ipt {
+				s.Native = append(s.Native, desc)
+			}
+		}
+		if targets == nil {
+			continue
+		}
+		rs := chainRules[key{uint8(fam), ch.Table.Name, ch.Name}]
+		for _, target := range targets {
+			ck := model.ChainKey{TableFamily: famName, Table: ch.Table.Name, Chain: ch.Name}
+			c := &model.Chain{
+				Key:      ck,
+				Base:     base,
+				IPTables: iptablesTables[ch.Table.Name] && fam != nftables.TableFamilyINet,
+			}
+			t := &translator{family: target.Family, setsByIndex: byIndex}
+			for i, r := range rs {
+				res := t.translate(r.Exprs)
+				if res.never {
+					continue
+				}
+				c.Rules = append(c.Rules, &model.Rule{
+					ID:      model.RuleID{Chain: ck, Handle: r.Handle, Position: i},
+					Matches: res.matches,
+					Verdict: res.verdict,
+				})
+			}
+			target.AddChain(c)
+		}
+	}
+	s.IPv4.Sort()
+	s.IPv6.Sort()
+	sort.Strings(s.Native)
+	sort.Strings(s.Elsewhere)
+	s.Native = slices.Compact(s.Native)
+	return s
+}
+
+const inetIngress = 5 // NF_INET_INGRESS (inet family, per device)
+
+// modelHook maps an ip/ip6/inet hook number to the model's hooks; forwardPath false for hooks
+// forwarded packets do not pass.
+func modelHook(h nftables.ChainHook) (model.Hook, bool) {
+	switch h {
+	case unix.NF_INET_PRE_ROUTING:
+		return model.Prerouting, true
+	case unix.NF_INET_FORWARD:
+		return model.Forward, true
+	case unix.NF_INET_POST_ROUTING:
+		return model.Postrouting, true
+	}
+	return 0, false
+}
+
+func familyName(f nftables.TableFamily) string {
+	switch f {
+	case nftables.TableFamilyIPv4:
+		return "ip"
+	case nftables.TableFamilyIPv6:
+		return "ip6"
+	case nftables.TableFamilyINet:
+		return "inet"
+	case nftables.TableFamilyNetdev:
+		return "netdev"
+	case nftables.TableFamilyBridge:
+		return "bridge"
+	case nftables.TableFamilyARP:
+		return "arp"
+	}
+	return fmt.Sprint(uint8(f))
+}
+
+func hookName(f nftables.TableFamily, h nftables.ChainHook) string {
+	if f == nftables.TableFamilyNetdev {
+		return map[nftables.ChainHook]string{0: "ingress", 1: "egress"}[h]
+	}
+	if n, ok := map[nftables.ChainHook]string{0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting", 5: "ingress"}[h]; ok {
+		return n
+	}
+	return fmt.Sprint(uint32(h))
+}

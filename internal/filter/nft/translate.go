@@ -1,0 +1,684 @@
+package nft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/filter/model"
+)
+
+// How iptables-nft 1.8.9 encodes what the model supports (from `nft --debug=netlink` on this
+// machine; the package tests load each form and check the translation):
+//
+//	-s 198.18.0.0/24         payload load 3b @ network header + 12 => reg 1; cmp eq reg 1 0x000012c6
+//	-d 198.18.0.0/23         payload load 4b @ network header + 16; bitwise & 0x00feffff ^ 0; cmp eq
+//	! -s X                   the same with cmp neq
+//	-s 2001:2::/48           payload load 6b @ network header + 8; cmp eq (ip6: saddr at 8, daddr at 24)
+//	-p tcp, ! -p udp, -p 47  meta load l4proto => reg 1; cmp eq|neq reg 1 0x06
+//	--dport 80, ! --dport 53 (after -p) payload load 2b @ transport header + 2; cmp eq|neq
+//	--sport 1000:2000        payload load 2b @ transport header + 0; range eq|neq 1000 2000
+//	--dport 1024:, :1024     range eq 1024 65535; cmp lte 1024
+//	-i eth0, ! -o eth1       meta load iifname|oifname; cmp eq|neq "eth0\x00" (the name and its NUL)
+//	-i veth+                 cmp eq "veth" (no NUL: a prefix compare); `-i +` is a load with no compare
+//	-j ACCEPT|DROP|RETURN    immediate reg 0 accept|drop|return; -j X / -g X: jump|goto X
+//	rule counters            counter (always present)
+//	-m multiport, -m set, --icmp-type, --icmpv6-type, -m comment, -m conntrack, -m state,
+//	-m statistic, -m addrtype ...      match name NAME rev N (xt info blob, see xt.go)
+//	-j REJECT, LOG, DNAT, SNAT, MASQUERADE, MARK, CONNMARK, TCPMSS, CT ...  target name NAME
+//	-j NFLOG                 log group N (native)
+//	-m mark --mark V/M       meta load mark; bitwise & M (absent for M = 0xffffffff); cmp eq|neq V
+//	--tcp-flags              payload @ transport header + 13, bitwise, cmp (Unknown)
+//
+// Native nft rules use the same expressions (plus lookups, ct, fib, ...). Expressions are
+// interpreted with the packet's family known: a model is per family, so an inet rule's
+// `ip saddr` loads are read as IPv4 fields in the IPv4 model and as whatever those bytes are in
+// the IPv6 model, as the kernel would.
+
+// translator translates rules of one family.
+type translator struct {
+	family      model.Family
+	setsByIndex map[uint16]*model.IPSet
+
+	// Per rule.
+	regs       map[uint32]*regVal // by first 32-bit register
+	proto      uint8              // transport protocol the rule requires so far (valid if hasProto)
+	hasProto   bool
+	sideEffect bool // a stateful Unknown match came before
+	matches    []model.Match
+}
+
+type valKind uint8
+
+const (
+	valPayload valKind = iota
+	valMeta
+	valStatic  // known for every packet of the family (meta nfproto, meta protocol)
+	valUnknown // something the model does not read (ct state, fib, mark, ...)
+)
+
+// regVal is what a register holds.
+type regVal struct {
+	kind   valKind
+	base   uint32 // payload base
+	offset uint32 // payload offset
+	key    uint32 // meta key
+	n      int    // length in bytes
+	mask   []byte // bitwise AND applied (nil: none)
+	static []byte
+	what   string
+}
+
+// Expression attributes (include/uapi/linux/netfilter/nf_tables.h).
+const (
+	payloadDreg, payloadBase, payloadOffset, payloadLen, payloadSreg = 1, 2, 3, 4, 5
+	metaDreg, metaKey, metaSreg                                      = 1, 2, 3
+	cmpSreg, cmpOp, cmpData                                          = 1, 2, 3
+	rangeSreg, rangeOp, rangeFrom, rangeTo                           = 1, 2, 3, 4
+	bitwiseSreg, bitwiseDreg, bitwiseLen, bitwiseMask, bitwiseXor    = 1, 2, 3, 4, 5
+	bitwiseOp, bitwiseData                                           = 6, 7
+	immDreg, immData                                                 = 1, 2
+	lookupSet, lookupSreg, lookupDreg                                = 1, 2, 3
+	xtName, xtRev, xtInfo                                            = 1, 2, 3
+	ctKey, ctSreg                                                    = 2, 4
+	exthdrSreg                                                       = 7
+
+	opEq, opNeq, opLt, opLte, opGt, opGte = 0, 1, 2, 3, 4, 5
+
+	baseLL, baseNetwork, baseTransport = 0, 1, 2
+)
+
+var opNames = []string{"==", "!=", "<", "<=", ">", ">="}
+
+func opName(op uint32) string {
+	if int(op) < len(opNames) {
+		return opNames[op]
+	}
+	return fmt.Sprintf("op%d", op)
+}
+
+// metaNames names the meta keys a reader of an Unknown needs most.
+var metaNames = map[uint32]string{
+	unix.NFT_META_LEN: "length", unix.NFT_META_PROTOCOL: "protocol", unix.NFT_META_PRIORITY: "priority",
+	unix.NFT_META_MARK: "mark", unix.NFT_META_IIF: "iif", unix.NFT_META_OIF: "oif",
+	unix.NFT_META_IIFNAME: "iifname", unix.NFT_META_OIFNAME: "oifname", unix.NFT_META_IIFTYPE: "iiftype",
+	unix.NFT_META_OIFTYPE: "oiftype", unix.NFT_META_SKUID: "skuid", unix.NFT_META_SKGID: "skgid",
+	unix.NFT_META_NFTRACE: "nftrace", unix.NFT_META_RTCLASSID: "rtclassid", unix.NFT_META_SECMARK: "secmark",
+	unix.NFT_META_NFPROTO: "nfproto", unix.NFT_META_L4PROTO: "l4proto", unix.NFT_META_PKTTYPE: "pkttype",
+	unix.NFT_META_CPU: "cpu", unix.NFT_META_IIFGROUP: "iifgroup", unix.NFT_META_OIFGROUP: "oifgroup",
+	unix.NFT_META_CGROUP: "cgroup", unix.NFT_META_PRANDOM: "random",
+}
+
+var ctNames = map[uint32]string{
+	unix.NFT_CT_STATE: "state", unix.NFT_CT_DIRECTION: "direction", unix.NFT_CT_STATUS: "status",
+	unix.NFT_CT_MARK: "mark", unix.NFT_CT_SECMARK: "secmark", unix.NFT_CT_EXPIRATION: "expiration",
+	unix.NFT_CT_HELPER: "helper", unix.NFT_CT_L3PROTOCOL: "l3proto", unix.NFT_CT_SRC: "original saddr",
+	unix.NFT_CT_DST: "original daddr", unix.NFT_CT_PROTOCOL: "protocol", unix.NFT_CT_PROTO_SRC: "proto-src",
+	unix.NFT_CT_PROTO_DST: "proto-dst", unix.NFT_CT_LABELS: "label", unix.NFT_CT_PKTS: "packets",
+	unix.NFT_CT_BYTES: "bytes", unix.NFT_CT_ZONE: "zone",
+}
+
+// pureLoads load something into a register without side effects; comparing it is an Unknown match.
+var pureLoads = map[string]bool{
+	"ct": true, "exthdr": true, "fib": true, "rt": true, "socket": true, "osf": true,
+	"hash": true, "xfrm": true, "tunnel": true, "byteorder": true,
+}
+
+// statefulMatches decide and keep state (tokens, quotas, counts): Unknown and stateful.
+var statefulMatches = map[string]bool{
+	"limit": true, "quota": true, "connlimit": true, "last": true, "numgen": true,
+	"objref": true, "dynset": true,
+}
+
+// describe says what a register holds, for Unknown matches.
+func (v *regVal) describe() string {
+	if v == nil {
+		return "a register nothing loaded"
+	}
+	var s string
+	switch v.kind {
+	case valPayload:
+		base := map[uint32]string{baseLL: "link layer", baseNetwork: "network header", baseTransport: "transport header"}[v.base]
+		if base == "" {
+			base = fmt.Sprintf("payload base %d", v.base)
+		}
+		s = fmt.Sprintf("%s bytes %d-%d", base, v.offset, int(v.offset)+v.n-1)
+	case valMeta:
+		name := metaNames[v.key]
+		if name == "" {
+			name = fmt.Sprintf("key %d", v.key)
+		}
+		s = "meta " + name
+	default:
+		s = v.what
+	}
+	if v.mask != nil {
+		s += " & 0x" + hex.EncodeToString(v.mask)
+	}
+	return s
+}
+
+// ruleResult is one rule translated for one family.
+type ruleResult struct {
+	matches []model.Match
+	verdict model.Verdict
+	// never: no packet of the family ever gets past the rule's matches, and nothing before the
+	// failing match has side effects: the rule can be left out.
+	never bool
+}
+
+// translate translates a rule's expressions for t.family.
+func (t *translator) translate(exprs []rawExpr) ruleResult {
+	t.regs = map[uint32]*regVal{}
+	t.proto, t.hasProto, t.sideEffect, t.matches = 0, false, false, nil
+	linux := func(reason string, nat bool) ruleResult {
+		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Linux, Reason: reason, NAT: nat}}
+	}
+	for _, e := range exprs {
+		switch e.Name {
+		case "counter":
+			// Rule counters: kept per rule by whoever evaluates the model.
+		case "payload":
+			if e.has(payloadSreg) {
+				return linux("payload write (the rule rewrites the packet)", false)
+			}
+			dreg, ok1 := e.u32(payloadDreg)
+			base, ok2 := e.u32(payloadBase)
+			off, ok3 := e.u32(payloadOffset)
+			n, ok4 := e.u32(payloadLen)
+			if !ok1 || !ok2 || !ok3 || !ok4 || n == 0 || n > 64 {
+				return linux("malformed payload expression", false)
+			}
+			t.set(dreg, &regVal{kind: valPayload, base: base, offset: off, n: int(n)})
+		case "meta":
+			if e.has(metaSreg) {
+				return linux("meta set (the rule changes packet metadata)", false)
+			}
+			dreg, ok1 := e.u32(metaDreg)
+			key, ok2 := e.u32(metaKey)
+			if !ok1 || !ok2 {
+				return linux("malformed meta expression", false)
+			}
+			t.set(dreg, t.metaVal(key))
+		case "bitwise":
+			if !t.bitwise(e) {
+				return linux("malformed bitwise expression", false)
+			}
+		case "cmp":
+			if r, stop := t.cmp(e); stop {
+				return r
+			}
+		case "range":
+			if r, stop := t.rangeExpr(e); stop {
+				return r
+			}
+		case "lookup":
+			sreg, _ := e.u32(lookupSreg)
+			what := fmt.Sprintf("%s in set @%s", t.get(sreg).describe(), e.str(lookupSet))
+			t.matches = append(t.matches, model.Unknown{What: what})
+			if dreg, ok := e.u32(lookupDreg); ok {
+				if dreg == unix.NFT_REG_VERDICT {
+					return linux("verdict map", false)
+				}
+				t.set(dreg, &regVal{kind: valUnknown, n: 16, what: "map value of @" + e.str(lookupSet)})
+			}
+		case "immediate":
+			if r, stop := t.immediate(e); stop {
+				return r
+			}
+		case "match":
+			name := e.str(xtName)
+			rev, _ := e.u32(xtRev)
+			for _, m := range t.xtMatch(name, rev, e.Attrs[xtInfo]) {
+				if u, ok := m.(model.Unknown); ok && u.SideEffect {
+					t.sideEffect = true
+				}
+				t.matches = append(t.matches, m)
+			}
+		case "target":
+			name := e.str(xtName)
+			if natTargets[name] {
+				return linux(name+" translates the packet", true)
+			}
+			return linux("target "+name, false)
+		case "nat", "masq", "redir":
+			return linux(e.Name+" translates the packet", true)
+		default:
+			switch {
+			case pureLoads[e.Name]:
+				if (e.Name == "ct" && e.has(ctSreg)) || (e.Name == "exthdr" && e.has(exthdrSreg)) {
+					return linux(e.Name+" set", false)
+				}
+				what := e.Name
+				if e.Name == "ct" {
+					k, _ := e.u32(ctKey)
+					what = "ct " + ctNames[k]
+				}
+				// Which attribute names the destination register differs between these
+				// expressions; every register is taken as overwritten.
+				t.clobber(what)
+			case statefulMatches[e.Name]:
+				t.matches = append(t.matches, model.Unknown{What: e.Name, SideEffect: true})
+				t.sideEffect = true
+				t.clobber(e.Name)
+			default:
+				// log, reject, queue, dup, fwd, notrack, tproxy, synproxy, flow_offload, ...
+				return linux(e.Name, false)
+			}
+		}
+	}
+	return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Continue}}
+}
+
+// never ends a rule whose next condition is false for every packet of the family.
+func (t *translator) never() (ruleResult, bool) {
+	if t.sideEffect {
+		// The stateful match before it still runs for every packet that gets there.
+		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Continue}}, true
+	}
+	return ruleResult{never: true}, true
+}
+
+// reg32 maps a register number to its first 32-bit register (NFT_REG_1..4 are 16 bytes each).
+func reg32(r uint32) uint32 {
+	if r >= unix.NFT_REG_1 && r <= unix.NFT_REG_4 {
+		return unix.NFT_REG32_00 + (r-unix.NFT_REG_1)*4
+	}
+	return r
+}
+
+func (t *translator) set(r uint32, v *regVal) {
+	start := reg32(r)
+	end := start + uint32((v.n+3)/4)
+	for s, o := range t.regs {
+		oend := s + uint32((o.n+3)/4)
+		if s < end && start < oend {
+			delete(t.regs, s)
+		}
+	}
+	t.regs[start] = v
+}
+
+func (t *translator) get(r uint32) *regVal { return t.regs[reg32(r)] }
+
+func (t *translator) clobber(what string) {
+	for s := range t.regs {
+		t.regs[s] = &regVal{kind: valUnknown, n: t.regs[s].n, what: what}
+	}
+	// A load into a register not used before: any later read of it is this load.
+	t.regs[unix.NFT_REG32_00] = &regVal{kind: valUnknown, n: 64, what: what}
+}
+
+func (t *translator) metaVal(key uint32) *regVal {
+	switch key {
+	case unix.NFT_META_NFPROTO:
+		p := uint8(unix.NFPROTO_IPV4)
+		if t.family == model.IPv6 {
+			p = unix.NFPROTO_IPV6
+		}
+		return &regVal{kind: valStatic, n: 1, static: []byte{p}, what: "meta nfproto"}
+	case unix.NFT_META_PROTOCOL:
+		eth := []byte{0x08, 0x00}
+		if t.family == model.IPv6 {
+			eth = []byte{0x86, 0xdd}
+		}
+		return &regVal{kind: valStatic, n: 2, static: eth, what: "meta protocol"}
+	case unix.NFT_META_L4PROTO:
+		return &regVal{kind: valMeta, key: key, n: 1}
+	case unix.NFT_META_IIFNAME, unix.NFT_META_OIFNAME:
+		return &regVal{kind: valMeta, key: key, n: 16}
+	}
+	return &regVal{kind: valMeta, key: key, n: 4}
+}
+
+func (t *translator) bitwise(e rawExpr) bool {
+	if op, ok := e.u32(bitwiseOp); (ok && op != 0) || e.has(bitwiseData) {
+		// Shifts and (6.13+) register-to-register operations: an unknown value.
+		dreg, _ := e.u32(bitwiseDreg)
+		t.set(dreg, &regVal{kind: valUnknown, n: 16, what: "bitwise operation"})
+		return true
+	}
+	sreg, ok1 := e.u32(bitwiseSreg)
+	dreg, ok2 := e.u32(bitwiseDreg)
+	n, ok3 := e.u32(bitwiseLen)
+	mask, ok4 := e.data(bitwiseMask)
+	xor, ok5 := e.data(bitwiseXor)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || len(mask) != int(n) || len(xor) != int(n) {
+		return false
+	}
+	src := t.get(sreg)
+	if src == nil || src.kind == valUnknown || src.kind == valStatic || src.n != int(n) || !allZero(xor) {
+		t.set(dreg, &regVal{kind: valUnknown, n: int(n), what: src.describe() + " (masked)"})
+		return true
+	}
+	v := *src
+	v.mask = append([]byte(nil), mask...)
+	if src.mask != nil {
+		for i := range v.mask {
+			v.mask[i] &= src.mask[i]
+		}
+	}
+	t.set(dreg, &v)
+	return true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func allOnes(b []byte) bool {
+	for _, c := range b {
+		if c != 0xff {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *translator) unknown(v *regVal, op uint32, data ...[]byte) {
+	what := v.describe() + " " + opName(op)
+	for _, d := range data {
+		what += " 0x" + hex.EncodeToString(d)
+	}
+	t.matches = append(t.matches, model.Unknown{What: what})
+}
+
+// cmp translates a compare. stop: the rule ends here (with the result).
+func (t *translator) cmp(e rawExpr) (ruleResult, bool) {
+	sreg, ok1 := e.u32(cmpSreg)
+	op, ok2 := e.u32(cmpOp)
+	data, ok3 := e.data(cmpData)
+	if !ok1 || !ok2 || !ok3 || op > opGte {
+		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Linux, Reason: "malformed cmp expression"}}, true
+	}
+	v := t.get(sreg)
+	if v == nil || v.kind == valUnknown || len(data) > v.n {
+		t.unknown(v, op, data)
+		return ruleResult{}, false
+	}
+	switch v.kind {
+	case valStatic:
+		c := bytes.Compare(v.static[:len(data)], data)
+		ok := map[uint32]bool{opEq: c == 0, opNeq: c != 0, opLt: c < 0, opLte: c <= 0, opGt: c > 0, opGte: c >= 0}[op]
+		if !ok {
+			return t.never()
+		}
+		return ruleResult{}, false
+	case valMeta:
+		switch v.key {
+		case unix.NFT_META_L4PROTO:
+			if v.mask == nil && len(data) == 1 && (op == opEq || op == opNeq) {
+				t.addProto(data[0], op == opNeq)
+				return ruleResult{}, false
+			}
+		case unix.NFT_META_IIFNAME, unix.NFT_META_OIFNAME:
+			if m, ok := iface(v, op, data); ok {
+				t.matches = append(t.matches, m)
+				return ruleResult{}, false
+			}
+		case unix.NFT_META_MARK:
+			// The mark is a host-order u32 in the register, and so are mask and value.
+			if len(data) == 4 && (op == opEq || op == opNeq) {
+				m := model.Mark{Value: binary.NativeEndian.Uint32(data), Mask: 0xffffffff, Invert: op == opNeq}
+				if v.mask != nil {
+					m.Mask = binary.NativeEndian.Uint32(v.mask)
+				}
+				if m.Value&^m.Mask == 0 {
+					t.matches = append(t.matches, m)
+					return ruleResult{}, false
+				}
+			}
+		}
+	case valPayload:
+		if m, ok := t.payloadCmp(v, op, data); ok {
+			if m != nil {
+				t.matches = append(t.matches, m)
+			}
+			return ruleResult{}, false
+		}
+	}
+	t.unknown(v, op, data)
+	return ruleResult{}, false
+}
+
+func (t *translator) addProto(p uint8, invert bool) {
+	t.matches = append(t.matches, model.Proto{Proto: p, Invert: invert})
+	if !invert {
+		if t.hasProto && t.proto != p {
+			// Two different protocols required: the model still evaluates both matches (one
+			// is false); ports after this are read for neither.
+			t.proto = 0
+			return
+		}
+		t.proto, t.hasProto = p, true
+	}
+}
+
+// iface translates a compare of iifname/oifname: the name with its NUL is an exact name; without
+// one, a prefix (iptables' `+`).
+func iface(v *regVal, op uint32, data []byte) (model.Iface, bool) {
+	m := model.Iface{Out: v.key == unix.NFT_META_OIFNAME, Invert: op == opNeq}
+	if v.mask != nil || (op != opEq && op != opNeq) || len(data) == 0 {
+		return m, false
+	}
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		if !allZero(data[i:]) {
+			return m, false
+		}
+		m.Name = string(data[:i])
+	} else {
+		m.Name, m.Wildcard = string(data), true
+	}
+	return m, true
+}
+
+// field is where an address lives in the network header.
+type field struct {
+	dir      model.Dir
+	off, len uint32
+}
+
+func (t *translator) addrFields() []field {
+	if t.family == model.IPv6 {
+		return []field{{model.Src, 8, 16}, {model.Dst, 24, 16}}
+	}
+	return []field{{model.Src, 12, 4}, {model.Dst, 16, 4}}
+}
+
+// payloadCmp translates a compare of packet bytes. ok false: not modelled.
+func (t *translator) payloadCmp(v *regVal, op uint32, data []byte) (model.Match, bool) {
+	switch v.base {
+	case baseNetwork:
+		if t.family == model.IPv4 && v.offset == 9 && v.n == 1 && v.mask == nil && (op == opEq || op == opNeq) {
+			// ip protocol: in IPv4 the same as meta l4proto.
+			t.addProto(data[0], op == opNeq)
+			return nil, true
+		}
+		for _, f := range t.addrFields() {
+			if v.offset == f.off && uint32(v.n) <= f.len && (op == opEq || op == opNeq) {
+				return addrMatch(f, v, op, data)
+			}
+		}
+	case baseTransport:
+		if v.mask != nil && !allOnes(v.mask) {
+			return nil, false
+		}
+		if t.hasProto && model.HasPorts(t.proto) && v.n == 2 && len(data) == 2 && (v.offset == 0 || v.offset == 2) {
+			dir := model.Src
+			if v.offset == 2 {
+				dir = model.Dst
+			}
+			p := binary.BigEndian.Uint16(data)
+			m := model.Ports{Dir: dir}
+			switch op {
+			case opEq, opNeq:
+				m.Ranges, m.Invert = []model.PortRange{{From: p, To: p}}, op == opNeq
+			case opLt:
+				if p > 0 {
+					m.Ranges = []model.PortRange{{From: 0, To: p - 1}}
+				} // else: no port is below 0, no range: never matches
+			case opLte:
+				m.Ranges = []model.PortRange{{From: 0, To: p}}
+			case opGt:
+				if p < 0xffff {
+					m.Ranges = []model.PortRange{{From: p + 1, To: 0xffff}}
+				}
+			case opGte:
+				m.Ranges = []model.PortRange{{From: p, To: 0xffff}}
+			}
+			return m, true
+		}
+		icmp := uint8(model.ProtoICMP)
+		if t.family == model.IPv6 {
+			icmp = model.ProtoICMPv6
+		}
+		if t.hasProto && t.proto == icmp && v.offset == 0 && v.n == 1 && len(data) == 1 && (op == opEq || op == opNeq) {
+			return model.ICMP{Type: data[0], CodeMin: 0, CodeMax: 0xff, Invert: op == opNeq}, true
+		}
+	}
+	return nil, false
+}
+
+// addrMatch turns a (masked) compare of the first bytes of an address into a prefix.
+func addrMatch(f field, v *regVal, op uint32, data []byte) (model.Match, bool) {
+	mask := make([]byte, f.len)
+	val := make([]byte, f.len)
+	copy(val, data)
+	for i := range data {
+		mask[i] = 0xff
+		if v.mask != nil {
+			mask[i] = v.mask[i]
+		}
+	}
+	bits, ok := prefixBits(mask)
+	if !ok {
+		return nil, false // e.g. -s 198.18.0.0/255.255.0.255
+	}
+	for i := range val {
+		if val[i]&^mask[i] != 0 {
+			return nil, false // can never be equal; not produced by iptables
+		}
+	}
+	a, _ := netip.AddrFromSlice(val)
+	return model.Addr{Dir: f.dir, Prefix: netip.PrefixFrom(a, bits), Invert: op == opNeq}, true
+}
+
+// prefixBits: the number of leading one bits, if the mask is ones then zeros.
+func prefixBits(mask []byte) (int, bool) {
+	bits, zero := 0, false
+	for _, b := range mask {
+		for i := 7; i >= 0; i-- {
+			if b&(1<<i) != 0 {
+				if zero {
+					return 0, false
+				}
+				bits++
+			} else {
+				zero = true
+			}
+		}
+	}
+	return bits, true
+}
+
+func (t *translator) rangeExpr(e rawExpr) (ruleResult, bool) {
+	sreg, ok1 := e.u32(rangeSreg)
+	op, ok2 := e.u32(rangeOp)
+	from, ok3 := e.data(rangeFrom)
+	to, ok4 := e.data(rangeTo)
+	if !ok1 || !ok2 || !ok3 || !ok4 || (op != opEq && op != opNeq) {
+		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Linux, Reason: "malformed range expression"}}, true
+	}
+	v := t.get(sreg)
+	if v != nil && v.kind == valPayload && v.base == baseTransport && v.mask == nil && v.n == 2 &&
+		(v.offset == 0 || v.offset == 2) && t.hasProto && model.HasPorts(t.proto) && len(from) == 2 && len(to) == 2 {
+		dir := model.Src
+		if v.offset == 2 {
+			dir = model.Dst
+		}
+		t.matches = append(t.matches, model.Ports{
+			Dir:    dir,
+			Ranges: []model.PortRange{{From: binary.BigEndian.Uint16(from), To: binary.BigEndian.Uint16(to)}},
+			Invert: op == opNeq,
+		})
+		return ruleResult{}, false
+	}
+	t.unknown(v, op, from, to)
+	return ruleResult{}, false
+}
+
+// Verdict codes (include/uapi/linux/netfilter.h, nf_tables.h).
+const (
+	nfDrop     = 0
+	nfAccept   = 1
+	nftCont    = -1
+	nftBreak   = -2
+	nftJump    = -3
+	nftGoto    = -4
+	nftReturn  = -5
+	verdictAtt = 2 // NFTA_DATA_VERDICT
+)
+
+// immediate translates a verdict (which ends the rule: expressions after it never run) or a
+// value loaded for a later statement.
+func (t *translator) immediate(e rawExpr) (ruleResult, bool) {
+	done := func(v model.Verdict) (ruleResult, bool) { return ruleResult{matches: t.matches, verdict: v}, true }
+	dreg, ok := e.u32(immDreg)
+	if !ok {
+		return done(model.Verdict{Kind: model.Linux, Reason: "malformed immediate expression"})
+	}
+	if dreg != unix.NFT_REG_VERDICT {
+		t.set(dreg, &regVal{kind: valUnknown, n: 16, what: "immediate value"})
+		return ruleResult{}, false
+	}
+	code, chain, ok := verdictData(e.Attrs[immData])
+	if !ok {
+		return done(model.Verdict{Kind: model.Linux, Reason: "malformed verdict"})
+	}
+	switch code {
+	case nfAccept:
+		return done(model.Verdict{Kind: model.Accept})
+	case nfDrop:
+		return done(model.Verdict{Kind: model.Drop})
+	case nftReturn:
+		return done(model.Verdict{Kind: model.Return})
+	case nftJump:
+		return done(model.Verdict{Kind: model.Jump, Chain: chain})
+	case nftGoto:
+		return done(model.Verdict{Kind: model.Goto, Chain: chain})
+	case nftCont:
+		return done(model.Verdict{Kind: model.Continue})
+	case nftBreak:
+		return t.never()
+	}
+	return done(model.Verdict{Kind: model.Linux, Reason: fmt.Sprintf("verdict %d (queue, stolen, ...)", code)})
+}
+
+func verdictData(b []byte) (code int32, chain string, ok bool) {
+	rd, err := parseAttrs(b)
+	if err != nil {
+		return 0, "", false
+	}
+	vb, ok := rd.Attrs[verdictAtt]
+	if !ok {
+		return 0, "", false
+	}
+	vd, err := parseAttrs(vb)
+	if err != nil {
+		return 0, "", false
+	}
+	c, ok := vd.u32(unix.NFTA_VERDICT_CODE)
+	if !ok {
+		return 0, "", false
+	}
+	return int32(c), vd.str(unix.NFTA_VERDICT_CHAIN), true
+}
