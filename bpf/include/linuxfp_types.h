@@ -45,6 +45,9 @@ enum lfp_reason {
 	LFP_PASS_BR_LOCAL,        /* to a local FDB entry other than the bridge's own MAC */
 	LFP_PASS_BR_EGRESS,       /* destination port: same as ingress, not forwarding, isolated, MTU */
 	LFP_PASS_BR_NETFILTER,    /* br_netfilter would pass the bridged packet through iptables rules */
+	LFP_FILTER_DROPPED,       /* fast-pathed: dropped at XDP by a netfilter rule or policy */
+	LFP_PASS_FILTER,          /* a netfilter rule Linux must evaluate may decide (see status) */
+	LFP_PASS_FILTER_HEADERS,  /* headers the filter does not parse (IPv6 extension, short L4) */
 	LFP_REASON_MAX,
 };
 
@@ -87,6 +90,82 @@ struct lfp_config {
 	__u32 stale_neighs;
 	/* Bridges in lfp_l2 (0: a routed packet's egress cannot be a bridge; skip the lookup). */
 	__u32 bridges;
+	/* Filter module: the active bank of lfp_fw_rules/leaves/lpm, and LFP_FW_* flags. */
+	__u32 fw_bank;
+	__u32 fw_flags;
+};
+
+/* Filter module (bpf/lib/filter.h, internal/filter/compile): limits, test kinds, actions. */
+#define LFP_FW_MAX_TESTS 8
+#define LFP_FW_MAX_LEAF  64
+#define LFP_FW_MAX_RULES 16384 /* per bank, both families */
+#define LFP_FW_MAX_SKIPS 16
+
+enum {
+	LFP_FW_ACTIVE4   = 1 << 0, /* classify IPv4 (a non-empty ruleset) */
+	LFP_FW_ACTIVE6   = 1 << 1,
+	LFP_FW_CUT_SRC4  = 1 << 2, /* leaves are selected by the source address (else destination) */
+	LFP_FW_CUT_SRC6  = 1 << 3,
+	LFP_FW_HAS_MARK4 = 1 << 4, /* mark matches were folded assuming mark 0 */
+	LFP_FW_HAS_MARK6 = 1 << 5,
+};
+
+enum { LFP_FW_ACCEPT = 0, LFP_FW_DROP = 1, LFP_FW_LINUX = 2 };
+enum { LFP_FW_ACT_DROP = 1, LFP_FW_ACT_LINUX = 2, LFP_FW_ACT_SKIP = 3 };
+enum {
+	LFP_FW_TEST_SRC = 1, LFP_FW_TEST_DST, LFP_FW_TEST_PROTO, LFP_FW_TEST_SPORT, LFP_FW_TEST_DPORT,
+	LFP_FW_TEST_ICMP, LFP_FW_TEST_IIF, LFP_FW_TEST_OIF, LFP_FW_TEST_SET,
+};
+/* TestSet flags in b. */
+#define LFP_FW_SET_ADDR_SRC 1
+#define LFP_FW_SET_PORT_SRC 2
+#define LFP_FW_SET_HAS_PORT 4
+#define LFP_FW_SET_HASH_IP  8 /* address masked to mask[]; zero never matches */
+
+struct lfp_fw_test {
+	__u8 kind;
+	__u8 inv;
+	__u16 a, b;
+	__u16 pad;
+	__u32 addr[4]; /* network byte order, masked */
+	__u32 mask[4];
+};
+
+struct lfp_fw_rule {
+	__u8 ntests;
+	__u8 action;
+	__u16 pad;
+	__u32 skip_to;
+	struct lfp_fw_test t[LFP_FW_MAX_TESTS];
+};
+
+struct lfp_fw_leaf {
+	__u32 n;
+	__u32 overflow;
+	__u32 rules[LFP_FW_MAX_LEAF];
+};
+
+struct lfp_fw_lpm_key {
+	__u32 prefixlen; /* 32 (sel) + address prefix length */
+	__u32 sel;       /* bank << 8 | family (0 IPv4, 1 IPv6) */
+	__u32 addr[4];
+};
+
+struct lfp_fw_set_key {
+	__u32 prefixlen; /* 64 + address prefix length */
+	__u32 set;       /* the kernel's set index */
+	__u8 proto;
+	__u8 pad;
+	__u16 port;      /* host byte order */
+	__u32 addr[4];
+};
+
+#define LFP_FW_IF_MARK_UNSAFE 1 /* packets may carry a mark (a veth peer in this namespace) */
+
+struct lfp_fw_if {
+	__u64 bits;
+	__u32 flags;
+	__u32 pad;
 };
 
 /* Bridge module: the mirror of Linux's forwarding databases. Only VLAN 0 entries: on a bridge

@@ -7,6 +7,7 @@
 #include "parse.h"
 #include "stats.h"
 #include "fdb.h"
+#include "filter.h"
 
 /* The MAC Linux routes frames for: the ingress device's (on a bridge port, the bridge's MAC is
  * data: see lfp_l2_dev). */
@@ -219,7 +220,8 @@ static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
  * ip6_rcv_core() do (only now, when the packet is surely ours: a packet handed to Linux stays
  * untouched). Every packet pointer is invalid afterwards. */
 static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct lfp_config *cfg,
-						    struct bpf_fib_lookup *fib, __u32 tot, __u32 l3len, int v4)
+						    struct bpf_fib_lookup *fib, __u32 tot, __u32 l3len, int v4,
+						    int fw, struct fw_pkt *fp)
 {
 	enum lfp_reason r;
 	int rc;
@@ -227,6 +229,16 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
+	/* The filter module, once the output interface is known (see bpf/lib/filter.h). Before the
+	 * egress checks: a packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
+	if (fw) {
+		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex);
+
+		if (v == LFP_FW_DROP)
+			return LFP_FILTER_DROPPED;
+		if (v != LFP_FW_ACCEPT)
+			return LFP_PASS_FILTER;
+	}
 	r = router_check_egress(ctx, cfg, fib, tot, v4);
 	if (r != LFP_FORWARDED)
 		return r;
@@ -292,6 +304,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	struct iphdr *iph = data + sizeof(*eth);
 	struct bpf_fib_lookup fib;
 	struct lfp_config *cfg;
+	struct fw_pkt fp;
 	__u32 l3len, tot;
 	enum lfp_reason r;
 	int off;
@@ -363,7 +376,17 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	if (ipv4_local_src(cfg, fib.ipv4_src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
-	r = router_route(ctx, cfg, &fib, tot, l3len, 1);
+	if (cfg->fw_flags & LFP_FW_ACTIVE4) {
+		__builtin_memset(&fp, 0, sizeof(fp));
+		fp.src[0] = iph->saddr;
+		fp.dst[0] = iph->daddr;
+		r = filter_l4(&fp, iph->protocol, (void *)(iph + 1), data_end, tot - sizeof(*iph), tot);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
+	}
+	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &fp);
+	if (r == LFP_FILTER_DROPPED)
+		return lfp_drop(ctx, r);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	data = ctx_data(ctx);
@@ -418,6 +441,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	struct bpf_fib_lookup fib;
 	struct lfp_in6 src, dst;
 	struct lfp_config *cfg;
+	struct fw_pkt fp;
 	__u32 l3len, tot;
 	enum lfp_reason r;
 	int off;
@@ -481,7 +505,18 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	if (ipv6_local_src(cfg, &src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
-	r = router_route(ctx, cfg, &fib, tot, l3len, 0);
+	if (cfg->fw_flags & LFP_FW_ACTIVE6) {
+		__builtin_memset(&fp, 0, sizeof(fp));
+		__builtin_memcpy(fp.src, &src, sizeof(src));
+		__builtin_memcpy(fp.dst, &dst, sizeof(dst));
+		fp.v6 = 1;
+		r = filter_l4(&fp, ip6->nexthdr, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), tot);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
+	}
+	r = router_route(ctx, cfg, &fib, tot, l3len, 0, cfg->fw_flags & LFP_FW_ACTIVE6, &fp);
+	if (r == LFP_FILTER_DROPPED)
+		return lfp_drop(ctx, r);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	data = ctx_data(ctx);

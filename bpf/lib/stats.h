@@ -33,4 +33,11 @@ static __always_inline int lfp_pass(const lfp_ctx *ctx, enum lfp_reason reason)
 	return CTX_PASS;
 }
 
+/* Drop the packet in the fast path (Linux would drop it: a netfilter rule or policy). */
+static __always_inline int lfp_drop(const lfp_ctx *ctx, enum lfp_reason reason)
+{
+	lfp_count(ctx, reason);
+	return CTX_DROP;
+}
+
 #endif

@@ -101,6 +101,7 @@ type Dataplane struct {
 	pfx4    map[linuxfpLfpLpm4Key]uint8
 	pfx6    map[linuxfpLfpLpm6Key]uint8
 	closers []func()
+	fw      filterState
 	fdb     map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
 	l2      map[uint32]linuxfpLfpL2Dev
 }
@@ -143,6 +144,12 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		linuxfpMapLfpFdb:        d.maps.LfpFdb,
 		linuxfpMapLfpL2:         d.maps.LfpL2,
 		linuxfpMapLfpFdbRefresh: d.maps.LfpFdbRefresh,
+		linuxfpMapLfpFwRules:    d.maps.LfpFwRules,
+		linuxfpMapLfpFwLeaves:   d.maps.LfpFwLeaves,
+		linuxfpMapLfpFwLpm:      d.maps.LfpFwLpm,
+		linuxfpMapLfpFwSets:     d.maps.LfpFwSets,
+		linuxfpMapLfpFwIfs:      d.maps.LfpFwIfs,
+		linuxfpMapLfpFwStats:    d.maps.LfpFwStats,
 	}
 	return d, nil
 }

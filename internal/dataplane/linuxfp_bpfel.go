@@ -30,6 +30,8 @@ type linuxfpLfpConfig struct {
 	LocalPrefixes6 uint32
 	StaleNeighs    uint32
 	Bridges        uint32
+	FwBank         uint32
+	FwFlags        uint32
 }
 
 type linuxfpLfpCounter struct {
@@ -50,6 +52,55 @@ type linuxfpLfpFdbVal struct {
 	Port   uint32
 	Flags  uint32
 	SeenNs uint64
+}
+
+type linuxfpLfpFwIf struct {
+	_     structs.HostLayout
+	Bits  uint64
+	Flags uint32
+	Pad   uint32
+}
+
+type linuxfpLfpFwLeaf struct {
+	_        structs.HostLayout
+	N        uint32
+	Overflow uint32
+	Rules    [64]uint32
+}
+
+type linuxfpLfpFwLpmKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Sel       uint32
+	Addr      [4]uint32
+}
+
+type linuxfpLfpFwRule struct {
+	_      structs.HostLayout
+	Ntests uint8
+	Action uint8
+	Pad    uint16
+	SkipTo uint32
+	T      [8]struct {
+		_    structs.HostLayout
+		Kind uint8
+		Inv  uint8
+		A    uint16
+		B    uint16
+		Pad  uint16
+		Addr [4]uint32
+		Mask [4]uint32
+	}
+}
+
+type linuxfpLfpFwSetKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Set       uint32
+	Proto     uint8
+	Pad       uint8
+	Port      uint16
+	Addr      [4]uint32
 }
 
 type linuxfpLfpIn6 struct {
@@ -97,6 +148,12 @@ const (
 	linuxfpMapLfpConfigMap    = "lfp_config_map"
 	linuxfpMapLfpFdb          = "lfp_fdb"
 	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
+	linuxfpMapLfpFwIfs        = "lfp_fw_ifs"
+	linuxfpMapLfpFwLeaves     = "lfp_fw_leaves"
+	linuxfpMapLfpFwLpm        = "lfp_fw_lpm"
+	linuxfpMapLfpFwRules      = "lfp_fw_rules"
+	linuxfpMapLfpFwSets       = "lfp_fw_sets"
+	linuxfpMapLfpFwStats      = "lfp_fw_stats"
 	linuxfpMapLfpL2           = "lfp_l2"
 	linuxfpMapLfpLocal4       = "lfp_local4"
 	linuxfpMapLfpLocal6       = "lfp_local6"
@@ -168,6 +225,12 @@ type linuxfpMapSpecs struct {
 	LfpConfigMap  *ebpf.MapSpec `ebpf:"lfp_config_map"`
 	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFwIfs      *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves   *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm      *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
+	LfpFwRules    *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSets     *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwStats    *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpL2         *ebpf.MapSpec `ebpf:"lfp_l2"`
 	LfpLocal4     *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6     *ebpf.MapSpec `ebpf:"lfp_local6"`
@@ -215,6 +278,12 @@ type linuxfpMaps struct {
 	LfpConfigMap  *ebpf.Map `ebpf:"lfp_config_map"`
 	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFwIfs      *ebpf.Map `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves   *ebpf.Map `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm      *ebpf.Map `ebpf:"lfp_fw_lpm"`
+	LfpFwRules    *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSets     *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwStats    *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpL2         *ebpf.Map `ebpf:"lfp_l2"`
 	LfpLocal4     *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6     *ebpf.Map `ebpf:"lfp_local6"`
@@ -230,6 +299,12 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpConfigMap,
 		m.LfpFdb,
 		m.LfpFdbRefresh,
+		m.LfpFwIfs,
+		m.LfpFwLeaves,
+		m.LfpFwLpm,
+		m.LfpFwRules,
+		m.LfpFwSets,
+		m.LfpFwStats,
 		m.LfpL2,
 		m.LfpLocal4,
 		m.LfpLocal6,

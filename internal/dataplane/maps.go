@@ -26,6 +26,8 @@ type Data struct {
 	// L2 are the bridges and bridge ports, FDB the bridges' forwarding databases (VLAN 0).
 	L2  []L2Dev
 	FDB []FDBEntry
+	// Filter is the filter module's ruleset and interfaces.
+	Filter FilterData
 }
 
 // L2Flags are struct lfp_l2_dev's LFP_L2_* flags.
@@ -148,7 +150,10 @@ func (d *Dataplane) Sync(data Data) error {
 	// Order matters for transparency: entries that make the fast path more conservative (local
 	// sources, STALE neighbours) go in before the ones that let it forward (egress devices), and
 	// the STALE set before the count that makes the data plane look at it.
+	fwFlags, fwBank, fwErr := d.syncFilter(data.Filter)
 	cfg := linuxfpLfpConfig{
+		FwFlags:        fwFlags,
+		FwBank:         fwBank,
 		RouteMtu4:      data.RouteMTU4,
 		RouteMtu6:      data.RouteMTU6,
 		LocalPrefixes4: boolU32(len(p4) > 0),
@@ -166,7 +171,9 @@ func (d *Dataplane) Sync(data Data) error {
 		// goes first (syncMap deletes before it adds).
 		syncMap(d.maps.LfpFdb, d.fdb, fdb),
 		syncMap(d.maps.LfpL2, d.l2, l2),
+		fwErr,
 		d.maps.LfpConfigMap.Put(uint32(0), cfg),
+		d.dropOldSets(),
 		syncMap(d.maps.LfpTxDevs, d.txDevs, tx),
 	}
 	return errors.Join(errs...)

@@ -42,6 +42,9 @@ const (
 	PassBridgeLocal
 	PassBridgeEgress
 	PassBridgeNetfilter
+	FilterDropped
+	PassFilter
+	PassFilterHeaders
 	numReasons
 )
 
@@ -84,10 +87,13 @@ var reasonNames = [numReasons]string{
 	"bridge_local",
 	"bridge_egress",
 	"bridge_netfilter",
+	"filter_dropped",
+	"filter",
+	"filter_headers",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).
-func (r Reason) FastPathed() bool { return r == Forwarded || r == Bridged }
+func (r Reason) FastPathed() bool { return r == Forwarded || r == Bridged || r == FilterDropped }
 
 // NumReasons is LFP_REASON_MAX.
 const NumReasons = int(numReasons)

@@ -1,0 +1,301 @@
+/* Filter module: the netfilter ruleset forwarded packets traverse (iptables-nft and native nft
+ * chains on prerouting, forward and postrouting), classified exactly or handed to Linux.
+ *
+ * internal/filter/compile flattens the ruleset of each family into first-match rules (each a
+ * conjunction of up to LFP_FW_MAX_TESTS primitive tests and an action: drop, Linux, or skip to a
+ * later rule) and selects, through a longest-prefix match on one address, the ordered list of
+ * rules that may match (a leaf). classify.go in that package is this code in Go, step for step;
+ * its tests compare it with the reference evaluator on random rulesets. Rules and leaves live in
+ * two banks: the controller writes the inactive one, then flips lfp_config.fw_bank, so a packet
+ * never sees half a ruleset. ipset contents are data in lfp_fw_sets, updated in place.
+ *
+ * The classification runs after the routing decision (the output interface is known), on whole
+ * packets (fragments, IPv4 options, IPv6 extension headers were handed to Linux before). Linux
+ * runs prerouting before routing; running it after changes nothing for a packet the fast path
+ * forwards or drops: every routing outcome other than "forward out of this device" goes to Linux,
+ * which then applies prerouting itself. */
+#ifndef LFP_FILTER_H
+#define LFP_FILTER_H
+
+#include "ctx.h"
+#include "parse.h"
+#include "stats.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_fw_rule);
+	__uint(max_entries, 2 * LFP_FW_MAX_RULES);
+} lfp_fw_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_fw_leaf);
+	__uint(max_entries, 2 * LFP_FW_MAX_RULES);
+} lfp_fw_leaves SEC(".maps");
+
+/* (bank, family, cut address prefix) -> leaf index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lfp_fw_lpm_key);
+	__type(value, __u32);
+	__uint(max_entries, 2 * LFP_FW_MAX_RULES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} lfp_fw_lpm SEC(".maps");
+
+/* Every ipset the rules use: (kernel set index, proto, port, address prefix) -> 1 member,
+ * 0 nomatch. The most specific entry decides, as in the kernel's hash:net types. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lfp_fw_set_key);
+	__type(value, __u8);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} lfp_fw_sets SEC(".maps");
+
+/* Interface -> the rules' interface-pattern bits its name matches. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lfp_fw_if);
+	__uint(max_entries, 4096);
+} lfp_fw_ifs SEC(".maps");
+
+/* Per flat rule (bank-relative index): packets and bytes it matched in the fast path. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_counter);
+	__uint(max_entries, 2 * LFP_FW_MAX_RULES);
+} lfp_fw_stats SEC(".maps");
+
+/* What the classifier knows of the packet. Addresses in network byte order, IPv4 in [0]. */
+struct fw_pkt {
+	__u32 src[4];
+	__u32 dst[4];
+	__u64 ibits, obits;
+	__u16 sport, dport;
+	__u8 proto, has_ports, itype, icode;
+	__u32 v6;
+	__u32 len;
+};
+
+struct fw_scan {
+	const struct fw_pkt *p;
+	const struct lfp_fw_leaf *leaf;
+	__u32 base;  /* bank * LFP_FW_MAX_RULES */
+	__u32 next;  /* rules below this index are skipped */
+	__u32 skips;
+	__u32 verdict;
+};
+
+static __always_inline int fw_addr_in(const __u32 *a, const __u32 *addr, const __u32 *mask, __u32 v6)
+{
+	if ((a[0] & mask[0]) != addr[0])
+		return 0;
+	if (!v6)
+		return 1;
+	return (a[1] & mask[1]) == addr[1] && (a[2] & mask[2]) == addr[2] && (a[3] & mask[3]) == addr[3];
+}
+
+static __always_inline int fw_set(const struct lfp_fw_test *t, const struct fw_pkt *p)
+{
+	struct lfp_fw_set_key k = {};
+	const __u32 *a = (t->b & LFP_FW_SET_ADDR_SRC) ? p->src : p->dst;
+	__u8 *v;
+
+	k.prefixlen = 64 + (p->v6 ? 128 : 32);
+	k.set = t->a;
+	if (t->b & LFP_FW_SET_HAS_PORT) {
+		/* ip_set_get_ip4_port(): IPv4 protocol 0 does not match. */
+		if (!p->v6 && p->proto == 0)
+			return 0;
+		k.proto = p->proto;
+		if (p->has_ports)
+			k.port = (t->b & LFP_FW_SET_PORT_SRC) ? p->sport : p->dport;
+		else if (p->proto == IPPROTO_ICMP || p->proto == NEXTHDR_ICMPV6)
+			k.port = ((__u16)p->itype << 8) | p->icode;
+	}
+	k.addr[0] = a[0];
+	k.addr[1] = a[1];
+	k.addr[2] = a[2];
+	k.addr[3] = a[3];
+	if (t->b & LFP_FW_SET_HASH_IP) {
+		/* hash:ip: looked up masked to the set's netmask (t->mask); zero never matches. */
+		k.addr[0] &= t->mask[0];
+		k.addr[1] &= t->mask[1];
+		k.addr[2] &= t->mask[2];
+		k.addr[3] &= t->mask[3];
+		if (!(k.addr[0] | k.addr[1] | k.addr[2] | k.addr[3]))
+			return 0;
+	}
+	v = bpf_map_lookup_elem(&lfp_fw_sets, &k);
+	return v && *v;
+}
+
+static __always_inline int fw_test(const struct lfp_fw_test *t, const struct fw_pkt *p)
+{
+	switch (t->kind) {
+	case LFP_FW_TEST_SRC:
+		return fw_addr_in(p->src, t->addr, t->mask, p->v6);
+	case LFP_FW_TEST_DST:
+		return fw_addr_in(p->dst, t->addr, t->mask, p->v6);
+	case LFP_FW_TEST_PROTO:
+		return p->proto == t->a;
+	case LFP_FW_TEST_SPORT:
+		return p->has_ports && t->a <= p->sport && p->sport <= t->b;
+	case LFP_FW_TEST_DPORT:
+		return p->has_ports && t->a <= p->dport && p->dport <= t->b;
+	case LFP_FW_TEST_ICMP:
+		if (p->proto != (p->v6 ? NEXTHDR_ICMPV6 : IPPROTO_ICMP))
+			return 0;
+		return (t->a > 255 || p->itype == t->a) && p->icode >= (t->b >> 8) && p->icode <= (t->b & 0xff);
+	case LFP_FW_TEST_IIF:
+		return (p->ibits >> (t->a & 63)) & 1;
+	case LFP_FW_TEST_OIF:
+		return (p->obits >> (t->a & 63)) & 1;
+	case LFP_FW_TEST_SET:
+		return fw_set(t, p);
+	}
+	return 0;
+}
+
+static long fw_scan_one(__u64 i, void *arg)
+{
+	struct fw_scan *s = arg;
+	const struct lfp_fw_rule *r;
+	__u32 ri, key;
+
+	if (i >= s->leaf->n || i >= LFP_FW_MAX_LEAF)
+		return 1;
+	ri = s->leaf->rules[i & (LFP_FW_MAX_LEAF - 1)];
+	if (ri < s->next)
+		return 0;
+	key = s->base + ri;
+	r = bpf_map_lookup_elem(&lfp_fw_rules, &key);
+	if (!r) {
+		s->verdict = LFP_FW_LINUX;
+		return 1;
+	}
+#pragma unroll
+	for (int j = 0; j < LFP_FW_MAX_TESTS; j++) {
+		if (j >= r->ntests)
+			break;
+		if (fw_test(&r->t[j], s->p) == r->t[j].inv)
+			return 0;
+	}
+	{
+		struct lfp_counter *c = bpf_map_lookup_elem(&lfp_fw_stats, &key);
+
+		if (c) {
+			c->packets++;
+			c->bytes += s->p->len;
+		}
+	}
+	switch (r->action) {
+	case LFP_FW_ACT_DROP:
+		s->verdict = LFP_FW_DROP;
+		return 1;
+	case LFP_FW_ACT_SKIP:
+		if (++s->skips <= LFP_FW_MAX_SKIPS) {
+			s->next = r->skip_to;
+			return 0;
+		}
+		/* fallthrough: too many skips */
+	default:
+		s->verdict = LFP_FW_LINUX;
+		return 1;
+	}
+}
+
+/* The transport fields the rules test, from the L4 header at l4 (l4len bytes of it belong to the
+ * packet). A protocol with ports or ICMP whose header is not all there, or an IPv6 extension
+ * header (the rules see the protocol after them), goes to Linux. */
+static __always_inline enum lfp_reason filter_l4(struct fw_pkt *p, __u8 proto, void *l4, void *data_end,
+						 __u32 l4len, __u32 tot)
+{
+	p->proto = proto;
+	p->len = tot;
+	switch (proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
+	case IPPROTO_DCCP:
+	case IPPROTO_UDPLITE: {
+		__be16 *ports = l4;
+
+		if ((void *)(ports + 2) > data_end || l4len < 4)
+			return LFP_PASS_FILTER_HEADERS;
+		p->has_ports = 1;
+		p->sport = bpf_ntohs(ports[0]);
+		p->dport = bpf_ntohs(ports[1]);
+		break;
+	}
+	case IPPROTO_ICMP:
+	case NEXTHDR_ICMPV6: {
+		__u8 *tc = l4;
+
+		if ((void *)(tc + 2) > data_end || l4len < 2)
+			return LFP_PASS_FILTER_HEADERS;
+		p->itype = tc[0];
+		p->icode = tc[1];
+		break;
+	}
+	}
+	if (p->v6) {
+		switch (proto) {
+		case 0: case 43: case 44: case 51: case 60: case 135: case 139: case 140:
+			return LFP_PASS_FILTER_HEADERS;
+		}
+	}
+	return LFP_FORWARDED;
+}
+
+/* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP or LFP_FW_LINUX. */
+static __always_inline __u32 filter_classify(const struct lfp_config *cfg, struct fw_pkt *p,
+					     __u32 in_ifindex, __u32 out_ifindex)
+{
+	__u32 bank = cfg->fw_bank & 1, fam = p->v6 ? 1 : 0, key;
+	struct lfp_fw_lpm_key lk = {};
+	struct lfp_fw_if *ifv;
+	struct fw_scan s = {};
+	__u32 *leaf_idx;
+
+	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
+	if (!ifv)
+		return LFP_FW_LINUX;
+	/* Mark matches were folded assuming mark 0: not where a same-namespace peer may set one. */
+	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) && (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
+		return LFP_FW_LINUX;
+	p->ibits = ifv->bits;
+	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &out_ifindex);
+	if (!ifv)
+		return LFP_FW_LINUX;
+	p->obits = ifv->bits;
+
+	lk.prefixlen = 32 + (p->v6 ? 128 : 32);
+	lk.sel = (bank << 8) | fam;
+	{
+		const __u32 *a = (cfg->fw_flags & (fam ? LFP_FW_CUT_SRC6 : LFP_FW_CUT_SRC4)) ? p->src : p->dst;
+
+		lk.addr[0] = a[0];
+		lk.addr[1] = a[1];
+		lk.addr[2] = a[2];
+		lk.addr[3] = a[3];
+	}
+	leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk);
+	if (!leaf_idx)
+		return LFP_FW_LINUX;
+	key = bank * LFP_FW_MAX_RULES + *leaf_idx;
+	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
+	if (!s.leaf || s.leaf->overflow)
+		return LFP_FW_LINUX;
+	s.p = p;
+	s.base = bank * LFP_FW_MAX_RULES;
+	s.verdict = LFP_FW_ACCEPT;
+	bpf_loop(LFP_FW_MAX_LEAF, fw_scan_one, &s, 0);
+	return s.verdict;
+}
+
+#endif

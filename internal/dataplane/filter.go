@@ -1,0 +1,258 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
+)
+
+// FilterData is what the filter module reads: the compiled ruleset of each family (nil or
+// Empty: not classified) and, per interface, the pattern bits of the rules' -i/-o patterns its
+// name matches.
+type FilterData struct {
+	Prog4, Prog6 *compile.Program
+	Ifaces       []FilterIface
+}
+
+// FilterIface is one interface as the filter module sees it.
+type FilterIface struct {
+	Ifindex    int
+	Bits       uint64
+	MarkUnsafe bool // its packets may carry a mark (a veth whose peer is in this namespace)
+}
+
+// Filter flags in lfp_config.fw_flags (LFP_FW_*).
+const (
+	fwActive4  = 1 << 0
+	fwActive6  = 1 << 1
+	fwCutSrc4  = 1 << 2
+	fwCutSrc6  = 1 << 3
+	fwHasMark4 = 1 << 4
+	fwHasMark6 = 1 << 5
+
+	fwMaxRules = 16384 // LFP_FW_MAX_RULES, per bank
+)
+
+// filterState is what the data plane last wrote for the filter module.
+type filterState struct {
+	bank         uint32
+	flags        uint32
+	prog4, prog6 *compile.Program
+	lpm          [2][]linuxfpLfpFwLpmKey // LPM keys written per bank
+	sets         map[linuxfpLfpFwSetKey]uint8
+	ifs          map[uint32]linuxfpLfpFwIf
+}
+
+// setID names a program's set in lfp_fw_sets: per bank and family, so a new ruleset's sets are
+// written beside the running one's.
+func setID(bank uint32, fam int, idx int) uint16 {
+	return uint16(bank<<15 | uint32(fam)<<14 | uint32(idx))
+}
+
+func wordsOf(a netip.Addr) [4]uint32 { return addrWords(a) }
+
+func maskWords(bits int, v6 bool) (m [4]uint32) {
+	n := 4
+	if !v6 {
+		n = 1
+	}
+	for i := 0; i < n; i++ {
+		b := min(max(bits-32*i, 0), 32)
+		var w uint32
+		if b > 0 {
+			w = ^uint32(0) << (32 - b)
+		}
+		var be [4]byte
+		binary.BigEndian.PutUint32(be[:], w)
+		m[i] = binary.NativeEndian.Uint32(be[:])
+	}
+	return m
+}
+
+// syncFilter brings the filter maps to f. A changed ruleset is written into the inactive bank,
+// then the bank is flipped with the config (written by the caller after this returns): packets
+// see the old ruleset or the new one, never a mix. Unchanged programs are not rewritten.
+func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
+	st := &d.fw
+	if st.sets == nil {
+		st.sets = map[linuxfpLfpFwSetKey]uint8{}
+		st.ifs = map[uint32]linuxfpLfpFwIf{}
+	}
+	ifs := map[uint32]linuxfpLfpFwIf{}
+	for _, i := range f.Ifaces {
+		v := linuxfpLfpFwIf{Bits: i.Bits}
+		if i.MarkUnsafe {
+			v.Flags = 1
+		}
+		ifs[uint32(i.Ifindex)] = v
+	}
+	if err := syncMap(d.maps.LfpFwIfs, st.ifs, ifs); err != nil {
+		return st.flags, st.bank, err
+	}
+	if f.Prog4 == st.prog4 && f.Prog6 == st.prog6 {
+		return st.flags, st.bank, nil
+	}
+	next := st.bank ^ 1
+	var rules []linuxfpLfpFwRule
+	var leaves []linuxfpLfpFwLeaf
+	var lpm []linuxfpLfpFwLpmKey
+	var lpmVals []uint32
+	sets := map[linuxfpLfpFwSetKey]uint8{}
+	// Keep the running bank's set entries: they are in use until the flip.
+	for k, v := range st.sets {
+		if uint32(k.Set>>15) == st.bank {
+			sets[k] = v
+		}
+	}
+	flags = 0
+	for fam, p := range []*compile.Program{f.Prog4, f.Prog6} {
+		if p == nil || p.Empty {
+			continue
+		}
+		v6 := fam == 1
+		flags |= fwActive4 << fam
+		if p.Cut == compile.CutSrc {
+			flags |= fwCutSrc4 << fam
+		}
+		if p.HasMark {
+			flags |= fwHasMark4 << fam
+		}
+		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
+		if int(ruleBase)+len(p.Rules) > fwMaxRules || int(leafBase)+len(p.Leaves) > fwMaxRules {
+			return st.flags, st.bank, fmt.Errorf("filter: %d rules / %d leaves exceed the data plane's %d", len(rules)+len(p.Rules), len(leaves)+len(p.Leaves), fwMaxRules)
+		}
+		for _, r := range p.Rules {
+			var br linuxfpLfpFwRule
+			if len(r.Tests) > len(br.T) {
+				return st.flags, st.bank, errors.New("filter: rule with too many tests")
+			}
+			br.Ntests = uint8(len(r.Tests))
+			br.Action = uint8(r.Action)
+			br.SkipTo = ruleBase + uint32(r.SkipTo)
+			for i, t := range r.Tests {
+				bt := &br.T[i]
+				bt.Kind, bt.A, bt.B = uint8(t.Kind), t.A, t.B
+				if t.Invert {
+					bt.Inv = 1
+				}
+				switch t.Kind {
+				case compile.TestSrc, compile.TestDst:
+					pf := t.Prefix.Masked()
+					bt.Addr, bt.Mask = wordsOf(pf.Addr()), maskWords(pf.Bits(), v6)
+				case compile.TestSet:
+					s := p.Sets[t.A]
+					bt.A = setID(next, fam, int(t.A))
+					bt.B = t.B
+					if s.HasPort {
+						bt.B |= compile.SetHasPort
+					}
+					if s.HashIP {
+						bt.B |= setHashIP
+						bits := s.Netmask
+						if bits == 0 {
+							bits = 128
+							if !v6 {
+								bits = 32
+							}
+						}
+						bt.Mask = maskWords(bits, v6)
+					}
+				}
+			}
+			rules = append(rules, br)
+		}
+		for _, l := range p.Leaves {
+			var bl linuxfpLfpFwLeaf
+			if l.Overflow || len(l.Rules) > len(bl.Rules) {
+				bl.Overflow = 1
+			} else {
+				bl.N = uint32(len(l.Rules))
+				for i, ri := range l.Rules {
+					bl.Rules[i] = ruleBase + uint32(ri)
+				}
+			}
+			leaves = append(leaves, bl)
+		}
+		for _, lp := range p.Prefixes {
+			pf := lp.Prefix.Masked()
+			lpm = append(lpm, linuxfpLfpFwLpmKey{Prefixlen: 32 + uint32(pf.Bits()), Sel: next<<8 | uint32(fam), Addr: wordsOf(pf.Addr())})
+			lpmVals = append(lpmVals, leafBase+uint32(lp.Leaf))
+		}
+		for i, s := range p.Sets {
+			for _, e := range s.Entries {
+				pf := e.Prefix.Masked()
+				k := linuxfpLfpFwSetKey{Prefixlen: 64 + uint32(pf.Bits()), Set: uint32(setID(next, fam, i)),
+					Proto: e.Proto, Port: e.Port, Addr: wordsOf(pf.Addr())}
+				sets[k] = 1
+				if e.NoMatch {
+					sets[k] = 0
+				}
+			}
+		}
+	}
+	// The inactive bank: rules and leaves by index, then its LPM (old keys out first: an LPM
+	// entry of the inactive bank is never consulted).
+	if err := putArray(d.maps.LfpFwRules, next*fwMaxRules, rules); err != nil {
+		return st.flags, st.bank, err
+	}
+	if err := putArray(d.maps.LfpFwLeaves, next*fwMaxRules, leaves); err != nil {
+		return st.flags, st.bank, err
+	}
+	for _, k := range st.lpm[next] {
+		if err := d.maps.LfpFwLpm.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return st.flags, st.bank, fmt.Errorf("filter lpm: %w", err)
+		}
+	}
+	st.lpm[next] = nil
+	for i, k := range lpm {
+		if err := d.maps.LfpFwLpm.Put(k, lpmVals[i]); err != nil {
+			return st.flags, st.bank, fmt.Errorf("filter lpm: %w", err)
+		}
+		st.lpm[next] = append(st.lpm[next], k)
+	}
+	if err := syncMap(d.maps.LfpFwSets, st.sets, sets); err != nil {
+		return st.flags, st.bank, err
+	}
+	st.prog4, st.prog6 = f.Prog4, f.Prog6
+	st.flags, st.bank = flags, next
+	return flags, next, nil
+}
+
+// dropOldSets removes the set entries of the bank that is no longer active (after the flip).
+func (d *Dataplane) dropOldSets() error {
+	st := &d.fw
+	want := map[linuxfpLfpFwSetKey]uint8{}
+	for k, v := range st.sets {
+		if uint32(k.Set>>15) == st.bank {
+			want[k] = v
+		}
+	}
+	return syncMap(d.maps.LfpFwSets, st.sets, want)
+}
+
+const setHashIP = 8 // LFP_FW_SET_HASH_IP
+
+// putArray writes vals at consecutive indexes from base, in one batch when the kernel allows.
+func putArray[V any](m *ebpf.Map, base uint32, vals []V) error {
+	if len(vals) == 0 {
+		return nil
+	}
+	keys := make([]uint32, len(vals))
+	for i := range keys {
+		keys[i] = base + uint32(i)
+	}
+	if _, err := m.BatchUpdate(keys, vals, nil); err == nil {
+		return nil
+	}
+	for i := range vals {
+		if err := m.Put(keys[i], vals[i]); err != nil {
+			return fmt.Errorf("update %s: %w", m, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package dataplane
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
+	"github.com/linuxfp/linuxfp/internal/packet"
+)
+
+// The filter module in BPF must classify exactly as compile.Program.Classify (its Go mirror,
+// tested against the reference evaluator): each packet goes through the router program on in0
+// (routed to out0) and through Classify, and the verdicts must agree.
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func filterProgram() *compile.Program {
+	rules := []compile.Rule{
+		// 0: udp to 198.19.0.0/24 port 53: drop
+		{Tests: []compile.Test{{Kind: compile.TestDst, Prefix: pfx("198.19.0.0/25")}, {Kind: compile.TestProto, A: 17},
+			{Kind: compile.TestDport, A: 53, B: 53}}, Action: compile.ActDrop},
+		// 1: not from 198.18.0.0/24 to 198.19.1.0/24: Linux
+		{Tests: []compile.Test{{Kind: compile.TestSrc, Prefix: pfx("198.18.0.0/24"), Invert: true},
+			{Kind: compile.TestDst, Prefix: pfx("198.19.1.0/24")}}, Action: compile.ActLinux},
+		// 2: tcp sport 1000-2000 from in0 (bit 0): skip to 4 (accept of the base chain)
+		{Tests: []compile.Test{{Kind: compile.TestProto, A: 6}, {Kind: compile.TestSport, A: 1000, B: 2000},
+			{Kind: compile.TestIif, A: 0}}, Action: compile.ActSkip, SkipTo: 4},
+		// 3: tcp: drop
+		{Tests: []compile.Test{{Kind: compile.TestProto, A: 6}}, Action: compile.ActDrop},
+		// 4: icmp echo to an address in set 0: drop
+		{Tests: []compile.Test{{Kind: compile.TestICMP, A: 8, B: 0x00ff}, {Kind: compile.TestSet, A: 0, B: 0}}, Action: compile.ActDrop},
+		// 5: out of anything but out0 (bit 1): Linux
+		{Tests: []compile.Test{{Kind: compile.TestOif, A: 1, Invert: true}}, Action: compile.ActLinux},
+		// 6: udp dport in set 1 (hash:ip,port) from the source: drop
+		{Tests: []compile.Test{{Kind: compile.TestProto, A: 17}, {Kind: compile.TestSet, A: 1, B: compile.SetAddrSrc | compile.SetPortSrc}}, Action: compile.ActDrop},
+	}
+	idx := make([]int, len(rules))
+	for i := range idx {
+		idx[i] = i
+	}
+	return &compile.Program{
+		Family:   model.IPv4,
+		Rules:    rules,
+		Cut:      compile.CutDst,
+		Leaves:   []compile.Leaf{{Rules: idx}, {Rules: []int{5}}, {Overflow: true}},
+		Prefixes: []compile.LeafPrefix{{Prefix: pfx("0.0.0.0/0"), Leaf: 0}, {Prefix: pfx("198.19.0.192/26"), Leaf: 1}, {Prefix: pfx("198.19.0.160/27"), Leaf: 2}},
+		Sets: []compile.SetRef{
+			{Name: "blk", HashIP: true, Entries: []model.SetEntry{{Prefix: pfx("198.19.0.5/32")}}},
+			{Name: "svc", HashIP: true, HasPort: true, Entries: []model.SetEntry{{Prefix: pfx("198.18.0.2/32"), Proto: 17, Port: 7777}}},
+		},
+	}
+}
+
+func TestFilterMatchesClassify(t *testing.T) {
+	env := newTestEnv(t)
+	prog := filterProgram()
+	data := Data{
+		TxDevs: []int{env.out, env.in},
+		Filter: FilterData{Prog4: prog, Ifaces: []FilterIface{{Ifindex: env.in, Bits: 1}, {Ifindex: env.out, Bits: 2}}},
+	}
+	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
+		t.Fatal(err)
+	}
+	bpfProg := env.prog(t, true, true)
+	type pk struct {
+		name string
+		spec packet.Spec
+	}
+	udp := func(src, dst string, sport, dport uint16) packet.Spec {
+		s := v4(src, dst)
+		s.SrcPort, s.DstPort = sport, dport
+		return s
+	}
+	tcp := func(src, dst string, sport, dport uint16) packet.Spec {
+		s := udp(src, dst, sport, dport)
+		s.Proto = layers.IPProtocolTCP
+		return s
+	}
+	icmp := func(dst string, typ uint8) packet.Spec {
+		s := v4("198.18.0.2", dst)
+		s.Proto, s.ICMPType = layers.IPProtocolICMPv4, typ
+		return s
+	}
+	cases := []pk{
+		{"udp 53 dropped", udp("198.18.0.2", "198.19.0.9", 1000, 53)},
+		{"udp 54 accepted", udp("198.18.0.2", "198.19.0.9", 1000, 54)},
+		{"udp 53 elsewhere accepted", udp("198.18.0.2", "198.19.0.200", 1000, 53)},
+		{"tcp from in0 in range: skip", tcp("198.18.0.2", "198.19.0.9", 1500, 80)},
+		{"tcp out of range: dropped", tcp("198.18.0.2", "198.19.0.9", 999, 80)},
+		{"icmp echo to a set member: dropped", icmp("198.19.0.5", 8)},
+		{"icmp echo to a non-member: accepted", icmp("198.19.0.6", 8)},
+		{"icmp reply to a set member: accepted", icmp("198.19.0.5", 0)},
+		{"udp from the set's ip,port: dropped", udp("198.18.0.2", "198.19.0.33", 7777, 9)},
+		{"udp from another port: accepted", udp("198.18.0.2", "198.19.0.33", 7778, 9)},
+		{"leaf 1: Linux (oif is out0, so rule 5 does not match): accepted", udp("198.18.0.2", "198.19.0.193", 1, 53)},
+		{"overflow leaf: Linux", udp("198.18.0.2", "198.19.0.161", 1, 2)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := compile.Input{Src: c.spec.Src, Dst: c.spec.Dst, Proto: uint8(c.spec.Proto), IifBits: 1, OifBits: 2}
+			if in.Proto == 0 {
+				in.Proto = 17
+			}
+			switch in.Proto {
+			case 6, 17:
+				in.SrcPort, in.DstPort = c.spec.SrcPort, c.spec.DstPort
+			case 1:
+				in.ICMPType, in.ICMPCode = c.spec.ICMPType, c.spec.ICMPCode
+			}
+			want := prog.Classify(in)
+			ret, _, reason := env.run(t, bpfProg, c.spec.Bytes())
+			var got compile.Verdict
+			switch {
+			case ret == 1 && reason == FilterDropped:
+				got = compile.Drop
+			case ret == xdpRedirect && reason == Forwarded:
+				got = compile.Accept
+			case ret == xdpPass && reason == PassFilter:
+				got = compile.Linux
+			default:
+				t.Fatalf("verdict %d reason %v", ret, reason)
+			}
+			if got != want.Verdict {
+				t.Fatalf("BPF %v, Classify %v (rule %d %s)", got, want.Verdict, want.Rule, want.Why)
+			}
+			t.Logf("%v (rule %d)", got, want.Rule)
+		})
+	}
+}
