@@ -163,7 +163,7 @@ struct lfp_fw_set_key {
 #define LFP_FW_IF_MARK_UNSAFE 1 /* packets may carry a mark (a veth peer in this namespace) */
 
 struct lfp_fw_if {
-	__u64 bits;
+	__u64 bits[2]; /* the interface-pattern bits of the IPv4 and the IPv6 ruleset */
 	__u32 flags;
 	__u32 pad;
 };

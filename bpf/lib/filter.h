@@ -112,7 +112,8 @@ static __always_inline int fw_set(const struct lfp_fw_test *t, const struct fw_p
 		if (!p->v6 && p->proto == 0)
 			return 0;
 		k.proto = p->proto;
-		if (p->has_ports)
+		/* ip_set_get_port() reads the ports of TCP, UDP, SCTP and UDPlite only. */
+		if (p->has_ports && p->proto != IPPROTO_DCCP)
 			k.port = (t->b & LFP_FW_SET_PORT_SRC) ? p->sport : p->dport;
 		else if (p->proto == IPPROTO_ICMP || p->proto == NEXTHDR_ICMPV6)
 			k.port = ((__u16)p->itype << 8) | p->icode;
@@ -268,11 +269,11 @@ static __always_inline __u32 filter_classify(const struct lfp_config *cfg, struc
 	/* Mark matches were folded assuming mark 0: not where a same-namespace peer may set one. */
 	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) && (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
 		return LFP_FW_LINUX;
-	p->ibits = ifv->bits;
+	p->ibits = ifv->bits[fam];
 	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &out_ifindex);
 	if (!ifv)
 		return LFP_FW_LINUX;
-	p->obits = ifv->bits;
+	p->obits = ifv->bits[fam];
 
 	lk.prefixlen = 32 + (p->v6 ? 128 : 32);
 	lk.sel = (bank << 8) | fam;

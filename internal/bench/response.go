@@ -74,6 +74,10 @@ type responseCase struct {
 	// genEnd, if set, configures gen's end of an interface the command creates; the stream
 	// then starts after the command. Otherwise it runs from before the command.
 	genEnd func(rc *responseRun) error
+	// drops: the change makes the fast path drop the stream (a filter rule): exit -> fast path
+	// is then the time until the first packet dropped at XDP, i.e. the window during which a
+	// packet the new rule drops could still be forwarded.
+	drops bool
 }
 
 type responseRun struct {
@@ -141,6 +145,76 @@ func responseCases() []responseCase {
 			genEnd: func(rc *responseRun) error { return configureGenEnd(rc.tb.Gen, "new0") },
 		},
 	}
+}
+
+// Filter cases: on the routed path, while gen streams to a routed prefix.
+func filterCases() []responseCase {
+	return []responseCase{
+		{
+			// The paper's `iptables -d 10.10.3.0/24 -A FORWARD -j DROP`, in our range.
+			name:   "iptables -A FORWARD -d ... -j DROP",
+			do:     func(rc *responseRun, i int) error { return rc.dut("iptables -A FORWARD -d 198.19.30.0/24 -j DROP") },
+			undo:   func(rc *responseRun, i int) error { return rc.dut("iptables -D FORWARD -d 198.19.30.0/24 -j DROP") },
+			stream: func(i int) (string, string) { return "198.19.30.1", "in0" },
+			drops:  true,
+		},
+		{
+			// The rule exists; the address joins its set (ipset sends no event: polled).
+			name: "ipset add",
+			prepare: func(rc *responseRun, i int) error {
+				return rc.dutScript("ipset create lfpresp hash:ip\niptables -A FORWARD -m set --match-set lfpresp dst -j DROP")
+			},
+			do: func(rc *responseRun, i int) error { return rc.dut("ipset add lfpresp 198.19.31.1") },
+			undo: func(rc *responseRun, i int) error {
+				return rc.dutScript("iptables -D FORWARD -m set --match-set lfpresp dst -j DROP\nipset destroy lfpresp")
+			},
+			stream: func(i int) (string, string) { return "198.19.31.1", "in0" },
+			drops:  true,
+		},
+		{
+			name: "ipset del",
+			prepare: func(rc *responseRun, i int) error {
+				return rc.dutScript("ipset create lfpresp hash:ip\nipset add lfpresp 198.19.31.1\n" +
+					"iptables -A FORWARD -m set --match-set lfpresp dst -j DROP")
+			},
+			do: func(rc *responseRun, i int) error { return rc.dut("ipset del lfpresp 198.19.31.1") },
+			undo: func(rc *responseRun, i int) error {
+				return rc.dutScript("iptables -D FORWARD -m set --match-set lfpresp dst -j DROP\nipset destroy lfpresp")
+			},
+			stream: func(i int) (string, string) { return "198.19.31.1", "in0" },
+		},
+		{
+			// 10,000 blacklist rules restored at once; the stream's destination is the last.
+			name: "iptables-restore 10000 rules",
+			do: func(rc *responseRun, i int) error {
+				cmd := exec.Command("ip", "netns", "exec", rc.tb.DUT.Name, "iptables-restore")
+				cmd.Stdin = strings.NewReader(blacklist(10000))
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("iptables-restore: %w: %s", err, out)
+				}
+				return nil
+			},
+			undo:   func(rc *responseRun, i int) error { return rc.dut("iptables -F FORWARD") },
+			stream: func(i int) (string, string) { return blacklistLast, "in0" },
+			drops:  true,
+		},
+	}
+}
+
+// blacklistLast is the destination of the last of blacklist's rules.
+const blacklistLast = "198.19.39.15"
+
+// blacklist is an iptables-restore input with n DROP rules for /32s in 198.19.0.0/16, the last
+// one for blacklistLast.
+func blacklist(n int) string {
+	var b strings.Builder
+	b.WriteString("*filter\n:FORWARD ACCEPT [0:0]\n")
+	for i := range n {
+		// Hosts 198.19.(i/256).(i%256): the last (i = 9999) is 198.19.39.15.
+		fmt.Fprintf(&b, "-A FORWARD -d 198.19.%d.%d/32 -j DROP\n", i/256, i%256)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
 }
 
 // Bridge cases: a second path gen bg0 <-> bgen [DUT] bsink <-> bs0 sink (198.18.20.0/24), made a
@@ -251,9 +325,13 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	if err := rc.setupBridgePath(); err != nil {
 		return fmt.Errorf("bridge cases: %w", err)
 	}
+	if err := rc.settle(); err != nil {
+		return err
+	}
 
 	var results []ResponseResult
-	for _, c := range append(responseCases(), bridgeCases()...) {
+	cases := append(responseCases(), bridgeCases()...)
+	for _, c := range append(cases, filterCases()...) {
 		if len(o.Only) > 0 && !containsString(o.Only, c.name) {
 			continue
 		}
@@ -327,7 +405,7 @@ func (rc *responseRun) settle() error {
 		if err != nil {
 			return err
 		}
-		if st.Events == last {
+		if st.Events == last && !st.Busy {
 			stable++
 		} else {
 			stable = 0
@@ -338,13 +416,16 @@ func (rc *responseRun) settle() error {
 	return nil
 }
 
-func (rc *responseRun) forwarded(iface string) (uint64, bool) {
+func (rc *responseRun) forwarded(iface string, drops bool) (uint64, bool) {
 	st, err := rc.client.Status()
 	if err != nil {
 		return 0, false
 	}
 	for _, it := range st.Interfaces {
 		if it.Name == iface {
+			if drops {
+				return it.Dropped.Packets, true
+			}
 			return it.Forwarded.Packets + it.Bridged.Packets, true
 		}
 	}
@@ -377,7 +458,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 		if dst != "" && c.genEnd == nil {
 			stop = startStream(rc.tb.Gen, dst)
 		}
-		base, _ := rc.forwarded(iface)
+		base, _ := rc.forwarded(iface, c.drops)
 		if err := c.do(rc, i); err != nil {
 			if stop != nil {
 				stop()
@@ -398,7 +479,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			deadline := exit.Add(3 * time.Second)
 			got := false
 			for time.Now().Before(deadline) {
-				if f, ok := rc.forwarded(iface); ok && f > base {
+				if f, ok := rc.forwarded(iface, c.drops); ok && f > base {
 					exitFast = append(exitFast, time.Since(exit))
 					got = true
 					break
@@ -429,6 +510,8 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 		}
 		if !first.IsZero() {
 			evDP = append(evDP, applied.Sub(first))
+		} else if os.Getenv("LFP_DEBUG_RESPONSE") != "" {
+			fmt.Fprintf(os.Stderr, "%s sample %d: start %s exit %s, no change in window: %+v\n", c.name, i, start.Format("15:04:05.000000"), exit.Format("15:04:05.000000"), changes)
 		}
 		if err := c.undo(rc, i); err != nil {
 			return res, err

@@ -54,7 +54,7 @@ func printStatus(w io.Writer, st *status.Status) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INTERFACE\tMASTER\tHOOK\tPROGRAM\tGRAPH\tINSTALLED\tROUTED\tBRIDGED\tTO LINUX\tEGRESS")
+	fmt.Fprintln(tw, "INTERFACE\tMASTER\tHOOK\tPROGRAM\tGRAPH\tINSTALLED\tROUTED\tBRIDGED\tDROPPED\tTO LINUX\tEGRESS")
 	for _, it := range st.Interfaces {
 		hook, prog, graph, inst := "-", "-", "-", "-"
 		if p := it.Program; p != nil {
@@ -78,8 +78,8 @@ func printStatus(w io.Writer, st *status.Status) {
 		if master == "" {
 			master = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", it.Name, master, hook, prog, graph, inst,
-			it.Forwarded.Packets, it.Bridged.Packets, passed, egress)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", it.Name, master, hook, prog, graph, inst,
+			it.Forwarded.Packets, it.Bridged.Packets, it.Dropped.Packets, passed, egress)
 	}
 	tw.Flush()
 	for _, it := range st.Interfaces {

@@ -52,6 +52,7 @@ func (c *Controller) status() *status.Status {
 		SysctlWatch: c.w.SysctlMethod,
 		Events:      c.events,
 		Applies:     c.seq,
+		Busy:        c.busy.Load(),
 		Interfaces:  []status.Interface{},
 	}
 	if n := len(c.changes); n > 0 {
@@ -82,6 +83,7 @@ func (c *Controller) status() *status.Status {
 			if cs, err := c.dp.Counters(in.Slot); err == nil {
 				si.Forwarded = status.Counter(cs[dataplane.Forwarded])
 				si.Bridged = status.Counter(cs[dataplane.Bridged])
+				si.Dropped = status.Counter(cs[dataplane.FilterDropped])
 				si.Passed = map[string]status.Counter{}
 				for r, cn := range cs {
 					if !dataplane.Reason(r).FastPathed() && cn.Packets > 0 {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
@@ -55,7 +56,21 @@ type Controller struct {
 
 	fdb          map[fdbKey]int // learned FDB entries the data plane may refresh (see refreshFDB)
 	fdbRefreshes uint64
+	// pollSets: the filter's rules use ipsets, which send no events: re-read them every second.
+	lastFilter   *observe.FilterState
+	pollSets     atomic.Bool
+	setsReadTime atomic.Int64
+	// busy: a reaction to events is being applied (status says so: benchmarks wait for it).
+	busy atomic.Bool
 }
+
+// ipset sends no netlink notification and this kernel allows no tracing or LSM BPF program
+// that could see its commands, so while rules use sets they are re-read every ipsetPollMin, or
+// 20 times as long as a read took (a large set costs at most ~5% of a CPU), at most ipsetPollMax.
+const (
+	ipsetPollMin = 50 * time.Millisecond
+	ipsetPollMax = time.Second
+)
 
 const keepChanges = 4096
 
@@ -110,6 +125,24 @@ func Run(ctx context.Context, cfg Config) error {
 	go srv.Serve(ln)
 	defer srv.Close()
 
+	go func() {
+		t := time.NewTimer(ipsetPollMin)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				t.Reset(min(max(ipsetPollMin, 20*time.Duration(c.setsReadTime.Load())), ipsetPollMax))
+				if c.pollSets.Load() {
+					select {
+					case c.w.C <- observe.Event{Dirty: observe.DirtyIPSet, At: time.Now()}:
+					default:
+					}
+				}
+			}
+		}
+	}()
 	log.Info("linuxfp running", "pid", os.Getpid(), "hook", cfg.Options.Hook,
 		"sysctl_watch", c.w.SysctlMethod)
 	if err := c.react(observe.DirtyAll, time.Now(), time.Now(), 1); err != nil {
@@ -160,6 +193,16 @@ func Run(ctx context.Context, cfg Config) error {
 // when Linux's state could not be read several times in a row: the data plane would then follow
 // a configuration linuxfp no longer sees.
 func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) error {
+	c.busy.Store(true)
+	defer c.busy.Store(false)
+	if dirty == observe.DirtyIPSet && c.lastFilter != nil {
+		// A poll of the ipsets (they send no events): nothing to do unless one changed.
+		snap, err := c.obs.Refresh(dirty)
+		if err == nil && snap.Filter == c.lastFilter {
+			c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
+			return nil
+		}
+	}
 	ch := status.Change{FirstEvent: first, LastEvent: last, Events: n, Dirty: dirty.String()}
 	programs, err := c.apply(dirty)
 	ch.Applied = time.Now()
@@ -223,6 +266,15 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
 	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram)
+	c.lastFilter = snap.Filter
+	c.pollSets.Store(snap.Filter.UsesSets())
+	if snap.Filter != nil {
+		c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
+	}
+	if dirty&(observe.DirtyNetfilter|observe.DirtyIPSet) != 0 && snap.Filter != nil {
+		c.log.Debug("netfilter ruleset compiled", "generation", snap.Filter.Generation,
+			"took", snap.Filter.CompileTime, "err4", snap.Filter.Err[0], "err6", snap.Filter.Err[1])
+	}
 	links := map[int]observe.Link{}
 	for idx, lk := range snap.Links {
 		links[idx] = *lk

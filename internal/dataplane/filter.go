@@ -21,8 +21,9 @@ type FilterData struct {
 
 // FilterIface is one interface as the filter module sees it.
 type FilterIface struct {
-	Ifindex    int
-	Bits       uint64
+	Ifindex int
+	// Bits are the pattern bits (compile.Program.Patterns) its name matches, per family.
+	Bits       [2]uint64
 	MarkUnsafe bool // its packets may carry a mark (a veth whose peer is in this namespace)
 }
 

@@ -59,7 +59,7 @@ func TestFilterMatchesClassify(t *testing.T) {
 	prog := filterProgram()
 	data := Data{
 		TxDevs: []int{env.out, env.in},
-		Filter: FilterData{Prog4: prog, Ifaces: []FilterIface{{Ifindex: env.in, Bits: 1}, {Ifindex: env.out, Bits: 2}}},
+		Filter: FilterData{Prog4: prog, Ifaces: []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}},
 	}
 	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ type linuxfpLfpFdbVal struct {
 
 type linuxfpLfpFwIf struct {
 	_     structs.HostLayout
-	Bits  uint64
+	Bits  [2]uint64
 	Flags uint32
 	Pad   uint32
 }

@@ -31,6 +31,7 @@ func bridgePort(s *observe.Snapshot, lk, br *observe.Link, hook dataplane.Hook, 
 	for _, w := range append(up, why6...) {
 		notes = append(notes, "routing via "+br.Name+" (ipv6) off: "+w)
 	}
+	notes = append(notes, filterNotes(s, r4, r6)...)
 	// No MAC: the bridge's is data (lfp_l2), so a bridge whose MAC follows its ports does not
 	// reload every port's program when it changes.
 	return &dataplane.Spec{

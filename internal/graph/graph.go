@@ -105,6 +105,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	}
 	slices.SortFunc(p.Data.LocalHosts, func(a, b netip.Addr) int { return a.Compare(b) })
 	p.Data.LocalPrefixes = s.Routes.LocalPrefixes
+	p.Data.Filter = filterData(s)
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	return p
@@ -217,6 +218,7 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	for _, w := range why6 {
 		notes = append(notes, "ipv6 router off: "+w)
 	}
+	notes = append(notes, filterNotes(s, r4, r6)...)
 	if !r4 && !r6 {
 		return nil, notes
 	}
@@ -244,7 +246,7 @@ func router4(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
 	if rp := s.Sysctl.RPFilter[lk.Name]; rp != 0 {
 		why = append(why, fmt.Sprintf("rp_filter=%d on %s (reverse-path filtering is not emulated)", rp, lk.Name))
 	}
-	why = append(why, familyChecks(s, s.Routes.Multipath4, s.Sysctl.MPHashPolicy4, s.Netfilter.V4)...)
+	why = append(why, familyChecks(s, s.Routes.Multipath4, s.Sysctl.MPHashPolicy4, 0)...)
 	return len(why) == 0, why
 }
 
@@ -256,12 +258,13 @@ func router6(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
 	if s.Sysctl.IPv6ProxyNDP {
 		why = append(why, "net.ipv6.conf.all.proxy_ndp=1 (ip6_forward answers for proxied neighbours)")
 	}
-	why = append(why, familyChecks(s, s.Routes.Multipath6, s.Sysctl.MPHashPolicy6, s.Netfilter.V6)...)
+	why = append(why, familyChecks(s, s.Routes.Multipath6, s.Sysctl.MPHashPolicy6, 1)...)
 	return len(why) == 0, why
 }
 
-// familyChecks are the reasons both families share: IPsec, the multipath hash, netfilter.
-func familyChecks(s *observe.Snapshot, multipath bool, hashPolicy int, netfilter []string) []string {
+// familyChecks are the reasons both families share: IPsec, the multipath hash, netfilter rules
+// the filter module does not handle. fam is 0 for IPv4, 1 for IPv6.
+func familyChecks(s *observe.Snapshot, multipath bool, hashPolicy int, fam int) []string {
 	var why []string
 	if s.XfrmPolicies {
 		why = append(why, "IPsec (xfrm) policies exist: forwarding checks them")
@@ -269,10 +272,8 @@ func familyChecks(s *observe.Snapshot, multipath bool, hashPolicy int, netfilter
 	if multipath && hashPolicy != 0 {
 		why = append(why, fmt.Sprintf("multipath routes with fib_multipath_hash_policy=%d (only the L3 policy 0 hashes as bpf_fib_lookup does)", hashPolicy))
 	}
-	for _, w := range netfilter {
-		why = append(why, "netfilter sees forwarded packets: "+w)
-	}
-	return why
+	off, _ := netfilterWhy(s, fam)
+	return append(why, off...)
 }
 
 // passiveQdiscs do not shape, delay or reorder: bypassing them (an XDP redirect skips the egress

@@ -85,10 +85,14 @@ func readNetfilter() (Netfilter, error) {
 		nf.Backend = "nf_tables+legacy"
 	}
 	for _, t := range v4 {
-		nf.V4 = append(nf.V4, "iptables-legacy table "+t+" loaded (legacy rules send no events; use iptables-nft)")
+		w := "iptables-legacy table " + t + " loaded (legacy rules send no events; use iptables-nft)"
+		nf.V4 = append(nf.V4, w)
+		nf.LegacyV4 = append(nf.LegacyV4, w)
 	}
 	for _, t := range v6 {
-		nf.V6 = append(nf.V6, "ip6tables-legacy table "+t+" loaded (legacy rules send no events; use ip6tables-nft)")
+		w := "ip6tables-legacy table " + t + " loaded (legacy rules send no events; use ip6tables-nft)"
+		nf.V6 = append(nf.V6, w)
+		nf.LegacyV6 = append(nf.LegacyV6, w)
 	}
 	sort.Strings(nf.V4)
 	sort.Strings(nf.V6)

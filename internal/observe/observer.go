@@ -92,6 +92,17 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 			return nil, err
 		}
 		s.Netfilter = nf
+		f, err := readFilter()
+		if err != nil {
+			return nil, err
+		}
+		s.Filter = f
+	} else if d&DirtyIPSet != 0 && s.Filter != nil {
+		f, err := s.Filter.refreshSets()
+		if err != nil {
+			return nil, err
+		}
+		s.Filter = f
 	}
 	if d&DirtyXfrm != 0 {
 		x, err := readXfrm(o.h)

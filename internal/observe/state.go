@@ -21,6 +21,8 @@ type Snapshot struct {
 	Netfilter  Netfilter
 	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
 	XfrmPolicies bool
+	// Filter is the forward-path ruleset, compiled for the filter module (nil until read).
+	Filter *FilterState
 }
 
 // Link is one network device.
@@ -144,4 +146,7 @@ type Netfilter struct {
 	Ingress, Egress map[string][]string
 	// Bridge: why bridged frames could meet a bridge-family rule (empty: they cannot).
 	Bridge []string
+	// LegacyV4 / LegacyV6: loaded iptables-legacy tables (invisible to nf_tables: the filter
+	// module cannot see their rules).
+	LegacyV4, LegacyV6 []string
 }

@@ -32,11 +32,12 @@ const (
 	DirtyXDP
 	DirtyXfrm
 	DirtyFDB
+	DirtyIPSet
 	DirtyAll Dirty = 1<<iota - 1
 )
 
 func (d Dirty) String() string {
-	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm", "fdb"}
+	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm", "fdb", "ipset"}
 	if d == DirtyAll {
 		return "all"
 	}

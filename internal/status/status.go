@@ -31,6 +31,8 @@ type Status struct {
 	Events           uint64    `json:"events"`
 	Applies          uint64    `json:"applies"`
 	LastApply        *Change   `json:"last_apply,omitempty"`
+	// Busy: the controller is applying a change right now.
+	Busy bool `json:"busy"`
 	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
 	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
 	FDBEntries   int         `json:"fdb_entries"`
@@ -58,9 +60,12 @@ type Interface struct {
 	// Forwarded counts packets the fast path routed, Bridged those it switched to another
 	// bridge port; Passed, those it handed to Linux, by reason. Linux's own counters (ip -s
 	// link, nstat IpForwDatagrams, bridge -s fdb) do not see fast-pathed ones.
-	Forwarded Counter            `json:"forwarded"`
-	Bridged   Counter            `json:"bridged"`
-	Passed    map[string]Counter `json:"passed,omitempty"`
+	Forwarded Counter `json:"forwarded"`
+	Bridged   Counter `json:"bridged"`
+	// Dropped counts packets the filter module dropped at XDP (a netfilter rule or policy
+	// would have dropped them; iptables -v does not count them).
+	Dropped Counter            `json:"filter_dropped"`
+	Passed  map[string]Counter `json:"passed,omitempty"`
 }
 
 // Program is the program attached to an interface.

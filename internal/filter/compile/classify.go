@@ -134,10 +134,13 @@ func (p *Program) test(t Test, in Input) bool {
 				return false // ip_set_get_ip4_port: protocol 0 does not match
 			}
 			proto = in.Proto
+			// ip_set_get_port() reads ports of TCP, SCTP, UDP and UDPlite only: DCCP (which
+			// has ports for --sport/--dport) gets port 0, as every other protocol.
+			setPorts := ports && in.Proto != model.ProtoDCCP
 			switch {
-			case ports && t.B&SetPortSrc != 0:
+			case setPorts && t.B&SetPortSrc != 0:
 				port = in.SrcPort
-			case ports:
+			case setPorts:
 				port = in.DstPort
 			case in.Proto == model.ProtoICMP || in.Proto == model.ProtoICMPv6:
 				port = uint16(in.ICMPType)<<8 | uint16(in.ICMPCode)

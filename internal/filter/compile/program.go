@@ -22,6 +22,8 @@
 //     leaf: its packets go to Linux (counted), never to a truncated list.
 //   - Interfaces are matched by pattern bits: each distinct -i/-o pattern in the ruleset gets a
 //     bit; the controller gives every interface the bits of the patterns its name matches.
+//     Output-interface matches in prerouting (where Linux has none yet: an empty name) and `+`
+//     (every name) are folded by the compiler: no test reads an empty name.
 //   - Marks: at the XDP hook a packet from a NIC or from another namespace has mark 0; mark
 //     matches are folded at compile time under that assumption (HasMark says some were), and the
 //     data plane hands Linux the packets of interfaces where it does not hold.
@@ -35,8 +37,8 @@ import (
 
 // Limits shared with bpf/lib/filter.h.
 const (
-	MaxTests    = 8    // tests per rule
-	MaxLeaf     = 64   // candidate rules per leaf
+	MaxTests    = 8  // tests per rule
+	MaxLeaf     = 64 // candidate rules per leaf
 	MaxRules    = 1 << 16
 	MaxPatterns = 64 // interface pattern bits
 	MaxSkips    = 16 // skips followed per packet before giving up (Linux)
@@ -140,12 +142,15 @@ func (p Pattern) Matches(name string) bool {
 // fewer directions than the set has dimensions) are folded by the compiler.
 type SetRef struct {
 	Name string
-	// HashIP: hash:ip or hash:ip,port: the address is looked up masked to Netmask (0: no mask)
-	// and an address that masks to zero never matches.
+	// HashIP: hash:ip: the address is looked up masked to Netmask (0: no mask) and an address
+	// that masks to zero never matches (hash_ip4_kadt). hash:ip,port has neither (its kadt
+	// neither masks nor refuses zero): HashIP is false, its entries are host prefixes.
 	HashIP  bool
 	Netmask int
 	HasPort bool
-	// Entries, with hash:ip addresses as /Netmask (or host) prefixes.
+	// Entries: hash:ip addresses as /Netmask (or host) prefixes, hash:ip,port ones as host
+	// prefixes, hash:net(,port) prefixes masked; Proto and Port are 0 for sets without a port
+	// dimension, NoMatch only in hash:net(,port).
 	Entries []model.SetEntry
 }
 

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// The filter module: iptables rules on the forward path are classified in the fast path (DROP
+// at XDP), per rule: a rule it cannot evaluate sends only the packets that could reach it to
+// Linux; the rest of the family stays fast.
+
+// filterDelta sends n datagrams to dst and returns in0's forwarded and filter-dropped counts,
+// its counts by reason, and how many arrived at the sink.
+func filterDelta(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst string, n int) (fwd, dropped uint64, passed map[string]uint64, arrived int) {
+	t.Helper()
+	before, err := l.Interface("in0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived = len(captureDstMACs(t, tb, func() { sendUDP(t, tb, dst, n) }))
+	after, err := l.Interface("in0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed = map[string]uint64{}
+	for r, c := range after.Passed {
+		if d := c.Packets - before.Passed[r].Packets; d > 0 {
+			passed[r] = d
+		}
+	}
+	return after.Forwarded.Packets - before.Forwarded.Packets, after.Dropped.Packets - before.Dropped.Packets, passed, arrived
+}
+
+// waitVerdict waits until datagrams to dst meet want: "forwarded" (fast path, all arrive),
+// "dropped" (fast path drop, none arrive), or a reason they go to Linux for (then arrived must
+// equal arriving: Linux's verdict).
+func waitVerdict(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst, want string, arriving int) {
+	t.Helper()
+	eventually(t, 5*time.Second, dst+": "+want, func() error {
+		fwd, dropped, passed, arrived := filterDelta(t, tb, l, dst, 10)
+		ok := false
+		switch want {
+		case "forwarded":
+			ok = fwd >= 10 && arrived == 10
+		case "dropped":
+			ok = dropped >= 10 && arrived == 0 && fwd == 0
+		default:
+			ok = passed[want] >= 10 && fwd == 0 && dropped == 0 && arrived == arriving
+		}
+		if !ok {
+			return fmt.Errorf("forwarded %d, dropped %d, arrived %d, to Linux %v", fwd, dropped, arrived, passed)
+		}
+		return nil
+	})
+}
+
+func TestFilterIptables(t *testing.T) {
+	requireTool(t, "iptables")
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitVerdict(t, tb, l, "198.19.3.1", "forwarded", 10)
+
+	// A blacklist rule: dropped at XDP; other destinations stay on the fast path.
+	sh(t, tb.DUT, "iptables -A FORWARD -d 198.19.3.0/24 -j DROP")
+	waitVerdict(t, tb, l, "198.19.3.1", "dropped", 0)
+	waitVerdict(t, tb, l, "198.19.4.1", "forwarded", 10)
+
+	// A rule with a target linuxfp does not model (LOG): only the packets that reach it go to
+	// Linux, which logs and lets them through.
+	sh(t, tb.DUT, "iptables -I FORWARD -d 198.19.4.0/24 -j LOG --log-prefix lfp-e2e")
+	waitVerdict(t, tb, l, "198.19.4.1", "filter", 10)
+	waitVerdict(t, tb, l, "198.19.5.1", "forwarded", 10)
+	waitVerdict(t, tb, l, "198.19.3.1", "dropped", 0)
+
+	// Ports, protocols, interfaces, negation, a user chain with RETURN.
+	sh(t, tb.DUT, `iptables -F FORWARD
+iptables -N LFP
+iptables -A LFP -p udp --dport 9 -d 198.19.7.0/24 -j RETURN
+iptables -A LFP -i in0 -o out0 -j DROP
+iptables -A FORWARD ! -s 198.18.0.0/24 -j ACCEPT
+iptables -A FORWARD -j LFP`)
+	waitVerdict(t, tb, l, "198.19.7.1", "forwarded", 10)
+	waitVerdict(t, tb, l, "198.19.8.1", "dropped", 0)
+
+	// An ipset blacklist: membership changes (which send no event) are followed.
+	requireTool(t, "ipset")
+	sh(t, tb.DUT, `iptables -F FORWARD
+ipset create lfpblk hash:ip
+iptables -A FORWARD -m set --match-set lfpblk dst -j DROP`)
+	waitVerdict(t, tb, l, "198.19.9.1", "forwarded", 10)
+	sh(t, tb.DUT, "ipset add lfpblk 198.19.9.1")
+	waitVerdict(t, tb, l, "198.19.9.1", "dropped", 0)
+	waitVerdict(t, tb, l, "198.19.9.2", "forwarded", 10)
+	sh(t, tb.DUT, "ipset del lfpblk 198.19.9.1")
+	waitVerdict(t, tb, l, "198.19.9.1", "forwarded", 10)
+
+	// NAT: replies of translated connections need conntrack: the family goes to Linux.
+	sh(t, tb.DUT, "iptables -t nat -A POSTROUTING -o out0 -j MASQUERADE")
+	waitVerdict(t, tb, l, "198.19.10.1", "family_off", 10)
+	sh(t, tb.DUT, `iptables -t nat -F POSTROUTING
+iptables -F FORWARD
+iptables -F LFP
+iptables -X LFP`)
+	waitVerdict(t, tb, l, "198.19.10.1", "forwarded", 10)
+}

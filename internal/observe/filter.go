@@ -1,0 +1,122 @@
+package observe
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
+	"github.com/linuxfp/linuxfp/internal/filter/ipset"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
+	"github.com/linuxfp/linuxfp/internal/filter/nft"
+)
+
+// FilterState is the forward-path netfilter ruleset as the filter module sees it: read from
+// nf_tables (iptables-nft and native nft) with the ipsets it uses, and compiled per family.
+type FilterState struct {
+	Generation uint32 // the nf_tables generation read
+	// Prog is the compiled ruleset of IPv4 [0] and IPv6 [1]; nil when Err says why not.
+	Prog [2]*compile.Program
+	Err  [2]string
+	// NAT: the family has NAT rules. Replies of translated connections look like nothing the
+	// rules match, so they need the connection's conntrack entry (not modelled yet).
+	NAT [2]bool
+	// Rules counts the family's rules (iptables and nft), for notes.
+	Rules [2]int
+	// CompileTime is how long reading and compiling took; SetsReadTime how long reading the
+	// ipsets last took (the controller polls them no more often than a few times that).
+	CompileTime  time.Duration
+	SetsReadTime time.Duration
+	sets         map[string]*model.IPSet
+	rulesets     [2]*model.Ruleset
+	usesSets     bool
+}
+
+// UsesSets: the compiled rules test ipset membership (sets send no events: they are polled).
+func (f *FilterState) UsesSets() bool { return f != nil && f.usesSets }
+
+func readFilter() (*FilterState, error) {
+	t0 := time.Now()
+	snap, err := nft.Read(nft.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
+	}
+	f := &FilterState{Generation: snap.Generation, sets: snap.Sets}
+	for i, rs := range []*model.Ruleset{snap.IPv4, snap.IPv6} {
+		f.rulesets[i] = rs
+	}
+	f.compile()
+	f.CompileTime = time.Since(t0)
+	return f, nil
+}
+
+func (f *FilterState) compile() {
+	f.usesSets = false
+	for i, rs := range f.rulesets {
+		f.Prog[i], f.Err[i], f.NAT[i], f.Rules[i] = nil, "", false, 0
+		if rs == nil {
+			f.Err[i] = "no ruleset read"
+			continue
+		}
+		for _, ch := range rs.Chains {
+			f.Rules[i] += len(ch.Rules)
+			for _, r := range ch.Rules {
+				if r.Verdict.NAT {
+					f.NAT[i] = true
+				}
+			}
+		}
+		p, err := compile.Compile(rs, f.sets)
+		if err != nil {
+			f.Err[i] = err.Error()
+			continue
+		}
+		f.Prog[i] = p
+		f.usesSets = f.usesSets || len(p.Sets) > 0
+	}
+}
+
+// refreshSets re-reads the ipsets and recompiles if any changed. ipset sends no netlink
+// notification for membership changes, so the controller polls this while rules use sets.
+func (f *FilterState) refreshSets() (*FilterState, error) {
+	t0 := time.Now()
+	sets, err := ipset.List(ipset.Options{})
+	f.SetsReadTime = time.Since(t0)
+	if errors.Is(err, ipset.ErrNoIPSet) {
+		sets, err = map[string]*model.IPSet{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ipsets: %w", err)
+	}
+	if setsEqual(sets, f.sets) {
+		return f, nil
+	}
+	t0 = time.Now()
+	n := &FilterState{Generation: f.Generation, sets: sets, rulesets: f.rulesets, SetsReadTime: f.SetsReadTime}
+	n.compile()
+	n.CompileTime = time.Since(t0)
+	return n, nil
+}
+
+func setsEqual(a, b map[string]*model.IPSet) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, s := range a {
+		o := b[name]
+		if o == nil || o.Type != s.Type || o.Family != s.Family || o.Netmask != s.Netmask ||
+			o.Unsupported != s.Unsupported || len(o.Entries) != len(s.Entries) {
+			return false
+		}
+		seen := make(map[model.SetEntry]int, len(s.Entries))
+		for _, e := range s.Entries {
+			seen[e]++
+		}
+		for _, e := range o.Entries {
+			if seen[e]--; seen[e] < 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
