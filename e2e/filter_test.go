@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,18 @@ func TestFilterIptables(t *testing.T) {
 	sh(t, tb.DUT, "iptables -A FORWARD -d 198.19.3.0/24 -j DROP")
 	waitVerdict(t, tb, l, "198.19.3.1", "dropped", 0)
 	waitVerdict(t, tb, l, "198.19.4.1", "forwarded", 10)
+	// Per-rule counters of the fast path (iptables -v does not see these packets).
+	st, err := l.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := false
+	for _, r := range st.FilterRules {
+		counted = counted || (r.Family == "ipv4" && strings.Contains(r.Rule, "ip filter FORWARD rule 1") && r.Counter.Packets >= 10)
+	}
+	if !counted {
+		t.Fatalf("no fast-path counter for the DROP rule: %+v", st.FilterRules)
+	}
 
 	// A rule with a target linuxfp does not model (LOG): only the packets that reach it go to
 	// Linux, which logs and lets them through.

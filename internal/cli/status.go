@@ -48,6 +48,9 @@ func printStatus(w io.Writer, st *status.Status) {
 			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),
 			st.LastApply.Applied.Sub(st.LastApply.FirstEvent).Round(10*time.Microsecond))
 	}
+	for _, r := range st.FilterRules {
+		fmt.Fprintf(w, "filter fast path: %s %s: %d packets, %d bytes\n", r.Family, r.Rule, r.Counter.Packets, r.Counter.Bytes)
+	}
 	if st.FDBEntries > 0 {
 		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",
 			st.FDBEntries, st.FDBRefreshes)

@@ -65,6 +65,11 @@ func (c *Controller) status() *status.Status {
 	st.NetfilterBackend = c.backend
 	st.FDBEntries = len(c.plan.Data.FDB)
 	st.FDBRefreshes = c.fdbRefreshes
+	if rcs, err := c.dp.FilterCounters(); err == nil {
+		for _, rc := range rcs {
+			st.FilterRules = append(st.FilterRules, status.FilterRule{Family: rc.Family, Rule: rc.Rule, Counter: status.Counter(rc.Counter)})
+		}
+	}
 	for idx, it := range c.plan.Interfaces {
 		lk := c.links[idx]
 		si := status.Interface{Ifindex: idx, Name: it.Name, Kind: lk.Kind, MAC: lk.MAC.String(), MTU: lk.MTU,

@@ -45,6 +45,7 @@ type filterState struct {
 	flags        uint32
 	prog4, prog6 *compile.Program
 	lpm          [2][]linuxfpLfpFwLpmKey // LPM keys written per bank
+	ruleBase     [2]uint32               // where each family's rules start in the bank
 	sets         map[linuxfpLfpFwSetKey]uint8
 	ifs          map[uint32]linuxfpLfpFwIf
 }
@@ -124,6 +125,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			flags |= fwHasMark4 << fam
 		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
+		st.ruleBase[fam] = ruleBase
 		if int(ruleBase)+len(p.Rules) > fwMaxRules || int(leafBase)+len(p.Leaves) > fwMaxRules {
 			return st.flags, st.bank, fmt.Errorf("filter: %d rules / %d leaves exceed the data plane's %d", len(rules)+len(p.Rules), len(leaves)+len(p.Leaves), fwMaxRules)
 		}
@@ -196,8 +198,17 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			}
 		}
 	}
-	// The inactive bank: rules and leaves by index, then its LPM (old keys out first: an LPM
+	// The inactive bank: its counters from zero, rules and leaves by index, then its LPM (old keys out first: an LPM
 	// entry of the inactive bank is never consulted).
+	zero := make([][]linuxfpLfpCounter, len(rules))
+	for i := range zero {
+		zero[i] = make([]linuxfpLfpCounter, ebpf.MustPossibleCPU())
+	}
+	for i := range zero {
+		if err := d.maps.LfpFwStats.Put(next*fwMaxRules+uint32(i), zero[i]); err != nil {
+			return st.flags, st.bank, fmt.Errorf("filter counters: %w", err)
+		}
+	}
 	if err := putArray(d.maps.LfpFwRules, next*fwMaxRules, rules); err != nil {
 		return st.flags, st.bank, err
 	}
@@ -256,4 +267,64 @@ func putArray[V any](m *ebpf.Map, base uint32, vals []V) error {
 		}
 	}
 	return nil
+}
+
+// RuleCounter is what the fast path counted for one netfilter rule (or chain policy): packets
+// it matched there (Linux's own counters never see those).
+type RuleCounter struct {
+	Family  string  `json:"family"`
+	Rule    string  `json:"rule"`
+	Counter Counter `json:"counter"`
+}
+
+// FilterCounters sums the fast path's per-flat-rule counters by the rule they come from, for the
+// rulesets installed now (nonzero ones only).
+func (d *Dataplane) FilterCounters() ([]RuleCounter, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := &d.fw
+	var out []RuleCounter
+	var per []linuxfpLfpCounter
+	for fam, p := range []*compile.Program{st.prog4, st.prog6} {
+		if p == nil || p.Empty || st.flags&(fwActive4<<fam) == 0 {
+			continue
+		}
+		sums := map[string]*Counter{}
+		var order []string
+		for i, r := range p.Rules {
+			key := st.bank*fwMaxRules + st.ruleBase[fam] + uint32(i)
+			if err := d.maps.LfpFwStats.Lookup(key, &per); err != nil {
+				return nil, fmt.Errorf("filter counters: %w", err)
+			}
+			var c Counter
+			for _, x := range per {
+				c.Packets += x.Packets
+				c.Bytes += x.Bytes
+			}
+			if c.Packets == 0 {
+				continue
+			}
+			name := originName(r.Origin)
+			if sums[name] == nil {
+				sums[name] = &Counter{}
+				order = append(order, name)
+			}
+			sums[name].Packets += c.Packets
+			sums[name].Bytes += c.Bytes
+		}
+		for _, n := range order {
+			out = append(out, RuleCounter{Family: []string{"ipv4", "ipv6"}[fam], Rule: n, Counter: *sums[n]})
+		}
+	}
+	return out, nil
+}
+
+func originName(o compile.Origin) string {
+	switch {
+	case o.Rule != nil:
+		return o.Rule.ID.String()
+	case o.Chain != nil:
+		return o.Chain.Key.String() + " policy"
+	}
+	return o.Note
 }

@@ -33,6 +33,9 @@ type Status struct {
 	LastApply        *Change   `json:"last_apply,omitempty"`
 	// Busy: the controller is applying a change right now.
 	Busy bool `json:"busy"`
+	// FilterRules: per netfilter rule (or chain policy), the packets the fast path matched with
+	// it (rules of a jump's path included); iptables -v counts only what Linux saw.
+	FilterRules []FilterRule `json:"filter_rules,omitempty"`
 	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
 	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
 	FDBEntries   int         `json:"fdb_entries"`
@@ -154,4 +157,11 @@ func (c *Client) Status() (*Status, error) {
 func (c *Client) Changes(since uint64) ([]Change, error) {
 	var ch []Change
 	return ch, c.get(fmt.Sprintf("/v1/changes?since=%d", since), &ch)
+}
+
+// FilterRule is one netfilter rule's fast-path counter.
+type FilterRule struct {
+	Family  string  `json:"family"`
+	Rule    string  `json:"rule"`
+	Counter Counter `json:"counter"`
 }
