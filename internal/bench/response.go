@@ -147,9 +147,11 @@ func responseCases() []responseCase {
 	}
 }
 
-// Filter cases: on the routed path, while gen streams to a routed prefix.
+// Filter cases: on the routed path, while gen streams to a routed prefix. Earlier cases took out0
+// down and up, which removed the testbed's routes via the sink: each case puts back the one its
+// stream needs first.
 func filterCases() []responseCase {
-	return []responseCase{
+	cases := []responseCase{
 		{
 			// The paper's `iptables -d 10.10.3.0/24 -A FORWARD -j DROP`, in our range.
 			name:   "iptables -A FORWARD -d ... -j DROP",
@@ -199,6 +201,20 @@ func filterCases() []responseCase {
 			drops:  true,
 		},
 	}
+	for i := range cases {
+		prepare := cases[i].prepare
+		cases[i].prepare = func(rc *responseRun, n int) error {
+			if err := rc.dutScript("ip route replace 198.19.30.0/24 via 198.18.1.2\n" +
+				"ip route replace 198.19.31.0/24 via 198.18.1.2\nip route replace 198.19.39.0/24 via 198.18.1.2"); err != nil {
+				return err
+			}
+			if prepare != nil {
+				return prepare(rc, n)
+			}
+			return nil
+		}
+	}
+	return cases
 }
 
 // blacklistLast is the destination of the last of blacklist's rules.
