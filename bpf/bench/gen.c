@@ -8,8 +8,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Live-frame pages are recycled without being re-initialised, and the DUT rewrites what it
  * forwards (MACs, TTL, checksum) in place: every run starts again from this template. It is the
- * Ethernet + IPv4 + UDP header (42 bytes, padded to 48) with daddr 198.19.0.0 (or, with
- * cfg_prefixes 0, the one destination with its checksum). Not const: the
+ * Ethernet + IPv4 + UDP header (42 bytes, padded to 48) with daddr 198.19.0.0 (with cfg_list,
+ * 0.0.0.0; with neither cfg_list nor cfg_prefixes, the one destination with its checksum). Not const: the
  * lengths change with the frame size, and one program, parked once in the XDP dispatcher, serves
  * every size (see newGenerator in internal/bench). */
 __u64 tmpl[6] = {};
@@ -20,15 +20,26 @@ __u32 tmpl_csum_acc = 0;
 volatile const __u32 cfg_prefixes = 50;
 /* gen's eth0, in the namespace the test run executes in. */
 volatile const __u32 cfg_ifindex = 0;
+/* 1: destinations cycle through the first dst_count entries of gen_dsts instead (the gateway
+ * benchmark: an exact mix of destinations a ruleset drops and ones it lets through). 0: the
+ * verifier drops the list code (only the loads of this constant remain, 7 instructions), so the
+ * router and bridge benchmarks' generator does what it did before list mode existed. */
+volatile const __u32 cfg_list = 0;
+/* Entries of gen_dsts in use (1 to GEN_MAX_DSTS); changed only between runs. */
+__u32 dst_count = 1;
+
+#define GEN_MAX_DSTS 65536
 
 #define HDR_LEN   (14 + 20 + 8)
 #define CSUM_OFF  (14 + 10)
+#define DADDR_OFF (14 + 16)
 #define DADDR_LO  (14 + 18) /* the last two bytes of daddr: 198.19.<prefix>.<host> */
 
 struct gen_state {
 	__u64 packets; /* frames generated on this CPU, for the offered rate */
 	__u32 prefix;  /* 198.19.<prefix>.<host + 1> */
 	__u32 host;
+	__u32 next;    /* list mode: the entry of gen_dsts to send to next */
 };
 
 /* Per CPU, so the generator's cores never share a cache line. */
@@ -38,6 +49,15 @@ struct {
 	__type(value, struct gen_state);
 	__uint(max_entries, 1);
 } gen_states SEC(".maps");
+
+/* List mode's destinations: IPv4 addresses in network order. An array: the verifier inlines its
+ * lookup (no helper call). max_entries is 1 unless cfg_list (set by the loader). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, GEN_MAX_DSTS);
+} gen_dsts SEC(".maps");
 
 /* Next destination: prefix after prefix, then the next host, without a division per packet. */
 static __always_inline __u16 next_daddr_lo(struct gen_state *s)
@@ -53,8 +73,21 @@ static __always_inline __u16 next_daddr_lo(struct gen_state *s)
 	return (__u16)(p | (h << 8));
 }
 
-/* RFC 1624 incremental update: the template's daddr word is 0, so only this word adds in. */
-static __always_inline __u16 ip_csum(__u16 word)
+/* Next destination in list mode, in order, then from the start again. */
+static __always_inline __u32 next_daddr(struct gen_state *s)
+{
+	__u32 i = s->next, *d;
+
+	if (i >= dst_count) /* the list got shorter since the last run */
+		i = 0;
+	s->next = i + 1 < dst_count ? i + 1 : 0;
+	d = bpf_map_lookup_elem(&gen_dsts, &i);
+	return d ? *d : 0;
+}
+
+/* RFC 1624 incremental update: the template's daddr words that vary are 0, so only their new
+ * values add in (word: their sum, up to two 16-bit words). */
+static __always_inline __u16 ip_csum(__u32 word)
 {
 	__u32 sum = tmpl_csum_acc + word;
 
@@ -68,7 +101,7 @@ int bench_gen(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct gen_state *s;
-	__u32 key = 0;
+	__u32 key = 0, daddr = 0;
 	__u16 lo = 0;
 
 	if (data + HDR_LEN > data_end)
@@ -77,7 +110,9 @@ int bench_gen(struct xdp_md *ctx)
 	if (!s)
 		return XDP_ABORTED;
 	s->packets++;
-	if (cfg_prefixes)
+	if (cfg_list)
+		daddr = next_daddr(s);
+	else if (cfg_prefixes)
 		lo = next_daddr_lo(s);
 
 	/* 8-byte stores: the header starts 8-byte aligned in a live frame, and a byte-wise memcpy
@@ -88,7 +123,12 @@ int bench_gen(struct xdp_md *ctx)
 	((__u64 *)data)[3] = tmpl[3];
 	((__u64 *)data)[4] = tmpl[4];
 	*(__u16 *)(data + 40) = (__u16)tmpl[5];
-	if (cfg_prefixes) {
+	if (cfg_list) {
+		/* Two 2-byte stores: daddr is only 2-byte aligned in the frame. */
+		*(__u16 *)(data + DADDR_OFF) = (__u16)daddr;
+		*(__u16 *)(data + DADDR_LO) = (__u16)(daddr >> 16);
+		*(__u16 *)(data + CSUM_OFF) = ip_csum((daddr & 0xffff) + (daddr >> 16));
+	} else if (cfg_prefixes) {
 		*(__u16 *)(data + DADDR_LO) = lo;
 		*(__u16 *)(data + CSUM_OFF) = ip_csum(lo);
 	}

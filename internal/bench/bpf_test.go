@@ -119,6 +119,66 @@ func TestGeneratorFixedDestination(t *testing.T) {
 	}
 }
 
+// In list mode the destinations follow the list in order, then from its start again, each
+// frame with its checksum right; a shorter list given later takes effect at once.
+func TestGeneratorList(t *testing.T) {
+	needRoot(t)
+	pinThread(t)
+	g, err := newGeneratorProgram(genFlow{src: macA, dst: macB, srcIP: testbed.GenAddr, dstIP: netip.IPv4Unspecified(),
+		list: true, ifindex: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.setSize(64); err != nil {
+		t.Fatal(err)
+	}
+	long := []netip.Addr{testbed.Prefix4(0, 201), testbed.Prefix4(3, 1), netip.MustParseAddr("198.18.255.254"),
+		netip.MustParseAddr("255.255.255.255"), testbed.Prefix4(49, 200)}
+	short := long[1:3]
+	recycled := packet.Forwarded(g.frame, macC, macC)
+	var want []netip.Addr // every frame's destination so far
+	done := 0              // frames generated and checked
+	check := func() {
+		t.Helper()
+		for ; done < len(want); done++ {
+			i := done
+			in := g.frame
+			if i%2 == 1 {
+				in = recycled
+			}
+			out := make([]byte, len(in))
+			ret, err := g.objs.BenchGen.Run(&ebpf.RunOptions{Data: in, DataOut: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr, Dst: want[i],
+				SrcPort: 1024, DstPort: 9, Size: 60}.Bytes()
+			exp[40], exp[41] = 0, 0 // no UDP checksum
+			if ret != 4 || !bytes.Equal(out[:42], exp[:42]) {
+				t.Fatalf("frame %d (to %s): verdict %d\n got %x\nwant %x", i, want[i], ret, out[:42], exp[:42])
+			}
+		}
+	}
+	if err := g.setDsts(long); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		want = append(want, long...)
+	}
+	want = append(want, long[:3]...) // stops at the 4th entry
+	check()
+	if err := g.setDsts(short); err != nil {
+		t.Fatal(err)
+	}
+	// The next position (3) is past the new list's end: it starts again from its first entry.
+	want = append(want, short[0], short[1], short[0])
+	check()
+	if err := g.setDsts(nil); err == nil {
+		t.Error("an empty list was accepted")
+	}
+}
+
 func TestSinkVerdicts(t *testing.T) {
 	needRoot(t)
 	var objs sinkObjects

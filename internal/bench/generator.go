@@ -46,13 +46,18 @@ const (
 
 // genFlow is what the generator sends: UDP from srcIP to dstIP, port 1024 to 9, in frames from
 // src to dst (MACs), redirected to ifindex. With prefixes > 0 the destination cycles through
-// 198.19.0..prefixes-1.1..254 (dstIP must then be 198.19.0.0); with 0 it is always dstIP.
+// 198.19.0..prefixes-1.1..254 (dstIP must then be 198.19.0.0); with list, through the list
+// given to setDsts (dstIP must then be 0.0.0.0); with neither it is always dstIP.
 type genFlow struct {
 	src, dst     net.HardwareAddr
 	srcIP, dstIP netip.Addr
 	prefixes     int
+	list         bool
 	ifindex      int
 }
+
+// genMaxDsts is GEN_MAX_DSTS: the longest destination list.
+const genMaxDsts = 65536
 
 // newGenerator loads the generator for tb and parks it on a down veth pair of its own in gen.
 //
@@ -87,10 +92,14 @@ func newGeneratorProgram(f genFlow) (*generator, error) {
 	for name, v := range map[string]any{
 		generatorVarCfgPrefixes: uint32(f.prefixes),
 		generatorVarCfgIfindex:  uint32(f.ifindex),
+		generatorVarCfgList:     boolU32(f.list),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
+	}
+	if !f.list {
+		spec.Maps[generatorMapGenDsts].MaxEntries = 1 // unused: no need for 256 KiB
 	}
 	g := &generator{flow: f}
 	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
@@ -137,6 +146,33 @@ func (g *generator) setSize(size int) error {
 		return fmt.Errorf("set generator template: %w", err)
 	}
 	g.frame, g.size = frame, size
+	return nil
+}
+
+// setDsts gives a list-mode generator the destinations to cycle through, in order. Only between
+// runs.
+func (g *generator) setDsts(dsts []netip.Addr) error {
+	if !g.flow.list {
+		return errors.New("the generator was not loaded in list mode")
+	}
+	if len(dsts) == 0 || len(dsts) > genMaxDsts {
+		return fmt.Errorf("%d destinations: want 1 to %d", len(dsts), genMaxDsts)
+	}
+	keys := make([]uint32, len(dsts))
+	vals := make([]uint32, len(dsts))
+	for i, a := range dsts {
+		if !a.Is4() {
+			return fmt.Errorf("destination %s: not IPv4", a)
+		}
+		b := a.As4()
+		keys[i], vals[i] = uint32(i), binary.NativeEndian.Uint32(b[:]) // network order in memory
+	}
+	if _, err := g.objs.GenDsts.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("write the generator's destinations: %w", err)
+	}
+	if err := g.objs.DstCount.Set(uint32(len(dsts))); err != nil {
+		return fmt.Errorf("write the generator's destination count: %w", err)
+	}
 	return nil
 }
 

@@ -18,16 +18,21 @@ type generatorGenState struct {
 	Packets uint64
 	Prefix  uint32
 	Host    uint32
+	Next    uint32
+	_       [4]byte
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	generatorMapGenDsts     = "gen_dsts"
 	generatorMapGenStates   = "gen_states"
 	generatorProgBenchGen   = "bench_gen"
 	generatorVarCfgIfindex  = "cfg_ifindex"
+	generatorVarCfgList     = "cfg_list"
 	generatorVarCfgPrefixes = "cfg_prefixes"
+	generatorVarDstCount    = "dst_count"
 	generatorVarTmpl        = "tmpl"
 	generatorVarTmplCsumAcc = "tmpl_csum_acc"
 )
@@ -81,6 +86,7 @@ type generatorProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type generatorMapSpecs struct {
+	GenDsts   *ebpf.MapSpec `ebpf:"gen_dsts"`
 	GenStates *ebpf.MapSpec `ebpf:"gen_states"`
 }
 
@@ -89,7 +95,9 @@ type generatorMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type generatorVariableSpecs struct {
 	CfgIfindex  *ebpf.VariableSpec `ebpf:"cfg_ifindex"`
+	CfgList     *ebpf.VariableSpec `ebpf:"cfg_list"`
 	CfgPrefixes *ebpf.VariableSpec `ebpf:"cfg_prefixes"`
+	DstCount    *ebpf.VariableSpec `ebpf:"dst_count"`
 	Tmpl        *ebpf.VariableSpec `ebpf:"tmpl"`
 	TmplCsumAcc *ebpf.VariableSpec `ebpf:"tmpl_csum_acc"`
 }
@@ -114,11 +122,13 @@ func (o *generatorObjects) Close() error {
 //
 // It can be passed to loadGeneratorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type generatorMaps struct {
+	GenDsts   *ebpf.Map `ebpf:"gen_dsts"`
 	GenStates *ebpf.Map `ebpf:"gen_states"`
 }
 
 func (m *generatorMaps) Close() error {
 	return _GeneratorClose(
+		m.GenDsts,
 		m.GenStates,
 	)
 }
@@ -128,7 +138,9 @@ func (m *generatorMaps) Close() error {
 // It can be passed to loadGeneratorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type generatorVariables struct {
 	CfgIfindex  *ebpf.Variable `ebpf:"cfg_ifindex"`
+	CfgList     *ebpf.Variable `ebpf:"cfg_list"`
 	CfgPrefixes *ebpf.Variable `ebpf:"cfg_prefixes"`
+	DstCount    *ebpf.Variable `ebpf:"dst_count"`
 	Tmpl        *ebpf.Variable `ebpf:"tmpl"`
 	TmplCsumAcc *ebpf.Variable `ebpf:"tmpl_csum_acc"`
 }
