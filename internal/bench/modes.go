@@ -108,15 +108,26 @@ func (d *dut) leave() error {
 // fastPath is what linuxfp's program on in0 did: packets routed or switched, and handed to Linux
 // by reason.
 type fastPath struct {
-	Forwarded uint64            `json:"forwarded"`
-	Bridged   uint64            `json:"bridged,omitempty"`
-	Passed    map[string]uint64 `json:"passed_to_linux,omitempty"`
+	Forwarded uint64 `json:"forwarded"`
+	Bridged   uint64 `json:"bridged,omitempty"`
+	// Dropped: packets its filter module dropped (a netfilter rule would have).
+	Dropped uint64            `json:"filter_dropped,omitempty"`
+	Passed  map[string]uint64 `json:"passed_to_linux,omitempty"`
 	// NoProgram says why linuxfp has no program on in0 (its notes), if it has none.
 	NoProgram string `json:"no_program,omitempty"`
 }
 
 // fastPathed is what the program sent on itself, routed or switched.
 func (fp *fastPath) fastPathed() uint64 { return fp.Forwarded + fp.Bridged }
+
+// passed is what the program handed to Linux, for any reason.
+func (fp *fastPath) passed() uint64 {
+	var n uint64
+	for _, v := range fp.Passed {
+		n += v
+	}
+	return n
+}
 
 // lfpCounters reads in0's counters from the running linuxfp (nil outside linuxfp mode).
 func (d *dut) lfpCounters() (*status.Interface, error) {
@@ -130,7 +141,8 @@ func fastPathDelta(a, b *status.Interface) *fastPath {
 	if a == nil || b == nil {
 		return nil
 	}
-	fp := &fastPath{Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets}
+	fp := &fastPath{Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets,
+		Dropped: b.Dropped.Packets - a.Dropped.Packets}
 	if b.Program == nil {
 		fp.NoProgram = strings.Join(b.Notes, "; ")
 		if fp.NoProgram == "" {

@@ -122,6 +122,9 @@ type topology struct {
 	// prepare runs before every measurement, in the mode measured (nil: nothing to do). A
 	// problem it returns is no error: it is logged and flagged in the round (Round.FDBNotLearned).
 	prepare func(*pipeline) (problem string, err error)
+	// throughput is the throughput test for a generator of cores CPUs (nil: every mode and
+	// frame size, pipeline.throughput; the gateway measures each of its rulesets).
+	throughput func(b *pipeline, cores int) error
 }
 
 // run runs a benchmark on topology t. It returns what it measured even when ctx is cancelled
@@ -155,7 +158,11 @@ func run(ctx context.Context, cfg Config, t *topology) (*Result, error) {
 				}
 			}
 			if cfg.Throughput {
-				if err := b.throughput(cores); err != nil {
+				measure := (*pipeline).throughput
+				if t.throughput != nil {
+					measure = t.throughput
+				}
+				if err := measure(b, cores); err != nil {
 					return err
 				}
 			}
@@ -270,6 +277,38 @@ func rotated[T any](modes []T, r int) []T {
 
 // throughput measures every mode and size for a generator of cores CPUs.
 func (b *pipeline) throughput(cores int) error {
+	var cells []cell
+	for _, size := range b.cfg.Sizes {
+		cells = append(cells, cell{size: size, res: b.res})
+	}
+	return b.measureCells(cores, cells)
+}
+
+// cell is one measurement per round and mode: a frame size, and what else the benchmark varies
+// (the gateway's traffic).
+type cell struct {
+	size int
+	res  *Result // where its rounds go
+	// before runs right before the cell is measured (nil: nothing to do): the gateway gives the
+	// generator the cell's destinations.
+	before func() error
+	// permitted is the fraction of the offered frames that the DUT's rules let through to the
+	// sink in modes linux and linuxfp (0: all of them; the ceiling evaluates no rules).
+	permitted float64
+	what      []any // for the log: what the cell is, besides its size
+}
+
+// permittedIn is the fraction of the offered frames mode m should deliver to the sink (0: all).
+func (c cell) permittedIn(m Mode) float64 {
+	if m == ModeCeiling {
+		return 0
+	}
+	return c.permitted
+}
+
+// measureCells measures every mode and cell for a generator of cores CPUs: round after round,
+// modes in rotated order, each mode entered once per round for all cells.
+func (b *pipeline) measureCells(cores int, cells []cell) error {
 	cpus, err := usableCPUs()
 	if err != nil {
 		return err
@@ -278,14 +317,19 @@ func (b *pipeline) throughput(cores int) error {
 	for r := 0; r < b.cfg.Rounds; r++ {
 		for _, m := range rotated(b.cfg.Modes, r) {
 			err := b.withMode(m, func() error {
-				for _, size := range b.cfg.Sizes {
-					rd, err := b.measureFull(size, cpus)
-					if err != nil {
-						return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, size, err)
+				for _, c := range cells {
+					if c.before != nil {
+						if err := c.before(); err != nil {
+							return err
+						}
 					}
-					b.res.addRound(cores, size, m, rd)
-					b.log.Info("measured", "round", r+1, "mode", m, "cores", cores, "size", size,
-						"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))
+					rd, err := b.measureFull(c.size, cpus, c.permittedIn(m))
+					if err != nil {
+						return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, c.size, err)
+					}
+					c.res.addRound(cores, c.size, m, rd)
+					b.log.Info("measured", append(slices.Clone(c.what), "round", r+1, "mode", m, "cores", cores, "size", c.size,
+						"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))...)
 					if fp := rd.FastPath; fp != nil && fp.NoProgram == "" && rd.Received > 0 && fp.fastPathed() < rd.Received*99/100 {
 						b.log.Warn("linuxfp fast-pathed less than 99% of what the sink received",
 							"forwarded", fp.Forwarded, "bridged", fp.Bridged, "received", rd.Received, "passed", fp.Passed)
@@ -312,11 +356,30 @@ type Round struct {
 	CPU         *cpuUse   `json:"cpu,omitempty"`
 	// --prog-stats: run time of the generator, the sink and the DUT's in0 program ("dut_in0").
 	Programs map[string]ProgStat `json:"programs,omitempty"`
+	// Permitted is the fraction of the offered frames the DUT's rules let through to the sink
+	// (the gateway's mixed traffic; omitted: all). The DUT handled Received / Permitted frames.
+	Permitted float64 `json:"permitted,omitempty"`
 	// Windows measured before this one and not counted (see measureFull).
 	Discarded []Round `json:"discarded,omitempty"`
 	// Bridge: what the bridge's FDB lacked right before the measurement, though gen and the
 	// sink had each just sent it a frame (see bridgeLearn).
 	FDBNotLearned string `json:"fdb_not_learned,omitempty"`
+}
+
+// permittedFraction is the fraction of the offered frames that should reach the sink.
+func (rd *Round) permittedFraction() float64 {
+	if rd.Permitted > 0 {
+		return rd.Permitted
+	}
+	return 1
+}
+
+// dutMpps is the rate of frames the DUT handled (forwarded or dropped by its rules), in Mpps.
+func (rd *Round) dutMpps() float64 { return rd.Mpps / rd.permittedFraction() }
+
+// lostBeforeSink: more than 1% of the frames that should have reached the sink did not.
+func (rd *Round) lostBeforeSink() bool {
+	return float64(rd.Received) < float64(rd.Offered)*rd.permittedFraction()*0.99
 }
 
 // escapeAttempts bounds how often measureFull repeats a window whose DUT work left the
@@ -330,11 +393,14 @@ const escapeAttempts = 3
 // generator then runs unthrottled and in0's ring overflows: frames are lost before the DUT, and
 // the window measured a different machine (DUT and generator on separate CPUs). Such windows are
 // kept in the result but measured again.
-func (b *pipeline) measureFull(size int, cpus []int) (Round, error) {
+//
+// permitted is the fraction of the offered frames the DUT's rules let through (0: all).
+func (b *pipeline) measureFull(size int, cpus []int, permitted float64) (Round, error) {
 	var discarded []Round
 	for {
 		rd, err := b.measure(size, cpus, 0)
-		if err != nil || rd.Received >= rd.Offered*99/100 || len(discarded)+1 >= escapeAttempts {
+		rd.Permitted = permitted
+		if err != nil || !rd.lostBeforeSink() || len(discarded)+1 >= escapeAttempts {
 			rd.Discarded = discarded
 			return rd, err
 		}

@@ -66,10 +66,21 @@ type ThroughputRow struct {
 
 // Throughput is one mode's received rate: the median over rounds.
 type Throughput struct {
-	Mpps        float64 `json:"mpps"`
-	Gbps        float64 `json:"gbps"` // frame size with FCS x 8 x rate
+	Mpps float64 `json:"mpps"`
+	Gbps float64 `json:"gbps"` // frame size with FCS x 8 x rate
+	// DUTMpps is the median rate of frames the DUT handled, forwarded or dropped by its rules,
+	// when its rules drop a known fraction (the gateway's mixed traffic; see Round.Permitted).
+	DUTMpps     float64 `json:"dut_mpps,omitempty"`
 	OfferedMpps float64 `json:"offered_mpps"`
 	Rounds      []Round `json:"rounds"`
+}
+
+// rate is the DUT's packet rate: what the ratios compare.
+func (t *Throughput) rate() float64 {
+	if t.DUTMpps > 0 {
+		return t.DUTMpps
+	}
+	return t.Mpps
 }
 
 func newResult(cfg Config, t *topology) *Result {
@@ -100,19 +111,26 @@ func (r *Result) addRound(cores, size int, m Mode, rd Round) {
 		row.Modes[m] = t
 	}
 	t.Rounds = append(t.Rounds, rd)
-	var mpps, off []float64
+	var mpps, off, dut []float64
+	mixed := false
 	for _, x := range t.Rounds {
 		mpps = append(mpps, x.Mpps)
 		off = append(off, x.OfferedMpps)
+		dut = append(dut, x.dutMpps())
+		mixed = mixed || x.Permitted > 0
 	}
 	t.Mpps, t.OfferedMpps = medianOf(mpps), medianOf(off)
 	t.Gbps = t.Mpps * float64(size) * 8 / 1e3
-	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = 0, 0
-	if l, f := row.Modes[ModeLinux], row.Modes[ModeLinuxfp]; l != nil && f != nil && l.Mpps > 0 {
-		row.LinuxfpOverLinux = f.Mpps / l.Mpps
+	t.DUTMpps = 0
+	if mixed {
+		t.DUTMpps = medianOf(dut)
 	}
-	if c, f := row.Modes[ModeCeiling], row.Modes[ModeLinuxfp]; c != nil && f != nil && c.Mpps > 0 {
-		row.LinuxfpOverCeiling = f.Mpps / c.Mpps
+	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = 0, 0
+	if l, f := row.Modes[ModeLinux], row.Modes[ModeLinuxfp]; l != nil && f != nil && l.rate() > 0 {
+		row.LinuxfpOverLinux = f.rate() / l.rate()
+	}
+	if c, f := row.Modes[ModeCeiling], row.Modes[ModeLinuxfp]; c != nil && f != nil && c.rate() > 0 {
+		row.LinuxfpOverCeiling = f.rate() / c.rate()
 	}
 }
 
@@ -135,6 +153,11 @@ func (r *Result) finish(elapsed time.Duration) {
 	for i, row := range r.Throughput {
 		r.rows[[2]int{row.Cores, row.FrameSize}] = i
 	}
+}
+
+// Measured: the result holds at least one measurement (false for a nil result).
+func (r *Result) Measured() bool {
+	return r != nil && (len(r.Throughput) > 0 || len(r.Latency) > 0 || r.CPU != nil)
 }
 
 // WriteJSON writes the result for scripts.
@@ -301,7 +324,7 @@ func (r *Result) writeLoss(w io.Writer) {
 			var problem string
 			for _, rd := range t.Rounds {
 				again += len(rd.Discarded)
-				if rd.Received < rd.Offered*99/100 {
+				if rd.lostBeforeSink() {
 					lossy++
 				}
 				if rd.FDBNotLearned != "" {

@@ -187,15 +187,8 @@ func filterCases() []responseCase {
 		},
 		{
 			// 10,000 blacklist rules restored at once; the stream's destination is the last.
-			name: "iptables-restore 10000 rules",
-			do: func(rc *responseRun, i int) error {
-				cmd := exec.Command("ip", "netns", "exec", rc.tb.DUT.Name, "iptables-restore")
-				cmd.Stdin = strings.NewReader(blacklist(10000))
-				if out, err := cmd.CombinedOutput(); err != nil {
-					return fmt.Errorf("iptables-restore: %w: %s", err, out)
-				}
-				return nil
-			},
+			name:   "iptables-restore 10000 rules",
+			do:     func(rc *responseRun, i int) error { return nsRestore(rc.tb.DUT, blacklist(10000), "iptables-restore") },
 			undo:   func(rc *responseRun, i int) error { return rc.dut("iptables -F FORWARD") },
 			stream: func(i int) (string, string) { return blacklistLast, "in0" },
 			drops:  true,
@@ -217,21 +210,8 @@ func filterCases() []responseCase {
 	return cases
 }
 
-// blacklistLast is the destination of the last of blacklist's rules.
+// blacklistLast is the destination of the last of blacklist(10000)'s rules: blacklistAddr(9999).
 const blacklistLast = "198.19.39.15"
-
-// blacklist is an iptables-restore input with n DROP rules for /32s in 198.19.0.0/16, the last
-// one for blacklistLast.
-func blacklist(n int) string {
-	var b strings.Builder
-	b.WriteString("*filter\n:FORWARD ACCEPT [0:0]\n")
-	for i := range n {
-		// Hosts 198.19.(i/256).(i%256): the last (i = 9999) is 198.19.39.15.
-		fmt.Fprintf(&b, "-A FORWARD -d 198.19.%d.%d/32 -j DROP\n", i/256, i%256)
-	}
-	b.WriteString("COMMIT\n")
-	return b.String()
-}
 
 // Bridge cases: a second path gen bg0 <-> bgen [DUT] bsink <-> bs0 sink (198.18.20.0/24), made a
 // bridge's ports by the commands (see setupBridgePath). The stream goes to 198.18.20.9, an

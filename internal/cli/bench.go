@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,7 +18,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks: Linux vs linuxfp in the same run"}
-	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchResponseCmd())
+	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchResponseCmd())
 	return cmd
 }
 
@@ -55,12 +56,9 @@ Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, 
 // bridge): the same flags, run by run.
 func forwardingBenchCmd(use, short, long string, run func(context.Context, bench.Config) (*bench.Result, error)) *cobra.Command {
 	var (
-		cfg              bench.Config
-		modes            []string
+		bf               benchFlags
 		noLatency, noCPU bool
 		noThroughput     bool
-		asJSON           bool
-		level            string
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -68,51 +66,15 @@ func forwardingBenchCmd(use, short, long string, run func(context.Context, bench
 		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(level, "text")
-			if err != nil {
-				return err
-			}
-			if os.Geteuid() != 0 {
-				return errors.New("bench needs root (network namespaces, BPF)")
-			}
-			for _, s := range splitList(modes) {
-				m, err := bench.ParseMode(s)
-				if err != nil {
-					return fmt.Errorf("--modes: %w", err)
-				}
-				cfg.Modes = append(cfg.Modes, m)
-			}
-			cfg.Throughput, cfg.Latency, cfg.CPU, cfg.Log = !noThroughput, !noLatency, !noCPU, log
-			if cfg.Binary, err = os.Executable(); err != nil {
-				return fmt.Errorf("find the linuxfp binary to run in the DUT: %w", err)
-			}
-			_ = rlimit.RemoveMemlock()
-			// Ctrl-C stops the measurement; the deferred cleanup removes the namespaces.
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			res, err := run(ctx, cfg)
-			if res != nil && (len(res.Throughput) > 0 || len(res.Latency) > 0 || res.CPU != nil) {
-				if asJSON {
-					if jerr := res.WriteJSON(os.Stdout); jerr != nil {
-						return errors.Join(err, jerr)
-					}
-				} else {
-					res.WriteTable(os.Stdout)
-				}
-			}
-			if ctx.Err() != nil {
-				return errors.New("interrupted: the namespaces are removed; results so far are above")
-			}
-			return err
+			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				cfg.Throughput, cfg.Latency, cfg.CPU = !noThroughput, !noLatency, !noCPU
+				return run(ctx, cfg)
+			})
 		},
 	}
+	bf.add(cmd, []int{64, 128, 256, 512, 1024, 1500}, []int{1, 2})
 	f := cmd.Flags()
-	f.IntSliceVar(&cfg.Sizes, "sizes", []int{64, 128, 256, 512, 1024, 1500}, "frame sizes in bytes including FCS (RFC 2544)")
-	f.IntSliceVar(&cfg.Cores, "cores", []int{1, 2}, "generator cores to run with, one topology each")
-	f.StringSliceVar(&modes, "modes", nil, "forwarding modes: linux, linuxfp, ceiling (default all)")
-	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured time per round, mode and size")
-	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
+	cfg := &bf.cfg
 	f.IntVar(&cfg.Sessions, "sessions", 128, "parallel TCP request/response sessions in the latency test")
 	f.BoolVar(&noThroughput, "no-throughput", false, "skip the throughput test")
 	f.BoolVar(&noLatency, "no-latency", false, "skip the request/response latency test")
@@ -120,13 +82,134 @@ func forwardingBenchCmd(use, short, long string, run func(context.Context, bench
 		"turn tx checksum offload on at gen and sink for the latency test, as in containers (linuxfp then uses generic XDP on the DUT's veths)")
 	f.BoolVar(&noCPU, "no-cpu", false, "skip the CPU cost test")
 	f.DurationVar(&cfg.CPUDuration, "cpu-duration", 0, "measured time per CPU round (default 2x --duration)")
-	f.BoolVar(&cfg.ProgStats, "prog-stats", false,
-		"report ns per packet of each BPF program (BPF_ENABLE_STATS; slows the XDP modes)")
 	f.Float64Var(&cfg.CPURate, "cpu-rate", 0,
 		"offered load of the CPU test in frames/s (default: half of Linux's 64-byte rate)")
-	f.BoolVarP(&asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&level, "log-level", "info", "progress on stderr: debug, info, warn or error")
 	return cmd
+}
+
+func benchGatewayCmd() *cobra.Command {
+	var (
+		bf      benchFlags
+		rules   []int
+		noSweep bool
+		traffic []string
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "The virtual gateway: a blacklist in FORWARD, Linux vs linuxfp vs the router ceiling, and throughput vs rule count",
+		Long: `The paper's virtual gateway and its Figure 8. Builds the router benchmark's namespaces
+gen -> dut -> sink (veth, 50 routed prefixes 198.19.N.0/24 on the DUT) and applies blacklists in
+the DUT with the real tools: 100 addresses as 100 "iptables -A FORWARD -d <addr>/32 -j DROP" rules
+(iptables-restore), the same 100 as one "-m set --match-set <set> dst -j DROP" rule on a hash:ip
+set (ipset restore), then --rules DROP rules each (the sweep). Each ruleset stays while the DUT
+forwards with plain Linux, with ` + "`linuxfp run`" + ` (which must pick the rules up itself), or with the
+router ceiling (MAC rewrite + redirect, no rules evaluated), alternating round by round.
+
+Two traffic patterns from the XDP generator: miss, to 2,540 hosts no rule matches (Linux walks
+every rule for every packet), and hit, every other packet to a blacklisted address. The sink
+counts what is forwarded; the report gives the DUT's packet rate (forwarded + dropped), the
+ratios linuxfp/Linux, linuxfp/Linux-with-ipset, linuxfp/ceiling and linuxfp at N rules against
+the fewest, and flags rounds where linuxfp handed packets to Linux. Removes its namespaces on
+exit, including on Ctrl-C.
+
+Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			gc := bench.GatewayConfig{}
+			if !noSweep {
+				gc.Sweep = rules
+			}
+			for _, s := range splitList(traffic) {
+				t, err := bench.ParseTraffic(s)
+				if err != nil {
+					return fmt.Errorf("--traffic: %w", err)
+				}
+				gc.Traffic = append(gc.Traffic, t)
+			}
+			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				gc.Config = cfg
+				return bench.RunGateway(ctx, gc)
+			})
+		},
+	}
+	bf.add(cmd, []int{64}, []int{1})
+	f := cmd.Flags()
+	f.IntSliceVar(&rules, "rules", []int{1, 10, 100, 1000, 10000}, "rule counts of the throughput-vs-rules sweep (at most 10240)")
+	f.BoolVar(&noSweep, "no-sweep", false, "measure only the paper's gateway (100 rules, ipset), not the sweep")
+	f.StringSliceVar(&traffic, "traffic", nil, "traffic patterns: miss, hit (default both)")
+	return cmd
+}
+
+// benchOutput is a benchmark's result as the commands print it.
+type benchOutput interface {
+	Measured() bool
+	WriteJSON(io.Writer) error
+	WriteTable(io.Writer)
+}
+
+// benchFlags are the flags every benchmark of the gen -> dut -> sink pipeline has.
+type benchFlags struct {
+	cfg    bench.Config
+	modes  []string
+	asJSON bool
+	level  string
+}
+
+func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
+	f := cmd.Flags()
+	cfg := &bf.cfg
+	f.IntSliceVar(&cfg.Sizes, "sizes", sizes, "frame sizes in bytes including FCS (RFC 2544)")
+	f.IntSliceVar(&cfg.Cores, "cores", cores, "generator cores to run with, one topology each")
+	f.StringSliceVar(&bf.modes, "modes", nil, "forwarding modes: linux, linuxfp, ceiling (default all)")
+	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured time per round, mode and size")
+	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each measurement")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
+	f.BoolVar(&cfg.ProgStats, "prog-stats", false,
+		"report ns per packet of each BPF program (BPF_ENABLE_STATS; slows the XDP modes)")
+	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
+	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+}
+
+// run runs a benchmark with the configuration the flags give, stops it on Ctrl-C, and prints
+// what it measured (also when it failed or was interrupted half-way).
+func (bf *benchFlags) run(run func(context.Context, bench.Config) (benchOutput, error)) error {
+	log, err := newLogger(bf.level, "text")
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("bench needs root (network namespaces, BPF)")
+	}
+	cfg := bf.cfg
+	for _, s := range splitList(bf.modes) {
+		m, err := bench.ParseMode(s)
+		if err != nil {
+			return fmt.Errorf("--modes: %w", err)
+		}
+		cfg.Modes = append(cfg.Modes, m)
+	}
+	cfg.Log = log
+	if cfg.Binary, err = os.Executable(); err != nil {
+		return fmt.Errorf("find the linuxfp binary to run in the DUT: %w", err)
+	}
+	_ = rlimit.RemoveMemlock()
+	// Ctrl-C stops the measurement; the deferred cleanup removes the namespaces.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := run(ctx, cfg)
+	if res != nil && res.Measured() {
+		if bf.asJSON {
+			if jerr := res.WriteJSON(os.Stdout); jerr != nil {
+				return errors.Join(err, jerr)
+			}
+		} else {
+			res.WriteTable(os.Stdout)
+		}
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted: the namespaces are removed; results so far are above")
+	}
+	return err
 }
 
 func helperCmd() *cobra.Command {

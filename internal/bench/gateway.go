@@ -1,0 +1,436 @@
+package bench
+
+// The gateway benchmark: the paper's virtual gateway (its router with a blacklist of 100
+// addresses in iptables' FORWARD chain, then the same blacklist as one ipset rule) and its
+// Figure 8 (throughput against the number of rules).
+//
+// Topology: the router's (testbed.New: 50 routed /24 prefixes), with the rulesets applied in the
+// DUT by the real tools (iptables-restore, ipset restore, through ip netns exec) before the modes
+// of a ruleset are measured. The DUT keeps a ruleset while the modes alternate: linuxfp, started
+// for each of its rounds, must pick it up by itself; the benchmark waits until linuxfp's status
+// says in0's filter module holds it, and records what it said.
+//
+// Addresses: blacklistAddr(i) = 198.19.(i/256).(i%256), in the first 40 routed prefixes, so a
+// blacklist holds at most 10,240 addresses. Traffic the blacklist lets through goes to the hosts
+// of the other ten prefixes, 198.19.40-49.1-254 (2,540 addresses), which no blacklist contains.
+// The generator cycles through an explicit destination list (its list mode):
+//   - miss: only those 2,540: no rule matches, so Linux walks every rule for every packet (the
+//     worst case of a linear walk); all of it reaches the sink;
+//   - hit: every other packet to a blacklisted address, in turn over all of them (each the same
+//     number of times), the others to the 2,540: half of what the DUT handles is dropped by a
+//     rule, half reaches the sink.
+// The sink counts only what is forwarded. With the mix known exactly (every other frame, per
+// generator CPU), the DUT's packet rate is twice what the sink receives; that is the rate the
+// report gives and compares. The ceiling evaluates no rules: it forwards all of it, and its rate
+// is what the sink receives.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// GatewayConfig configures RunGateway.
+type GatewayConfig struct {
+	Config
+	// Sweep is the blacklist sizes of the throughput-vs-rules sweep (the paper's Figure 8), one
+	// DROP rule per address; empty: no sweep. The paper's gateway (100 rules, ipset) is always
+	// measured.
+	Sweep []int
+	// Traffic is measured on every ruleset (default: miss and hit).
+	Traffic []Traffic
+}
+
+// Traffic is where the generator sends, relative to the blacklist.
+type Traffic string
+
+const (
+	// TrafficMiss: destinations no rule matches; everything is forwarded.
+	TrafficMiss Traffic = "miss"
+	// TrafficHit: every other packet to a blacklisted address, over all of them in turn.
+	TrafficHit Traffic = "hit"
+)
+
+// Traffics lists the traffic patterns in report order.
+var Traffics = []Traffic{TrafficMiss, TrafficHit}
+
+// ParseTraffic checks a traffic pattern's name.
+func ParseTraffic(s string) (Traffic, error) {
+	if t := Traffic(s); slices.Contains(Traffics, t) {
+		return t, nil
+	}
+	return "", fmt.Errorf("traffic %q: want miss or hit", s)
+}
+
+// Ruleset is a blacklist in the DUT's filter table.
+type Ruleset struct {
+	Name string `json:"name"`
+	// Blacklisted addresses: blacklistAddr(0 .. Blacklisted-1).
+	Blacklisted int `json:"blacklisted"`
+	// IPSet: the addresses are in one hash:ip set, matched by one rule; otherwise one
+	// `-A FORWARD -d <addr>/32 -j DROP` each.
+	IPSet bool `json:"ipset"`
+}
+
+const (
+	// maxBlacklist: blacklisted addresses fill 198.19.0-39.x at most.
+	maxBlacklist = 40 * 256
+	// gatewaySet is the ipset of the ipset ruleset.
+	gatewaySet = "lfpgw"
+	// gatewayRules is the size of the paper's blacklist.
+	gatewayRules = 100
+)
+
+// blacklistAddr is the i-th blacklisted address: 198.19.(i/256).(i%256).
+func blacklistAddr(i int) netip.Addr { return testbed.Prefix4(i/256, i%256) }
+
+// blacklist is an iptables-restore input with n DROP rules in FORWARD, for blacklistAddr(0 ..
+// n-1) in that order.
+func blacklist(n int) string {
+	var b strings.Builder
+	b.WriteString("*filter\n:FORWARD ACCEPT [0:0]\n")
+	for i := range n {
+		fmt.Fprintf(&b, "-A FORWARD -d %s/32 -j DROP\n", blacklistAddr(i))
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// iptables is the ruleset as iptables-restore input: it replaces the whole filter table.
+func (r Ruleset) iptables() string {
+	if !r.IPSet {
+		return blacklist(r.Blacklisted)
+	}
+	return "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set " + gatewaySet + " dst -j DROP\nCOMMIT\n"
+}
+
+// ipset is the ruleset's set as `ipset restore` input ("" without a set).
+func (r Ruleset) ipset() string {
+	if !r.IPSet {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "create %s hash:ip maxelem %d\n", gatewaySet, max(65536, r.Blacklisted))
+	for i := range r.Blacklisted {
+		fmt.Fprintf(&b, "add %s %s\n", gatewaySet, blacklistAddr(i))
+	}
+	return b.String()
+}
+
+// rules is how many rules the ruleset puts into FORWARD.
+func (r Ruleset) rules() int {
+	if r.IPSet {
+		return 1
+	}
+	return r.Blacklisted
+}
+
+// gatewayRulesets are the paper's two rulesets, then the sweep's (100 rules is measured once).
+func gatewayRulesets(sweep []int) []Ruleset {
+	rs := []Ruleset{
+		{Name: plural(gatewayRules, "rule"), Blacklisted: gatewayRules},
+		{Name: fmt.Sprintf("ipset (%d addresses)", gatewayRules), Blacklisted: gatewayRules, IPSet: true},
+	}
+	for _, n := range sweep {
+		if n != gatewayRules {
+			rs = append(rs, Ruleset{Name: plural(n, "rule"), Blacklisted: n})
+		}
+	}
+	return rs
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// permittedHosts is how many destinations the blacklists let through: 198.19.40-49.1-254.
+const permittedHosts = 10 * 254
+
+// permittedAddr is the i-th destination no blacklist holds, prefix after prefix (as the router
+// benchmark's generator cycles), then the next host.
+func permittedAddr(i int) netip.Addr { return testbed.Prefix4(40+i%10, 1+i/10) }
+
+// gatewayDsts is the generator's destination list for traffic t through a blacklist of n
+// addresses, and the fraction of it the blacklist lets through (0: all of it).
+func gatewayDsts(t Traffic, n int) (dsts []netip.Addr, permitted float64) {
+	if t == TrafficMiss {
+		for i := range permittedHosts {
+			dsts = append(dsts, permittedAddr(i))
+		}
+		return dsts, 0
+	}
+	// Pairs (permitted, blacklisted): as many as it takes to use every permitted address, and
+	// a multiple of n, so that every blacklisted address comes up equally often and Linux
+	// walks, on average, half the rules for a blacklisted packet.
+	pairs := (permittedHosts + n - 1) / n * n
+	for i := range pairs {
+		dsts = append(dsts, permittedAddr(i%permittedHosts), blacklistAddr(i%n))
+	}
+	return dsts, 0.5
+}
+
+// GatewayVariant is one ruleset measured with one traffic pattern.
+type GatewayVariant struct {
+	Ruleset Ruleset `json:"ruleset"`
+	Traffic Traffic `json:"traffic"`
+	// Destinations: the generator's list; Permitted: the fraction of it the ruleset lets through
+	// (1: all). Linux's and linuxfp's DUT rate is what the sink received / Permitted.
+	Destinations int     `json:"destinations"`
+	Permitted    float64 `json:"permitted"`
+	// Linuxfp is what linuxfp said about the ruleset when it started.
+	Linuxfp    *LinuxfpFilter  `json:"linuxfp,omitempty"`
+	Throughput []ThroughputRow `json:"throughput"`
+
+	res       *Result
+	dsts      []netip.Addr
+	permitted float64 // as a cell wants it: 0 for all
+}
+
+// LinuxfpFilter is what linuxfp's status said about in0's filter module at its starts.
+type LinuxfpFilter struct {
+	// Notes: the distinct filter notes of in0 ("ipv4 filter module: N netfilter rules compiled
+	// into ...", or why the filter is off).
+	Notes []string `json:"in0_notes"`
+	// Problem: why the benchmark thinks linuxfp did not take the whole ruleset into its fast
+	// path at some start ("" if it did every time).
+	Problem string `json:"problem,omitempty"`
+}
+
+// gatewayRun is the state of one RunGateway.
+type gatewayRun struct {
+	cfg      GatewayConfig
+	rulesets []Ruleset
+	variants []*GatewayVariant
+	filters  map[string]*LinuxfpFilter // by ruleset name
+	current  Ruleset                   // in the DUT now
+	setMade  bool                      // the DUT has gatewaySet
+	sending  *GatewayVariant           // whose destinations the generator has
+}
+
+// RunGateway runs the gateway benchmark: the paper's gateway (100 blacklisted addresses as 100
+// DROP rules, then as one ipset rule) and the sweep of cfg.Sweep rules, each with every traffic
+// pattern, Linux vs linuxfp vs the router ceiling, modes alternating round by round. It returns
+// what it measured even when ctx is cancelled half-way (with ctx's error); every namespace it
+// created is gone when it returns.
+func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) {
+	if len(cfg.Sizes) == 0 {
+		cfg.Sizes = []int{64}
+	}
+	if len(cfg.Cores) == 0 {
+		cfg.Cores = []int{1}
+	}
+	var traffic []Traffic
+	for _, t := range Traffics {
+		if len(cfg.Traffic) == 0 || slices.Contains(cfg.Traffic, t) {
+			traffic = append(traffic, t)
+		}
+	}
+	cfg.Traffic = traffic
+	sweep := slices.Sorted(slices.Values(cfg.Sweep))
+	cfg.Sweep = slices.Compact(sweep)
+	for _, n := range cfg.Sweep {
+		if n < 1 || n > maxBlacklist {
+			return nil, fmt.Errorf("--rules %d: want 1 to %d (the blacklist fills 198.19.0-39.x)", n, maxBlacklist)
+		}
+	}
+	cfg.Throughput, cfg.Latency, cfg.CPU = true, false, false
+	if err := cfg.Config.defaults(); err != nil {
+		return nil, err
+	}
+	g := &gatewayRun{cfg: cfg, rulesets: gatewayRulesets(cfg.Sweep), filters: map[string]*LinuxfpFilter{}}
+	t := &topology{
+		name:         "gateway",
+		prefixes:     routerTopology.prefixes,
+		build:        routerTopology.build,
+		resolve:      true,
+		startLinuxfp: g.startLinuxfp,
+		throughput:   g.measure,
+		// To the DUT's in0, destinations from the generator's list (gatewayDsts).
+		flow: func(tb *testbed.Testbed) genFlow {
+			return genFlow{src: tb.GenMAC, dst: tb.InMAC, srcIP: tb.GenIP, dstIP: netip.IPv4Unspecified(),
+				list: true, ifindex: tb.GenIfindex}
+		},
+	}
+	for _, rs := range g.rulesets {
+		f := &LinuxfpFilter{}
+		g.filters[rs.Name] = f
+		for _, tr := range cfg.Traffic {
+			dsts, permitted := gatewayDsts(tr, rs.Blacklisted)
+			v := &GatewayVariant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: newResult(cfg.Config, t),
+				dsts: dsts, permitted: permitted}
+			if permitted > 0 {
+				v.Permitted = permitted
+			}
+			if slices.Contains(cfg.Modes, ModeLinuxfp) {
+				v.Linuxfp = f
+			}
+			g.variants = append(g.variants, v)
+		}
+	}
+	res, err := run(ctx, cfg.Config, t)
+	return g.result(res), err
+}
+
+// measure is the gateway's throughput test on one topology: for each ruleset, apply it in the
+// DUT, then measure every traffic pattern and frame size in every mode, round by round.
+func (g *gatewayRun) measure(b *pipeline, cores int) error {
+	g.setMade, g.sending = false, nil
+	for _, rs := range g.rulesets {
+		t0 := time.Now()
+		if err := g.apply(b.tb.DUT, rs); err != nil {
+			return err
+		}
+		b.log.Info("ruleset applied in the DUT", "ruleset", rs.Name, "took", time.Since(t0).Round(time.Millisecond))
+		var cells []cell
+		for _, v := range g.variants {
+			if v.Ruleset != rs {
+				continue
+			}
+			for _, size := range b.cfg.Sizes {
+				cells = append(cells, cell{size: size, res: v.res, permitted: v.permitted,
+					before: func() error { return g.send(b.gen, v) },
+					what:   []any{"ruleset", rs.Name, "traffic", v.Traffic}})
+			}
+		}
+		if err := b.measureCells(cores, cells); err != nil {
+			return fmt.Errorf("%s: %w", rs.Name, err)
+		}
+	}
+	return nil
+}
+
+// apply makes rs the DUT's ruleset: its set first (the rule needs it), then the filter table,
+// whose restore replaces the previous ruleset's; a set no longer used goes last.
+func (g *gatewayRun) apply(dut *nsutil.NS, rs Ruleset) error {
+	if rs.IPSet && !g.setMade {
+		if err := nsRestore(dut, rs.ipset(), "ipset", "restore"); err != nil {
+			return err
+		}
+		g.setMade = true
+	}
+	if err := nsRestore(dut, rs.iptables(), "iptables-restore"); err != nil {
+		return err
+	}
+	if !rs.IPSet && g.setMade {
+		if _, err := dut.Run("ipset", "destroy", gatewaySet); err != nil {
+			return err
+		}
+		g.setMade = false
+	}
+	g.current = rs
+	return nil
+}
+
+// send gives the generator v's destinations, unless it has them already.
+func (g *gatewayRun) send(gen *generator, v *GatewayVariant) error {
+	if g.sending == v {
+		return nil
+	}
+	if err := gen.setDsts(v.dsts); err != nil {
+		return err
+	}
+	g.sending = v
+	return nil
+}
+
+// nsRestore runs a restore tool (iptables-restore, ipset restore) in ns with input on its stdin.
+func nsRestore(ns *nsutil.NS, input string, tool ...string) error {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name}, tool...)...)
+	cmd.Stdin = strings.NewReader(input)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("in %s: %s: %w: %s", ns.Name, strings.Join(tool, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// filterNote is in0's note when the filter module classifies IPv4 (internal/graph).
+var filterNote = regexp.MustCompile(`^ipv4 filter module: (\d+) netfilter rules compiled into \d+ \((\d+) hand`)
+
+// startLinuxfp starts linuxfp in the DUT, waits until its status shows in0's filter module
+// holding the DUT's ruleset (the number of rules it compiled), and records what in0's notes say.
+// linuxfp not taking the ruleset is no error: it is what the benchmark is there to show, and the
+// report flags it.
+func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string) (*testbed.Linuxfp, error) {
+	l, err := tb.StartLinuxfp(bin)
+	if err != nil {
+		return nil, err
+	}
+	want := g.current.rules()
+	var notes []string
+	var problem string
+	err = l.WaitFor(10*time.Second, func(st *status.Status) bool {
+		notes, problem = nil, ""
+		for _, it := range st.Interfaces {
+			if it.Name != "in0" {
+				continue
+			}
+			for _, n := range it.Notes {
+				if strings.Contains(n, "filter") {
+					notes = append(notes, n)
+				}
+			}
+			problem = filterProblem(it.Program != nil, notes, want)
+		}
+		return problem == ""
+	})
+	f := g.filters[g.current.Name]
+	for _, n := range notes {
+		if !slices.Contains(f.Notes, n) {
+			f.Notes = append(f.Notes, n)
+		}
+	}
+	if err != nil {
+		if _, serr := l.Client.Status(); serr != nil {
+			l.Kill()
+			return nil, fmt.Errorf("linuxfp in the DUT: %w; log:\n%s", serr, l.Log.String())
+		}
+		if problem == "" {
+			problem = err.Error()
+		}
+		g.cfg.Log.Warn("linuxfp has not taken the whole ruleset into its fast path; measuring anyway",
+			"ruleset", g.current.Name, "problem", problem)
+		f.Problem = problem
+	}
+	return l, nil
+}
+
+// filterProblem says why in0's state does not show the filter module classifying all of a
+// ruleset of want rules in the fast path ("" if it does).
+func filterProblem(program bool, notes []string, want int) string {
+	if !program {
+		return "no program on in0"
+	}
+	for _, n := range notes {
+		m := filterNote.FindStringSubmatch(n)
+		if m == nil {
+			continue
+		}
+		rules, _ := strconv.Atoi(m[1])
+		linux, _ := strconv.Atoi(m[2])
+		switch {
+		case rules != want:
+			return fmt.Sprintf("in0's filter module has %d rules, want %d", rules, want)
+		case linux > 0:
+			return fmt.Sprintf("in0's filter module hands the packets that reach %d of its rules to Linux", linux)
+		}
+		return ""
+	}
+	if len(notes) > 0 {
+		return "in0: " + strings.Join(notes, "; ")
+	}
+	return "in0's notes say nothing of the filter module"
+}
