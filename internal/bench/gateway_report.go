@@ -245,6 +245,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
+	r.writeProgStats(w)
 	r.writeFlags(w)
 
 	if len(r.Targets) > 0 {
@@ -262,6 +263,28 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  %s, %d cores, %d bytes: %s\n", t.Traffic, t.Cores, t.FrameSize, strings.Join(parts, "; "))
 		}
 	}
+}
+
+// writeProgStats prints, with --prog-stats, the kernel's run time per packet of each program.
+func (r *GatewayResult) writeProgStats(w io.Writer) {
+	if !r.Config.ProgStats {
+		return
+	}
+	fmt.Fprintln(w, "BPF program run time, ns per packet (BPF_ENABLE_STATS; median of rounds)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cores\tframe\truleset\ttraffic\tmode\tDUT Mpps\tgenerator\tDUT in0\tsink\t")
+	for _, v := range r.Variants {
+		for _, row := range v.Throughput {
+			for _, m := range r.Config.Modes {
+				if t := row.Modes[m]; t != nil {
+					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, v.Ruleset.Name, v.Traffic,
+						modeTitle[m], t.rate(), t.progCells())
+				}
+			}
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }
 
 func metOrNot(ok bool) string {

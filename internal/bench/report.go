@@ -285,24 +285,31 @@ func (r *Result) writeProgStats(w io.Writer) {
 			if t == nil {
 				continue
 			}
-			ns := func(name string) string {
-				var v []float64
-				for _, rd := range t.Rounds {
-					if st, ok := rd.Programs[name]; ok && st.Runs > 0 {
-						v = append(v, st.NsPerRun)
-					}
-				}
-				if len(v) == 0 {
-					return "-"
-				}
-				return fmt.Sprintf("%.0f", medianOf(v))
-			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t%s\t%s\t\n", row.Cores, row.FrameSize, modeTitle[m], t.Mpps,
-				ns("generator"), ns("dut_in0"), ns("sink"))
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, modeTitle[m], t.Mpps, t.progCells())
 		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+}
+
+// progCells is the median run time per packet of the generator, the DUT's in0 program and the
+// sink, in ns, as table cells ("-" where a program did not run).
+func (t *Throughput) progCells() string {
+	var cells []string
+	for _, name := range []string{"generator", "dut_in0", "sink"} {
+		var v []float64
+		for _, rd := range t.Rounds {
+			if st, ok := rd.Programs[name]; ok && st.Runs > 0 {
+				v = append(v, st.NsPerRun)
+			}
+		}
+		if len(v) == 0 {
+			cells = append(cells, "-")
+		} else {
+			cells = append(cells, fmt.Sprintf("%.0f", medianOf(v)))
+		}
+	}
+	return strings.Join(cells, "\t")
 }
 
 // writeLoss notes cells where the generator offered much more than arrived, and what linuxfp
