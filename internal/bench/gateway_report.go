@@ -92,10 +92,10 @@ func (r *GatewayResult) sweep(t Traffic) []*GatewayVariant {
 	return out
 }
 
+// The paper's two rulesets.
 var (
-	rules100    = gatewayRulesets(nil)[0]
-	ipsetRules  = gatewayRulesets(nil)[1]
-	gatewayNote = "Rates are the DUT's: packets it handled (forwarded +\ndropped by its rules) per second"
+	rules100   = gatewayRulesets(nil)[0]
+	ipsetRules = gatewayRulesets(nil)[1]
 )
 
 // rateOf is mode m's DUT rate in v for (cores, size), 0 if not measured.
@@ -153,9 +153,9 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
 	fmt.Fprintf(w, "Median of %d rounds x %s per mode (modes alternate round by round); took %s\n", c.Rounds, c.Duration, r.Elapsed)
 	fmt.Fprintf(w, "Traffic miss: to %d hosts no rule matches (Linux walks every rule); hit: every other packet to\n"+
-		"a blacklisted address (all of them in turn), half of it dropped. %s.\n"+
-		"The ceiling is the router's (MAC rewrite + redirect): it evaluates no rules and forwards everything.\n\n",
-		permittedHosts, gatewayNote)
+		"a blacklisted address (all of them in turn), half of it dropped. Rates are the DUT's: packets it\n"+
+		"handled (forwarded + dropped by its rules) per second. The ceiling is the router's (MAC rewrite\n"+
+		"+ redirect): it evaluates no rules and forwards everything.\n\n", permittedHosts)
 
 	modes := c.Modes
 	both := slices.Contains(modes, ModeLinux) && slices.Contains(modes, ModeLinuxfp)
