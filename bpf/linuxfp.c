@@ -1,5 +1,6 @@
 /* linuxfp data plane entry point: one program per interface, specialised by the frozen .rodata
  * constants of the modules it includes; the verifier removes what an interface does not use.
+ * Compiled twice from this source: for XDP, and with -DLFP_HOOK_TC for tc (tcx) ingress.
  * The graph: a bridge port runs bridge -> (router for frames to the bridge's MAC); any other
  * interface runs router; the router's egress may continue into a bridge's FDB (router -> bridge). */
 #include "lib/ctx.h"
@@ -10,15 +11,25 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-SEC("xdp")
-int linuxfp_xdp(struct xdp_md *ctx)
-{
-	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
-	struct ethhdr *eth = data;
+/* Headers the modules read through direct packet access: Ethernet, IPv6 and a TCP header
+ * (TC: an skb may hold less than that in its linear part). */
+#define LFP_PULL_LEN (14 + 40 + 20)
 
+static __always_inline int linuxfp_rx(lfp_ctx *ctx)
+{
+	void *data, *data_end;
+	struct ethhdr *eth;
+
+	/* TC: a VLAN tag already taken out of the data (the stack untags before tc ingress). */
+	if (ctx_vlan_tagged(ctx))
+		return lfp_pass(ctx, LFP_PASS_NOT_IP);
+	ctx_pull(ctx, LFP_PULL_LEN);
 	if (cfg_bridge)
 		return bridge_rx(ctx);
 
+	data = ctx_data(ctx);
+	data_end = ctx_data_end(ctx);
+	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
@@ -34,3 +45,17 @@ int linuxfp_xdp(struct xdp_md *ctx)
 	/* ARP, VLAN tags (802.1Q is not even built here), LLDP ...: Linux's. */
 	return lfp_pass(ctx, LFP_PASS_NOT_IP);
 }
+
+#if LFP_TC
+SEC("tc")
+int linuxfp_tc(struct __sk_buff *ctx)
+{
+	return linuxfp_rx(ctx);
+}
+#else
+SEC("xdp")
+int linuxfp_xdp(struct xdp_md *ctx)
+{
+	return linuxfp_rx(ctx);
+}
+#endif

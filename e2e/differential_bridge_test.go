@@ -20,20 +20,14 @@ import (
 var sinkL2Addr6 = netip.MustParseAddr("2001:2::3")
 
 func TestDifferentialBridge(t *testing.T) {
-	for _, hook := range []struct {
-		name string
-		opts testbed.Options
-	}{
-		{"xdp", testbed.Options{TxChecksumOff: true}},
-		{"xdp-generic", testbed.Options{}},
-	} {
+	for _, hook := range diffHooks {
 		t.Run(hook.name, func(t *testing.T) {
 			tb := bridgeTestbed(t, hook.opts, ipBridge+`
 ip link set out0 mtu 1400
 ip -6 addr add 2001:2::1/64 dev br0 nodad`)
 			sh(t, tb.Sink, "ip -6 addr flush dev eth0 scope global\nip -6 addr add 2001:2::3/64 dev eth0 nodad")
 			d := newDiffEnv(t, tb, "")
-			d.hook, d.bridged = hook.name, true
+			d.hook, d.args, d.bridged = hook.name, hook.args, true
 			gen, sink := tb.GenMAC.String(), tb.SinkMAC.String()
 			d.reset = func(t *testing.T) {
 				// The same FDB and neighbours before every run: both hosts known on their

@@ -85,18 +85,25 @@ ip -6 route add 2001:2:1:e8::/64 via 2001:2:0:1::2 mtu 1480
 // The corpus runs against both hooks linuxfp picks for a veth: native XDP when the hosts'
 // stacks compute their checksums (as behind a physical NIC), generic XDP when they leave them to
 // offload (veth's default, as in containers).
+// diffHooks are the hooks the differential tests run linuxfp at: native XDP where gen's and the
+// sink's stacks compute their checksums (as behind a NIC), tc where they leave them to offload
+// (as containers do: --hook auto picks tc there), and generic XDP by choice.
+var diffHooks = []struct {
+	name string
+	opts testbed.Options
+	args []string
+}{
+	{"xdp", testbed.Options{TxChecksumOff: true}, nil},
+	{"tc", testbed.Options{}, nil},
+	{"xdp-generic", testbed.Options{}, []string{"--hook", "xdp-generic"}},
+}
+
 func TestDifferentialRouter(t *testing.T) {
-	for _, hook := range []struct {
-		name string
-		opts testbed.Options
-	}{
-		{"xdp", testbed.Options{TxChecksumOff: true}},
-		{"xdp-generic", testbed.Options{}},
-	} {
+	for _, hook := range diffHooks {
 		t.Run(hook.name, func(t *testing.T) {
 			tb := newTestbed(t, hook.opts)
 			d := newDiffEnv(t, tb, diffDUTSetup)
-			d.hook = hook.name
+			d.hook, d.args = hook.name, hook.args
 			t.Run("device-mtu", func(t *testing.T) {
 				d.differential(t, d.mainCorpus(), 4*time.Second, true)
 			})
@@ -123,6 +130,7 @@ type diffEnv struct {
 	tb    *testbed.Testbed
 	genLL netip.Addr // gen's link-local address
 	hook  string     // the hook linuxfp must pick on in0
+	args  []string   // linuxfp run's arguments
 	// bridged: in0 is a bridge port; the fast path's count is its bridged one. reset, if set,
 	// replaces resetNeighbours.
 	bridged bool
@@ -248,7 +256,7 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 		ctl = d.run(t, c, settle)
 	}
 	d.resetNeighbours(t)
-	l := startLinuxfp(t, d.tb)
+	l := startLinuxfp(t, d.tb, d.args...)
 	fp := d.run(t, c, settle)
 	in0, err := l.Interface("in0")
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -155,6 +157,38 @@ func xdpAttached(t *testing.T, ns *nsutil.NS, dev string) bool {
 		t.Fatal(err)
 	}
 	return strings.Contains(out, "prog/xdp")
+}
+
+// progAttached reports whether an XDP program or a tcx ingress program is attached to dev in ns.
+func progAttached(t *testing.T, ns *nsutil.NS, dev string) bool {
+	t.Helper()
+	if xdpAttached(t, ns, dev) {
+		return true
+	}
+	idx := linkIndex(t, ns, dev)
+	var n int
+	err := ns.Do(func() error {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		n = len(res.Programs)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("query tcx programs of %s: %v", dev, err)
+	}
+	return n > 0
+}
+
+// hookTestbeds are testbed options under which linuxfp picks each hook on in0 and out0: native
+// XDP when gen and the sink compute their checksums, tc when they leave them to offload.
+var hookTestbeds = []struct {
+	hook string
+	opts testbed.Options
+}{
+	{"xdp", testbed.Options{TxChecksumOff: true}},
+	{"tc", testbed.Options{}},
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

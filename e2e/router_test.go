@@ -215,44 +215,55 @@ func TestNetfilterRules(t *testing.T) {
 }
 
 func TestKillFallsBackToLinux(t *testing.T) {
-	tb := newTestbed(t, testbed.Options{})
-	l, err := tb.StartLinuxfp(linuxfpBin)
-	if err != nil {
-		t.Fatal(err)
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbed(t, h.opts)
+			l, err := tb.StartLinuxfp(linuxfpBin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if it, err := l.Interface("in0"); err != nil || it.Program == nil || it.Program.Hook != h.hook {
+				t.Fatalf("in0 runs %+v (%v), want hook %s", it, err, h.hook)
+			}
+			waitFastPath(t, tb, l, "198.19.9.1")
+			l.Kill() // SIGKILL: no chance to clean up
+			// The kernel drops the links with the process: no stale fast path remains.
+			eventually(t, 3*time.Second, "programs detached after kill -9", func() error {
+				if progAttached(t, tb.DUT, "in0") || progAttached(t, tb.DUT, "out0") {
+					return errString("program still attached")
+				}
+				return nil
+			})
+			if _, err := tb.Gen.Run("ping", "-c", "2", "-i", "0.1", "-W", "2", "198.18.1.2"); err != nil {
+				t.Fatalf("Linux does not forward after linuxfp died: %v", err)
+			}
+			// And a fresh linuxfp can start in the same namespace.
+			startLinuxfp(t, tb)
+		})
 	}
-	waitFastPath(t, tb, l, "198.19.9.1")
-	l.Kill() // SIGKILL: no chance to clean up
-	// The kernel drops the links with the process: no stale fast path remains.
-	eventually(t, 3*time.Second, "XDP detached after kill -9", func() error {
-		if xdpAttached(t, tb.DUT, "in0") || xdpAttached(t, tb.DUT, "out0") {
-			return errString("XDP program still attached")
-		}
-		return nil
-	})
-	if _, err := tb.Gen.Run("ping", "-c", "2", "-i", "0.1", "-W", "2", "198.18.1.2"); err != nil {
-		t.Fatalf("Linux does not forward after linuxfp died: %v", err)
-	}
-	// And a fresh linuxfp can start in the same namespace.
-	startLinuxfp(t, tb)
 }
 
 func TestStopDetaches(t *testing.T) {
-	tb := newTestbed(t, testbed.Options{})
-	l, err := tb.StartLinuxfp(linuxfpBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !xdpAttached(t, tb.DUT, "in0") {
-		t.Fatal("no XDP program on in0 while running")
-	}
-	if err := l.Stop(); err != nil {
-		t.Fatalf("stop: %v\n%s", err, l.Log.String())
-	}
-	if xdpAttached(t, tb.DUT, "in0") || xdpAttached(t, tb.DUT, "out0") {
-		t.Fatal("XDP program left attached after SIGTERM")
-	}
-	if !strings.Contains(l.Log.String(), "all programs detached") {
-		t.Fatalf("no shutdown message in the log:\n%s", l.Log.String())
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbed(t, h.opts)
+			l, err := tb.StartLinuxfp(linuxfpBin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !progAttached(t, tb.DUT, "in0") {
+				t.Fatal("no program on in0 while running")
+			}
+			if err := l.Stop(); err != nil {
+				t.Fatalf("stop: %v\n%s", err, l.Log.String())
+			}
+			if progAttached(t, tb.DUT, "in0") || progAttached(t, tb.DUT, "out0") {
+				t.Fatal("program left attached after SIGTERM")
+			}
+			if !strings.Contains(l.Log.String(), "all programs detached") {
+				t.Fatalf("no shutdown message in the log:\n%s", l.Log.String())
+			}
+		})
 	}
 }
 
@@ -307,7 +318,7 @@ func TestForeignXDPProgramKept(t *testing.T) {
 // target: packets for it go to Linux and none is lost. When the peer gains GRO, the kernel's
 // XDP-feature event makes it a target.
 func TestEgressWithoutNAPI(t *testing.T) {
-	tb := newTestbed(t, testbed.Options{NoGRO: true})
+	tb := newTestbed(t, testbed.Options{NoGRO: true, TxChecksumOff: true})
 	l := startLinuxfpWaitingFor(t, tb, "in0")
 	waitStatus(t, l, "out0", "out0 not an egress", func(it *status.Interface) bool {
 		return !it.Egress && strings.Contains(it.EgressNote, "GRO")
@@ -322,6 +333,15 @@ func TestEgressWithoutNAPI(t *testing.T) {
 	sh(t, tb.Sink, "ethtool -K eth0 gro on")
 	waitStatus(t, l, "out0", "out0 an egress once the sink has GRO", func(it *status.Interface) bool { return it.Egress })
 	waitFastPath(t, tb, l, "198.19.10.1")
+}
+
+// A tc redirect hands the skb to the egress device's transmit path: no NAPI needed there.
+func TestTCEgressWithoutNAPI(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{NoGRO: true})
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "in0", "tc on in0", func(it *status.Interface) bool { return it.Program != nil && it.Program.Hook == "tc" })
+	waitFastPath(t, tb, l, "198.19.10.1")
+	tcpEcho(t, tb, 100)
 }
 
 func TestIPv6Forwarding(t *testing.T) {
@@ -379,22 +399,23 @@ func TestRouteBurstCoalesced(t *testing.T) {
 
 // A veth peer whose stack leaves TCP/UDP checksums to offload (veth's default, containers) sends
 // CHECKSUM_PARTIAL skbs; a native XDP redirect would lose that state and the receiver would drop
-// the segments. linuxfp uses generic XDP then, native XDP when the peer computes checksums
-// itself, and follows the peer's setting as it changes (events from the peer's namespace).
+// the segments. linuxfp attaches at tc then (the skb as it is), native XDP when the peer computes
+// checksums itself, and follows the peer's setting as it changes (events from the peer's
+// namespace), switching hooks while TCP flows.
 func TestChecksumOffloadPeers(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{})
 	l := startLinuxfp(t, tb)
 	hookOf := func(want string) func(*status.Interface) bool {
 		return func(it *status.Interface) bool { return it.Program != nil && it.Program.Hook == want }
 	}
-	waitStatus(t, l, "in0", "generic XDP on in0 (peer offloads checksums)", hookOf("xdp-generic"))
+	waitStatus(t, l, "in0", "tc on in0 (peer offloads checksums)", hookOf("tc"))
 	if it, _ := l.Interface("in0"); !hasNote(it, "checksums left to offload") {
-		t.Fatalf("no reason given for generic XDP: %q", it.Notes)
+		t.Fatalf("no reason given for tc: %q", it.Notes)
 	}
 	before := readCounters(t, l, "in0")
 	tcpEcho(t, tb, 200)
 	if d := readCounters(t, l, "in0").sub(before); d.forwarded < 100 {
-		t.Fatalf("TCP not fast-pathed with generic XDP: forwarded %d, to Linux %v", d.forwarded, d.passed)
+		t.Fatalf("TCP not fast-pathed at tc: forwarded %d, to Linux %v", d.forwarded, d.passed)
 	}
 
 	sh(t, tb.Gen, "ethtool -K eth0 tx off")
@@ -408,7 +429,7 @@ func TestChecksumOffloadPeers(t *testing.T) {
 	}
 
 	sh(t, tb.Gen, "ethtool -K eth0 tx on")
-	waitStatus(t, l, "in0", "generic XDP again when gen offloads again", hookOf("xdp-generic"))
+	waitStatus(t, l, "in0", "tc again when gen offloads again", hookOf("tc"))
 	tcpEcho(t, tb, 50)
 	if out, _ := tb.Sink.Run("nstat", "-az", "TcpInCsumErrors"); strings.Contains(out, "TcpInCsumErrors") &&
 		!strings.Contains(strings.Join(strings.Fields(out), " "), "TcpInCsumErrors 0") {

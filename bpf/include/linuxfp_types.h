@@ -48,6 +48,7 @@ enum lfp_reason {
 	LFP_FILTER_DROPPED,       /* fast-pathed: dropped at XDP by a netfilter rule or policy */
 	LFP_PASS_FILTER,          /* a netfilter rule Linux must evaluate may decide (see status) */
 	LFP_PASS_FILTER_HEADERS,  /* headers the filter does not parse (IPv6 extension, short L4) */
+	LFP_PASS_GSO,             /* TC: a GSO train whose segments' size cannot be checked (not TCP) */
 	LFP_REASON_MAX,
 };
 
@@ -214,6 +215,14 @@ struct lfp_fdb_refresh_ev {
 	__u32 port;
 	__u8 mac[6];
 	__u16 pad;
+};
+
+/* TC hook: a device a redirected skb may leave by (bpf/lib/tx.h). */
+#define LFP_TX_PEER 1 /* a veth into another namespace: deliver with bpf_redirect_peer() */
+
+struct lfp_tc_tx {
+	__u32 flags;    /* LFP_TX_* */
+	__u32 peer_mtu; /* LFP_TX_PEER: the peer's MTU */
 };
 
 #define LFP_MAX_SLOTS 256

@@ -117,7 +117,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 			act = router_ipv6(ctx);
 			break;
 		}
-		if (act == XDP_REDIRECT && (port->flags & LFP_L2_LEARNING))
+		if (act == CTX_REDIRECT && (port->flags & LFP_L2_LEARNING))
 			bridge_refresh(src, bridge, in, smac);
 		return act;
 	}
@@ -132,11 +132,13 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	if (!l3len)
 		return lfp_pass(ctx, LFP_PASS_BR_NETFILTER);
 
-	r = bridge_out_port(bridge, eth->h_dest, in, port->flags, l3len, &out);
+	/* br_dev_queue_push_xmit() lets every GSO train through (is_skb_forwardable()). */
+	r = bridge_out_port(bridge, eth->h_dest, in, port->flags, ctx_gso_size(ctx) ? 0 : l3len, &out);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
-	if (bpf_redirect_map(&lfp_tx_devs, out, XDP_PASS) != XDP_REDIRECT)
-		return lfp_pass(ctx, LFP_PASS_EGRESS_NOT_READY);
+	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
+	if (r != LFP_FORWARDED)
+		return lfp_pass(ctx, r);
 	/* Now surely ours: trim the Ethernet padding br_validate_ipv4/6() would have trimmed. */
 	if (l3len < ctx_len(ctx) - sizeof(struct ethhdr) &&
 	    ctx_trim(ctx, ctx_len(ctx) - sizeof(struct ethhdr) - l3len))
@@ -144,7 +146,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	if (port->flags & LFP_L2_LEARNING)
 		bridge_refresh(src, bridge, in, smac);
 	lfp_count(ctx, LFP_BRIDGED);
-	return XDP_REDIRECT;
+	return CTX_REDIRECT;
 }
 
 #endif

@@ -1,15 +1,24 @@
-/* Context abstraction: fast-path modules use these instead of struct xdp_md, so one source builds
- * for every hook (XDP now; TC is a later issue and adds an skb variant here). */
+/* Context abstraction: the fast-path modules use these instead of struct xdp_md or struct
+ * __sk_buff, so one source builds for both hooks. bpf/linuxfp.c is compiled twice: as is for XDP,
+ * and with -DLFP_HOOK_TC for the TC (tcx) ingress hook. */
 #ifndef LFP_CTX_H
 #define LFP_CTX_H
 
 #include <linux/bpf.h>
+#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
-typedef struct xdp_md lfp_ctx;
+#ifdef LFP_HOOK_TC
 
-#define CTX_PASS XDP_PASS
-#define CTX_DROP XDP_DROP
+typedef struct __sk_buff lfp_ctx;
+
+#define LFP_TC 1
+/* Hand the packet to Linux untouched: TCX_NEXT (TC_ACT_UNSPEC), not TC_ACT_OK. tcx runs its
+ * programs first and the classic tc filters only when the last program returned TCX_NEXT; OK
+ * would skip them, where Linux alone would have run them. */
+#define CTX_PASS     TC_ACT_UNSPEC
+#define CTX_DROP     TC_ACT_SHOT
+#define CTX_REDIRECT TC_ACT_REDIRECT
 
 static __always_inline void *ctx_data(const lfp_ctx *ctx)
 {
@@ -21,6 +30,71 @@ static __always_inline void *ctx_data_end(const lfp_ctx *ctx)
 	return (void *)(long)ctx->data_end;
 }
 
+/* The whole packet, including what is not in the linear part (ctx_data_end). */
+static __always_inline __u32 ctx_len(const lfp_ctx *ctx)
+{
+	return ctx->len;
+}
+
+/* At tc ingress skb->dev is the device the frame arrived on. */
+static __always_inline __u32 ctx_ingress_ifindex(const lfp_ctx *ctx)
+{
+	return ctx->ifindex;
+}
+
+/* The modules read headers through ctx_data/ctx_data_end, which cover only the skb's linear part.
+ * Make the first `bytes` bytes (or the whole packet, if shorter) linear; a no-op when they are.
+ * Every packet pointer is invalid afterwards. */
+static __always_inline void ctx_pull(lfp_ctx *ctx, __u32 bytes)
+{
+	__u32 len = ctx->len;
+
+	if (len > bytes)
+		len = bytes;
+	if (ctx_data(ctx) + len > ctx_data_end(ctx))
+		bpf_skb_pull_data(ctx, len);
+}
+
+/* GSO: the skb is a train of segments of gso_size payload bytes each (0: a single packet). */
+static __always_inline __u32 ctx_gso_size(const lfp_ctx *ctx)
+{
+	return ctx->gso_size;
+}
+
+/* A VLAN tag the stack has already taken out of the frame (hardware acceleration or
+ * skb_vlan_untag() before tc ingress): the data no longer shows it. */
+static __always_inline int ctx_vlan_tagged(const lfp_ctx *ctx)
+{
+	return ctx->vlan_present;
+}
+
+/* Drop `bytes` from the end of the packet (Ethernet padding beyond the IP length). Every packet
+ * pointer is invalid afterwards. */
+static __always_inline int ctx_trim(lfp_ctx *ctx, __u32 bytes)
+{
+	return bpf_skb_change_tail(ctx, ctx->len - bytes, 0);
+}
+
+#else /* XDP */
+
+typedef struct xdp_md lfp_ctx;
+
+#define LFP_TC 0
+#define CTX_PASS     XDP_PASS
+#define CTX_DROP     XDP_DROP
+#define CTX_REDIRECT XDP_REDIRECT
+
+static __always_inline void *ctx_data(const lfp_ctx *ctx)
+{
+	return (void *)(long)ctx->data;
+}
+
+static __always_inline void *ctx_data_end(const lfp_ctx *ctx)
+{
+	return (void *)(long)ctx->data_end;
+}
+
+/* linuxfp's XDP programs are not frags-aware: the frame is all in [data, data_end). */
 static __always_inline __u32 ctx_len(const lfp_ctx *ctx)
 {
 	return ctx->data_end - ctx->data;
@@ -31,11 +105,26 @@ static __always_inline __u32 ctx_ingress_ifindex(const lfp_ctx *ctx)
 	return ctx->ingress_ifindex;
 }
 
-/* Drop `bytes` from the end of the packet (Ethernet padding beyond the IP length). Every packet
- * pointer is invalid afterwards. */
+static __always_inline void ctx_pull(lfp_ctx *ctx, __u32 bytes)
+{
+}
+
+static __always_inline __u32 ctx_gso_size(const lfp_ctx *ctx)
+{
+	return 0;
+}
+
+/* XDP sees the frame as it came: a tag is in the data (and not IPv4/IPv6 EtherType). */
+static __always_inline int ctx_vlan_tagged(const lfp_ctx *ctx)
+{
+	return 0;
+}
+
 static __always_inline int ctx_trim(lfp_ctx *ctx, __u32 bytes)
 {
 	return bpf_xdp_adjust_tail(ctx, -(int)bytes);
 }
+
+#endif
 
 #endif

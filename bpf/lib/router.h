@@ -8,6 +8,7 @@
 #include "stats.h"
 #include "fdb.h"
 #include "filter.h"
+#include "tx.h"
 
 /* The MAC Linux routes frames for: the ingress device's (on a bridge port, the bridge's MAC is
  * data: see lfp_l2_dev). */
@@ -29,15 +30,6 @@ static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)
 {
 	return cfg_l3_ifindex ? cfg_l3_ifindex : ctx_ingress_ifindex(ctx);
 }
-
-/* Egress devices that can take an XDP redirect without dropping it (see the controller: for a
- * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
-	__type(key, __u32);
-	__type(value, struct bpf_devmap_val);
-	__uint(max_entries, 1024);
-} lfp_tx_devs SEC(".maps");
 
 /* The neighbours Linux reports STALE, maintained from netlink events (see router_check_egress). */
 struct {
@@ -107,6 +99,21 @@ static __always_inline struct lfp_config *lfp_config(void)
 	return bpf_map_lookup_elem(&lfp_config_map, &key);
 }
 
+/* ip_forward() sets skb->priority = rt_tos2priority(tos) (net/ipv4/route.c's ip_tos2prio[],
+ * indexed by IPTOS_TOS(tos) >> 1); the egress qdisc may classify by it. */
+static __always_inline __u32 ipv4_tos2prio(__u8 tos)
+{
+	switch ((tos & 0x1E) >> 1) {
+	case 4: case 5: case 6: case 7:
+		return 2; /* TC_PRIO_BULK */
+	case 8: case 9: case 10: case 11:
+		return 6; /* TC_PRIO_INTERACTIVE */
+	case 12: case 13: case 14: case 15:
+		return 4; /* TC_PRIO_INTERACTIVE_BULK */
+	}
+	return 0; /* TC_PRIO_BESTEFFORT */
+}
+
 /* What each bpf_fib_lookup() result means for the stack (net/core/filter.c). Only SUCCESS is
  * forwarded here; everything else is Linux's to handle, because Linux does something we do not:
  *  NOT_FWDED     no route at all (ICMP net unreachable), or a local, broadcast or multicast
@@ -143,10 +150,10 @@ static __always_inline enum lfp_reason fib_reason(int rc)
 
 /* Checks on the routing decision shared by both families; the last one sets up the redirect.
  * Returns LFP_FORWARDED when the packet may be rewritten and redirected to fib->ifindex. */
-static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
+static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 							   const struct lfp_config *cfg,
 							   const struct bpf_fib_lookup *fib,
-							   __u32 l3len, int v4)
+							   __u32 l3len, int v4, __u32 prio)
 {
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
@@ -208,11 +215,8 @@ static __always_inline enum lfp_reason router_check_egress(const lfp_ctx *ctx,
 	}
 
 	/* Last: only devices the controller proved can take the frame (an XDP redirect into a veth
-	 * whose peer has no NAPI is silently dropped, where Linux would have delivered it). On a miss
-	 * the helper returns XDP_PASS and the packet is still untouched. */
-	if (bpf_redirect_map(&lfp_tx_devs, out, XDP_PASS) != XDP_REDIRECT)
-		return LFP_PASS_EGRESS_NOT_READY;
-	return LFP_FORWARDED;
+	 * whose peer has no NAPI is silently dropped, where Linux would have delivered it). */
+	return tx_prepare(ctx, out, l3len, prio);
 }
 
 /* The routing decision and what follows it, for both families: the kernel's FIB, the checks on
@@ -223,6 +227,11 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 						    struct bpf_fib_lookup *fib, __u32 tot, __u32 l3len, int v4,
 						    int fw, struct fw_pkt *fp)
 {
+	/* Read before the lookup, which overwrites them (tot_len shares a union with mtu_result,
+	 * tos with rt_metric). fib->tot_len is the length the MTU checks see: a GSO train's
+	 * segment length. */
+	__u32 mtulen = fib->tot_len;
+	__u32 prio = v4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	enum lfp_reason r;
 	int rc;
 
@@ -239,7 +248,7 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 		if (v != LFP_FW_ACCEPT)
 			return LFP_PASS_FILTER;
 	}
-	r = router_check_egress(ctx, cfg, fib, tot, v4);
+	r = router_check_egress(ctx, cfg, fib, mtulen, v4, prio);
 	if (r != LFP_FORWARDED)
 		return r;
 	if (tot < l3len && ctx_trim(ctx, l3len - tot))
@@ -253,7 +262,26 @@ static __always_inline int router_xmit(lfp_ctx *ctx, struct ethhdr *eth, const s
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
 	lfp_count(ctx, LFP_FORWARDED);
-	return XDP_REDIRECT;
+	return CTX_REDIRECT;
+}
+
+
+/* A GSO train (TC only: a TCP stack's super-packet, or GRO's) leaves as segments of
+ * ip header + TCP header + gso_size bytes: Linux checks that length against the MTU
+ * (skb_gso_validate_network_len()), so the fast path does too. Returns the length to check, or
+ * 0 when the fast path cannot tell (not TCP, a header not all there, padding or an IP length
+ * that is not the train's, e.g. BIG TCP's 0). */
+static __always_inline __u32 router_gso_seglen(const lfp_ctx *ctx, void *l4, void *data_end, __u8 proto,
+					       __u32 l4off, __u32 tot, __u32 l3len)
+{
+	struct tcphdr_min {
+		__be32 ports, seq, ack;
+		__u8 res1_doff;
+	} *th = l4;
+
+	if (proto != IPPROTO_TCP || tot != l3len || (void *)(th + 1) > data_end)
+		return 0;
+	return l4off + (th->res1_doff >> 4) * 4 + ctx_gso_size(ctx);
 }
 
 static __always_inline int ipv4_martian_src(__be32 addr)
@@ -321,7 +349,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	 * ip_forward_options() and may make Linux answer with ICMP. */
 	if (iph->ihl != 5)
 		return lfp_pass(ctx, LFP_PASS_IP_OPTIONS);
-	l3len = data_end - (void *)iph;
+	l3len = ctx_len(ctx) - sizeof(*eth);
 	tot = bpf_ntohs(iph->tot_len);
 	if (tot < sizeof(*iph) || tot > l3len)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
@@ -347,6 +375,12 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	fib.ifindex = router_in_ifindex(ctx);
 	fib.ipv4_src = iph->saddr;
 	fib.ipv4_dst = iph->daddr;
+	if (ctx_gso_size(ctx)) {
+		fib.tot_len = router_gso_seglen(ctx, (void *)(iph + 1), data_end, iph->protocol,
+						 sizeof(*iph), tot, l3len);
+		if (!fib.tot_len)
+			return lfp_pass(ctx, LFP_PASS_GSO);
+	}
 
 	if (cfg_skb_sender && iph->protocol == IPPROTO_SCTP)
 		return lfp_pass(ctx, LFP_PASS_SCTP_OFFLOAD);
@@ -455,7 +489,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	/* Hop-by-hop options (router alert, jumbograms) are processed by Linux. */
 	if (ip6->nexthdr == NEXTHDR_HOP)
 		return lfp_pass(ctx, LFP_PASS_V6_HOPOPTS);
-	l3len = data_end - (void *)ip6;
+	l3len = ctx_len(ctx) - sizeof(*eth);
 	tot = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 	if (tot > l3len)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
@@ -479,6 +513,12 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	fib.ifindex = router_in_ifindex(ctx);
 	__builtin_memcpy(fib.ipv6_src, &src, sizeof(src));
 	__builtin_memcpy(fib.ipv6_dst, &dst, sizeof(dst));
+	if (ctx_gso_size(ctx)) {
+		fib.tot_len = router_gso_seglen(ctx, (void *)(ip6 + 1), data_end, ip6->nexthdr,
+						 sizeof(*ip6), tot, l3len);
+		if (!fib.tot_len)
+			return lfp_pass(ctx, LFP_PASS_GSO);
+	}
 
 	if (cfg_skb_sender && ip6->nexthdr == IPPROTO_SCTP)
 		return lfp_pass(ctx, LFP_PASS_SCTP_OFFLOAD);

@@ -42,7 +42,7 @@ func runCmd() *cobra.Command {
 		Use:   "run",
 		Short: "Accelerate the current network namespace until stopped (SIGINT/SIGTERM)",
 		Long: `Runs in the foreground in the current network namespace. It follows links, addresses,
-routes, neighbours, sysctls and netfilter by events, installs a specialised XDP program on every
+routes, neighbours, sysctls and netfilter by events, installs a specialised XDP or tc program on every
 interface it can accelerate, and hands every packet it cannot handle exactly to Linux.
 On exit (or if killed) every program is detached and traffic is plain Linux again.`,
 		Args: cobra.NoArgs,
@@ -53,11 +53,9 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			}
 			mode := graph.HookMode(hook)
 			switch mode {
-			case graph.HookAuto, graph.HookXDP, graph.HookXDPGeneric:
-			case "tc":
-				return errors.New("--hook tc: the TC hook is not implemented yet (use auto, xdp or xdp-generic)")
+			case graph.HookAuto, graph.HookXDP, graph.HookXDPGeneric, graph.HookTC:
 			default:
-				return fmt.Errorf("--hook %q: want auto, xdp or xdp-generic", hook)
+				return fmt.Errorf("--hook %q: want auto, xdp, xdp-generic or tc", hook)
 			}
 			if os.Geteuid() != 0 {
 				return errors.New("run needs root (CAP_NET_ADMIN and CAP_BPF)")
@@ -72,7 +70,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&hook, "hook", "auto", "where to attach: auto, xdp (native only) or xdp-generic")
+	f.StringVar(&hook, "hook", "auto", "where to attach: auto (per interface: native XDP where frames need no skb, tc otherwise), xdp (native only), xdp-generic or tc")
 	f.StringSliceVar(&ifaces, "interfaces", nil, "interfaces to accelerate (names or globs, comma-separated; default: all but lo)")
 	f.StringSliceVar(&exclude, "exclude", nil, "interfaces never to touch (names or globs)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")

@@ -73,23 +73,32 @@ func printStatus(w io.Writer, st *status.Status) {
 		for _, c := range it.Passed {
 			passed += c.Packets
 		}
-		egress := "yes"
-		if !it.Egress {
-			egress = "no"
+		var egress []string
+		if it.Egress {
+			egress = append(egress, "xdp")
+		}
+		switch {
+		case it.TCPeer:
+			egress = append(egress, "tc>peer")
+		case it.TCEgress:
+			egress = append(egress, "tc")
+		}
+		if len(egress) == 0 {
+			egress = []string{"no"}
 		}
 		master := it.Master
 		if master == "" {
 			master = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", it.Name, master, hook, prog, graph, inst,
-			it.Forwarded.Packets, it.Bridged.Packets, it.Dropped.Packets, passed, egress)
+			it.Forwarded.Packets, it.Bridged.Packets, it.Dropped.Packets, passed, strings.Join(egress, ","))
 	}
 	tw.Flush()
 	for _, it := range st.Interfaces {
 		var lines []string
 		lines = append(lines, it.Notes...)
 		if !it.Egress && it.EgressNote != "" {
-			lines = append(lines, "egress: "+it.EgressNote)
+			lines = append(lines, "xdp egress: "+it.EgressNote)
 		}
 		if len(it.Passed) > 0 {
 			var rs []string

@@ -73,7 +73,8 @@ func (c *Controller) status() *status.Status {
 	for idx, it := range c.plan.Interfaces {
 		lk := c.links[idx]
 		si := status.Interface{Ifindex: idx, Name: it.Name, Kind: lk.Kind, MAC: lk.MAC.String(), MTU: lk.MTU,
-			Up: lk.Up, Carrier: lk.OperUp, Notes: it.Notes, Egress: it.Egress, EgressNote: it.EgressNote}
+			Up: lk.Up, Carrier: lk.OperUp, Notes: it.Notes, Egress: it.Egress, EgressNote: it.EgressNote,
+			TCEgress: it.TCEgress, TCPeer: it.TCPeer}
 		if m, ok := c.links[lk.Master]; ok && lk.Master != 0 {
 			si.Master = m.Name
 		}

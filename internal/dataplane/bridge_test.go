@@ -71,6 +71,7 @@ func newBridgeEnv(t *testing.T) *bridgeEnv {
 	port := L2Forwarding | L2InOK | L2Learning
 	e.base = Data{
 		TxDevs: []int{e.out, e.in, e.bp1, e.bp2, e.bp3},
+		TCTx:   tcTx(e.out, e.in, e.bp1, e.bp2, e.bp3),
 		L2: []L2Dev{
 			{Ifindex: e.br, Bridge: e.br, Flags: L2Bridge | L2OutOK, MTU: 1500},
 			{Ifindex: e.bp1, Bridge: e.br, Flags: port | L2NF4 | L2NF6, MTU: 1500, BrMAC: macBr},
@@ -106,7 +107,7 @@ func (e *bridgeEnv) sync(t *testing.T, f func(d *Data)) {
 }
 
 func (e *bridgeEnv) portProg(t *testing.T, r4 bool) *ebpf.Program {
-	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", Hook: HookXDP, Router4: r4, Router6: true,
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", Hook: e.hook, Router4: r4, Router6: true,
 		Bridge: true, L3Ifindex: e.br}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,6 @@ func setFlags(d *Data, ifindex int, f func(L2Flags) L2Flags) {
 
 func TestBridge(t *testing.T) {
 	e := newBridgeEnv(t)
-	progR, progNoR4 := e.portProg(t, true), e.portProg(t, false)
 	l2 := func(src, dst net.HardwareAddr, size int) packet.Spec {
 		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("198.18.4.10"), Dst: netip.MustParseAddr("198.18.4.11"),
 			SrcPort: 1000, DstPort: 2000, Size: size}
@@ -204,44 +204,47 @@ func TestBridge(t *testing.T) {
 		{name: "to the bridge's MAC from an unknown source", pkt: func() []byte { s := toBr; s.SrcMAC = macZ; return s.Bytes() }(), want: PassBridgeSrcUnknown},
 		{name: "routed back into br0: hairpin", pkt: func() []byte { s := toBr; s.Dst = netip.MustParseAddr("198.19.9.1"); return s.Bytes() }(), want: PassHairpin},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e.sync(t, c.data)
-			prog := progR
-			if c.noR4 {
-				prog = progNoR4
-			}
-			ret, out, reason := e.runOn(t, prog, c.pkt, e.bp1)
-			if reason != c.want {
-				t.Fatalf("reason %v, want %v", reason, c.want)
-			}
-			if !c.want.FastPathed() {
-				if ret != xdpPass {
-					t.Fatalf("verdict %d, want XDP_PASS", ret)
+	for _, hook := range hooks {
+		e.hook = hook
+		progR, progNoR4 := e.portProg(t, true), e.portProg(t, false)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				e.sync(t, c.data)
+				prog := progR
+				if c.noR4 {
+					prog = progNoR4
 				}
-				if !bytes.Equal(out, c.pkt) {
-					t.Fatalf("packet handed to Linux was modified:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(c.pkt))
+				ret, out, reason := e.runOn(t, prog, c.pkt, e.bp1)
+				if reason != c.want {
+					t.Fatalf("reason %v, want %v", reason, c.want)
 				}
-				return
-			}
-			if ret != xdpRedirect {
-				t.Fatalf("verdict %d, want XDP_REDIRECT", ret)
-			}
-			want := c.output
-			if want == nil {
-				want = c.pkt
-			}
-			if !bytes.Equal(out, want) {
-				t.Fatalf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(want))
-			}
-		})
+				if !c.want.FastPathed() {
+					if ret != xdpPass {
+						t.Fatalf("verdict %d, want XDP_PASS", ret)
+					}
+					if !bytes.Equal(out, c.pkt) {
+						t.Fatalf("packet handed to Linux was modified:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(c.pkt))
+					}
+					return
+				}
+				if ret != xdpRedirect {
+					t.Fatalf("verdict %d, want XDP_REDIRECT", ret)
+				}
+				want := c.output
+				if want == nil {
+					want = c.pkt
+				}
+				if !bytes.Equal(out, want) {
+					t.Fatalf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(want))
+				}
+			})
+		}
 	}
 }
 
 // Router -> bridge: a route out of br0 continues into br0's FDB.
 func TestRouterToBridge(t *testing.T) {
 	e := newBridgeEnv(t)
-	prog := e.prog(t, true, true)
 	pkt := v4("198.18.0.2", "198.19.9.1").Bytes()
 	cases := []struct {
 		name string
@@ -258,23 +261,27 @@ func TestRouterToBridge(t *testing.T) {
 		{name: "no bridge known: br0 is not a redirect target", pkt: pkt, want: PassEgressNotReady,
 			data: func(d *Data) { d.L2 = nil }},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e.sync(t, c.data)
-			ret, out, reason := e.run(t, prog, c.pkt)
-			if reason != c.want {
-				t.Fatalf("reason %v, want %v", reason, c.want)
-			}
-			if c.want != Forwarded {
-				if ret != xdpPass || !bytes.Equal(out, c.pkt) {
-					t.Fatalf("verdict %d, packet modified: %v", ret, !bytes.Equal(out, c.pkt))
+	for _, hook := range hooks {
+		e.hook = hook
+		prog := e.prog(t, true, true)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				e.sync(t, c.data)
+				ret, out, reason := e.run(t, prog, c.pkt)
+				if reason != c.want {
+					t.Fatalf("reason %v, want %v", reason, c.want)
 				}
-				return
-			}
-			if want := packet.Forwarded(c.pkt, macBr, macB); ret != xdpRedirect || !bytes.Equal(out, want) {
-				t.Fatalf("verdict %d, output:\n got %s\nwant %s", ret, hex.EncodeToString(out), hex.EncodeToString(want))
-			}
-		})
+				if c.want != Forwarded {
+					if ret != xdpPass || !bytes.Equal(out, c.pkt) {
+						t.Fatalf("verdict %d, packet modified: %v", ret, !bytes.Equal(out, c.pkt))
+					}
+					return
+				}
+				if want := packet.Forwarded(c.pkt, macBr, macB); ret != xdpRedirect || !bytes.Equal(out, want) {
+					t.Fatalf("verdict %d, output:\n got %s\nwant %s", ret, hex.EncodeToString(out), hex.EncodeToString(want))
+				}
+			})
+		}
 	}
 }
 

@@ -30,7 +30,11 @@ type Hook string
 const (
 	HookXDP        Hook = "xdp"         // native (driver) XDP
 	HookXDPGeneric Hook = "xdp-generic" // generic (skb) XDP, for drivers without native support
+	HookTC         Hook = "tc"          // tcx ingress (the same modules built for skbs)
 )
+
+// XDP: the hook is one of the two XDP modes.
+func (h Hook) XDP() bool { return h == HookXDP || h == HookXDPGeneric }
 
 // ErrForeignProgram: another XDP program is attached to the interface; linuxfp never replaces it.
 var ErrForeignProgram = errors.New("another XDP program is attached")
@@ -87,7 +91,8 @@ type iface struct {
 // Dataplane owns the shared maps and the per-interface programs.
 type Dataplane struct {
 	mu     sync.Mutex
-	spec   *ebpf.CollectionSpec
+	spec   *ebpf.CollectionSpec // the XDP object
+	tcSpec *ebpf.CollectionSpec // the same source built for tc
 	maps   linuxfpMaps
 	shared map[string]*ebpf.Map
 	ifaces map[int]*iface
@@ -95,6 +100,7 @@ type Dataplane struct {
 	log    *slog.Logger
 
 	txDevs  map[uint32]linuxfpBpfDevmapVal
+	tcTx    map[uint32]linuxfpLfpTcTx
 	stale   map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
 	local4  map[uint32]uint8
 	local6  map[linuxfpLfpIn6]uint8
@@ -114,8 +120,14 @@ func New(log *slog.Logger) (*Dataplane, error) {
 	if err != nil {
 		return nil, err
 	}
+	tcSpec, err := loadLinuxfpTc()
+	if err != nil {
+		return nil, err
+	}
 	d := &Dataplane{
 		spec:   spec,
+		tcSpec: tcSpec,
+		tcTx:   map[uint32]linuxfpLfpTcTx{},
 		ifaces: map[int]*iface{},
 		slots:  make([]bool, maxSlots),
 		log:    log,
@@ -141,6 +153,7 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		linuxfpMapLfpStale:      d.maps.LfpStale,
 		linuxfpMapLfpStats:      d.maps.LfpStats,
 		linuxfpMapLfpTxDevs:     d.maps.LfpTxDevs,
+		linuxfpMapLfpTcTxDevs:   d.maps.LfpTcTxDevs,
 		linuxfpMapLfpFdb:        d.maps.LfpFdb,
 		linuxfpMapLfpL2:         d.maps.LfpL2,
 		linuxfpMapLfpFdbRefresh: d.maps.LfpFdbRefresh,
@@ -172,7 +185,10 @@ func (d *Dataplane) Close() error {
 // LoadProgram loads (without attaching) a program specialised for spec, counting into slot.
 // Tests use it with BPF_PROG_TEST_RUN.
 func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
-	cs := d.spec.Copy()
+	cs, progName := d.spec.Copy(), linuxfpProgLinuxfpXdp
+	if s.Hook == HookTC {
+		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
+	}
 	var mac [6]byte
 	copy(mac[:], s.MAC)
 	sets := []struct {
@@ -202,7 +218,7 @@ func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
 		return nil, fmt.Errorf("load program for %s: %w", s.Name, err)
 	}
 	defer coll.Close()
-	return coll.DetachProgram(linuxfpProgLinuxfpXdp), nil
+	return coll.DetachProgram(progName), nil
 }
 
 func boolU32(b bool) uint32 {
@@ -259,37 +275,68 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 		}
 		cur.prog.Close()
 		cur.prog = prog
+	case cur != nil && cur.Spec.Hook.XDP() && s.Hook.XDP():
+		// Native and generic XDP are one attach point in two modes: the kernel refuses a second
+		// program, so this change cannot be atomic. The old program goes first.
+		d.log.Warn("changing XDP mode detaches the old program first", "interface", s.Name,
+			"from", cur.Spec.Hook, "to", s.Hook)
+		cur.link.Close()
+		cur.prog.Close()
+		delete(d.ifaces, s.Ifindex)
+		fallthrough
 	default:
-		if cur != nil {
-			// Native and generic XDP are different attach points: a mode change cannot be atomic.
-			d.log.Warn("changing XDP mode detaches the old program first", "interface", s.Name,
-				"from", cur.Spec.Hook, "to", s.Hook)
-			cur.link.Close()
-			cur.prog.Close()
-		}
-		flags := link.XDPDriverMode
-		if s.Hook == HookXDPGeneric {
-			flags = link.XDPGenericMode
-		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: s.Ifindex, Flags: flags})
+		// A new attachment. Between XDP and tc the new program is attached before the old one
+		// is detached: for a moment both run (XDP first), and each alone is correct.
+		l, err := attach(s, prog)
 		if err != nil {
 			prog.Close()
-			if cur == nil {
-				d.slots[slot] = false
-			} else {
-				delete(d.ifaces, s.Ifindex)
-				d.slots[slot] = false
+			if cur != nil {
+				if _, still := d.ifaces[s.Ifindex]; still {
+					// The old program keeps running: the interface stays as it was.
+					return Installed{}, err
+				}
 			}
-			if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-				return Installed{}, fmt.Errorf("attach %s to %s: %w (linuxfp does not replace it; detach it first)", s.Hook, s.Name, ErrForeignProgram)
+			d.slots[slot] = false
+			return Installed{}, err
+		}
+		if cur != nil {
+			if _, still := d.ifaces[s.Ifindex]; still {
+				cur.link.Close()
+				cur.prog.Close()
 			}
-			return Installed{}, fmt.Errorf("attach %s to %s: %w", s.Hook, s.Name, err)
 		}
 		cur = &iface{link: l, prog: prog}
 		d.ifaces[s.Ifindex] = cur
 	}
 	cur.Installed = Installed{Spec: s, Slot: slot, ProgramID: id, InstalledAt: time.Now()}
 	return cur.Installed, nil
+}
+
+// attach attaches prog at s's hook. A tc program goes last among the tcx ingress programs: it
+// hands packets on with TCX_NEXT, so whatever runs before it has decided already.
+func attach(s Spec, prog *ebpf.Program) (link.Link, error) {
+	var (
+		l   link.Link
+		err error
+	)
+	switch s.Hook {
+	case HookTC:
+		l, err = link.AttachTCX(link.TCXOptions{Interface: s.Ifindex, Program: prog,
+			Attach: ebpf.AttachTCXIngress, Anchor: link.Tail()})
+	default:
+		flags := link.XDPDriverMode
+		if s.Hook == HookXDPGeneric {
+			flags = link.XDPGenericMode
+		}
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: s.Ifindex, Flags: flags})
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("attach %s to %s: %w (linuxfp does not replace it; detach it first)", s.Hook, s.Name, ErrForeignProgram)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attach %s to %s: %w", s.Hook, s.Name, err)
+	}
+	return l, nil
 }
 
 // Remove detaches the program of ifindex, if any.

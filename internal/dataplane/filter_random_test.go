@@ -52,7 +52,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 	if err := ns.Script(filterTopology); err != nil {
 		t.Fatal(err)
 	}
-	env := &testEnv{ns: ns, progs: map[[2]bool]*ebpf.Program{}}
+	env := &testEnv{ns: ns, progs: map[progKey]*ebpf.Program{}, hook: HookXDP}
 	var inMAC []byte
 	if err := ns.Do(func() error {
 		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))

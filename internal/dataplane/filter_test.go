@@ -59,12 +59,12 @@ func TestFilterMatchesClassify(t *testing.T) {
 	prog := filterProgram()
 	data := Data{
 		TxDevs: []int{env.out, env.in},
+		TCTx:   tcTx(env.out, env.in),
 		Filter: FilterData{Prog4: prog, Ifaces: []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}},
 	}
 	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
 		t.Fatal(err)
 	}
-	bpfProg := env.prog(t, true, true)
 	type pk struct {
 		name string
 		spec packet.Spec
@@ -98,35 +98,39 @@ func TestFilterMatchesClassify(t *testing.T) {
 		{"leaf 1: Linux (oif is out0, so rule 5 does not match): accepted", udp("198.18.0.2", "198.19.0.193", 1, 53)},
 		{"overflow leaf: Linux", udp("198.18.0.2", "198.19.0.161", 1, 2)},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			in := compile.Input{Src: c.spec.Src, Dst: c.spec.Dst, Proto: uint8(c.spec.Proto), IifBits: 1, OifBits: 2}
-			if in.Proto == 0 {
-				in.Proto = 17
-			}
-			switch in.Proto {
-			case 6, 17:
-				in.SrcPort, in.DstPort = c.spec.SrcPort, c.spec.DstPort
-			case 1:
-				in.ICMPType, in.ICMPCode = c.spec.ICMPType, c.spec.ICMPCode
-			}
-			want := prog.Classify(in)
-			ret, _, reason := env.run(t, bpfProg, c.spec.Bytes())
-			var got compile.Verdict
-			switch {
-			case ret == 1 && reason == FilterDropped:
-				got = compile.Drop
-			case ret == xdpRedirect && reason == Forwarded:
-				got = compile.Accept
-			case ret == xdpPass && reason == PassFilter:
-				got = compile.Linux
-			default:
-				t.Fatalf("verdict %d reason %v", ret, reason)
-			}
-			if got != want.Verdict {
-				t.Fatalf("BPF %v, Classify %v (rule %d %s)", got, want.Verdict, want.Rule, want.Why)
-			}
-			t.Logf("%v (rule %d)", got, want.Rule)
-		})
+	for _, hook := range hooks {
+		env.hook = hook
+		bpfProg := env.prog(t, true, true)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				in := compile.Input{Src: c.spec.Src, Dst: c.spec.Dst, Proto: uint8(c.spec.Proto), IifBits: 1, OifBits: 2}
+				if in.Proto == 0 {
+					in.Proto = 17
+				}
+				switch in.Proto {
+				case 6, 17:
+					in.SrcPort, in.DstPort = c.spec.SrcPort, c.spec.DstPort
+				case 1:
+					in.ICMPType, in.ICMPCode = c.spec.ICMPType, c.spec.ICMPCode
+				}
+				want := prog.Classify(in)
+				ret, _, reason := env.run(t, bpfProg, c.spec.Bytes())
+				var got compile.Verdict
+				switch {
+				case ret == xdpDrop && reason == FilterDropped:
+					got = compile.Drop
+				case ret == xdpRedirect && reason == Forwarded:
+					got = compile.Accept
+				case ret == xdpPass && reason == PassFilter:
+					got = compile.Linux
+				default:
+					t.Fatalf("verdict %d reason %v", ret, reason)
+				}
+				if got != want.Verdict {
+					t.Fatalf("BPF %v, Classify %v (rule %d %s)", got, want.Verdict, want.Rule, want.Why)
+				}
+				t.Logf("%v (rule %d)", got, want.Rule)
+			})
+		}
 	}
 }

@@ -141,6 +141,12 @@ type linuxfpLfpStaleVal struct {
 	Kicked uint32
 }
 
+type linuxfpLfpTcTx struct {
+	_       structs.HostLayout
+	Flags   uint32
+	PeerMtu uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -161,6 +167,7 @@ const (
 	linuxfpMapLfpLocalPfx6    = "lfp_local_pfx6"
 	linuxfpMapLfpStale        = "lfp_stale"
 	linuxfpMapLfpStats        = "lfp_stats"
+	linuxfpMapLfpTcTxDevs     = "lfp_tc_tx_devs"
 	linuxfpMapLfpTxDevs       = "lfp_tx_devs"
 	linuxfpProgLinuxfpXdp     = "linuxfp_xdp"
 	linuxfpVarCfgBridge       = "cfg_bridge"
@@ -238,6 +245,7 @@ type linuxfpMapSpecs struct {
 	LfpLocalPfx6  *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
 	LfpStale      *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStats      *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcTxDevs   *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
 	LfpTxDevs     *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
 
@@ -291,6 +299,7 @@ type linuxfpMaps struct {
 	LfpLocalPfx6  *ebpf.Map `ebpf:"lfp_local_pfx6"`
 	LfpStale      *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStats      *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcTxDevs   *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
 	LfpTxDevs     *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
 
@@ -312,6 +321,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpLocalPfx6,
 		m.LfpStale,
 		m.LfpStats,
+		m.LfpTcTxDevs,
 		m.LfpTxDevs,
 	)
 }

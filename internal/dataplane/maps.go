@@ -13,8 +13,10 @@ import (
 
 // Data is everything the programs read from maps: changing it never reloads a program.
 type Data struct {
-	// TxDevs are the ifindexes a packet may be redirected to.
+	// TxDevs are the ifindexes an XDP program may redirect a frame to.
 	TxDevs []int
+	// TCTx are the devices a TC program may redirect an skb to, and how.
+	TCTx []TCTx
 	// StaleNeighbours are the neighbour entries Linux reports STALE.
 	StaleNeighbours []NeighKey
 	// LocalHosts are addresses whose packets Linux rejects as local (martian) sources.
@@ -29,6 +31,17 @@ type Data struct {
 	// Filter is the filter module's ruleset and interfaces.
 	Filter FilterData
 }
+
+// TCTx is a device a TC program may redirect an skb to (struct lfp_tc_tx).
+type TCTx struct {
+	Ifindex int
+	// Peer: a veth into another namespace with nothing on its own transmit path: deliver with
+	// bpf_redirect_peer(); PeerMTU is the peer's MTU.
+	Peer    bool
+	PeerMTU int
+}
+
+const txPeer = 1 // LFP_TX_PEER
 
 // L2Flags are struct lfp_l2_dev's LFP_L2_* flags.
 type L2Flags uint32
@@ -92,6 +105,14 @@ func (d *Dataplane) Sync(data Data) error {
 	tx := map[uint32]linuxfpBpfDevmapVal{}
 	for _, idx := range data.TxDevs {
 		tx[uint32(idx)] = linuxfpBpfDevmapVal{Ifindex: uint32(idx)}
+	}
+	tcTx := map[uint32]linuxfpLfpTcTx{}
+	for _, t := range data.TCTx {
+		v := linuxfpLfpTcTx{}
+		if t.Peer {
+			v.Flags, v.PeerMtu = txPeer, uint32(t.PeerMTU)
+		}
+		tcTx[uint32(t.Ifindex)] = v
 	}
 	// Written unmarked; the data plane marks an entry once it has handed Linux a packet for it.
 	// An entry that stays STALE is not rewritten, so the mark stays until Linux reports a new
@@ -175,6 +196,7 @@ func (d *Dataplane) Sync(data Data) error {
 		d.maps.LfpConfigMap.Put(uint32(0), cfg),
 		d.dropOldSets(),
 		syncMap(d.maps.LfpTxDevs, d.txDevs, tx),
+		syncMap(d.maps.LfpTcTxDevs, d.tcTx, tcTx),
 	}
 	return errors.Join(errs...)
 }

@@ -45,6 +45,7 @@ const (
 	FilterDropped
 	PassFilter
 	PassFilterHeaders
+	PassGSO
 	numReasons
 )
 
@@ -90,6 +91,7 @@ var reasonNames = [numReasons]string{
 	"filter_dropped",
 	"filter",
 	"filter_headers",
+	"gso",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

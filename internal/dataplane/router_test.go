@@ -81,9 +81,20 @@ type testEnv struct {
 	ns       *nsutil.NS
 	dp       *Dataplane
 	in, out  int
-	progs    map[[2]bool]*ebpf.Program
+	hook     Hook // the hook prog() builds for
+	progs    map[progKey]*ebpf.Program
 	counters []Counter
+	// ctxOut: the __sk_buff a tc program left (priority ...), after runOn.
+	ctxOut skbMD
 }
+
+type progKey struct {
+	hook   Hook
+	r4, r6 bool
+}
+
+// hooks are the two builds of the data plane every table runs through.
+var hooks = []Hook{HookXDP, HookTC}
 
 func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
@@ -96,7 +107,7 @@ func newTestEnv(t testing.TB) *testEnv {
 	if err := ns.Script(topology + bridgeTopology); err != nil {
 		t.Fatal(err)
 	}
-	env := &testEnv{ns: ns, progs: map[[2]bool]*ebpf.Program{}}
+	env := &testEnv{ns: ns, hook: HookXDP, progs: map[progKey]*ebpf.Program{}}
 	err = ns.Do(func() error {
 		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
@@ -109,6 +120,7 @@ func newTestEnv(t testing.TB) *testEnv {
 		big, _ := netlink.LinkByName("big0")
 		return dp.Sync(Data{
 			TxDevs:          []int{env.out, env.in, big.Attrs().Index}, // slow0 is not a redirect target
+			TCTx:            tcTx(env.out, env.in, big.Attrs().Index),
 			StaleNeighbours: []NeighKey{{env.out, netip.MustParseAddr("198.18.1.4")}},
 			LocalHosts: []netip.Addr{
 				netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1"),
@@ -137,12 +149,21 @@ func requireRoot(t testing.TB) {
 	}
 }
 
+// tcTx: the tc egress entries (plain redirects) of these devices.
+func tcTx(idx ...int) []TCTx {
+	var out []TCTx
+	for _, i := range idx {
+		out = append(out, TCTx{Ifindex: i})
+	}
+	return out
+}
+
 func (e *testEnv) prog(t testing.TB, r4, r6 bool) *ebpf.Program {
-	key := [2]bool{r4, r6}
+	key := progKey{e.hook, r4, r6}
 	if p := e.progs[key]; p != nil {
 		return p
 	}
-	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: r4, Router6: r6}, 0)
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: macIn, Hook: e.hook, Router4: r4, Router6: r6}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +177,15 @@ func (e *testEnv) run(t *testing.T, prog *ebpf.Program, pkt []byte) (uint32, []b
 	return e.runOn(t, prog, pkt, e.in)
 }
 
-// runOn runs one packet through the program as if received on ifindex.
+// runOn runs one packet through the program as if received on ifindex. A tc program's verdict
+// is returned as the XDP verdict of the same meaning (TCX_NEXT: XDP_PASS ...), so one table
+// checks both builds.
 func (e *testEnv) runOn(t *testing.T, prog *ebpf.Program, pkt []byte, ifindex int) (uint32, []byte, Reason) {
+	return e.runSkb(t, prog, pkt, skbMD{Ifindex: uint32(ifindex)})
+}
+
+// runSkb is runOn with a given __sk_buff for a tc program (its Ifindex is the ingress device).
+func (e *testEnv) runSkb(t *testing.T, prog *ebpf.Program, pkt []byte, skb skbMD) (uint32, []byte, Reason) {
 	t.Helper()
 	before, err := e.dp.Counters(0)
 	if err != nil {
@@ -167,7 +195,13 @@ func (e *testEnv) runOn(t *testing.T, prog *ebpf.Program, pkt []byte, ifindex in
 	opts := &ebpf.RunOptions{
 		Data:    pkt,
 		DataOut: out,
-		Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(ifindex)},
+		Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: skb.Ifindex},
+	}
+	tc := prog.Type() == ebpf.SchedCLS
+	if tc {
+		opts.Context = skb
+		e.ctxOut = skbMD{}
+		opts.ContextOut = &e.ctxOut
 	}
 	var ret uint32
 	err = e.ns.Do(func() error {
@@ -177,6 +211,18 @@ func (e *testEnv) runOn(t *testing.T, prog *ebpf.Program, pkt []byte, ifindex in
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tc {
+		switch int32(ret) {
+		case tcActUnspec:
+			ret = xdpPass
+		case tcActRedirect:
+			ret = xdpRedirect
+		case tcActShot:
+			ret = xdpDrop
+		default:
+			ret = 1000 + ret // TC_ACT_OK and the rest: never a linuxfp verdict
+		}
 	}
 	after, _ := e.dp.Counters(0)
 	reason := Reason(1 << 30)
@@ -193,9 +239,33 @@ type xdpMD struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
+// skbMD is struct __sk_buff, the context given to BPF_PROG_TEST_RUN for tc programs: only the
+// fields the kernel lets a test set (or returns) are named.
+type skbMD struct {
+	_        [2]uint32 // len, pkt_type
+	Mark     uint32
+	_        [5]uint32 // queue_mapping, protocol, vlan_present, vlan_tci, vlan_proto
+	Priority uint32
+	_        uint32 // ingress_ifindex
+	Ifindex  uint32
+	_        [27]uint32 // tc_index ... flow_keys
+	Tstamp   uint64
+	WireLen  uint32
+	GSOSegs  uint32
+	_        [2]uint32 // sk
+	GSOSize  uint32
+	_        uint32 // tstamp_type, padding
+	Hwtstamp uint64
+}
+
 const (
+	xdpDrop     = 1
 	xdpPass     = 2
 	xdpRedirect = 4
+
+	tcActUnspec   = -1
+	tcActShot     = 2
+	tcActRedirect = 7
 )
 
 func v4(src, dst string) packet.Spec {
@@ -214,11 +284,12 @@ func TestRouter(t *testing.T) {
 	good6 := v6("2001:2::2", "2001:2:1::9")
 
 	type tc struct {
-		name   string
-		pkt    []byte
-		off4   bool // program built with the IPv4 router off
-		want   Reason
-		output []byte // expected bytes when forwarded (default: packet.Forwarded)
+		name    string
+		pkt     []byte
+		off4    bool // program built with the IPv4 router off
+		want    Reason
+		output  []byte // expected bytes when forwarded (default: packet.Forwarded)
+		xdpOnly bool   // a frame BPF_PROG_TEST_RUN cannot give a tc program
 	}
 	mutate := func(b []byte, f func([]byte)) []byte { b = append([]byte(nil), b...); f(b); return b }
 	with := func(s packet.Spec, f func(*packet.Spec)) []byte { f(&s); return s.Bytes() }
@@ -239,7 +310,7 @@ func TestRouter(t *testing.T) {
 		{name: "arp", pkt: mutate(good4.Bytes(), func(b []byte) { b[12], b[13] = 0x08, 0x06 }), want: PassNotIP},
 		{name: "vlan tagged", pkt: mutate(good4.Bytes(), func(b []byte) { b[12], b[13] = 0x81, 0x00 }), want: PassNotIP},
 		{name: "ipv4 router off", pkt: good4.Bytes(), off4: true, want: PassFamilyOff},
-		{name: "truncated ipv4 header", pkt: good4.Bytes()[:30], want: PassMalformed},
+		{name: "truncated ipv4 header", pkt: good4.Bytes()[:30], want: PassMalformed, xdpOnly: true},
 		{name: "ipv4 version 5", pkt: mutate(good4.Bytes(), func(b []byte) { b[14] = 0x55 }), want: PassMalformed},
 		{name: "ipv4 ihl 4", pkt: mutate(good4.Bytes(), func(b []byte) { b[14] = 0x44 }), want: PassMalformed},
 		{name: "ipv4 total length beyond frame", pkt: mutate(good4.Bytes(), func(b []byte) { b[16], b[17] = 0x05, 0xdc; fixCsum(b) }), want: PassMalformed},
@@ -277,7 +348,7 @@ func TestRouter(t *testing.T) {
 		{name: "ipv4 neighbour stale: then DELAY, forwarded", pkt: with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), want: Forwarded,
 			output: packet.Forwarded(with(good4, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("198.19.4.1") }), macOut, macStale)},
 
-		{name: "truncated ipv6 header", pkt: good6.Bytes()[:40], want: PassMalformed},
+		{name: "truncated ipv6 header", pkt: good6.Bytes()[:40], want: PassMalformed, xdpOnly: true},
 		{name: "ipv6 version 4 in an ipv6 frame", pkt: mutate(good6.Bytes(), func(b []byte) { b[14] = 0x40 | b[14]&0x0f }), want: PassMalformed},
 		{name: "ipv6 payload beyond frame", pkt: mutate(good6.Bytes(), func(b []byte) { b[18], b[19] = 0x05, 0xdc }), want: PassMalformed},
 		{name: "ipv6 hop-by-hop", pkt: with(good6, func(s *packet.Spec) { s.HopByHop = true }), want: PassV6HopByHop},
@@ -296,36 +367,63 @@ func TestRouter(t *testing.T) {
 		{name: "ipv6 above a route mtu", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:3::1"); s.Size = 1360 }), want: PassRouteMTU},
 		{name: "ipv6 too big for egress mtu", pkt: with(good6, func(s *packet.Spec) { s.Size = 1415 }), want: PassFIBFragNeeded},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			prog := env.prog(t, !c.off4, true)
-			ret, out, reason := env.run(t, prog, c.pkt)
-			if reason != c.want {
-				t.Fatalf("reason %v, want %v", reason, c.want)
-			}
-			if c.want != Forwarded {
-				if ret != xdpPass {
-					t.Fatalf("verdict %d, want XDP_PASS", ret)
+	for _, hook := range hooks {
+		env.hook = hook
+		env.resetStale(t)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				if hook == HookTC && c.xdpOnly {
+					// BPF_PROG_TEST_RUN refuses an skb whose IP header is not all there.
+					t.Skip("not representable as a test skb")
 				}
-				if !bytes.Equal(out, c.pkt) {
-					t.Fatalf("packet handed to Linux was modified:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(c.pkt))
-				}
-				return
-			}
-			if ret != xdpRedirect {
-				t.Fatalf("verdict %d, want XDP_REDIRECT", ret)
-			}
-			want := c.output
-			if want == nil {
-				want = packet.Forwarded(c.pkt, macOut, macNext)
-			}
-			if !bytes.Equal(out, want) {
-				t.Fatalf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(want))
-			}
-			if out[12] == 0x08 && out[13] == 0 && packet.IPv4HeaderChecksum(out[14:]) != uint16(out[24])<<8|uint16(out[25]) {
-				t.Fatalf("IPv4 checksum wrong after forwarding")
-			}
-		})
+				env.checkRouted(t, env.prog(t, !c.off4, true), c.pkt, c.want, c.output)
+			})
+		}
+	}
+}
+
+// resetStale unmarks the STALE neighbour entries (the data plane marks one when it hands Linux
+// the packet that moves it to DELAY), as a new STALE event would.
+func (env *testEnv) resetStale(t *testing.T) {
+	t.Helper()
+	env.dp.mu.Lock()
+	defer env.dp.mu.Unlock()
+	for k, v := range env.dp.stale {
+		if err := env.dp.maps.LfpStale.Put(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkRouted runs pkt through prog and checks the reason, that a packet handed to Linux is
+// untouched, and that a forwarded one leaves as output (default: packet.Forwarded to out0's
+// nexthop).
+func (env *testEnv) checkRouted(t *testing.T, prog *ebpf.Program, pkt []byte, want Reason, output []byte) {
+	t.Helper()
+	ret, out, reason := env.run(t, prog, pkt)
+	if reason != want {
+		t.Fatalf("reason %v, want %v", reason, want)
+	}
+	if want != Forwarded {
+		if ret != xdpPass {
+			t.Fatalf("verdict %d, want XDP_PASS", ret)
+		}
+		if !bytes.Equal(out, pkt) {
+			t.Fatalf("packet handed to Linux was modified:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(pkt))
+		}
+		return
+	}
+	if ret != xdpRedirect {
+		t.Fatalf("verdict %d, want XDP_REDIRECT", ret)
+	}
+	if output == nil {
+		output = packet.Forwarded(pkt, macOut, macNext)
+	}
+	if !bytes.Equal(out, output) {
+		t.Fatalf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(output))
+	}
+	if out[12] == 0x08 && out[13] == 0 && packet.IPv4HeaderChecksum(out[14:]) != uint16(out[24])<<8|uint16(out[25]) {
+		t.Fatalf("IPv4 checksum wrong after forwarding")
 	}
 }
 
@@ -374,5 +472,84 @@ func TestReasonsMatchHeader(t *testing.T) {
 	}
 	if names[len(names)-1] != "LFP_REASON_MAX" || len(names)-1 != NumReasons {
 		t.Fatalf("header has %d reasons (%s), reasons.go %d", len(names)-1, strings.Join(names, " "), NumReasons)
+	}
+}
+
+// What only the tc build does: GSO trains, the skb priority ip_forward() sets, delivery into a
+// veth peer's namespace.
+func TestRouterTC(t *testing.T) {
+	env := newTestEnv(t)
+	env.hook = HookTC
+	prog := env.prog(t, true, true)
+	good4 := v4("198.18.0.2", "198.19.0.9")
+	good6 := v6("2001:2::2", "2001:2:1::9")
+	with := func(s packet.Spec, f func(*packet.Spec)) []byte { f(&s); return s.Bytes() }
+	tcp := func(s packet.Spec, size int) []byte {
+		return with(s, func(s *packet.Spec) { s.Proto = layers.IPProtocolTCP; s.Size = size; s.DF = true })
+	}
+	cases := []struct {
+		name     string
+		pkt      []byte
+		gso      uint32 // skb gso_size
+		want     Reason
+		priority uint32 // skb priority after a forward
+	}{
+		// out0's MTU is 1400: a train of 20 + 20 + 1360-byte segments fits, 1361 does not.
+		{name: "ipv4 tcp gso train, segments fit", pkt: tcp(good4, 3000), gso: 1360, want: Forwarded},
+		{name: "ipv4 tcp gso train, segments too big", pkt: tcp(good4, 3000), gso: 1361, want: PassFIBFragNeeded},
+		{name: "ipv4 udp gso train", pkt: with(good4, func(s *packet.Spec) { s.Size = 3000 }), gso: 1000, want: PassGSO},
+		// The smallest IPv6 route MTU here is 1300 (the fast path's conservative check).
+		{name: "ipv6 tcp gso train, segments fit", pkt: tcp(good6, 3000), gso: 1240, want: Forwarded},
+		{name: "ipv6 tcp gso train, segments too big", pkt: tcp(good6, 3000), gso: 1241, want: PassRouteMTU},
+		{name: "ipv4 tos lowdelay: interactive priority", pkt: with(good4, func(s *packet.Spec) { s.TOS = 0x10 }), want: Forwarded, priority: 6},
+		{name: "ipv4 tos throughput: bulk priority", pkt: with(good4, func(s *packet.Spec) { s.TOS = 0x08 }), want: Forwarded, priority: 2},
+		{name: "ipv4 tos mincost: best effort", pkt: with(good4, func(s *packet.Spec) { s.TOS = 0x02 }), want: Forwarded, priority: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ret, out, reason := env.runSkb(t, prog, c.pkt, skbMD{Ifindex: uint32(env.in), GSOSize: c.gso, Priority: 3})
+			if reason != c.want {
+				t.Fatalf("reason %v, want %v", reason, c.want)
+			}
+			if c.want != Forwarded {
+				if ret != xdpPass || !bytes.Equal(out, c.pkt) || env.ctxOut.Priority != 3 {
+					t.Fatalf("verdict %d, modified %v, priority %d: not handed to Linux untouched", ret, !bytes.Equal(out, c.pkt), env.ctxOut.Priority)
+				}
+				return
+			}
+			want := packet.Forwarded(c.pkt, macOut, macNext)
+			if ret != xdpRedirect || !bytes.Equal(out, want) {
+				t.Fatalf("verdict %d, output:\n got %s\nwant %s", ret, hex.EncodeToString(out), hex.EncodeToString(want))
+			}
+			wantPrio := c.priority
+			if c.pkt[12] == 0x86 {
+				wantPrio = 3 // ip6_forward() leaves the priority alone
+			}
+			if env.ctxOut.Priority != wantPrio {
+				t.Fatalf("priority %d, want %d", env.ctxOut.Priority, wantPrio)
+			}
+		})
+	}
+
+	// out0 as a veth into a container whose end has MTU 1300: delivered with
+	// bpf_redirect_peer(), priority zeroed as veth_xmit() does; above the peer's MTU, Linux's.
+	if err := env.ns.Do(func() error {
+		return env.dp.Sync(Data{TxDevs: []int{env.out}, TCTx: []TCTx{{Ifindex: env.out, Peer: true, PeerMTU: 1300}}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pkt := with(good4, func(s *packet.Spec) { s.TOS = 0x10; s.Size = 1314 })
+	ret, out, reason := env.runSkb(t, prog, pkt, skbMD{Ifindex: uint32(env.in), Priority: 3})
+	if reason != Forwarded || ret != xdpRedirect || !bytes.Equal(out, packet.Forwarded(pkt, macOut, macNext)) || env.ctxOut.Priority != 0 {
+		t.Fatalf("into the peer: reason %v verdict %d priority %d", reason, ret, env.ctxOut.Priority)
+	}
+	pkt = with(good4, func(s *packet.Spec) { s.Size = 1315 })
+	if ret, out, reason = env.runSkb(t, prog, pkt, skbMD{Ifindex: uint32(env.in)}); reason != PassEgressNotReady || ret != xdpPass || !bytes.Equal(out, pkt) {
+		t.Fatalf("above the peer's MTU: reason %v verdict %d", reason, ret)
+	}
+	// A GSO train is never refused by veth_xmit() for its length.
+	pkt = tcp(good4, 3000)
+	if _, _, reason = env.runSkb(t, prog, pkt, skbMD{Ifindex: uint32(env.in), GSOSize: 1360}); reason != Forwarded {
+		t.Fatalf("gso train into the peer: reason %v", reason)
 	}
 }

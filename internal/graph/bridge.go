@@ -48,8 +48,8 @@ func bridgeUpNotes(s *observe.Snapshot, br *observe.Link) []string {
 	if br.XDPProgID != 0 {
 		why = append(why, fmt.Sprintf("XDP program id %d on the bridge device", br.XDPProgID))
 	}
-	if br.TCIngress {
-		why = append(why, "tc ingress filters on the bridge device")
+	if br.TCIngress || len(br.TCXIngress) > 0 {
+		why = append(why, "tc ingress filters or tcx programs on the bridge device")
 	}
 	if len(s.Netfilter.Ingress[br.Name]) > 0 {
 		why = append(why, "netfilter ingress hook on the bridge device")

@@ -101,7 +101,7 @@ func TestBridgeFlags(t *testing.T) {
 				s.Sysctl.BrNFCallIPTables = false
 				s.Links[4].Bridge.NFCallIPTables = true
 			}},
-		{name: "tc ingress on the bridge device", set: dataplane.L2InOK, noR4: true, note: "tc ingress filters on the bridge device",
+		{name: "tc ingress on the bridge device", set: dataplane.L2InOK, noR4: true, note: "tc ingress filters or tcx programs on the bridge device",
 			mutate: func(s *observe.Snapshot) { s.Links[4].TCIngress = true }},
 		{name: "br0 forwarding off", set: dataplane.L2InOK, noR4: true, note: "net.ipv4.conf.br0.forwarding=0",
 			mutate: func(s *observe.Snapshot) { s.Sysctl.IPv4DevFwd["br0"] = false }},

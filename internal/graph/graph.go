@@ -22,6 +22,7 @@ const (
 	HookAuto       HookMode = "auto"
 	HookXDP        HookMode = "xdp"
 	HookXDPGeneric HookMode = "xdp-generic"
+	HookTC         HookMode = "tc"
 )
 
 // Options are the user's choices.
@@ -39,9 +40,13 @@ type Interface struct {
 	Spec *dataplane.Spec `json:"-"`
 	// Notes say why: why no program, why a module or family is off, which hook and why.
 	Notes []string `json:"notes,omitempty"`
-	// Egress: packets may be redirected out of this interface (or why not).
+	// Egress: XDP programs may redirect frames out of this interface (or why not).
 	Egress     bool   `json:"egress"`
 	EgressNote string `json:"egress_note,omitempty"`
+	// TCEgress: tc programs may redirect skbs out of it; TCPeer: straight into its veth peer's
+	// namespace (bpf_redirect_peer).
+	TCEgress bool `json:"tc_egress"`
+	TCPeer   bool `json:"tc_peer,omitempty"`
 }
 
 // Plan is the whole decision.
@@ -64,6 +69,10 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 		if it.Egress {
 			p.Data.TxDevs = append(p.Data.TxDevs, lk.Index)
 		}
+		if tx, ok := tcEgress(s, lk); ok {
+			p.Data.TCTx = append(p.Data.TCTx, tx)
+			it.TCEgress, it.TCPeer = true, tx.Peer
+		}
 		if dv, notes := l2Dev(s, lk); dv != nil {
 			p.Data.L2 = append(p.Data.L2, *dv)
 			it.Notes = append(it.Notes, notes...)
@@ -78,6 +87,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 		}
 	}
 	sort.Ints(p.Data.TxDevs)
+	slices.SortFunc(p.Data.TCTx, func(a, b dataplane.TCTx) int { return a.Ifindex - b.Ifindex })
 	slices.SortFunc(p.Data.L2, func(a, b dataplane.L2Dev) int { return a.Ifindex - b.Ifindex })
 	for _, e := range s.FDB {
 		p.Data.FDB = append(p.Data.FDB, dataplane.FDBEntry{Bridge: e.Bridge, MAC: e.MAC, Port: e.Port, Local: e.Local})
@@ -161,7 +171,12 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 		return nil, []string{fmt.Sprintf("XDP program id %d attached by someone else: linuxfp does not replace it", lk.XDPProgID)}
 	}
 	if lk.TCIngress {
-		return nil, []string{"tc ingress filters attached: XDP runs before them and would bypass them"}
+		return nil, []string{"tc ingress filters attached: linuxfp's XDP or tcx program runs before them and would bypass them"}
+	}
+	for _, id := range lk.TCXIngress {
+		if !owned(lk.Index, id) {
+			return nil, []string{fmt.Sprintf("tcx ingress program id %d attached by someone else: a fast-pathed packet would bypass it", id)}
+		}
 	}
 	if why := s.Netfilter.Ingress[lk.Name]; len(why) > 0 {
 		return nil, append([]string{"netfilter ingress hook on this device (runs after XDP):"}, why...)
@@ -183,6 +198,9 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	case HookXDPGeneric:
 		hook = dataplane.HookXDPGeneric
 		notes = append(notes, "hook xdp-generic: chosen by --hook")
+	case HookTC:
+		hook = dataplane.HookTC
+		notes = append(notes, "hook tc: chosen by --hook")
 	case HookXDP:
 		if !native {
 			return nil, []string{"driver has no native XDP (use --hook auto or xdp-generic)"}
@@ -193,16 +211,18 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 		}
 		notes = append(notes, "hook xdp: chosen by --hook")
 	default:
+		// Native XDP where frames arrive without an skb and can leave without one; tc wherever
+		// an skb exists anyway (generic XDP would copy it to run, and lose GSO trains).
 		switch {
 		case !native:
-			hook = dataplane.HookXDPGeneric
-			notes = append(notes, "hook xdp-generic: the driver has no native XDP")
+			hook = dataplane.HookTC
+			notes = append(notes, "hook tc: the driver has no native XDP, so every frame becomes an skb before any hook runs")
 		case partial:
-			hook = dataplane.HookXDPGeneric
-			notes = append(notes, "hook xdp-generic: the veth peer may send skbs with checksums left to offload ("+
-				peerOffloadNote(lk)+"), which only generic XDP keeps")
+			hook = dataplane.HookTC
+			notes = append(notes, "hook tc: the veth peer is a local stack that sends skbs with checksums left to offload ("+
+				peerOffloadNote(lk)+"): native XDP would lose that state, tc keeps the skb as it is")
 		default:
-			notes = append(notes, "hook xdp: the driver supports native XDP")
+			notes = append(notes, "hook xdp: the driver supports native XDP and the sender leaves checksums to nobody: frames can be forwarded before any skb is built")
 		}
 	}
 
@@ -274,6 +294,36 @@ func familyChecks(s *observe.Snapshot, multipath bool, hashPolicy int, fam int) 
 	}
 	off, _ := netfilterWhy(s, fam)
 	return append(why, off...)
+}
+
+// tcEgress: may a tc program redirect an skb out of lk, and may it deliver it straight into the
+// veth peer's namespace? A redirected skb goes through dev_queue_xmit() of lk, as a packet Linux
+// forwards does (qdisc, tc egress, netfilter egress all apply), so only a usable Ethernet device
+// is needed. bpf_redirect_peer() skips lk's transmit path and the peer's XDP: only where both are
+// empty.
+func tcEgress(s *observe.Snapshot, lk *observe.Link) (dataplane.TCTx, bool) {
+	tx := dataplane.TCTx{Ifindex: lk.Index}
+	switch {
+	case lk.Name == "lo", len(lk.MAC) != 6, !lk.Up, !lk.OperUp:
+		return tx, false
+	case lk.Kind == "bridge":
+		// Routed packets to a bridge continue into its FDB (router -> bridge), to a port.
+		return tx, false
+	case lk.MasterKind != "" && lk.MasterKind != "bridge":
+		// A bond or VRF member: Linux transmits through the master, never to it directly.
+		return tx, false
+	}
+	if lk.Kind != "veth" || lk.PeerNetnsID < 0 || lk.PeerXDP || lk.PeerMTU <= 0 || lk.TCEgress ||
+		len(s.Netfilter.Egress[lk.Name]) > 0 {
+		return tx, true
+	}
+	for _, q := range lk.Qdiscs {
+		if !passiveQdiscs[q] {
+			return tx, true
+		}
+	}
+	tx.Peer, tx.PeerMTU = true, lk.PeerMTU
+	return tx, true
 }
 
 // passiveQdiscs do not shape, delay or reorder: bypassing them (an XDP redirect skips the egress

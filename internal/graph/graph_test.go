@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/observe"
 )
 
@@ -38,12 +39,16 @@ func snapshot() *observe.Snapshot {
 
 func notOwned(int, uint32) bool { return false }
 
+// ownedID42: program 42 is linuxfp's own.
+func ownedID42(_ int, id uint32) bool { return id == 42 }
+
 func TestBuild(t *testing.T) {
 	cases := []struct {
 		name   string
 		mutate func(*observe.Snapshot, *Options)
 		iface  int
 		r4, r6 bool   // expected families (both false: no program)
+		hook   string // the hook expected (default xdp, when there is a program)
 		note   string // a note that must be present
 	}{
 		{name: "plain router", iface: 2, r4: true, r6: true, note: "hook xdp: the driver supports native XDP"},
@@ -94,16 +99,24 @@ func TestBuild(t *testing.T) {
 			mutate: func(_ *observe.Snapshot, o *Options) { o.Interfaces = []string{"eth0"} }},
 		{name: "--hook xdp without native support", iface: 2, note: "no native XDP",
 			mutate: func(s *observe.Snapshot, o *Options) { o.Hook = HookXDP; s.Links[2].XDPFeatures = 0 }},
-		{name: "veth whose peer offloads checksums: generic", iface: 3, r4: true, r6: true, note: "hook xdp-generic: the veth peer may send skbs with checksums left to offload",
+		{name: "veth whose peer offloads checksums: tc", iface: 3, r4: true, r6: true, hook: "tc", note: "hook tc: the veth peer is a local stack",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[3].PeerOffload = observe.OffloadOn }},
-		{name: "veth whose peer is unknown: generic", iface: 3, r4: true, r6: true, note: "peer not inspected",
+		{name: "veth whose peer is unknown: tc", iface: 3, r4: true, r6: true, hook: "tc", note: "peer not inspected",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[3].PeerOffloadErr = "gone" }},
 		{name: "veth whose peer computes checksums: native", iface: 3, r4: true, r6: true, note: "hook xdp: the driver supports native XDP",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[3].PeerOffload = observe.OffloadOff }},
 		{name: "--hook xdp on a veth whose peer offloads", iface: 3, note: "would lose the checksum-offload state",
 			mutate: func(s *observe.Snapshot, o *Options) { o.Hook = HookXDP; s.Links[3].PeerOffload = observe.OffloadOn }},
-		{name: "auto falls back to generic", iface: 2, r4: true, r6: true, note: "hook xdp-generic: the driver has no native XDP",
+		{name: "auto falls back to tc", iface: 2, r4: true, r6: true, hook: "tc", note: "hook tc: the driver has no native XDP",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].XDPFeatures = 0 }},
+		{name: "--hook xdp-generic", iface: 2, r4: true, r6: true, hook: "xdp-generic", note: "chosen by --hook",
+			mutate: func(_ *observe.Snapshot, o *Options) { o.Hook = HookXDPGeneric }},
+		{name: "--hook tc", iface: 2, r4: true, r6: true, hook: "tc", note: "chosen by --hook",
+			mutate: func(_ *observe.Snapshot, o *Options) { o.Hook = HookTC }},
+		{name: "foreign tcx ingress program", iface: 2, note: "tcx ingress program id 7 attached by someone else",
+			mutate: func(s *observe.Snapshot, o *Options) { o.Hook = HookTC; s.Links[2].TCXIngress = []uint32{7} }},
+		{name: "own tcx ingress program", iface: 2, r4: true, r6: true, hook: "tc",
+			mutate: func(s *observe.Snapshot, o *Options) { o.Hook = HookTC; s.Links[2].TCXIngress = []uint32{42} }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -112,12 +125,19 @@ func TestBuild(t *testing.T) {
 			if c.mutate != nil {
 				c.mutate(s, &o)
 			}
-			it := Build(s, o, notOwned).Interfaces[c.iface]
+			it := Build(s, o, ownedID42).Interfaces[c.iface]
 			r4, r6 := false, false
 			if it.Spec != nil {
 				r4, r6 = it.Spec.Router4, it.Spec.Router6
 				if !r4 && !r6 {
 					t.Fatal("a program with no family")
+				}
+				want := c.hook
+				if want == "" {
+					want = "xdp"
+				}
+				if string(it.Spec.Hook) != want {
+					t.Fatalf("hook %s, want %s; notes %q", it.Spec.Hook, want, it.Notes)
 				}
 			}
 			if r4 != c.r4 || r6 != c.r6 {
@@ -187,5 +207,59 @@ func TestData(t *testing.T) {
 	}
 	if len(p.Data.LocalPrefixes) != 1 || p.Data.RouteMTU4 != 1400 || len(p.Data.StaleNeighbours) != 1 || p.Data.StaleNeighbours[0].Addr.String() != "198.18.0.3" {
 		t.Fatalf("data %+v", p.Data)
+	}
+}
+
+func TestTCEgress(t *testing.T) {
+	pod := func(s *observe.Snapshot) {
+		lk := s.Links[3]
+		lk.PeerNetnsID, lk.PeerMTU, lk.Qdiscs = 5, 1500, []string{"noqueue"}
+	}
+	cases := []struct {
+		name     string
+		mutate   func(*observe.Snapshot)
+		iface    int
+		ok, peer bool
+	}{
+		{name: "nic", iface: 2, ok: true},
+		// Unlike XDP, a tc redirect goes through the device's qdisc and tc egress: still fine.
+		{name: "nic with tc egress and a shaping qdisc", iface: 2, ok: true,
+			mutate: func(s *observe.Snapshot) { s.Links[2].TCEgress = true; s.Links[2].Qdiscs = []string{"tbf"} }},
+		{name: "no carrier", iface: 2, mutate: func(s *observe.Snapshot) { s.Links[2].OperUp = false }},
+		{name: "loopback", iface: 1},
+		{name: "veth with its peer here", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { s.Links[3].PeerNetnsID = -1; s.Links[3].PeerMTU = 1500 }},
+		{name: "veth into a container", iface: 3, ok: true, peer: true, mutate: pod},
+		{name: "container veth with tc egress", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].TCEgress = true }},
+		{name: "container veth with a shaping qdisc", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].Qdiscs = []string{"tbf"} }},
+		{name: "container veth with a netfilter egress chain", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Netfilter.Egress["veth0"] = []string{"x"} }},
+		{name: "container veth whose peer runs XDP", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].PeerXDP = true }},
+		{name: "bond member", iface: 3,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].Master, s.Links[3].MasterKind = 9, "bond" }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := snapshot()
+			if c.mutate != nil {
+				c.mutate(s)
+			}
+			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			var got *dataplane.TCTx
+			for i := range p.Data.TCTx {
+				if p.Data.TCTx[i].Ifindex == c.iface {
+					got = &p.Data.TCTx[i]
+				}
+			}
+			if (got != nil) != c.ok {
+				t.Fatalf("in TCTx %v, want %v", got != nil, c.ok)
+			}
+			if got != nil && (got.Peer != c.peer || (got.Peer && got.PeerMTU != 1500)) {
+				t.Fatalf("peer %v mtu %d, want %v 1500", got.Peer, got.PeerMTU, c.peer)
+			}
+		})
 	}
 }

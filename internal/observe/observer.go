@@ -38,7 +38,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 			return nil, err
 		}
 		s.Links = links
-		o.peers.readPeerOffload(links)
+		o.peers.readPeers(links)
 		if err := readBridgeAttrs(links); err != nil {
 			return nil, err
 		}

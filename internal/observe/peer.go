@@ -82,41 +82,52 @@ func nsidOfPath(p string) (int, error) {
 	return netlink.GetNetNsIdByFd(int(fd.Fd()))
 }
 
-// peerOffload tells the checksum-offload state of the peer of a veth.
-func (f *peerFinder) peerOffload(lk *Link) (Offload, error) {
-	query := func() (Offload, error) {
+// peerInfo is what linuxfp needs to know of a veth's peer, read in the peer's namespace.
+type peerInfo struct {
+	offload Offload
+	mtu     int
+	xdp     bool // an XDP program is attached to the peer
+}
+
+// peerInfo reads the peer of a veth: its checksum-offload state, MTU and XDP program.
+func (f *peerFinder) peerInfo(lk *Link) (peerInfo, error) {
+	query := func() (peerInfo, error) {
+		pi := peerInfo{offload: OffloadUnknown}
 		l, err := netlink.LinkByIndex(lk.Peer)
 		if err != nil {
-			return OffloadUnknown, fmt.Errorf("peer ifindex %d: %w", lk.Peer, err)
+			return pi, fmt.Errorf("peer ifindex %d: %w", lk.Peer, err)
 		}
+		pi.mtu = l.Attrs().MTU
+		pi.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
 		on, err := txChecksumOffload(l.Attrs().Name)
 		if err != nil {
-			return OffloadUnknown, err
+			return pi, err
 		}
+		pi.offload = OffloadOff
 		if on {
-			return OffloadOn, nil
+			pi.offload = OffloadOn
 		}
-		return OffloadOff, nil
+		return pi, nil
 	}
 	if lk.PeerNetnsID < 0 {
 		return query()
 	}
 	p, err := f.path(lk.PeerNetnsID)
 	if err != nil {
-		return OffloadUnknown, err
+		return peerInfo{offload: OffloadUnknown}, err
 	}
 	h, err := netns.GetFromPath(p)
 	if err != nil {
-		return OffloadUnknown, err
+		return peerInfo{offload: OffloadUnknown}, err
 	}
 	defer h.Close()
-	o := OffloadUnknown
+	pi := peerInfo{offload: OffloadUnknown}
 	err = nsutil.Do(h, func() error {
 		var err error
-		o, err = query()
+		pi, err = query()
 		return err
 	})
-	return o, err
+	return pi, err
 }
 
 // txChecksumOffload reads ETHTOOL_GTXCSUM: whether any of the device's IPv4/IPv6/generic
@@ -147,14 +158,15 @@ func txChecksumOffload(name string) (bool, error) {
 	return v.data != 0, nil
 }
 
-// readPeerOffload fills Link.PeerOffload for every veth.
-func (f *peerFinder) readPeerOffload(links map[int]*Link) {
+// readPeers fills the Peer* fields of every veth.
+func (f *peerFinder) readPeers(links map[int]*Link) {
 	for _, lk := range links {
 		if lk.Kind != "veth" {
 			continue
 		}
-		o, err := f.peerOffload(lk)
-		lk.PeerOffload = o
+		pi, err := f.peerInfo(lk)
+		lk.PeerOffload, lk.PeerMTU, lk.PeerXDP = pi.offload, pi.mtu, pi.xdp
+		lk.PeerOffloadErr = ""
 		if err != nil {
 			lk.PeerOffloadErr = err.Error()
 		}

@@ -151,16 +151,17 @@ func readTC(h *netlink.Handle, links map[int]*Link) error {
 			}
 		}
 	}
-	// tcx programs (bpf_link based, no qdisc) are found by querying the attach points.
+	// tcx programs (bpf_link based, no qdisc) are found by querying the attach points. Ingress
+	// ones are listed (linuxfp's own are among them); any on egress counts.
 	for _, lk := range links {
-		for _, at := range []struct {
-			t   ebpf.AttachType
-			dst *bool
-		}{{ebpf.AttachTCXIngress, &lk.TCIngress}, {ebpf.AttachTCXEgress, &lk.TCEgress}} {
-			res, err := link.QueryPrograms(link.QueryOptions{Target: lk.Index, Attach: at.t})
-			if err == nil && len(res.Programs) > 0 {
-				*at.dst = true
+		lk.TCXIngress = nil
+		if res, err := link.QueryPrograms(link.QueryOptions{Target: lk.Index, Attach: ebpf.AttachTCXIngress}); err == nil {
+			for _, p := range res.Programs {
+				lk.TCXIngress = append(lk.TCXIngress, uint32(p.ID))
 			}
+		}
+		if res, err := link.QueryPrograms(link.QueryOptions{Target: lk.Index, Attach: ebpf.AttachTCXEgress}); err == nil && len(res.Programs) > 0 {
+			lk.TCEgress = true
 		}
 	}
 	return nil

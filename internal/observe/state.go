@@ -43,16 +43,23 @@ type Link struct {
 	PeerNetnsID int
 	// PeerOffload: may the veth peer's stack send skbs with checksums left to offload?
 	PeerOffload    Offload
-	PeerOffloadErr string
+	PeerOffloadErr string // why the peer could not be inspected
+	// PeerMTU and PeerXDP: the peer's MTU (0: unknown) and whether an XDP program is attached
+	// to it.
+	PeerMTU int
+	PeerXDP bool
 	// XDPProgID is the XDP program attached now (0: none).
 	XDPProgID uint32
 	// XDPFeatures is the device's NETDEV_XDP_ACT_* mask (generic netlink "netdev" family).
 	XDPFeatures uint64
 	// Qdiscs are the kinds of its egress qdiscs, root and children ("noqueue", "fq_codel", ...).
 	Qdiscs []string
-	// TCIngress / TCEgress: tc filters on the ingress / egress hooks (clsact, ingress qdisc).
-	TCIngress bool
-	TCEgress  bool
+	// TCIngress / TCEgress: classic tc filters on the ingress / egress hooks (clsact, ingress
+	// qdisc); TCEgress also tcx egress programs. TCXIngress lists the tcx ingress programs
+	// (linuxfp's own among them).
+	TCIngress  bool
+	TCXIngress []uint32
+	TCEgress   bool
 	// Promisc: IFF_PROMISC (a bridge in promiscuous mode also passes every frame up to itself).
 	Promisc bool
 	// Bridge holds a bridge's options (Kind "bridge"), Port a bridge port's (MasterKind "bridge").

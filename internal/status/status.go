@@ -58,8 +58,12 @@ type Interface struct {
 	PeerNetnsID int      `json:"peer_netnsid,omitempty"`
 	Program     *Program `json:"program,omitempty"`
 	Notes       []string `json:"notes,omitempty"`
-	Egress      bool     `json:"egress"`
-	EgressNote  string   `json:"egress_note,omitempty"`
+	// Egress: XDP programs may redirect frames out of it (EgressNote: why not). TCEgress: tc
+	// programs may redirect skbs out of it; TCPeer: straight into its veth peer's namespace.
+	Egress     bool   `json:"egress"`
+	EgressNote string `json:"egress_note,omitempty"`
+	TCEgress   bool   `json:"tc_egress"`
+	TCPeer     bool   `json:"tc_peer,omitempty"`
 	// Forwarded counts packets the fast path routed, Bridged those it switched to another
 	// bridge port; Passed, those it handed to Linux, by reason. Linux's own counters (ip -s
 	// link, nstat IpForwDatagrams, bridge -s fdb) do not see fast-pathed ones.

@@ -1,0 +1,67 @@
+/* The transmit step every module ends in: where a packet the fast path decided leaves, and the
+ * checks that the chosen device takes it exactly as Linux's transmit would. */
+#ifndef LFP_TX_H
+#define LFP_TX_H
+
+#include "ctx.h"
+#include "linuxfp_types.h"
+
+/* XDP: devices that can take an XDP redirect without dropping it (see the controller: for a
+ * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+	__uint(max_entries, 1024);
+} lfp_tx_devs SEC(".maps");
+
+/* TC: devices a redirected skb may go to (up, with carrier), and how (struct lfp_tc_tx). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lfp_tc_tx);
+	__uint(max_entries, 4096);
+} lfp_tc_tx_devs SEC(".maps");
+
+/* Keep the skb's priority (TC). */
+#define TX_PRIO_KEEP 0xffffffffU
+
+/* Set up the redirect of the packet out of `out`; l3len is its length after the Ethernet header
+ * as it will leave (for GSO, one segment's). prio is the skb priority Linux's forwarding gives it
+ * (TC; TX_PRIO_KEEP: unchanged). Returns LFP_FORWARDED, or why not: the packet is still untouched
+ * then. */
+static __always_inline enum lfp_reason tx_prepare(lfp_ctx *ctx, __u32 out, __u32 l3len, __u32 prio)
+{
+#if LFP_TC
+	struct lfp_tc_tx *tx = bpf_map_lookup_elem(&lfp_tc_tx_devs, &out);
+
+	if (!tx)
+		return LFP_PASS_EGRESS_NOT_READY;
+	/* A redirected skb goes through dev_queue_xmit() of `out`: its qdisc, tc egress and
+	 * netfilter egress hook still apply, as for a packet Linux forwards. */
+	if (!(tx->flags & LFP_TX_PEER)) {
+		if (prio != TX_PRIO_KEEP)
+			ctx->priority = prio;
+		bpf_redirect(out, 0);
+		return LFP_FORWARDED;
+	}
+	/* `out` is a veth whose peer is in another namespace (a container) and whose own transmit
+	 * path is empty (noqueue, no tc egress, no netfilter egress: the controller checked). Linux
+	 * would pass the skb through veth_xmit() to the peer's receive path; bpf_redirect_peer()
+	 * puts it there directly. veth_xmit() drops what the peer's MTU does not allow
+	 * (is_skb_forwardable(); never GSO trains): leave that to Linux. */
+	if (!ctx_gso_size(ctx) && l3len > tx->peer_mtu)
+		return LFP_PASS_EGRESS_NOT_READY;
+	/* ____dev_forward_skb() zeroes the priority of what crosses a veth. */
+	ctx->priority = 0;
+	bpf_redirect_peer(out, 0);
+	return LFP_FORWARDED;
+#else
+	/* On a miss the helper returns XDP_PASS and the packet is still untouched. */
+	if (bpf_redirect_map(&lfp_tx_devs, out, XDP_PASS) != XDP_REDIRECT)
+		return LFP_PASS_EGRESS_NOT_READY;
+	return LFP_FORWARDED;
+#endif
+}
+
+#endif
