@@ -205,6 +205,8 @@ type LinuxfpFilter struct {
 	// Notes: the distinct filter notes of in0 ("ipv4 filter module: N netfilter rules compiled
 	// into ...", or why the filter is off).
 	Notes []string `json:"in0_notes"`
+	// Hooks: where its program on in0 was attached ("xdp", "xdp-generic", "tc"), distinct.
+	Hooks []string `json:"in0_hooks"`
 	// Problem: why the benchmark thinks linuxfp did not take the whole ruleset into its fast
 	// path at some start ("" if it did every time).
 	Problem string `json:"problem,omitempty"`
@@ -371,12 +373,15 @@ func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string) (*testbed.Lin
 	}
 	want := g.current.rules()
 	var notes []string
-	var problem string
+	var problem, hook string
 	err = l.WaitFor(10*time.Second, func(st *status.Status) bool {
 		notes, problem = nil, ""
 		for _, it := range st.Interfaces {
 			if it.Name != "in0" {
 				continue
+			}
+			if it.Program != nil {
+				hook = it.Program.Hook
 			}
 			for _, n := range it.Notes {
 				if strings.Contains(n, "filter") {
@@ -392,6 +397,9 @@ func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string) (*testbed.Lin
 		if !slices.Contains(f.Notes, n) {
 			f.Notes = append(f.Notes, n)
 		}
+	}
+	if hook != "" && !slices.Contains(f.Hooks, hook) {
+		f.Hooks = append(f.Hooks, hook)
 	}
 	if err != nil {
 		if _, serr := l.Client.Status(); serr != nil {

@@ -155,7 +155,11 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Traffic miss: to %d hosts no rule matches (Linux walks every rule); hit: every other packet to\n"+
 		"a blacklisted address (all of them in turn), half of it dropped. Rates are the DUT's: packets it\n"+
 		"handled (forwarded + dropped by its rules) per second. The ceiling is the router's (MAC rewrite\n"+
-		"+ redirect): it evaluates no rules and forwards everything.\n\n", permittedHosts)
+		"+ redirect): it evaluates no rules and forwards everything.\n", permittedHosts)
+	if hooks := r.linuxfpHooks(); len(hooks) > 0 {
+		fmt.Fprintf(w, "linuxfp's program on in0: %s\n", strings.Join(hooks, ", "))
+	}
+	fmt.Fprintln(w)
 
 	modes := c.Modes
 	both := slices.Contains(modes, ModeLinux) && slices.Contains(modes, ModeLinuxfp)
@@ -285,6 +289,22 @@ func (r *GatewayResult) writeProgStats(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+}
+
+// linuxfpHooks lists where linuxfp attached its program on in0, over all its starts.
+func (r *GatewayResult) linuxfpHooks() []string {
+	var hooks []string
+	for _, v := range r.Variants {
+		if v.Linuxfp == nil {
+			continue
+		}
+		for _, h := range v.Linuxfp.Hooks {
+			if !slices.Contains(hooks, h) {
+				hooks = append(hooks, h)
+			}
+		}
+	}
+	return hooks
 }
 
 func metOrNot(ok bool) string {

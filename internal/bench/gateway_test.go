@@ -181,7 +181,8 @@ func TestGatewayReport(t *testing.T) {
 		"10000 rules":           {ModeLinux: 0.02, ModeLinuxfp: 6, ModeCeiling: 12},
 	}
 	for _, rs := range gatewayRulesets(g.cfg.Sweep) {
-		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: newResult(g.cfg.Config, routerTopology)}
+		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: newResult(g.cfg.Config, routerTopology),
+			Linuxfp: &LinuxfpFilter{Hooks: []string{"xdp"}}}
 		for m, x := range rate[rs.Name] {
 			rd := Round{Offered: 1000, Received: 500, Mpps: x / 2, Permitted: 0.5}
 			if m == ModeCeiling {
@@ -211,6 +212,7 @@ func TestGatewayReport(t *testing.T) {
 		"1 64 100 rules hit 1.000 6.000 12.000 6.00x 3.00x 0.50",
 		"1 64 hit 10000 0.020 6.000 12.000 300.00x 0.50 0.75",
 		"! 1 rule, hit: linuxfp, 1 cores, 64 bytes: in0 handed 100 of 1000 packets to Linux map[filter:100]",
+		"linuxfp's program on in0: xdp",
 		"linuxfp with 100 rules / Linux with ipset 3.00x (want >= 2x: met); linuxfp at 10000 rules / at 1 0.75 (want >= 0.80: not met)",
 	} {
 		if !strings.Contains(out, want) {
