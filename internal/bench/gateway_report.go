@@ -81,11 +81,11 @@ func (r *GatewayResult) variant(rs Ruleset, t Traffic) *GatewayVariant {
 	return nil
 }
 
-// sweep lists the variants of traffic t in the sweep, fewest rules first.
+// sweep lists the measured variants of traffic t in the sweep, fewest rules first.
 func (r *GatewayResult) sweep(t Traffic) []*GatewayVariant {
 	var out []*GatewayVariant
 	for _, n := range r.Config.Sweep {
-		if v := r.variant(Ruleset{Name: plural(n, "rule"), Blacklisted: n}, t); v != nil {
+		if v := r.variant(Ruleset{Name: plural(n, "rule"), Blacklisted: n}, t); v != nil && len(v.Throughput) > 0 {
 			out = append(out, v)
 		}
 	}
@@ -197,6 +197,9 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 			for _, rs := range []Ruleset{rules100, ipsetRules} {
 				for _, t := range c.Traffic {
 					v := r.variant(rs, t)
+					if v == nil || len(v.Throughput) == 0 {
+						continue // not measured (interrupted)
+					}
 					cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), rs.Name, string(t)}, modeCells(v, cores, size)...)
 					f := v.rateOf(cores, size, ModeLinuxfp)
 					if both {

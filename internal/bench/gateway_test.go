@@ -173,8 +173,8 @@ func TestFilterProblem(t *testing.T) {
 // The targets and the report come from the variants' DUT rates.
 func TestGatewayReport(t *testing.T) {
 	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Sizes: []int{64}, Cores: []int{1}, Modes: Modes, Rounds: 1},
-		Sweep: []int{1, 10000}, Traffic: []Traffic{TrafficHit}}}
-	rate := map[string]map[Mode]float64{ // DUT Mpps
+		Sweep: []int{1, 1000, 10000}, Traffic: []Traffic{TrafficHit}}}
+	rate := map[string]map[Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
 		"100 rules":             {ModeLinux: 1, ModeLinuxfp: 6, ModeCeiling: 12},
 		"ipset (100 addresses)": {ModeLinux: 2, ModeLinuxfp: 6, ModeCeiling: 12},
 		"1 rule":                {ModeLinux: 3, ModeLinuxfp: 8, ModeCeiling: 12},
@@ -218,6 +218,9 @@ func TestGatewayReport(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, buf.String())
 		}
+	}
+	if strings.Contains(out, "hit 1000 ") {
+		t.Errorf("a ruleset not measured has a row:\n%s", buf.String())
 	}
 	if strings.Contains(out, "! 100 rules") {
 		t.Errorf("1%% handed to Linux is flagged:\n%s", buf.String())
