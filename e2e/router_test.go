@@ -222,6 +222,7 @@ func TestKillFallsBackToLinux(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			stopAtCleanup(t, l) // if the test fails before the kill
 			if it, err := l.Interface("in0"); err != nil || it.Program == nil || it.Program.Hook != h.hook {
 				t.Fatalf("in0 runs %+v (%v), want hook %s", it, err, h.hook)
 			}
@@ -251,6 +252,7 @@ func TestStopDetaches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			stopAtCleanup(t, l) // if the test fails before the stop
 			if !progAttached(t, tb.DUT, "in0") {
 				t.Fatal("no program on in0 while running")
 			}

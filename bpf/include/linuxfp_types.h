@@ -49,6 +49,11 @@ enum lfp_reason {
 	LFP_PASS_FILTER,          /* a netfilter rule Linux must evaluate may decide (see status) */
 	LFP_PASS_FILTER_HEADERS,  /* headers the filter does not parse (IPv6 extension, short L4) */
 	LFP_PASS_GSO,             /* TC: a GSO train whose segments' size cannot be checked (not TCP) */
+	LFP_PASS_CT_NEW,          /* conntrack: no entry (a new connection): Linux decides it */
+	LFP_PASS_CT_NAT,          /* conntrack: the connection is translated (NAT) */
+	LFP_PASS_CT_STATE,        /* conntrack: the packet or entry moves or has state Linux keeps */
+	LFP_PASS_CT_LIBERAL,      /* conntrack: TCP entry not yet liberal (asked for; see ct.h) */
+	LFP_PASS_CT_PROTO,        /* conntrack: not TCP or UDP */
 	LFP_REASON_MAX,
 };
 
@@ -94,6 +99,33 @@ struct lfp_config {
 	/* Filter module: the active bank of lfp_fw_rules/leaves/lpm, and LFP_FW_* flags. */
 	__u32 fw_bank;
 	__u32 fw_flags;
+	/* Conntrack module: LFP_CT_* flags, and the netns's nf_conntrack_* timeouts (ms) that
+	 * tcp_packet() and udp_packet() refresh established entries to. */
+	__u32 ct_flags;
+	__u32 ct_tcp_established_ms;
+	__u32 ct_tcp_unack_ms;
+	__u32 ct_tcp_retrans_ms;
+	__u32 ct_tcp_max_retrans;
+	__u32 ct_udp_stream_ms;
+};
+
+enum {
+	LFP_CT_ACTIVE4     = 1 << 0, /* netfilter tracks forwarded IPv4 connections (NAT rules) */
+	LFP_CT_ACTIVE6     = 1 << 1,
+	LFP_CT_TCP_LIBERAL = 1 << 2, /* nf_conntrack_tcp_be_liberal=1 */
+};
+
+/* Ring buffer record (and rate-limit key): make this TCP connection's tracking liberal. The
+ * tuple is the packet's, in direction dir of the entry (0 original, 1 reply). */
+struct lfp_ct_req {
+	__u8 family;
+	__u8 proto;
+	__u8 dir;
+	__u8 pad;
+	__u32 src[4];
+	__u32 dst[4];
+	__u16 sport; /* network byte order */
+	__u16 dport;
 };
 
 /* Filter module (bpf/lib/filter.h, internal/filter/compile): limits, test kinds, actions. */

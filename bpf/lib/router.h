@@ -9,6 +9,7 @@
 #include "fdb.h"
 #include "filter.h"
 #include "tx.h"
+#include "ct.h"
 
 /* The MAC Linux routes frames for: the ingress device's (on a bridge port, the bridge's MAC is
  * data: see lfp_l2_dev). */
@@ -410,6 +411,15 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	if (ipv4_local_src(cfg, fib.ipv4_src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
+	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
+		struct ct_pkt ctp;
+		__u32 s4[1] = { iph->saddr }, d4[1] = { iph->daddr };
+
+		ct_parse(&ctp, s4, d4, 0, iph->protocol, (void *)(iph + 1), data_end);
+		r = ct_forward(ctx, cfg, &ctp);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
+	}
 	if (cfg->fw_flags & LFP_FW_ACTIVE4) {
 		__builtin_memset(&fp, 0, sizeof(fp));
 		fp.src[0] = iph->saddr;
@@ -545,6 +555,14 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	if (ipv6_local_src(cfg, &src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
+	if (cfg->ct_flags & LFP_CT_ACTIVE6) {
+		struct ct_pkt ctp;
+
+		ct_parse(&ctp, src.a, dst.a, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
+		r = ct_forward(ctx, cfg, &ctp);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
+	}
 	if (cfg->fw_flags & LFP_FW_ACTIVE6) {
 		__builtin_memset(&fp, 0, sizeof(fp));
 		__builtin_memcpy(fp.src, &src, sizeof(src));

@@ -51,6 +51,10 @@ func printStatus(w io.Writer, st *status.Status) {
 	for _, r := range st.FilterRules {
 		fmt.Fprintf(w, "filter fast path: %s %s: %d packets, %d bytes\n", r.Family, r.Rule, r.Counter.Packets, r.Counter.Bytes)
 	}
+	if len(st.Conntrack) > 0 {
+		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established, untranslated ones fast-pathed; %d TCP connections marked liberal (%d failed)\n",
+			strings.Join(st.Conntrack, ", "), st.CTLiberal, st.CTLiberalFailed)
+	}
 	if st.FDBEntries > 0 {
 		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",
 			st.FDBEntries, st.FDBRefreshes)

@@ -65,6 +65,13 @@ func (c *Controller) status() *status.Status {
 	st.NetfilterBackend = c.backend
 	st.FDBEntries = len(c.plan.Data.FDB)
 	st.FDBRefreshes = c.fdbRefreshes
+	if c.plan.Data.CT.Active4 {
+		st.Conntrack = append(st.Conntrack, "ipv4")
+	}
+	if c.plan.Data.CT.Active6 {
+		st.Conntrack = append(st.Conntrack, "ipv6")
+	}
+	st.CTLiberal, st.CTLiberalFailed = c.ctLiberal.Load(), c.ctLiberalFailed.Load()
 	if rcs, err := c.dp.FilterCounters(); err == nil {
 		for _, rc := range rcs {
 			st.FilterRules = append(st.FilterRules, status.FilterRule{Family: rc.Family, Rule: rc.Rule, Counter: status.Counter(rc.Counter)})

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/conntrack"
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/graph"
 	"github.com/linuxfp/linuxfp/internal/observe"
@@ -56,6 +57,10 @@ type Controller struct {
 
 	fdb          map[fdbKey]int // learned FDB entries the data plane may refresh (see refreshFDB)
 	fdbRefreshes uint64
+	// ct: ctnetlink, to mark the TCP connections the fast path takes liberal (see setLiberal).
+	ct              *conntrack.Client
+	ctLiberal       atomic.Uint64
+	ctLiberalFailed atomic.Uint64
 	// pollSets: the filter's rules use ipsets, which send no events: re-read them every second.
 	lastFilter   *observe.FilterState
 	pollSets     atomic.Bool
@@ -118,6 +123,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 
 	if err := c.dp.ReadFDBRefreshes(c.refreshFDB); err != nil {
+		return err
+	}
+	if c.ct, err = conntrack.Dial(); err != nil {
+		return err
+	}
+	defer c.ct.Close()
+	if err := c.dp.ReadCTRequests(c.setLiberal); err != nil {
 		return err
 	}
 

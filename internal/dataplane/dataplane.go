@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -144,25 +145,15 @@ func New(log *slog.Logger) (*Dataplane, error) {
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
 		return nil, fmt.Errorf("create maps: %w", err)
 	}
-	d.shared = map[string]*ebpf.Map{
-		linuxfpMapLfpConfigMap:  d.maps.LfpConfigMap,
-		linuxfpMapLfpLocal4:     d.maps.LfpLocal4,
-		linuxfpMapLfpLocal6:     d.maps.LfpLocal6,
-		linuxfpMapLfpLocalPfx4:  d.maps.LfpLocalPfx4,
-		linuxfpMapLfpLocalPfx6:  d.maps.LfpLocalPfx6,
-		linuxfpMapLfpStale:      d.maps.LfpStale,
-		linuxfpMapLfpStats:      d.maps.LfpStats,
-		linuxfpMapLfpTxDevs:     d.maps.LfpTxDevs,
-		linuxfpMapLfpTcTxDevs:   d.maps.LfpTcTxDevs,
-		linuxfpMapLfpFdb:        d.maps.LfpFdb,
-		linuxfpMapLfpL2:         d.maps.LfpL2,
-		linuxfpMapLfpFdbRefresh: d.maps.LfpFdbRefresh,
-		linuxfpMapLfpFwRules:    d.maps.LfpFwRules,
-		linuxfpMapLfpFwLeaves:   d.maps.LfpFwLeaves,
-		linuxfpMapLfpFwLpm:      d.maps.LfpFwLpm,
-		linuxfpMapLfpFwSets:     d.maps.LfpFwSets,
-		linuxfpMapLfpFwIfs:      d.maps.LfpFwIfs,
-		linuxfpMapLfpFwStats:    d.maps.LfpFwStats,
+	// Every map of the object is shared by all programs (not .rodata: that is each program's
+	// own). Listed from the generated struct, so a map added to the C code cannot be missed
+	// (a program with a private copy of, say, a ring buffer would write where nobody reads).
+	d.shared = map[string]*ebpf.Map{}
+	mv := reflect.ValueOf(d.maps)
+	for i := 0; i < mv.NumField(); i++ {
+		if name := mv.Type().Field(i).Tag.Get("ebpf"); name != "" {
+			d.shared[name] = mv.Field(i).Interface().(*ebpf.Map)
+		}
 	}
 	return d, nil
 }

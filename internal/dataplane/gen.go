@@ -4,5 +4,5 @@ package dataplane
 // clang. -target bpfel: the project runs on little-endian x86_64/arm64 hosts. One source, two
 // objects: linuxfp (XDP) and linuxfpTc (tcx ingress, -DLFP_HOOK_TC); the shared types come from
 // the first.
-//go:generate go tool bpf2go -tags linux -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I../../bpf/include" -type lfp_counter -type lfp_neigh_key -type lfp_stale_val -type lfp_config -type lfp_lpm4_key -type lfp_lpm6_key -type lfp_in6 -type lfp_fdb_key -type lfp_fdb_val -type lfp_l2_dev -type lfp_fw_rule -type lfp_fw_leaf -type lfp_fw_lpm_key -type lfp_fw_set_key -type lfp_fw_if -type lfp_tc_tx linuxfp ../../bpf/linuxfp.c
+//go:generate go tool bpf2go -tags linux -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I../../bpf/include" -type lfp_counter -type lfp_neigh_key -type lfp_stale_val -type lfp_config -type lfp_lpm4_key -type lfp_lpm6_key -type lfp_in6 -type lfp_fdb_key -type lfp_fdb_val -type lfp_l2_dev -type lfp_fw_rule -type lfp_fw_leaf -type lfp_fw_lpm_key -type lfp_fw_set_key -type lfp_fw_if -type lfp_tc_tx -type lfp_ct_req linuxfp ../../bpf/linuxfp.c
 //go:generate go tool bpf2go -tags linux -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I../../bpf/include -DLFP_HOOK_TC" linuxfpTc ../../bpf/linuxfp.c

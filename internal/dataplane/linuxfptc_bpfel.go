@@ -23,21 +23,39 @@ type linuxfpTcBpfDevmapVal struct {
 }
 
 type linuxfpTcLfpConfig struct {
-	_              structs.HostLayout
-	RouteMtu4      uint32
-	RouteMtu6      uint32
-	LocalPrefixes4 uint32
-	LocalPrefixes6 uint32
-	StaleNeighs    uint32
-	Bridges        uint32
-	FwBank         uint32
-	FwFlags        uint32
+	_                  structs.HostLayout
+	RouteMtu4          uint32
+	RouteMtu6          uint32
+	LocalPrefixes4     uint32
+	LocalPrefixes6     uint32
+	StaleNeighs        uint32
+	Bridges            uint32
+	FwBank             uint32
+	FwFlags            uint32
+	CtFlags            uint32
+	CtTcpEstablishedMs uint32
+	CtTcpUnackMs       uint32
+	CtTcpRetransMs     uint32
+	CtTcpMaxRetrans    uint32
+	CtUdpStreamMs      uint32
 }
 
 type linuxfpTcLfpCounter struct {
 	_       structs.HostLayout
 	Packets uint64
 	Bytes   uint64
+}
+
+type linuxfpTcLfpCtReq struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Dir    uint8
+	Pad    uint8
+	Src    [4]uint32
+	Dst    [4]uint32
+	Sport  uint16
+	Dport  uint16
 }
 
 type linuxfpTcLfpFdbKey struct {
@@ -152,6 +170,8 @@ type linuxfpTcLfpTcTx struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	linuxfpTcMapLfpConfigMap    = "lfp_config_map"
+	linuxfpTcMapLfpCtRequested  = "lfp_ct_requested"
+	linuxfpTcMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb          = "lfp_fdb"
 	linuxfpTcMapLfpFdbRefresh   = "lfp_fdb_refresh"
 	linuxfpTcMapLfpFwIfs        = "lfp_fw_ifs"
@@ -229,24 +249,26 @@ type linuxfpTcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpTcMapSpecs struct {
-	LfpConfigMap  *ebpf.MapSpec `ebpf:"lfp_config_map"`
-	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
-	LfpFdbRefresh *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
-	LfpFwIfs      *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves   *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm      *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
-	LfpFwRules    *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
-	LfpFwSets     *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
-	LfpFwStats    *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
-	LfpL2         *ebpf.MapSpec `ebpf:"lfp_l2"`
-	LfpLocal4     *ebpf.MapSpec `ebpf:"lfp_local4"`
-	LfpLocal6     *ebpf.MapSpec `ebpf:"lfp_local6"`
-	LfpLocalPfx4  *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6  *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
-	LfpStale      *ebpf.MapSpec `ebpf:"lfp_stale"`
-	LfpStats      *ebpf.MapSpec `ebpf:"lfp_stats"`
-	LfpTcTxDevs   *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs     *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	LfpConfigMap   *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpCtRequested *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
+	LfpCtRequests  *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
+	LfpFdb         *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbRefresh  *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFwIfs       *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves    *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm       *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
+	LfpFwRules     *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSets      *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwStats     *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpL2          *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpLocal4      *ebpf.MapSpec `ebpf:"lfp_local4"`
+	LfpLocal6      *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalPfx4   *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6   *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
+	LfpStale       *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStats       *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcTxDevs    *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs      *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
 
 // linuxfpTcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -283,29 +305,33 @@ func (o *linuxfpTcObjects) Close() error {
 //
 // It can be passed to loadLinuxfpTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpTcMaps struct {
-	LfpConfigMap  *ebpf.Map `ebpf:"lfp_config_map"`
-	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
-	LfpFdbRefresh *ebpf.Map `ebpf:"lfp_fdb_refresh"`
-	LfpFwIfs      *ebpf.Map `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves   *ebpf.Map `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm      *ebpf.Map `ebpf:"lfp_fw_lpm"`
-	LfpFwRules    *ebpf.Map `ebpf:"lfp_fw_rules"`
-	LfpFwSets     *ebpf.Map `ebpf:"lfp_fw_sets"`
-	LfpFwStats    *ebpf.Map `ebpf:"lfp_fw_stats"`
-	LfpL2         *ebpf.Map `ebpf:"lfp_l2"`
-	LfpLocal4     *ebpf.Map `ebpf:"lfp_local4"`
-	LfpLocal6     *ebpf.Map `ebpf:"lfp_local6"`
-	LfpLocalPfx4  *ebpf.Map `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6  *ebpf.Map `ebpf:"lfp_local_pfx6"`
-	LfpStale      *ebpf.Map `ebpf:"lfp_stale"`
-	LfpStats      *ebpf.Map `ebpf:"lfp_stats"`
-	LfpTcTxDevs   *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs     *ebpf.Map `ebpf:"lfp_tx_devs"`
+	LfpConfigMap   *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpCtRequested *ebpf.Map `ebpf:"lfp_ct_requested"`
+	LfpCtRequests  *ebpf.Map `ebpf:"lfp_ct_requests"`
+	LfpFdb         *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbRefresh  *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFwIfs       *ebpf.Map `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves    *ebpf.Map `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm       *ebpf.Map `ebpf:"lfp_fw_lpm"`
+	LfpFwRules     *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSets      *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwStats     *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpL2          *ebpf.Map `ebpf:"lfp_l2"`
+	LfpLocal4      *ebpf.Map `ebpf:"lfp_local4"`
+	LfpLocal6      *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalPfx4   *ebpf.Map `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6   *ebpf.Map `ebpf:"lfp_local_pfx6"`
+	LfpStale       *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStats       *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcTxDevs    *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs      *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
 
 func (m *linuxfpTcMaps) Close() error {
 	return _LinuxfpTcClose(
 		m.LfpConfigMap,
+		m.LfpCtRequested,
+		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbRefresh,
 		m.LfpFwIfs,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,44 @@ type Data struct {
 	FDB []FDBEntry
 	// Filter is the filter module's ruleset and interfaces.
 	Filter FilterData
+	// CT is the conntrack module's settings.
+	CT CT
 }
+
+// CT says where netfilter tracks forwarded connections and how Linux refreshes their entries
+// (the netns's nf_conntrack_* sysctls).
+type CT struct {
+	Active4, Active6 bool
+	TCPLiberal       bool // nf_conntrack_tcp_be_liberal
+	TCPEstablished   time.Duration
+	TCPUnack         time.Duration // nf_conntrack_tcp_timeout_unacknowledged
+	TCPRetrans       time.Duration // nf_conntrack_tcp_timeout_max_retrans
+	TCPMaxRetrans    int
+	UDPStream        time.Duration
+}
+
+// LFP_CT_* flags of struct lfp_config.
+const (
+	ctActive4 = 1 << iota
+	ctActive6
+	ctTCPLiberal
+)
+
+func (c CT) flags() uint32 {
+	var f uint32
+	if c.Active4 {
+		f |= ctActive4
+	}
+	if c.Active6 {
+		f |= ctActive6
+	}
+	if c.TCPLiberal {
+		f |= ctTCPLiberal
+	}
+	return f
+}
+
+func ms(d time.Duration) uint32 { return uint32(min(d.Milliseconds(), 1<<32-1)) }
 
 // TCTx is a device a TC program may redirect an skb to (struct lfp_tc_tx).
 type TCTx struct {
@@ -181,6 +219,13 @@ func (d *Dataplane) Sync(data Data) error {
 		LocalPrefixes6: boolU32(len(p6) > 0),
 		StaleNeighs:    uint32(len(stale)),
 		Bridges:        bridges,
+
+		CtFlags:            data.CT.flags(),
+		CtTcpEstablishedMs: ms(data.CT.TCPEstablished),
+		CtTcpUnackMs:       ms(data.CT.TCPUnack),
+		CtTcpRetransMs:     ms(data.CT.TCPRetrans),
+		CtTcpMaxRetrans:    uint32(data.CT.TCPMaxRetrans),
+		CtUdpStreamMs:      ms(data.CT.UDPStream),
 	}
 	errs := []error{
 		syncMap(d.maps.LfpLocalPfx4, d.pfx4, p4),

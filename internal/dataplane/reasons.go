@@ -46,6 +46,11 @@ const (
 	PassFilter
 	PassFilterHeaders
 	PassGSO
+	PassCTNew
+	PassCTNAT
+	PassCTState
+	PassCTLiberal
+	PassCTProto
 	numReasons
 )
 
@@ -92,6 +97,11 @@ var reasonNames = [numReasons]string{
 	"filter",
 	"filter_headers",
 	"gso",
+	"ct_new",
+	"ct_nat",
+	"ct_state",
+	"ct_not_liberal",
+	"ct_protocol",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

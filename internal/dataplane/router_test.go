@@ -400,7 +400,13 @@ func (env *testEnv) resetStale(t *testing.T) {
 // nexthop).
 func (env *testEnv) checkRouted(t *testing.T, prog *ebpf.Program, pkt []byte, want Reason, output []byte) {
 	t.Helper()
-	ret, out, reason := env.run(t, prog, pkt)
+	env.checkRoutedOn(t, prog, pkt, env.in, want, output)
+}
+
+// checkRoutedOn is checkRouted for a packet received on ifindex.
+func (env *testEnv) checkRoutedOn(t *testing.T, prog *ebpf.Program, pkt []byte, ifindex int, want Reason, output []byte) {
+	t.Helper()
+	ret, out, reason := env.runOn(t, prog, pkt, ifindex)
 	if reason != want {
 		t.Fatalf("reason %v, want %v", reason, want)
 	}
@@ -551,5 +557,23 @@ func TestRouterTC(t *testing.T) {
 	pkt = tcp(good4, 3000)
 	if _, _, reason = env.runSkb(t, prog, pkt, skbMD{Ifindex: uint32(env.in), GSOSize: 1360}); reason != Forwarded {
 		t.Fatalf("gso train into the peer: reason %v", reason)
+	}
+}
+
+// Every map in the object is one of the shared ones: a program with a private map would keep
+// data nobody writes or reads (it happened with a ring buffer).
+func TestEveryMapShared(t *testing.T) {
+	env := newTestEnv(t)
+	spec, err := loadLinuxfp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range spec.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue // .rodata, .data, .bss: each program's own
+		}
+		if env.dp.shared[name] == nil {
+			t.Errorf("map %s (%s) is not shared between the programs", name, m.Type)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/filter/compile"
@@ -34,14 +35,18 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 		return prefix(reasons), nil
 	case f.Err[fam] != "":
 		return append(prefix(reasons), "filter module: "+f.Err[fam]), nil
-	case f.NAT[fam]:
-		// A reply of a translated connection matches nothing in the rules (it is translated
-		// back from the connection's conntrack entry): not modelled yet.
-		return []string{"netfilter NAT rules: replies of translated connections need their conntrack entry (not modelled yet)"}, nil
+	case f.Tracked[fam] && s.Sysctl.Conntrack.TCPTimeoutEstablished == 0:
+		return []string{"netfilter tracks connections (nat chains), and the nf_conntrack sysctls could not be read (the conntrack module needs them)"}, nil
+	}
+	if f.Tracked[fam] {
+		// nf_nat needs conntrack, so netfilter tracks every connection of the family: the
+		// conntrack module (bpf/lib/ct.h) takes only established, untranslated connections.
+		notes = append(notes, "conntrack: nat chains make netfilter track connections: Linux decides every new one "+
+			"(and every translated one: not modelled yet); the fast path takes the later packets of established, untranslated ones")
 	}
 	p := f.Prog[fam]
 	if p == nil || p.Empty {
-		return nil, nil
+		return nil, notes
 	}
 	linux := 0
 	for _, r := range p.Rules {
@@ -49,8 +54,30 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 			linux++
 		}
 	}
-	return nil, []string{fmt.Sprintf("filter module: %d netfilter rules compiled into %d (%d hand the packets that reach them to Linux)",
-		f.Rules[fam], len(p.Rules), linux)}
+	return nil, append(notes, fmt.Sprintf("filter module: %d netfilter rules compiled into %d (%d hand the packets that reach them to Linux)",
+		f.Rules[fam], len(p.Rules), linux))
+}
+
+// ctActive: the conntrack module runs for family fam (netfilter tracks its forwarded
+// connections, and the family is not off for another netfilter reason).
+func ctActive(s *observe.Snapshot, fam int) bool {
+	off, _ := netfilterWhy(s, fam)
+	return s.Filter != nil && s.Filter.Tracked[fam] && len(off) == 0
+}
+
+// ctData is what the conntrack module reads.
+func ctData(s *observe.Snapshot) dataplane.CT {
+	c := s.Sysctl.Conntrack
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	return dataplane.CT{
+		Active4: ctActive(s, 0), Active6: ctActive(s, 1),
+		TCPLiberal:     c.TCPBeLiberal,
+		TCPEstablished: sec(c.TCPTimeoutEstablished),
+		TCPUnack:       sec(c.TCPTimeoutUnack),
+		TCPRetrans:     sec(c.TCPTimeoutMaxRetrans),
+		TCPMaxRetrans:  c.TCPMaxRetrans,
+		UDPStream:      sec(c.UDPTimeoutStream),
+	}
 }
 
 // filterData is what the filter module reads: the programs of the families it classifies, and
@@ -62,9 +89,9 @@ func filterData(s *observe.Snapshot) dataplane.FilterData {
 	}
 	var progs [2]*compile.Program
 	for fam := range progs {
-		off, notes := netfilterWhy(s, fam)
-		if len(off) == 0 && len(notes) > 0 {
-			progs[fam] = s.Filter.Prog[fam]
+		off, _ := netfilterWhy(s, fam)
+		if p := s.Filter.Prog[fam]; len(off) == 0 && p != nil && !p.Empty {
+			progs[fam] = p
 		}
 	}
 	fd.Prog4, fd.Prog6 = progs[0], progs[1]

@@ -116,6 +116,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	slices.SortFunc(p.Data.LocalHosts, func(a, b netip.Addr) int { return a.Compare(b) })
 	p.Data.LocalPrefixes = s.Routes.LocalPrefixes
 	p.Data.Filter = filterData(s)
+	p.Data.CT = ctData(s)
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	return p

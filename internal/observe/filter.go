@@ -18,9 +18,11 @@ type FilterState struct {
 	// Prog is the compiled ruleset of IPv4 [0] and IPv6 [1]; nil when Err says why not.
 	Prog [2]*compile.Program
 	Err  [2]string
-	// NAT: the family has NAT rules. Replies of translated connections look like nothing the
-	// rules match, so they need the connection's conntrack entry (not modelled yet).
-	NAT [2]bool
+	// Tracked: netfilter tracks the family's connections, because a nat-type chain is hooked
+	// (an iptables nat table, even empty, or NAT rules: nf_nat needs conntrack). Prog is then
+	// the ruleset an established connection's packets traverse (no nat chains): the conntrack
+	// module hands every other packet to Linux.
+	Tracked [2]bool
 	// Rules counts the family's rules (iptables and nft), for notes.
 	Rules [2]int
 	// CompileTime is how long reading and compiling took; SetsReadTime how long reading the
@@ -53,18 +55,24 @@ func readFilter() (*FilterState, error) {
 func (f *FilterState) compile() {
 	f.usesSets = false
 	for i, rs := range f.rulesets {
-		f.Prog[i], f.Err[i], f.NAT[i], f.Rules[i] = nil, "", false, 0
+		f.Prog[i], f.Err[i], f.Tracked[i], f.Rules[i] = nil, "", false, 0
 		if rs == nil {
 			f.Err[i] = "no ruleset read"
 			continue
 		}
 		for _, ch := range rs.Chains {
 			f.Rules[i] += len(ch.Rules)
+			if ch.Base != nil && ch.Base.Type == model.ChainNAT {
+				f.Tracked[i] = true
+			}
 			for _, r := range ch.Rules {
 				if r.Verdict.NAT {
-					f.NAT[i] = true
+					f.Tracked[i] = true
 				}
 			}
+		}
+		if f.Tracked[i] {
+			rs = rs.Established()
 		}
 		p, err := compile.Compile(rs, f.sets)
 		if err != nil {

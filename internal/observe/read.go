@@ -339,6 +339,14 @@ func readSysctls(links map[int]*Link) Sysctls {
 		BrNFCallIP6Tables: readSysctl("net/bridge/bridge-nf-call-ip6tables") != 0,
 		IPv4DevFwd:        map[string]bool{},
 		RPFilter:          map[string]int{},
+		Conntrack: ConntrackSysctls{
+			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
+			TCPTimeoutEstablished: readSysctl("net/netfilter/nf_conntrack_tcp_timeout_established"),
+			TCPTimeoutUnack:       readSysctl("net/netfilter/nf_conntrack_tcp_timeout_unacknowledged"),
+			TCPTimeoutMaxRetrans:  readSysctl("net/netfilter/nf_conntrack_tcp_timeout_max_retrans"),
+			TCPMaxRetrans:         readSysctl("net/netfilter/nf_conntrack_tcp_max_retrans"),
+			UDPTimeoutStream:      readSysctl("net/netfilter/nf_conntrack_udp_timeout_stream"),
+		},
 	}
 	all := readSysctl("net/ipv4/conf/all/rp_filter")
 	for _, lk := range links {

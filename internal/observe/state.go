@@ -141,6 +141,18 @@ type Sysctls struct {
 	// BrNFCallIPTables / BrNFCallIP6Tables: net.bridge.bridge-nf-call-iptables / -ip6tables
 	// (br_netfilter passes bridged IPv4 / IPv6 through the iptables hooks).
 	BrNFCallIPTables, BrNFCallIP6Tables bool
+	// Conntrack: the net.netfilter.nf_conntrack_* settings the conntrack module follows.
+	Conntrack ConntrackSysctls
+}
+
+// ConntrackSysctls are net.netfilter.nf_conntrack_* (timeouts in seconds).
+type ConntrackSysctls struct {
+	TCPBeLiberal          bool
+	TCPTimeoutEstablished int
+	TCPTimeoutUnack       int
+	TCPTimeoutMaxRetrans  int
+	TCPMaxRetrans         int
+	UDPTimeoutStream      int
 }
 
 // Netfilter says which forwarded traffic netfilter could see.

@@ -38,9 +38,15 @@ type Status struct {
 	FilterRules []FilterRule `json:"filter_rules,omitempty"`
 	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
 	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
-	FDBEntries   int         `json:"fdb_entries"`
-	FDBRefreshes uint64      `json:"fdb_refreshes"`
-	Interfaces   []Interface `json:"interfaces"`
+	FDBEntries   int    `json:"fdb_entries"`
+	FDBRefreshes uint64 `json:"fdb_refreshes"`
+	// Conntrack: the families whose forwarded connections netfilter tracks (the conntrack
+	// module runs); CTLiberal counts TCP connections marked liberal for the fast path,
+	// CTLiberalFailed the marks that failed (the connection was gone, mostly).
+	Conntrack       []string    `json:"conntrack,omitempty"`
+	CTLiberal       uint64      `json:"ct_liberal"`
+	CTLiberalFailed uint64      `json:"ct_liberal_failed"`
+	Interfaces      []Interface `json:"interfaces"`
 }
 
 // Interface is one interface's state.

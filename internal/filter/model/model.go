@@ -504,3 +504,18 @@ func (rs *Ruleset) Stats() Stats {
 	}
 	return s
 }
+
+// Established is the ruleset a packet of an already tracked connection traverses: nat-type base
+// chains see only a connection's first packet (nf_nat looks the rest up in its conntrack
+// entry), so they are left out. The chains themselves are shared with rs.
+func (rs *Ruleset) Established() *Ruleset {
+	out := &Ruleset{Family: rs.Family, Chains: rs.Chains, Base: map[Hook][]*Chain{}}
+	for h, chains := range rs.Base {
+		for _, ch := range chains {
+			if ch.Base.Type != ChainNAT {
+				out.Base[h] = append(out.Base[h], ch)
+			}
+		}
+	}
+	return out
+}

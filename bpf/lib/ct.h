@@ -1,0 +1,258 @@
+/* Conntrack module: where netfilter tracks connections on the forward path (NAT rules exist),
+ * Linux decides every new connection and the fast path takes only the later packets of
+ * connections the kernel's own conntrack table holds, looked up with the conntrack kfuncs, and
+ * refreshes the entry as nf_conntrack_in() would. Everything that would move the entry's state,
+ * or that the entry translates, is Linux's. */
+#ifndef LFP_CT_H
+#define LFP_CT_H
+
+#include "ctx.h"
+#include "parse.h"
+#include "linuxfp_types.h"
+
+/* The kernel's structures, only the fields read here; CO-RE relocates them against the running
+ * kernel's BTF. */
+struct ip_ct_tcp_state {
+	__u32 td_end;
+	__u32 td_maxend;
+	__u32 td_maxwin;
+	__u32 td_maxack;
+	__u8 td_scale;
+	__u8 flags;
+} __attribute__((preserve_access_index));
+
+struct ip_ct_tcp {
+	struct ip_ct_tcp_state seen[2];
+	__u8 state;
+	__u8 last_dir;
+	__u8 retrans;
+} __attribute__((preserve_access_index));
+
+union nf_conntrack_proto {
+	struct ip_ct_tcp tcp;
+} __attribute__((preserve_access_index));
+
+struct nf_conn {
+	unsigned long status;
+	__u32 timeout;
+	union nf_conntrack_proto proto;
+} __attribute__((preserve_access_index));
+
+/* struct bpf_ct_opts in its first (12-byte) form: netns, error out, protocol, direction out. */
+struct lfp_ct_opts {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u8 reserved[2];
+};
+
+extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *ctx, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct lfp_ct_opts *opts, __u32 opts__sz) __ksym;
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *ctx, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct lfp_ct_opts *opts, __u32 opts__sz) __ksym;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym;
+extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout) __ksym;
+
+/* include/uapi/linux/netfilter/nf_conntrack_common.h */
+#define IPS_EXPECTED      (1UL << 0)
+#define IPS_SEEN_REPLY    (1UL << 1)
+#define IPS_ASSURED       (1UL << 2)
+#define IPS_CONFIRMED     (1UL << 3)
+#define IPS_SRC_NAT       (1UL << 4)
+#define IPS_DST_NAT       (1UL << 5)
+#define IPS_SEQ_ADJUST    (1UL << 6)
+#define IPS_DYING         (1UL << 9)
+#define IPS_FIXED_TIMEOUT (1UL << 10)
+#define IPS_TEMPLATE      (1UL << 11)
+#define IPS_NAT_CLASH     (1UL << 12) /* also IPS_UNTRACKED */
+#define IPS_HELPER        (1UL << 13)
+#define IPS_OFFLOAD       (1UL << 14)
+#define IPS_HW_OFFLOAD    (1UL << 15)
+
+#define TCP_CONNTRACK_ESTABLISHED 3
+#define IP_CT_TCP_FLAG_BE_LIBERAL          0x08
+#define IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED 0x10
+
+#define TCPHDR_FIN 0x01
+#define TCPHDR_SYN 0x02
+#define TCPHDR_RST 0x04
+
+#ifndef BPF_F_CURRENT_NETNS
+#define BPF_F_CURRENT_NETNS (-1)
+#endif
+
+/* Requests to make a TCP connection's tracking liberal (see ct_tcp), at most one per second
+ * per connection. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} lfp_ct_requests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lfp_ct_req);
+	__type(value, __u64);
+	__uint(max_entries, 16384);
+} lfp_ct_requested SEC(".maps");
+
+/* The packet's connection, as the conntrack lookup and the controller's request see it. */
+struct ct_pkt {
+	struct bpf_sock_tuple t;
+	__u32 tlen;
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 v6;
+};
+
+/* The conntrack tuple of a TCP or UDP packet (addresses in network byte order, IPv4 in [0]) whose
+ * L4 header is in the linear data; c->proto stays 0 for anything else (conntrack tracks ICMP,
+ * SCTP ... too: not modelled, Linux's). */
+static __always_inline void ct_parse(struct ct_pkt *c, const __u32 *src, const __u32 *dst, int v6, __u8 proto,
+				     const void *l4, const void *data_end)
+{
+	const __u8 *th = l4;
+	const __be16 *ports = l4;
+
+	__builtin_memset(c, 0, sizeof(*c));
+	c->v6 = v6;
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return;
+	if ((void *)(th + (proto == IPPROTO_TCP ? 14 : 4)) > data_end)
+		return;
+	if (proto == IPPROTO_TCP)
+		c->tcp_flags = th[13];
+	c->proto = proto;
+	if (v6) {
+		__builtin_memcpy(c->t.ipv6.saddr, src, 16);
+		__builtin_memcpy(c->t.ipv6.daddr, dst, 16);
+		c->t.ipv6.sport = ports[0];
+		c->t.ipv6.dport = ports[1];
+		c->tlen = sizeof(c->t.ipv6);
+	} else {
+		c->t.ipv4.saddr = src[0];
+		c->t.ipv4.daddr = dst[0];
+		c->t.ipv4.sport = ports[0];
+		c->t.ipv4.dport = ports[1];
+		c->tlen = sizeof(c->t.ipv4);
+	}
+}
+
+static __always_inline struct nf_conn *ct_lookup(lfp_ctx *ctx, struct ct_pkt *c, struct lfp_ct_opts *o)
+{
+	o->netns_id = BPF_F_CURRENT_NETNS;
+	o->l4proto = c->proto;
+#if LFP_TC
+	return bpf_skb_ct_lookup(ctx, &c->t, c->tlen, o, sizeof(*o));
+#else
+	return bpf_xdp_ct_lookup(ctx, &c->t, c->tlen, o, sizeof(*o));
+#endif
+}
+
+/* Ask the controller to set IP_CT_TCP_FLAG_BE_LIBERAL on the connection (both directions). */
+static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
+{
+	struct lfp_ct_req r = {};
+	__u64 now = bpf_ktime_get_coarse_ns(), *last;
+
+	r.family = c->v6 ? AF_INET6 : AF_INET;
+	r.proto = c->proto;
+	r.dir = dir;
+	if (c->v6) {
+		__builtin_memcpy(r.src, c->t.ipv6.saddr, 16);
+		__builtin_memcpy(r.dst, c->t.ipv6.daddr, 16);
+		r.sport = c->t.ipv6.sport;
+		r.dport = c->t.ipv6.dport;
+	} else {
+		r.src[0] = c->t.ipv4.saddr;
+		r.dst[0] = c->t.ipv4.daddr;
+		r.sport = c->t.ipv4.sport;
+		r.dport = c->t.ipv4.dport;
+	}
+	last = bpf_map_lookup_elem(&lfp_ct_requested, &r);
+	if (last && now - *last < 1000000000ULL)
+		return;
+	bpf_map_update_elem(&lfp_ct_requested, &r, &now, BPF_ANY);
+	bpf_ringbuf_output(&lfp_ct_requests, &r, sizeof(r), 0);
+}
+
+/* TCP: only ESTABLISHED connections, only segments that cannot change the state (no SYN, FIN,
+ * RST), and only once the entry is liberal in both directions: Linux no longer sees every
+ * segment, so its sequence-window tracking would go stale and judge the connection's later
+ * segments (the FIN) out of window, i.e. INVALID. The kernel's own flowtable offload marks its
+ * connections liberal for the same reason; linuxfp asks the controller to do the same through
+ * ctnetlink (or nf_conntrack_tcp_be_liberal=1 makes every connection so). Until then, Linux.
+ * Returns the timeout Linux's tcp_packet() would give the entry, in ms, or 0. */
+static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn *ct, const struct ct_pkt *c,
+				    __u8 dir, enum lfp_reason *why)
+{
+	__u32 timeout;
+	__u8 f0, f1;
+
+	if (ct->proto.tcp.state != TCP_CONNTRACK_ESTABLISHED) {
+		*why = LFP_PASS_CT_STATE;
+		return 0;
+	}
+	f0 = ct->proto.tcp.seen[0].flags;
+	f1 = ct->proto.tcp.seen[1].flags;
+	if (!(cfg->ct_flags & LFP_CT_TCP_LIBERAL) && !(f0 & f1 & IP_CT_TCP_FLAG_BE_LIBERAL)) {
+		ct_request_liberal(c, dir);
+		*why = LFP_PASS_CT_LIBERAL;
+		return 0;
+	}
+	/* tcp_packet()'s choice for an ESTABLISHED connection. */
+	timeout = cfg->ct_tcp_established_ms;
+	if (ct->proto.tcp.retrans >= cfg->ct_tcp_max_retrans && timeout > cfg->ct_tcp_retrans_ms)
+		timeout = cfg->ct_tcp_retrans_ms;
+	else if (((f0 | f1) & IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED) && timeout > cfg->ct_tcp_unack_ms)
+		timeout = cfg->ct_tcp_unack_ms;
+	return timeout;
+}
+
+/* The conntrack step, where nf_conntrack_in() runs (prerouting, before routing and the filter):
+ * LFP_FORWARDED when the connection is established in the kernel's table, untranslated and in a
+ * state the fast path keeps exactly as Linux would (its timeout is then refreshed, as Linux does
+ * for every packet it tracks, whatever happens to it next); otherwise why Linux must see it. */
+static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c)
+{
+	struct lfp_ct_opts o = {};
+	enum lfp_reason why = LFP_FORWARDED;
+	struct nf_conn *ct;
+	unsigned long status;
+	__u32 timeout = 0;
+
+	if (!c->proto)
+		return LFP_PASS_CT_PROTO;
+	/* These move the TCP state machine: Linux's. */
+	if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
+		return LFP_PASS_CT_STATE;
+	ct = ct_lookup(ctx, c, &o);
+	/* No entry: a new connection (or one conntrack gave up): Linux creates the entry, applies
+	 * the nat chains and decides. */
+	if (!ct)
+		return LFP_PASS_CT_NEW;
+	status = ct->status;
+	if (status & (IPS_SRC_NAT | IPS_DST_NAT)) {
+		/* Translated: the translation is Linux's (not modelled yet). */
+		why = LFP_PASS_CT_NAT;
+	} else if (!(status & IPS_CONFIRMED) ||
+		   (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH |
+			      IPS_HELPER | IPS_OFFLOAD | IPS_HW_OFFLOAD))) {
+		/* Unconfirmed, a helper's (expected, sequence adjusting), dying, offloaded ...: Linux. */
+		why = LFP_PASS_CT_STATE;
+	} else if (c->proto == IPPROTO_TCP) {
+		timeout = ct_tcp(cfg, ct, c, o.dir, &why);
+	} else {
+		/* udp_packet(): once ASSURED (replies seen, still alive after 2 s) every packet
+		 * refreshes the entry to the stream timeout; before that the state moves: Linux's. */
+		if (!(status & IPS_ASSURED))
+			why = LFP_PASS_CT_STATE;
+		timeout = cfg->ct_udp_stream_ms;
+	}
+	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT))
+		bpf_ct_change_timeout(ct, timeout);
+	bpf_ct_release(ct);
+	return why;
+}
+
+#endif

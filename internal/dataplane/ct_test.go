@@ -1,0 +1,214 @@
+package dataplane
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+	"github.com/ti-mo/conntrack"
+	"golang.org/x/sys/unix"
+
+	lfpct "github.com/linuxfp/linuxfp/internal/conntrack"
+	"github.com/linuxfp/linuxfp/internal/packet"
+)
+
+// The conntrack module against entries of the kernel's own table, created through ctnetlink in
+// the test namespace: which connections the fast path takes, that it refreshes their timeout as
+// Linux would, and that it asks for TCP connections to be made liberal.
+func TestConntrack(t *testing.T) {
+	env := newTestEnv(t)
+	var ct *conntrack.Conn
+	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	ctData := CT{Active4: true, Active6: true, TCPEstablished: 432000 * time.Second, TCPUnack: 300 * time.Second,
+		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second}
+	sync := func(c CT) {
+		t.Helper()
+		err := env.ns.Do(func() error {
+			return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in), CT: c})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(ctData)
+	requests := make(chan CTRequest, 64)
+	if err := env.dp.ReadCTRequests(func(r CTRequest) { requests <- r }); err != nil {
+		t.Fatal(err)
+	}
+
+	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
+	src6, dst6 := netip.MustParseAddr("2001:2::2"), netip.MustParseAddr("2001:2:1::9")
+	liberal := uint16(0x0808) // IP_CT_TCP_FLAG_BE_LIBERAL, as flags and mask
+	const (
+		tcpEstablished = 3
+		tcpSynSent     = 1
+	)
+	seen := conntrack.StatusSeenReply | conntrack.StatusAssured
+	tcpFlow := func(s, d netip.Addr, sport uint16, state uint8, flags uint16) conntrack.Flow {
+		f := conntrack.NewFlow(unix.IPPROTO_TCP, seen, s, d, sport, 80, 60, 0)
+		f.ProtoInfo.TCP = &conntrack.ProtoInfoTCP{State: state, OriginalFlags: flags, ReplyFlags: flags}
+		return f
+	}
+	udpFlow := func(sport uint16, status conntrack.Status) conntrack.Flow {
+		return conntrack.NewFlow(unix.IPPROTO_UDP, status, src, dst, sport, 53, 60, 0)
+	}
+	// ctnetlink creates an entry with no status bits; they are set by an update, which must
+	// keep CONFIRMED.
+	create := func(f conntrack.Flow) {
+		t.Helper()
+		status := f.Status
+		f.Status = 0
+		err := env.ns.Do(func() error {
+			if err := ct.Create(f); err != nil {
+				return err
+			}
+			f.Status, f.ProtoInfo = status|conntrack.StatusConfirmed, conntrack.ProtoInfo{}
+			return ct.Update(f)
+		})
+		if err != nil {
+			t.Fatalf("create %v: %v", f.TupleOrig, err)
+		}
+	}
+	flows := []conntrack.Flow{
+		tcpFlow(src, dst, 1001, tcpEstablished, liberal),
+		tcpFlow(src, dst, 1002, tcpEstablished, 0),
+		tcpFlow(src, dst, 1003, tcpSynSent, liberal),
+		tcpFlow(src6, dst6, 1004, tcpEstablished, liberal),
+		udpFlow(2001, conntrack.StatusSeenReply|conntrack.StatusAssured),
+		udpFlow(2002, conntrack.StatusSeenReply),
+	}
+	for _, f := range flows {
+		create(f)
+	}
+	// get reads an entry back. (conntrack.Conn.Get waits forever with this module's netlink
+	// library version; a dump works.)
+	get := func(f conntrack.Flow) conntrack.Flow {
+		t.Helper()
+		all, err := ct.Dump(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range all {
+			if g.TupleOrig == f.TupleOrig {
+				return g
+			}
+		}
+		t.Fatalf("no entry %v", f.TupleOrig)
+		return conntrack.Flow{}
+	}
+	timeout := func(f conntrack.Flow) uint32 { t.Helper(); return get(f).Timeout }
+
+	tcp := func(s, d netip.Addr, sport, dport uint16, flags byte) []byte {
+		sp := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: s, Dst: d, Proto: layers.IPProtocolTCP,
+			SrcPort: sport, DstPort: dport, Size: 80}
+		b := sp.Bytes()
+		l4 := 14 + 20
+		if s.Is6() {
+			l4 = 14 + 40
+		}
+		b[l4+13] = flags // the TCP checksum is not looked at
+		return b
+	}
+	udp := func(sport, dport uint16) []byte {
+		return packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, Size: 60}.Bytes()
+	}
+	const ack, syn, fin, rst = 0x10, 0x02, 0x01, 0x04
+	reply := tcp(dst, src, 80, 1001, ack)
+	cases := []struct {
+		name    string
+		pkt     []byte
+		out     bool // received on out0 (default in0)
+		want    Reason
+		output  []byte          // when forwarded (default: to out0's nexthop)
+		refresh *conntrack.Flow // its timeout must be the established one afterwards
+	}{
+		{name: "tcp established, liberal", pkt: tcp(src, dst, 1001, 80, ack), want: Forwarded, refresh: &flows[0]},
+		{name: "tcp established, reply direction", pkt: reply, out: true, want: Forwarded,
+			output: packet.Forwarded(reply, macIn, macPeer), refresh: &flows[0]},
+		{name: "tcp established, ipv6", pkt: tcp(src6, dst6, 1004, 80, ack), want: Forwarded, refresh: &flows[3]},
+		{name: "tcp fin", pkt: tcp(src, dst, 1001, 80, ack|fin), want: PassCTState},
+		{name: "tcp rst", pkt: tcp(src, dst, 1001, 80, rst), want: PassCTState},
+		{name: "tcp syn", pkt: tcp(src, dst, 1001, 80, syn), want: PassCTState},
+		{name: "tcp not liberal: asks, Linux meanwhile", pkt: tcp(src, dst, 1002, 80, ack), want: PassCTLiberal},
+		{name: "tcp not established", pkt: tcp(src, dst, 1003, 80, ack), want: PassCTState},
+		{name: "tcp unknown connection", pkt: tcp(src, dst, 1009, 80, ack), want: PassCTNew},
+		{name: "udp assured", pkt: udp(2001, 53), want: Forwarded, refresh: &flows[4]},
+		{name: "udp not assured yet", pkt: udp(2002, 53), want: PassCTState},
+		{name: "udp unknown", pkt: udp(2009, 53), want: PassCTNew},
+		{name: "icmp", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolICMPv4, ICMPType: 8, Size: 60}.Bytes(), want: PassCTProto},
+	}
+	for _, hook := range hooks {
+		env.hook = hook
+		prog := env.prog(t, true, true)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				// Every packet of a known connection refreshes it, forwarded or not: start from
+				// short timeouts.
+				for _, f := range flows {
+					f.Timeout, f.Status, f.ProtoInfo = 60, 0, conntrack.ProtoInfo{}
+					if err := env.ns.Do(func() error { return ct.Update(f) }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				in := env.in
+				if c.out {
+					in = env.out
+				}
+				env.checkRoutedOn(t, prog, c.pkt, in, c.want, c.output)
+				if c.refresh != nil {
+					want := uint32(120)
+					if c.refresh.TupleOrig.Proto.Protocol == unix.IPPROTO_TCP {
+						want = 432000
+					}
+					if got := timeout(*c.refresh); got < want-2 || got > want {
+						t.Fatalf("timeout %d after the packet, want %d (refreshed as Linux would)", got, want)
+					}
+				}
+			})
+		}
+	}
+
+	// The not-liberal connection was asked for, in its original direction; the controller's
+	// ctnetlink message makes it liberal, and the fast path then takes it.
+	select {
+	case r := <-requests:
+		want := lfpct.Tuple{Proto: unix.IPPROTO_TCP, Src: src, Dst: dst, SPort: 1002, DPort: 80}
+		if r.Tuple != want || r.Reply {
+			t.Fatalf("request %+v, want %+v original", r, want)
+		}
+		c, err := func() (c *lfpct.Client, err error) { err = env.ns.Do(func() error { c, err = lfpct.Dial(); return err }); return }()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.SetTCPLiberal(r.Tuple, r.Reply); err != nil {
+			t.Fatal(err)
+		}
+		gone := lfpct.Tuple{Proto: unix.IPPROTO_TCP, Src: src, Dst: dst, SPort: 4444, DPort: 80}
+		if err := c.SetTCPLiberal(gone, false); !errors.Is(err, lfpct.ErrNoEntry) {
+			t.Fatalf("marking a connection that does not exist: %v, want ErrNoEntry", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no request to make the connection liberal")
+	}
+	env.hook = HookXDP
+	env.checkRouted(t, env.prog(t, true, true), tcp(src, dst, 1002, 80, ack), Forwarded, nil)
+	if f := get(flows[1]); f.ProtoInfo.TCP == nil || f.ProtoInfo.TCP.State != tcpEstablished {
+		t.Fatalf("marking liberal changed the TCP state: %+v", f.ProtoInfo.TCP)
+	}
+
+	// nf_conntrack_tcp_be_liberal=1: every connection is liberal, no request needed.
+	c2 := ctData
+	c2.TCPLiberal = true
+	sync(c2)
+	create(tcpFlow(src, dst, 1010, tcpEstablished, 0))
+	env.checkRouted(t, env.prog(t, true, true), tcp(src, dst, 1010, 80, ack), Forwarded, nil)
+	// Not active: no lookup at all (an unknown connection is forwarded as before).
+	sync(CT{})
+	env.checkRouted(t, env.prog(t, true, true), tcp(src, dst, 1011, 80, ack), Forwarded, nil)
+}
