@@ -184,6 +184,13 @@ struct lfp_fw_lpm_key {
 	__u32 addr[4];
 };
 
+/* Full-length (/32, /128) cut prefixes: an exact match is the longest, and a hash lookup costs
+ * the same however many there are, where the LPM trie grows deeper with every host route. */
+struct lfp_fw_host_key {
+	__u32 sel; /* as in lfp_fw_lpm_key */
+	__u32 addr[4];
+};
+
 struct lfp_fw_set_key {
 	__u32 prefixlen; /* 64 + address prefix length */
 	__u32 set;       /* the kernel's set index */

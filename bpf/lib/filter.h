@@ -44,6 +44,15 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } lfp_fw_lpm SEC(".maps");
 
+/* (bank, family, cut address) -> leaf index, for the cut's full-length prefixes (see
+ * lfp_fw_host_key); consulted before lfp_fw_lpm. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_fw_host_key);
+	__type(value, __u32);
+	__uint(max_entries, 2 * LFP_FW_MAX_RULES);
+} lfp_fw_hosts SEC(".maps");
+
 /* Every ipset the rules use: (kernel set index, proto, port, address prefix) -> 1 member,
  * 0 nomatch. The most specific entry decides, as in the kernel's hash:net types. */
 struct {
@@ -292,7 +301,10 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		lk.addr[2] = a[2];
 		lk.addr[3] = a[3];
 	}
-	leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk);
+	/* struct lfp_fw_host_key is lfp_fw_lpm_key without the prefix length. */
+	leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
+	if (!leaf_idx)
+		leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk);
 	if (!leaf_idx)
 		return LFP_FW_LINUX;
 	key = bank * LFP_FW_MAX_RULES + *leaf_idx;

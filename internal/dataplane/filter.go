@@ -44,7 +44,8 @@ type filterState struct {
 	bank         uint32
 	flags        uint32
 	prog4, prog6 *compile.Program
-	lpm          [2][]linuxfpLfpFwLpmKey // LPM keys written per bank
+	lpm          [2][]linuxfpLfpFwLpmKey  // LPM keys written per bank
+	hosts        [2][]linuxfpLfpFwHostKey // full-length cut prefixes written per bank
 	ruleBase     [2]uint32               // where each family's rules start in the bank
 	sets         map[linuxfpLfpFwSetKey]uint8
 	ifs          map[uint32]linuxfpLfpFwIf
@@ -104,6 +105,8 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	var leaves []linuxfpLfpFwLeaf
 	var lpm []linuxfpLfpFwLpmKey
 	var lpmVals []uint32
+	var hosts []linuxfpLfpFwHostKey
+	var hostVals []uint32
 	sets := map[linuxfpLfpFwSetKey]uint8{}
 	// Keep the running bank's set entries: they are in use until the flip.
 	for k, v := range st.sets {
@@ -183,6 +186,11 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		}
 		for _, lp := range p.Prefixes {
 			pf := lp.Prefix.Masked()
+			if pf.IsSingleIP() {
+				hosts = append(hosts, linuxfpLfpFwHostKey{Sel: next<<8 | uint32(fam), Addr: wordsOf(pf.Addr())})
+				hostVals = append(hostVals, leafBase+uint32(lp.Leaf))
+				continue
+			}
 			lpm = append(lpm, linuxfpLfpFwLpmKey{Prefixlen: 32 + uint32(pf.Bits()), Sel: next<<8 | uint32(fam), Addr: wordsOf(pf.Addr())})
 			lpmVals = append(lpmVals, leafBase+uint32(lp.Leaf))
 		}
@@ -226,6 +234,18 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			return st.flags, st.bank, fmt.Errorf("filter lpm: %w", err)
 		}
 		st.lpm[next] = append(st.lpm[next], k)
+	}
+	for _, k := range st.hosts[next] {
+		if err := d.maps.LfpFwHosts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return st.flags, st.bank, fmt.Errorf("filter hosts: %w", err)
+		}
+	}
+	st.hosts[next] = nil
+	if len(hosts) > 0 {
+		if _, err := d.maps.LfpFwHosts.BatchUpdate(hosts, hostVals, nil); err != nil {
+			return st.flags, st.bank, fmt.Errorf("filter hosts: %w", err)
+		}
+		st.hosts[next] = hosts
 	}
 	if err := syncMap(d.maps.LfpFwSets, st.sets, sets); err != nil {
 		return st.flags, st.bank, err

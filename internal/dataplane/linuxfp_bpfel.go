@@ -72,6 +72,12 @@ type linuxfpLfpFdbVal struct {
 	SeenNs uint64
 }
 
+type linuxfpLfpFwHostKey struct {
+	_    structs.HostLayout
+	Sel  uint32
+	Addr [4]uint32
+}
+
 type linuxfpLfpFwIf struct {
 	_     structs.HostLayout
 	Bits  [2]uint64
@@ -174,6 +180,7 @@ const (
 	linuxfpMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpMapLfpFdb          = "lfp_fdb"
 	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
+	linuxfpMapLfpFwHosts      = "lfp_fw_hosts"
 	linuxfpMapLfpFwIfs        = "lfp_fw_ifs"
 	linuxfpMapLfpFwLeaves     = "lfp_fw_leaves"
 	linuxfpMapLfpFwLpm        = "lfp_fw_lpm"
@@ -254,6 +261,7 @@ type linuxfpMapSpecs struct {
 	LfpCtRequests  *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb         *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh  *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFwHosts     *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs       *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves    *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm       *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
@@ -310,6 +318,7 @@ type linuxfpMaps struct {
 	LfpCtRequests  *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb         *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh  *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFwHosts     *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs       *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves    *ebpf.Map `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm       *ebpf.Map `ebpf:"lfp_fw_lpm"`
@@ -334,6 +343,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbRefresh,
+		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
 		m.LfpFwLpm,

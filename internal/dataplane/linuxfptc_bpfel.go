@@ -72,6 +72,12 @@ type linuxfpTcLfpFdbVal struct {
 	SeenNs uint64
 }
 
+type linuxfpTcLfpFwHostKey struct {
+	_    structs.HostLayout
+	Sel  uint32
+	Addr [4]uint32
+}
+
 type linuxfpTcLfpFwIf struct {
 	_     structs.HostLayout
 	Bits  [2]uint64
@@ -174,6 +180,7 @@ const (
 	linuxfpTcMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb          = "lfp_fdb"
 	linuxfpTcMapLfpFdbRefresh   = "lfp_fdb_refresh"
+	linuxfpTcMapLfpFwHosts      = "lfp_fw_hosts"
 	linuxfpTcMapLfpFwIfs        = "lfp_fw_ifs"
 	linuxfpTcMapLfpFwLeaves     = "lfp_fw_leaves"
 	linuxfpTcMapLfpFwLpm        = "lfp_fw_lpm"
@@ -254,6 +261,7 @@ type linuxfpTcMapSpecs struct {
 	LfpCtRequests  *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb         *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh  *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFwHosts     *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs       *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves    *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm       *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
@@ -310,6 +318,7 @@ type linuxfpTcMaps struct {
 	LfpCtRequests  *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb         *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh  *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFwHosts     *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs       *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves    *ebpf.Map `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm       *ebpf.Map `ebpf:"lfp_fw_lpm"`
@@ -334,6 +343,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbRefresh,
+		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
 		m.LfpFwLpm,
