@@ -178,20 +178,36 @@ func TestBridgeSTPState(t *testing.T) {
 
 // br_netfilter: with bridge-nf-call-iptables=1 (the default), iptables FORWARD rules see bridged
 // IPv4. A DROP rule must drop bridged frames, so they must go to Linux.
+// br_netfilter: with bridge-nf-call-iptables=1 the iptables rules see bridged IP with the
+// bridge as input and output device; the filter module decides them in the fast path, a rule it
+// cannot evaluate hands the frames it could see to Linux, and nat chains make conntrack decide
+// new connections. Bridge-family nftables rules keep every frame with Linux.
 func TestBridgeNetfilter(t *testing.T) {
 	requireTool(t, "iptables")
 	tb := bridgeTestbed(t, testbed.Options{}, ipBridge)
 	l := startLinuxfp(t, tb)
 	sinkSpeaks(t, tb)
 	waitBridged(t, tb, l)
-	sh(t, tb.DUT, "iptables -A FORWARD -d "+sinkL2+" -j DROP")
-	waitL2Passed(t, tb, l, "bridge_netfilter", 0)
+	sh(t, tb.DUT, "iptables -A FORWARD -i br0 -o br0 -d "+sinkL2+" -j DROP")
+	waitL2Dropped(t, tb, l)
 	sh(t, tb.DUT, "sysctl -qw net.bridge.bridge-nf-call-iptables=0")
 	sinkSpeaks(t, tb)
 	waitBridged(t, tb, l) // the rule no longer sees bridged frames
 	sh(t, tb.DUT, "sysctl -qw net.bridge.bridge-nf-call-iptables=1")
-	waitL2Passed(t, tb, l, "bridge_netfilter", 0)
-	sh(t, tb.DUT, "iptables -D FORWARD -d "+sinkL2+" -j DROP")
+	waitL2Dropped(t, tb, l)
+	sh(t, tb.DUT, "iptables -D FORWARD -i br0 -o br0 -d "+sinkL2+" -j DROP")
+	sinkSpeaks(t, tb)
+	waitBridged(t, tb, l)
+	// A rule on the bridge port (physdev) is not modelled: the frames it could see are Linux's.
+	sh(t, tb.DUT, "iptables -A FORWARD -m physdev --physdev-in in0 -d "+sinkL2+" -j DROP")
+	waitL2Passed(t, tb, l, "filter", 0)
+	sh(t, tb.DUT, "iptables -F FORWARD")
+	sinkSpeaks(t, tb)
+	waitBridged(t, tb, l)
+	// nat chains: netfilter tracks bridged connections too; a new one is Linux's to decide.
+	sh(t, tb.DUT, "iptables -t nat -A POSTROUTING -o lfpnone -j MASQUERADE")
+	waitL2Passed(t, tb, l, "ct_new", 10)
+	sh(t, tb.DUT, "nft delete table ip nat")
 	sinkSpeaks(t, tb)
 	waitBridged(t, tb, l)
 	// A bridge-family nftables rule sees every bridged frame.
@@ -203,6 +219,20 @@ nft add rule bridge lfp fw ip daddr `+sinkL2+` drop`)
 	sh(t, tb.DUT, "nft delete table bridge lfp")
 	sinkSpeaks(t, tb)
 	waitBridged(t, tb, l)
+}
+
+// waitL2Dropped waits until datagrams from gen to the sink are dropped by the fast path's filter.
+func waitL2Dropped(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp) {
+	t.Helper()
+	eventually(t, 5*time.Second, "dropped by the fast path", func() error {
+		before, _ := l.Interface("in0")
+		b, passed, arrived := l2Delta(t, tb, l, sinkL2, 10)
+		after, _ := l.Interface("in0")
+		if dropped := after.Dropped.Packets - before.Dropped.Packets; b != 0 || arrived != 0 || dropped < 10 {
+			return fmt.Errorf("bridged %d, dropped %d, arrived %d; to Linux %v", b, dropped, arrived, passed)
+		}
+		return nil
+	})
 }
 
 func TestBridgePortRemovalAndDeletion(t *testing.T) {

@@ -56,6 +56,80 @@ static __always_inline __u32 bridge_nf_l3len(const lfp_ctx *ctx, __u16 proto, __
 	return l3len;
 }
 
+/* What br_netfilter's IP hooks need to know of a bridged packet (bridge_nf_ip). */
+struct bridge_nf {
+	const struct lfp_config *cfg;
+	struct lfp_scratch *scr;
+	int fw, ct;
+};
+
+/* br_netfilter with rules or connection tracking: a bridged IPv4/IPv6 packet traverses the IP
+ * prerouting, forward and postrouting hooks with the bridge device as input and output
+ * (brnf_get_logical_dev()). This is the prerouting part, before the FDB decides the port: the
+ * conntrack step (bpf/lib/ct.h), and the filter's view of the packet for the forward part
+ * (bridge_nf_classify). LFP_FORWARDED: go on. */
+static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, struct bridge_nf *nf)
+{
+	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
+	int v6 = proto == bpf_htons(ETH_P_IPV6);
+	struct fw_pkt *fp;
+	enum lfp_reason r;
+	__u32 tot, l3hdr;
+	__u8 l4proto;
+	void *l4;
+
+	nf->cfg = lfp_config();
+	if (!nf->cfg)
+		return LFP_PASS_FIB_OTHER;
+	nf->ct = nf->cfg->ct_flags & (v6 ? LFP_CT_ACTIVE6 : LFP_CT_ACTIVE4);
+	nf->fw = nf->cfg->fw_flags & (v6 ? LFP_FW_ACTIVE6 : LFP_FW_ACTIVE4);
+	if (!nf->ct && !nf->fw)
+		return LFP_FORWARDED;
+	nf->scr = lfp_scratch();
+	if (!nf->scr)
+		return LFP_PASS_FIB_OTHER;
+	fp = &nf->scr->fp;
+	/* bridge_nf_l3len() validated the header. */
+	__builtin_memset(fp, 0, sizeof(*fp));
+	fp->v6 = v6;
+	if (v6) {
+		struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return LFP_PASS_MALFORMED;
+		__builtin_memcpy(fp->src, &ip6->saddr, 16);
+		__builtin_memcpy(fp->dst, &ip6->daddr, 16);
+		l4proto = ip6->nexthdr;
+		l4 = ip6 + 1;
+		l3hdr = sizeof(*ip6);
+		tot = l3hdr + bpf_ntohs(ip6->payload_len);
+	} else {
+		struct iphdr *iph = data + sizeof(struct ethhdr);
+
+		if ((void *)(iph + 1) > data_end)
+			return LFP_PASS_MALFORMED;
+		/* Conntrack reassembles fragments (nf_defrag) and the rules' port matches do not
+		 * see a fragment's ports: Linux's. */
+		if (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+			return LFP_PASS_FRAGMENT;
+		fp->src[0] = iph->saddr;
+		fp->dst[0] = iph->daddr;
+		l4proto = iph->protocol;
+		l4 = iph + 1;
+		l3hdr = sizeof(*iph);
+		tot = bpf_ntohs(iph->tot_len);
+	}
+	if (nf->ct) {
+		ct_parse(&nf->scr->ct, fp->src, fp->dst, v6, l4proto, l4, data_end);
+		r = ct_forward(ctx, nf->cfg, &nf->scr->ct);
+		if (r != LFP_FORWARDED)
+			return r;
+	}
+	if (nf->fw)
+		return filter_l4(fp, l4proto, l4, data_end, tot - l3hdr, tot);
+	return LFP_FORWARDED;
+}
+
 static __always_inline int bridge_rx(lfp_ctx *ctx)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
@@ -63,10 +137,11 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	struct lfp_fdb_val *src, *dst;
 	struct ethhdr *eth = data;
 	struct lfp_l2_dev *port;
+	struct bridge_nf nf = {};
 	__u8 smac[ETH_ALEN];
 	enum lfp_reason r;
 	__u16 proto;
-	int act;
+	int act, nf_ip;
 
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
@@ -122,8 +197,9 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 		return act;
 	}
 
-	/* Bridged IP and br_netfilter: with rules that could see the packet, Linux's; without,
-	 * still validated and trimmed as br_validate_ipv4/6() do. */
+	/* Bridged IP and br_netfilter: with rules the filter module does not take over, Linux's;
+	 * otherwise validated and trimmed as br_validate_ipv4/6() do, then through the IP hooks
+	 * (bridge_nf_ip). */
 	if (proto == bpf_htons(ETH_P_IP) && (port->flags & LFP_L2_IP4_OFF))
 		return lfp_pass(ctx, LFP_PASS_BR_NETFILTER);
 	if (proto == bpf_htons(ETH_P_IPV6) && (port->flags & LFP_L2_IP6_OFF))
@@ -131,11 +207,27 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	l3len = bridge_nf_l3len(ctx, proto, port->flags);
 	if (!l3len)
 		return lfp_pass(ctx, LFP_PASS_BR_NETFILTER);
+	nf_ip = port->flags & (proto == bpf_htons(ETH_P_IP) ? LFP_L2_NF4 : LFP_L2_NF6);
+	if (nf_ip) {
+		r = bridge_nf_ip(ctx, proto, &nf);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
+	}
 
 	/* br_dev_queue_push_xmit() lets every GSO train through (is_skb_forwardable()). */
 	r = bridge_out_port(bridge, eth->h_dest, in, port->flags, ctx_gso_size(ctx) ? 0 : l3len, &out);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
+	/* br_netfilter's forward hook (br_nf_forward_ip()), then its postrouting: the filter module,
+	 * with the bridge as input and output device. */
+	if (nf_ip && nf.fw && nf.scr) {
+		__u32 v = filter_classify(nf.cfg, &nf.scr->fp, bridge, bridge, in);
+
+		if (v == LFP_FW_DROP)
+			return lfp_drop(ctx, LFP_FILTER_DROPPED);
+		if (v != LFP_FW_ACCEPT)
+			return lfp_pass(ctx, LFP_PASS_FILTER);
+	}
 	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);

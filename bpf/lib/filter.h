@@ -267,9 +267,11 @@ static __always_inline enum lfp_reason filter_l4(struct fw_pkt *p, __u8 proto, v
 	return LFP_FORWARDED;
 }
 
-/* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP or LFP_FW_LINUX. */
+/* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP or LFP_FW_LINUX. in_ifindex and
+ * out_ifindex are the interfaces the rules see (for a bridged packet, the bridge both times);
+ * rx_ifindex is the device the frame arrived on. */
 __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, struct fw_pkt *p,
-						 __u32 in_ifindex, __u32 out_ifindex)
+						 __u32 in_ifindex, __u32 out_ifindex, __u32 rx_ifindex)
 {
 	if (!cfg || !p)
 		return LFP_FW_LINUX;
@@ -279,11 +281,14 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	struct fw_scan s = {};
 	__u32 *leaf_idx;
 
+	/* Mark matches were folded assuming mark 0: not where a same-namespace peer may set one. */
+	if (cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) {
+		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &rx_ifindex);
+		if (!ifv || (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
+			return LFP_FW_LINUX;
+	}
 	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
 	if (!ifv)
-		return LFP_FW_LINUX;
-	/* Mark matches were folded assuming mark 0: not where a same-namespace peer may set one. */
-	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) && (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
 		return LFP_FW_LINUX;
 	p->ibits = ifv->bits[fam];
 	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &out_ifindex);

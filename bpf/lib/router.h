@@ -11,6 +11,29 @@
 #include "tx.h"
 #include "ct.h"
 
+/* Per-packet scratch space for what does not fit the 512-byte stack (the filter's and the
+ * conntrack module's view of the packet). Per CPU: a program runs to its end on one CPU with
+ * bottom halves off, so no other packet uses it meanwhile. One packet uses it once: the bridge
+ * module's netfilter step (bridge_nf_ip) and the router never both run for one frame. */
+struct lfp_scratch {
+	struct fw_pkt fp;
+	struct ct_pkt ct;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_scratch);
+	__uint(max_entries, 1);
+} lfp_scratch_map SEC(".maps");
+
+static __always_inline struct lfp_scratch *lfp_scratch(void)
+{
+	__u32 key = 0;
+
+	return bpf_map_lookup_elem(&lfp_scratch_map, &key);
+}
+
 /* The MAC Linux routes frames for: the ingress device's (on a bridge port, the bridge's MAC is
  * data: see lfp_l2_dev). */
 volatile const __u8 cfg_mac[ETH_ALEN] = {};
@@ -242,7 +265,7 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 	/* The filter module, once the output interface is known (see bpf/lib/filter.h). Before the
 	 * egress checks: a packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
 	if (fw) {
-		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex);
+		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex, ctx_ingress_ifindex(ctx));
 
 		if (v == LFP_FW_DROP)
 			return LFP_FILTER_DROPPED;
@@ -332,8 +355,8 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	struct ethhdr *eth = data;
 	struct iphdr *iph = data + sizeof(*eth);
 	struct bpf_fib_lookup fib;
+	struct lfp_scratch *scr;
 	struct lfp_config *cfg;
-	struct fw_pkt fp;
 	__u32 l3len, tot;
 	enum lfp_reason r;
 	int off;
@@ -411,24 +434,24 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	if (ipv4_local_src(cfg, fib.ipv4_src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
+	scr = lfp_scratch();
+	if (!scr)
+		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
+	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
+	scr->fp.src[0] = iph->saddr;
+	scr->fp.dst[0] = iph->daddr;
 	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
-		struct ct_pkt ctp;
-		__u32 s4[1] = { iph->saddr }, d4[1] = { iph->daddr };
-
-		ct_parse(&ctp, s4, d4, 0, iph->protocol, (void *)(iph + 1), data_end);
-		r = ct_forward(ctx, cfg, &ctp);
+		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 0, iph->protocol, (void *)(iph + 1), data_end);
+		r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
 	if (cfg->fw_flags & LFP_FW_ACTIVE4) {
-		__builtin_memset(&fp, 0, sizeof(fp));
-		fp.src[0] = iph->saddr;
-		fp.dst[0] = iph->daddr;
-		r = filter_l4(&fp, iph->protocol, (void *)(iph + 1), data_end, tot - sizeof(*iph), tot);
+		r = filter_l4(&scr->fp, iph->protocol, (void *)(iph + 1), data_end, tot - sizeof(*iph), tot);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
-	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &fp);
+	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &scr->fp);
 	if (r == LFP_FILTER_DROPPED)
 		return lfp_drop(ctx, r);
 	if (r != LFP_FORWARDED)
@@ -484,8 +507,8 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	struct ipv6hdr *ip6 = data + sizeof(*eth);
 	struct bpf_fib_lookup fib;
 	struct lfp_in6 src, dst;
+	struct lfp_scratch *scr;
 	struct lfp_config *cfg;
-	struct fw_pkt fp;
 	__u32 l3len, tot;
 	enum lfp_reason r;
 	int off;
@@ -555,24 +578,25 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	if (ipv6_local_src(cfg, &src))
 		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
 
+	scr = lfp_scratch();
+	if (!scr)
+		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
+	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
+	__builtin_memcpy(scr->fp.src, &src, sizeof(src));
+	__builtin_memcpy(scr->fp.dst, &dst, sizeof(dst));
+	scr->fp.v6 = 1;
 	if (cfg->ct_flags & LFP_CT_ACTIVE6) {
-		struct ct_pkt ctp;
-
-		ct_parse(&ctp, src.a, dst.a, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
-		r = ct_forward(ctx, cfg, &ctp);
+		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
+		r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
 	if (cfg->fw_flags & LFP_FW_ACTIVE6) {
-		__builtin_memset(&fp, 0, sizeof(fp));
-		__builtin_memcpy(fp.src, &src, sizeof(src));
-		__builtin_memcpy(fp.dst, &dst, sizeof(dst));
-		fp.v6 = 1;
-		r = filter_l4(&fp, ip6->nexthdr, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), tot);
+		r = filter_l4(&scr->fp, ip6->nexthdr, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), tot);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
-	r = router_route(ctx, cfg, &fib, tot, l3len, 0, cfg->fw_flags & LFP_FW_ACTIVE6, &fp);
+	r = router_route(ctx, cfg, &fib, tot, l3len, 0, cfg->fw_flags & LFP_FW_ACTIVE6, &scr->fp);
 	if (r == LFP_FILTER_DROPPED)
 		return lfp_drop(ctx, r);
 	if (r != LFP_FORWARDED)

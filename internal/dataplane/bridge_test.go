@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket/layers"
 	"github.com/vishvananda/netlink"
 
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
 	"github.com/linuxfp/linuxfp/internal/packet"
 )
 
@@ -346,4 +349,78 @@ func TestBridgeRefresh(t *testing.T) {
 		t.Fatalf("reason %v", r)
 	}
 	expect(1)
+}
+
+// br_netfilter: bridged IP through the filter module with br0 as input and output device, and
+// through the conntrack module where netfilter tracks connections.
+func TestBridgeNetfilter(t *testing.T) {
+	e := newBridgeEnv(t)
+	idx := []int{0, 1}
+	prog := &compile.Program{
+		Family: model.IPv4,
+		Rules: []compile.Rule{
+			// udp to port 53 in and out of br0 (bit 0): drop
+			{Tests: []compile.Test{{Kind: compile.TestProto, A: 17}, {Kind: compile.TestDport, A: 53, B: 53},
+				{Kind: compile.TestIif, A: 0}, {Kind: compile.TestOif, A: 0}}, Action: compile.ActDrop},
+			// tcp: Linux
+			{Tests: []compile.Test{{Kind: compile.TestProto, A: 6}}, Action: compile.ActLinux},
+		},
+		Cut:      compile.CutDst,
+		Leaves:   []compile.Leaf{{Rules: idx}},
+		Prefixes: []compile.LeafPrefix{{Prefix: pfx("0.0.0.0/0"), Leaf: 0}},
+	}
+	withFilter := func(d *Data) {
+		d.Filter = FilterData{Prog4: prog, Ifaces: []FilterIface{{Ifindex: e.br, Bits: [2]uint64{1, 1}},
+			{Ifindex: e.bp1}, {Ifindex: e.bp2}}}
+	}
+	frame := func(proto layers.IPProtocol, dport uint16, f func(*packet.Spec)) []byte {
+		s := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: netip.MustParseAddr("198.18.4.10"), Dst: netip.MustParseAddr("198.18.4.11"),
+			Proto: proto, SrcPort: 1000, DstPort: dport, Size: 60}
+		if f != nil {
+			f(&s)
+		}
+		return s.Bytes()
+	}
+	cases := []struct {
+		name string
+		pkt  []byte
+		data func(*Data)
+		want Reason
+	}{
+		{name: "rule drops it", pkt: frame(layers.IPProtocolUDP, 53, nil), data: withFilter, want: FilterDropped},
+		{name: "no rule matches", pkt: frame(layers.IPProtocolUDP, 54, nil), data: withFilter, want: Bridged},
+		{name: "a rule Linux must evaluate", pkt: frame(layers.IPProtocolTCP, 80, nil), data: withFilter, want: PassFilter},
+		{name: "fragment", pkt: frame(layers.IPProtocolUDP, 54, func(s *packet.Spec) { s.MF = true }), data: withFilter, want: PassFragment},
+		{name: "call-iptables off: the rules do not see it", pkt: frame(layers.IPProtocolUDP, 53, nil),
+			data: func(d *Data) { withFilter(d); setFlags(d, e.bp1, func(f L2Flags) L2Flags { return f &^ (L2NF4 | L2NF6) }) }, want: Bridged},
+		{name: "tracked: a new connection", pkt: frame(layers.IPProtocolUDP, 54, nil),
+			data: func(d *Data) { withFilter(d); d.CT = CT{Active4: true} }, want: PassCTNew},
+	}
+	for _, hook := range hooks {
+		e.hook = hook
+		p := e.portProg(t, true)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				e.sync(t, c.data)
+				ret, out, reason := e.runOn(t, p, c.pkt, e.bp1)
+				if reason != c.want {
+					t.Fatalf("reason %v, want %v", reason, c.want)
+				}
+				switch {
+				case c.want == FilterDropped:
+					if ret != xdpDrop {
+						t.Fatalf("verdict %d, want drop", ret)
+					}
+				case c.want == Bridged:
+					if ret != xdpRedirect || !bytes.Equal(out, c.pkt) {
+						t.Fatalf("verdict %d, output changed %v", ret, !bytes.Equal(out, c.pkt))
+					}
+				default:
+					if ret != xdpPass || !bytes.Equal(out, c.pkt) {
+						t.Fatalf("verdict %d, modified %v: not handed to Linux untouched", ret, !bytes.Equal(out, c.pkt))
+					}
+				}
+			})
+		}
+	}
 }

@@ -160,6 +160,45 @@ type linuxfpTcLfpNeighKey struct {
 	Addr    [4]uint32
 }
 
+type linuxfpTcLfpScratch struct {
+	_  structs.HostLayout
+	Fp struct {
+		_        structs.HostLayout
+		Src      [4]uint32
+		Dst      [4]uint32
+		Ibits    uint64
+		Obits    uint64
+		Sport    uint16
+		Dport    uint16
+		Proto    uint8
+		HasPorts uint8
+		Itype    uint8
+		Icode    uint8
+		V6       uint32
+		Len      uint32
+	}
+	Ct struct {
+		_ structs.HostLayout
+		T struct {
+			_    structs.HostLayout
+			Ipv4 struct {
+				_     structs.HostLayout
+				Saddr uint32
+				Daddr uint32
+				Sport uint16
+				Dport uint16
+			}
+			_ [24]byte
+		}
+		Tlen     uint32
+		Proto    uint8
+		TcpFlags uint8
+		V6       uint8
+		_        [1]byte
+	}
+	_ [4]byte
+}
+
 type linuxfpTcLfpStaleVal struct {
 	_      structs.HostLayout
 	Kicked uint32
@@ -192,6 +231,7 @@ const (
 	linuxfpTcMapLfpLocal6       = "lfp_local6"
 	linuxfpTcMapLfpLocalPfx4    = "lfp_local_pfx4"
 	linuxfpTcMapLfpLocalPfx6    = "lfp_local_pfx6"
+	linuxfpTcMapLfpScratchMap   = "lfp_scratch_map"
 	linuxfpTcMapLfpStale        = "lfp_stale"
 	linuxfpTcMapLfpStats        = "lfp_stats"
 	linuxfpTcMapLfpTcTxDevs     = "lfp_tc_tx_devs"
@@ -273,6 +313,7 @@ type linuxfpTcMapSpecs struct {
 	LfpLocal6      *ebpf.MapSpec `ebpf:"lfp_local6"`
 	LfpLocalPfx4   *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6   *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
+	LfpScratchMap  *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale       *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStats       *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcTxDevs    *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
@@ -330,6 +371,7 @@ type linuxfpTcMaps struct {
 	LfpLocal6      *ebpf.Map `ebpf:"lfp_local6"`
 	LfpLocalPfx4   *ebpf.Map `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6   *ebpf.Map `ebpf:"lfp_local_pfx6"`
+	LfpScratchMap  *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale       *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStats       *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcTxDevs    *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
@@ -355,6 +397,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpLocal6,
 		m.LfpLocalPfx4,
 		m.LfpLocalPfx6,
+		m.LfpScratchMap,
 		m.LfpStale,
 		m.LfpStats,
 		m.LfpTcTxDevs,

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/observe"
@@ -158,21 +159,46 @@ func bridgePortDev(s *observe.Snapshot, lk, br *observe.Link) (*dataplane.L2Dev,
 	}
 	// br_netfilter: bridged IP meets the iptables hooks when bridge-nf-call-iptables is on
 	// (the namespace's sysctl or the bridge's own nf_call_iptables).
+	// The rules see a bridged packet with the bridge as input and output device; those the
+	// filter module takes over for routed packets it takes over for bridged ones too.
 	if s.Sysctl.BrNFCallIPTables || b.NFCallIPTables {
 		dv.Flags |= dataplane.L2NF4
-		if len(s.Netfilter.V4) > 0 {
+		if n, off := bridgedNetfilter(s, br, 0); off {
 			dv.Flags |= dataplane.L2IP4Off
-			notes = append(notes, "bridged IPv4 goes to Linux: bridge-nf-call-iptables=1 and netfilter rules could see it")
+			notes = append(notes, n)
+		} else if n != "" {
+			notes = append(notes, n)
 		}
 	}
 	if s.Sysctl.BrNFCallIP6Tables || b.NFCallIP6Tables {
 		dv.Flags |= dataplane.L2NF6
-		if len(s.Netfilter.V6) > 0 {
+		if n, off := bridgedNetfilter(s, br, 1); off {
 			dv.Flags |= dataplane.L2IP6Off
-			notes = append(notes, "bridged IPv6 goes to Linux: bridge-nf-call-ip6tables=1 and netfilter rules could see it")
+			notes = append(notes, n)
+		} else if n != "" {
+			notes = append(notes, n)
 		}
 	}
 	return dv, notes
+}
+
+// bridgedNetfilter: what br_netfilter's IP hooks mean for family fam's bridged packets on br:
+// off when they must go to Linux, and a note.
+func bridgedNetfilter(s *observe.Snapshot, br *observe.Link, fam int) (string, bool) {
+	rules := [][]string{s.Netfilter.V4, s.Netfilter.V6}[fam]
+	name := []string{"IPv4", "IPv6"}[fam]
+	sysctl := []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"}[fam]
+	if len(rules) == 0 {
+		return "", false
+	}
+	if off, _ := netfilterWhy(s, fam); len(off) > 0 {
+		return "bridged " + name + " goes to Linux: " + sysctl + "=1 and " + strings.Join(off, "; "), true
+	}
+	n := "bridged " + name + ": " + sysctl + "=1: through the filter module with " + br.Name + " as input and output device"
+	if ctActive(s, fam) {
+		n += ", and the conntrack module"
+	}
+	return n, false
 }
 
 func stpState(st uint8) string {

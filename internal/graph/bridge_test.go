@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
 	"github.com/linuxfp/linuxfp/internal/observe"
 )
 
@@ -91,8 +92,22 @@ func TestBridgeFlags(t *testing.T) {
 		{name: "isolated", set: dataplane.L2Isolated,
 			mutate: func(s *observe.Snapshot) { s.Links[5].Port.Isolated = true }},
 		{name: "iptables rules with call-iptables", set: dataplane.L2NF4 | dataplane.L2IP4Off, clr: dataplane.L2IP6Off, noR4: true,
-			note:   "bridge-nf-call-iptables=1 and netfilter rules",
+			note:   "bridged IPv4 goes to Linux: bridge-nf-call-iptables=1 and netfilter sees forwarded packets",
 			mutate: func(s *observe.Snapshot) { s.Netfilter.V4 = []string{"x"} }},
+		{name: "iptables rules the filter module takes over, call-iptables on", set: dataplane.L2NF4, clr: dataplane.L2IP4Off,
+			note: "bridged IPv4: bridge-nf-call-iptables=1: through the filter module with br0 as input and output device",
+			mutate: func(s *observe.Snapshot) {
+				s.Netfilter.V4 = []string{"x"}
+				s.Filter = &observe.FilterState{Prog: [2]*compile.Program{{Rules: []compile.Rule{{Action: compile.ActDrop}}}}}
+			}},
+		{name: "and nat chains", set: dataplane.L2NF4, clr: dataplane.L2IP4Off,
+			note: "and the conntrack module",
+			mutate: func(s *observe.Snapshot) {
+				s.Netfilter.V4 = []string{"x"}
+				s.Sysctl.Conntrack.TCPTimeoutEstablished = 432000
+				s.Filter = &observe.FilterState{Prog: [2]*compile.Program{{Rules: []compile.Rule{{Action: compile.ActDrop}}}},
+					Tracked: [2]bool{true, false}}
+			}},
 		{name: "iptables rules, call-iptables off", clr: dataplane.L2NF4 | dataplane.L2IP4Off, noR4: true,
 			mutate: func(s *observe.Snapshot) { s.Netfilter.V4 = []string{"x"}; s.Sysctl.BrNFCallIPTables = false }},
 		{name: "the bridge's own nf_call_iptables", set: dataplane.L2NF4 | dataplane.L2IP4Off, noR4: true,
