@@ -133,9 +133,11 @@ func matchAny(patterns []string, name string) bool {
 	return false
 }
 
-// supportedKinds are the devices the router module runs on as an ingress. Others (bridges,
-// tunnels, bonds ...) are later modules' work; their packets are Linux's until then.
-var supportedKinds = map[string]bool{"": true, "veth": true}
+// supportedKinds are the devices the router module runs on as an ingress. Others (bonds,
+// other tunnels ...) are later modules' work; their packets are Linux's until then. A vxlan
+// device's frames are the inner frames its driver has decapsulated (and learned from) already:
+// at its tc ingress they are like any Ethernet device's.
+var supportedKinds = map[string]bool{"": true, "veth": true, "vxlan": true}
 
 func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgram) (*dataplane.Spec, []string) {
 	if lk.Name == "lo" {
@@ -164,6 +166,11 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	}
 	if !supportedKinds[lk.Kind] {
 		return nil, []string{"kind " + lk.Kind + ": no fast-path module for it yet"}
+	}
+	if lk.VXLAN != nil && lk.VXLAN.External {
+		// Its skbs carry the tunnel's metadata as their dst; Linux's routing replaces it, a
+		// redirect would carry it on.
+		return nil, []string{"vxlan in external (collect_md) mode: its skbs carry tunnel metadata a redirect would keep"}
 	}
 	if len(lk.MAC) != 6 {
 		return nil, []string{"not an Ethernet device"}

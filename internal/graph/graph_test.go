@@ -87,8 +87,16 @@ func TestBuild(t *testing.T) {
 				s.Links[4] = &observe.Link{Index: 4, Name: "br0", Kind: "bridge", Up: true}
 				s.Links[3].Master, s.Links[3].MasterKind = 4, "bridge"
 			}},
-		{name: "vxlan", iface: 3, note: "kind vxlan",
-			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[3].Kind = "vxlan" }},
+		{name: "vxlan: decapsulated frames at tc", iface: 3, r4: true, r6: true, hook: "tc", note: "hook tc",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Links[3].Kind, s.Links[3].XDPFeatures, s.Links[3].VXLAN = "vxlan", 0, &observe.VXLANInfo{VNI: 1}
+			}},
+		{name: "vxlan in external mode", iface: 3, note: "collect_md",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Links[3].Kind, s.Links[3].XDPFeatures, s.Links[3].VXLAN = "vxlan", 0, &observe.VXLANInfo{External: true}
+			}},
+		{name: "ipip", iface: 3, note: "kind ipip",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[3].Kind = "ipip" }},
 		{name: "foreign xdp", iface: 2, note: "attached by someone else",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Links[2].XDPProgID = 99 }},
 		{name: "tc ingress", iface: 2, note: "tc ingress",

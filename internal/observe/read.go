@@ -61,6 +61,9 @@ func readLinks(h *netlink.Handle) (map[int]*Link, error) {
 		if a.Xdp != nil && a.Xdp.Attached {
 			lk.XDPProgID = a.Xdp.ProgId
 		}
+		if v, ok := l.(*netlink.Vxlan); ok {
+			lk.VXLAN = vxlanInfo(v)
+		}
 		out[a.Index] = lk
 	}
 	for _, lk := range out {
@@ -69,6 +72,22 @@ func readLinks(h *netlink.Handle) (map[int]*Link, error) {
 		}
 	}
 	return out, nil
+}
+
+func vxlanInfo(v *netlink.Vxlan) *VXLANInfo {
+	addr := func(ip net.IP) netip.Addr {
+		a, _ := netip.AddrFromSlice(ip)
+		if a.IsUnspecified() {
+			return netip.Addr{}
+		}
+		return a.Unmap()
+	}
+	return &VXLANInfo{
+		VNI: uint32(v.VxlanId), Local: addr(v.SrcAddr), Group: addr(v.Group), VtepDev: v.VtepDevIndex,
+		Port: uint16(v.Port), PortLow: uint16(v.PortLow), PortHigh: uint16(v.PortHigh), TTL: v.TTL, TOS: v.TOS,
+		Learning: v.Learning, Proxy: v.Proxy, L2Miss: v.L2miss, L3Miss: v.L3miss, UDPCSum: v.UDPCSum,
+		GBP: v.GBP, External: v.FlowBased,
+	}
 }
 
 // readXDPFeatures fills Link.XDPFeatures from the "netdev" generic netlink family. For a veth,

@@ -65,6 +65,27 @@ type Link struct {
 	// Bridge holds a bridge's options (Kind "bridge"), Port a bridge port's (MasterKind "bridge").
 	Bridge *BridgeInfo
 	Port   *BridgePort
+	// VXLAN holds a vxlan device's options (Kind "vxlan").
+	VXLAN *VXLANInfo
+}
+
+// VXLANInfo are the options of a vxlan device (IFLA_VXLAN_*).
+type VXLANInfo struct {
+	VNI      uint32
+	Local    netip.Addr // source address of the outer header (invalid: any)
+	Group    netip.Addr // remote or multicast group (invalid: none)
+	VtepDev  int        // the underlay device it is bound to (0: none)
+	Port     uint16     // destination UDP port
+	PortLow  uint16     // source port range (0, 0: the namespace's ip_local_port_range)
+	PortHigh uint16
+	TTL, TOS int
+	Learning bool
+	Proxy    bool
+	L2Miss   bool
+	L3Miss   bool
+	UDPCSum  bool
+	GBP      bool
+	External bool // collect_md: tunnel metadata from the skb, not the device
 }
 
 // BridgeInfo are the options of a bridge device (IFLA_BR_*).

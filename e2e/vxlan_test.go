@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// vxlanOverlay makes the DUT and the sink two Flannel-style VXLAN nodes over out0 <-> eth0: the
+// DUT's flannel.1 (198.19.1.0/32) routes 198.19.2.0/24 to the sink's flannel.1 (198.19.2.0/32),
+// which holds the "pod" address 198.19.2.5 and routes gen's subnet back over the overlay.
+func vxlanOverlay(t *testing.T, tb *testbed.Testbed) {
+	t.Helper()
+	mac := func(ns *nsutil.NS) string {
+		out, err := ns.Run("cat", "/sys/class/net/flannel.1/address")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	sh(t, tb.DUT, `ip link add flannel.1 type vxlan id 1 local 198.18.1.1 dev out0 dstport 8472 nolearning
+ip link set flannel.1 mtu 1450
+ip addr add 198.19.1.0/32 dev flannel.1
+ip link set flannel.1 up`)
+	sh(t, tb.Sink, `ip link add flannel.1 type vxlan id 1 local 198.18.1.2 dev eth0 dstport 8472 nolearning
+ip link set flannel.1 mtu 1450
+ip addr add 198.19.2.0/32 dev flannel.1
+ip addr add 198.19.2.5/32 dev lo
+ip link set flannel.1 up`)
+	dutMAC, sinkMAC := mac(tb.DUT), mac(tb.Sink)
+	sh(t, tb.DUT, `ip route del 198.19.2.0/24
+ip route add 198.19.2.0/24 via 198.19.2.0 dev flannel.1 onlink
+ip neigh add 198.19.2.0 lladdr `+sinkMAC+` dev flannel.1 nud permanent
+bridge fdb append `+sinkMAC+` dev flannel.1 dst 198.18.1.2`)
+	sh(t, tb.Sink, `ip route add 198.18.0.0/24 via 198.19.1.0 dev flannel.1 onlink
+ip neigh add 198.19.1.0 lladdr `+dutMAC+` dev flannel.1 nud permanent
+bridge fdb append `+dutMAC+` dev flannel.1 dst 198.18.1.1`)
+}
+
+// Through a VXLAN overlay: packets routed into flannel.1 are redirected to it (its driver
+// encapsulates them, as it would for Linux), and the frames flannel.1 decapsulates are routed
+// by a tc program on it.
+func TestVXLANOverlay(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	vxlanOverlay(t, tb)
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "flannel.1", "a tc program on flannel.1", func(it *status.Interface) bool {
+		return it.Program != nil && it.Program.Hook == "tc" && it.TCEgress
+	})
+	before, beforeVx := readCounters(t, l, "in0"), readCounters(t, l, "flannel.1")
+	tcpEchoTo(t, tb, "198.19.2.5", 300)
+	d, dv := readCounters(t, l, "in0").sub(before), readCounters(t, l, "flannel.1").sub(beforeVx)
+	if d.forwarded < 250 {
+		t.Fatalf("gen -> pod: forwarded %d into flannel.1, to Linux %v", d.forwarded, d.passed)
+	}
+	if dv.forwarded < 250 {
+		t.Fatalf("pod -> gen: forwarded %d from flannel.1, to Linux %v", dv.forwarded, dv.passed)
+	}
+}
