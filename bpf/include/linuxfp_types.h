@@ -54,6 +54,8 @@ enum lfp_reason {
 	LFP_PASS_CT_STATE,        /* conntrack: the packet or entry moves or has state Linux keeps */
 	LFP_PASS_CT_LIBERAL,      /* conntrack: TCP entry not yet liberal (asked for; see ct.h) */
 	LFP_PASS_CT_PROTO,        /* conntrack: not TCP or UDP */
+	LFP_ENCAPSULATED,         /* fast-pathed: routed into a vxlan device, encapsulated here */
+	LFP_PASS_ENCAP,           /* VXLAN encapsulation failed (no room): Linux */
 	LFP_REASON_MAX,
 };
 
@@ -107,6 +109,44 @@ struct lfp_config {
 	__u32 ct_tcp_retrans_ms;
 	__u32 ct_tcp_max_retrans;
 	__u32 ct_udp_stream_ms;
+	__u32 ct_udp_ms;
+	/* VXLAN: vxlan devices in lfp_vxlan (0: skip the lookup), LFP_VX_* flags, and what a
+	 * locally built IPv4 packet gets: net.ipv4.ip_default_ttl. */
+	__u32 vxlans;
+	__u32 vx_flags;
+	__u32 default_ttl;
+};
+
+enum {
+	LFP_VX_LOCAL_OUT4 = 1 << 0, /* no rule (but nat chains') sees IPv4 packets this host sends */
+	LFP_VX_LOCAL_IN4  = 1 << 1, /* no rule (but nat chains') sees IPv4 packets this host receives */
+	LFP_VX_HOPLIMIT4  = 1 << 2, /* some IPv4 route has a hoplimit metric */
+};
+
+/* A vxlan device the fast path encapsulates for (bpf/lib/vxlan.h): the parts of its
+ * configuration that make the outer headers. */
+struct lfp_vxlan_dev {
+	__u32 vni;      /* host byte order */
+	__u32 local;    /* outer source address, network byte order */
+	__u16 port;     /* destination UDP port, network byte order */
+	__u16 port_min; /* source port range, host byte order (the netns's when unset) */
+	__u16 port_max;
+	__u8 ttl;       /* 0: the route's (net.ipv4.ip_default_ttl: no route has a hoplimit) */
+	__u8 tos;       /* 1: inherit the inner one */
+};
+
+/* One remote of a vxlan device's forwarding database (bridge fdb ... dev vxlan0 dst X). */
+struct lfp_vxfdb_key {
+	__u32 dev;
+	__u8 mac[6];
+	__u16 pad;
+};
+
+struct lfp_vxfdb_val {
+	__u32 dst;  /* network byte order */
+	__u32 vni;  /* host byte order */
+	__u16 port; /* network byte order */
+	__u16 pad;
 };
 
 enum {

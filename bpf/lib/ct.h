@@ -242,12 +242,17 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		why = LFP_PASS_CT_STATE;
 	} else if (c->proto == IPPROTO_TCP) {
 		timeout = ct_tcp(cfg, ct, c, o.dir, &why);
-	} else {
+	} else if (status & IPS_ASSURED) {
 		/* udp_packet(): once ASSURED (replies seen, still alive after 2 s) every packet
-		 * refreshes the entry to the stream timeout; before that the state moves: Linux's. */
-		if (!(status & IPS_ASSURED))
-			why = LFP_PASS_CT_STATE;
+		 * refreshes the entry to the stream timeout. */
 		timeout = cfg->ct_udp_stream_ms;
+	} else if (!(status & IPS_SEEN_REPLY) && o.dir == 0) {
+		/* Before any reply, a packet in the original direction refreshes it to the unreplied
+		 * timeout (one-way flows: a vxlan device's outer packets, for one). */
+		timeout = cfg->ct_udp_ms;
+	} else {
+		/* A first reply, or a stream not yet ASSURED: the state moves: Linux's. */
+		why = LFP_PASS_CT_STATE;
 	}
 	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT))
 		bpf_ct_change_timeout(ct, timeout);

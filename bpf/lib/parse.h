@@ -32,6 +32,18 @@ static __always_inline __u16 csum_fold(__u32 csum)
 	return (__u16)~csum;
 }
 
+/* The checksum of a 20-byte IPv4 header whose check field is 0 (ip_send_check()). */
+static __always_inline __u16 ipv4_csum(const struct iphdr *iph)
+{
+	const __u16 *w = (const __u16 *)iph;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
+		sum += w[i];
+	return csum_fold(sum);
+}
+
 /* True when the 20-byte IPv4 header's checksum is wrong (ip_fast_csum() != 0 in Linux). */
 static __always_inline int ipv4_csum_bad(const struct iphdr *iph)
 {

@@ -10,6 +10,8 @@
 #include "filter.h"
 #include "tx.h"
 #include "ct.h"
+#include "neigh.h"
+#include "vxlan.h"
 
 /* Per-packet scratch space for what does not fit the 512-byte stack (the filter's and the
  * conntrack module's view of the packet). Per CPU: a program runs to its end on one CPU with
@@ -18,6 +20,9 @@
 struct lfp_scratch {
 	struct fw_pkt fp;
 	struct ct_pkt ct;
+	/* The router's packet leaves through a vxlan device and is encapsulated here (vxlan.h). */
+	__u32 vx_on;
+	struct vxlan_plan vx;
 };
 
 struct {
@@ -54,14 +59,6 @@ static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)
 {
 	return cfg_l3_ifindex ? cfg_l3_ifindex : ctx_ingress_ifindex(ctx);
 }
-
-/* The neighbours Linux reports STALE, maintained from netlink events (see router_check_egress). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lfp_neigh_key);
-	__type(value, struct lfp_stale_val);
-	__uint(max_entries, 65536);
-} lfp_stale SEC(".maps");
 
 /* Host addresses Linux treats as local or broadcast (sources it rejects as martian). */
 struct {
@@ -177,7 +174,7 @@ static __always_inline enum lfp_reason fib_reason(int rc)
 static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 							   const struct lfp_config *cfg,
 							   const struct bpf_fib_lookup *fib,
-							   __u32 l3len, int v4, __u32 prio)
+							   __u32 l3len, int v4, __u32 prio, __u8 tos)
 {
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
@@ -194,30 +191,18 @@ static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 	if (!v4 && cfg->route_mtu6 && l3len > cfg->route_mtu6)
 		return LFP_PASS_ROUTE_MTU;
 
-	/* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE one, moves it to
-	 * DELAY and later re-probes it; a fast path that never let Linux see a packet would keep using
-	 * a MAC nobody confirms. So the first packet to a STALE nexthop goes to Linux (which moves it to
-	 * DELAY: the kernel sends no event for that) and marks the entry; later packets are forwarded
-	 * with the cached MAC, as Linux does in DELAY and PROBE. The PROBE/REACHABLE/FAILED events that
-	 * follow remove the entry; the next STALE one adds it again, unmarked. */
-	if (cfg->stale_neighs) {
-		struct lfp_neigh_key nk = {};
-		struct lfp_stale_val *sv;
+	if (neigh_stale(cfg, fib))
+		return LFP_PASS_NEIGH_STALE;
 
-		nk.ifindex = fib->ifindex;
-		nk.family = fib->family;
-		if (fib->family == AF_INET) {
-			nk.addr[0] = fib->ipv4_dst;
-		} else {
-			nk.addr[0] = fib->ipv6_dst[0];
-			nk.addr[1] = fib->ipv6_dst[1];
-			nk.addr[2] = fib->ipv6_dst[2];
-			nk.addr[3] = fib->ipv6_dst[3];
-		}
-		sv = bpf_map_lookup_elem(&lfp_stale, &nk);
-		if (sv && !sv->kicked) {
-			sv->kicked = 1;
-			return LFP_PASS_NEIGH_STALE;
+	/* Into a vxlan device: encapsulated here when everything the driver would do is
+	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
+	if (LFP_TC && v4 && cfg->vxlans) {
+		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
+		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
+
+		if (scr && vxlan_plan(ctx, cfg, out, vx, fib, tos, l3len, prio, &scr->vx, &scr->ct)) {
+			scr->vx_on = 1;
+			return LFP_FORWARDED;
 		}
 	}
 
@@ -256,6 +241,7 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 	 * segment length. */
 	__u32 mtulen = fib->tot_len;
 	__u32 prio = v4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
+	__u8 tos = fib->tos;
 	enum lfp_reason r;
 	int rc;
 
@@ -272,7 +258,7 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 		if (v != LFP_FW_ACCEPT)
 			return LFP_PASS_FILTER;
 	}
-	r = router_check_egress(ctx, cfg, fib, mtulen, v4, prio);
+	r = router_check_egress(ctx, cfg, fib, mtulen, v4, prio, tos);
 	if (r != LFP_FORWARDED)
 		return r;
 	if (tot < l3len && ctx_trim(ctx, l3len - tot))
@@ -437,6 +423,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	scr = lfp_scratch();
 	if (!scr)
 		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
+	scr->vx_on = 0;
 	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
 	scr->fp.src[0] = iph->saddr;
 	scr->fp.dst[0] = iph->daddr;
@@ -462,6 +449,8 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	iph = data + sizeof(*eth);
 	if ((void *)(iph + 1) > data_end)
 		return CTX_DROP; /* cannot happen: a trim keeps tot >= 20 bytes */
+	if (scr->vx_on)
+		return vxlan_push(ctx, &scr->vx);
 	ipv4_decrease_ttl(iph);
 	return router_xmit(ctx, eth, &fib);
 }

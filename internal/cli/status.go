@@ -95,7 +95,7 @@ func printStatus(w io.Writer, st *status.Status) {
 			master = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", it.Name, master, hook, prog, graph, inst,
-			it.Forwarded.Packets, it.Bridged.Packets, it.Dropped.Packets, passed, strings.Join(egress, ","))
+			it.Forwarded.Packets+it.Encapsulated.Packets, it.Bridged.Packets, it.Dropped.Packets, passed, strings.Join(egress, ","))
 	}
 	tw.Flush()
 	for _, it := range st.Interfaces {
@@ -103,6 +103,9 @@ func printStatus(w io.Writer, st *status.Status) {
 		lines = append(lines, it.Notes...)
 		if !it.Egress && it.EgressNote != "" {
 			lines = append(lines, "xdp egress: "+it.EgressNote)
+		}
+		if it.Encapsulated.Packets > 0 {
+			lines = append(lines, fmt.Sprintf("routed into vxlan and encapsulated in the fast path: %d", it.Encapsulated.Packets))
 		}
 		if len(it.Passed) > 0 {
 			var rs []string

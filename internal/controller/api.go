@@ -96,6 +96,7 @@ func (c *Controller) status() *status.Status {
 			if cs, err := c.dp.Counters(in.Slot); err == nil {
 				si.Forwarded = status.Counter(cs[dataplane.Forwarded])
 				si.Bridged = status.Counter(cs[dataplane.Bridged])
+				si.Encapsulated = status.Counter(cs[dataplane.Encapsulated])
 				si.Dropped = status.Counter(cs[dataplane.FilterDropped])
 				si.Passed = map[string]status.Counter{}
 				for r, cn := range cs {

@@ -392,7 +392,10 @@ func TestBridgeNetfilter(t *testing.T) {
 		{name: "a rule Linux must evaluate", pkt: frame(layers.IPProtocolTCP, 80, nil), data: withFilter, want: PassFilter},
 		{name: "fragment", pkt: frame(layers.IPProtocolUDP, 54, func(s *packet.Spec) { s.MF = true }), data: withFilter, want: PassFragment},
 		{name: "call-iptables off: the rules do not see it", pkt: frame(layers.IPProtocolUDP, 53, nil),
-			data: func(d *Data) { withFilter(d); setFlags(d, e.bp1, func(f L2Flags) L2Flags { return f &^ (L2NF4 | L2NF6) }) }, want: Bridged},
+			data: func(d *Data) {
+				withFilter(d)
+				setFlags(d, e.bp1, func(f L2Flags) L2Flags { return f &^ (L2NF4 | L2NF6) })
+			}, want: Bridged},
 		{name: "tracked: a new connection", pkt: frame(layers.IPProtocolUDP, 54, nil),
 			data: func(d *Data) { withFilter(d); d.CT = CT{Active4: true} }, want: PassCTNew},
 	}

@@ -25,7 +25,7 @@ func TestConntrack(t *testing.T) {
 	}
 	defer ct.Close()
 	ctData := CT{Active4: true, Active6: true, TCPEstablished: 432000 * time.Second, TCPUnack: 300 * time.Second,
-		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second}
+		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
 	sync := func(c CT) {
 		t.Helper()
 		err := env.ns.Do(func() error {
@@ -81,6 +81,7 @@ func TestConntrack(t *testing.T) {
 		tcpFlow(src6, dst6, 1004, tcpEstablished, liberal),
 		udpFlow(2001, conntrack.StatusSeenReply|conntrack.StatusAssured),
 		udpFlow(2002, conntrack.StatusSeenReply),
+		udpFlow(2003, 0),
 	}
 	for _, f := range flows {
 		create(f)
@@ -139,6 +140,9 @@ func TestConntrack(t *testing.T) {
 		{name: "tcp unknown connection", pkt: tcp(src, dst, 1009, 80, ack), want: PassCTNew},
 		{name: "udp assured", pkt: udp(2001, 53), want: Forwarded, refresh: &flows[4]},
 		{name: "udp not assured yet", pkt: udp(2002, 53), want: PassCTState},
+		{name: "udp unreplied, original direction", pkt: udp(2003, 53), want: Forwarded, refresh: &flows[6]},
+		{name: "udp unreplied, a first reply", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: dst, Dst: src,
+			SrcPort: 53, DstPort: 2003, Size: 60}.Bytes(), out: true, want: PassCTState},
 		{name: "udp unknown", pkt: udp(2009, 53), want: PassCTNew},
 		{name: "icmp", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolICMPv4, ICMPType: 8, Size: 60}.Bytes(), want: PassCTProto},
 	}
@@ -162,8 +166,11 @@ func TestConntrack(t *testing.T) {
 				env.checkRoutedOn(t, prog, c.pkt, in, c.want, c.output)
 				if c.refresh != nil {
 					want := uint32(120)
-					if c.refresh.TupleOrig.Proto.Protocol == unix.IPPROTO_TCP {
+					switch {
+					case c.refresh.TupleOrig.Proto.Protocol == unix.IPPROTO_TCP:
 						want = 432000
+					case c.refresh.Status&conntrack.StatusSeenReply == 0:
+						want = 30
 					}
 					if got := timeout(*c.refresh); got < want-2 || got > want {
 						t.Fatalf("timeout %d after the packet, want %d (refreshed as Linux would)", got, want)
@@ -181,7 +188,10 @@ func TestConntrack(t *testing.T) {
 		if r.Tuple != want || r.Reply {
 			t.Fatalf("request %+v, want %+v original", r, want)
 		}
-		c, err := func() (c *lfpct.Client, err error) { err = env.ns.Do(func() error { c, err = lfpct.Dial(); return err }); return }()
+		c, err := func() (c *lfpct.Client, err error) {
+			err = env.ns.Do(func() error { c, err = lfpct.Dial(); return err })
+			return
+		}()
 		if err != nil {
 			t.Fatal(err)
 		}

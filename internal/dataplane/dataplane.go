@@ -102,6 +102,8 @@ type Dataplane struct {
 
 	txDevs  map[uint32]linuxfpBpfDevmapVal
 	tcTx    map[uint32]linuxfpLfpTcTx
+	vxlan   map[uint32]linuxfpLfpVxlanDev
+	vxfdb   map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal
 	stale   map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
 	local4  map[uint32]uint8
 	local6  map[linuxfpLfpIn6]uint8
@@ -129,6 +131,8 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		spec:   spec,
 		tcSpec: tcSpec,
 		tcTx:   map[uint32]linuxfpLfpTcTx{},
+		vxlan:  map[uint32]linuxfpLfpVxlanDev{},
+		vxfdb:  map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
 		ifaces: map[int]*iface{},
 		slots:  make([]bool, maxSlots),
 		log:    log,

@@ -46,7 +46,7 @@ type filterState struct {
 	prog4, prog6 *compile.Program
 	lpm          [2][]linuxfpLfpFwLpmKey  // LPM keys written per bank
 	hosts        [2][]linuxfpLfpFwHostKey // full-length cut prefixes written per bank
-	ruleBase     [2]uint32               // where each family's rules start in the bank
+	ruleBase     [2]uint32                // where each family's rules start in the bank
 	sets         map[linuxfpLfpFwSetKey]uint8
 	ifs          map[uint32]linuxfpLfpFwIf
 }

@@ -38,6 +38,10 @@ type linuxfpLfpConfig struct {
 	CtTcpRetransMs     uint32
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
+	CtUdpMs            uint32
+	Vxlans             uint32
+	VxFlags            uint32
+	DefaultTtl         uint32
 }
 
 type linuxfpLfpCounter struct {
@@ -196,6 +200,22 @@ type linuxfpLfpScratch struct {
 		V6       uint8
 		_        [1]byte
 	}
+	VxOn uint32
+	Vx   struct {
+		_         structs.HostLayout
+		Saddr     uint32
+		Daddr     uint32
+		Vni       uint32
+		Sport     uint16
+		Dport     uint16
+		Tos       uint8
+		Ttl       uint8
+		Dmac      [6]uint8
+		Smac      [6]uint8
+		InnerDmac [6]uint8
+		InnerSmac [6]uint8
+		_         [2]byte
+	}
 	_ [4]byte
 }
 
@@ -208,6 +228,32 @@ type linuxfpLfpTcTx struct {
 	_       structs.HostLayout
 	Flags   uint32
 	PeerMtu uint32
+}
+
+type linuxfpLfpVxfdbKey struct {
+	_   structs.HostLayout
+	Dev uint32
+	Mac [6]uint8
+	Pad uint16
+}
+
+type linuxfpLfpVxfdbVal struct {
+	_    structs.HostLayout
+	Dst  uint32
+	Vni  uint32
+	Port uint16
+	Pad  uint16
+}
+
+type linuxfpLfpVxlanDev struct {
+	_       structs.HostLayout
+	Vni     uint32
+	Local   uint32
+	Port    uint16
+	PortMin uint16
+	PortMax uint16
+	Ttl     uint8
+	Tos     uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -236,6 +282,8 @@ const (
 	linuxfpMapLfpStats        = "lfp_stats"
 	linuxfpMapLfpTcTxDevs     = "lfp_tc_tx_devs"
 	linuxfpMapLfpTxDevs       = "lfp_tx_devs"
+	linuxfpMapLfpVxfdb        = "lfp_vxfdb"
+	linuxfpMapLfpVxlan        = "lfp_vxlan"
 	linuxfpProgLinuxfpXdp     = "linuxfp_xdp"
 	linuxfpVarCfgBridge       = "cfg_bridge"
 	linuxfpVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
@@ -318,6 +366,8 @@ type linuxfpMapSpecs struct {
 	LfpStats       *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcTxDevs    *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
 	LfpTxDevs      *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	LfpVxfdb       *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
+	LfpVxlan       *ebpf.MapSpec `ebpf:"lfp_vxlan"`
 }
 
 // linuxfpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -376,6 +426,8 @@ type linuxfpMaps struct {
 	LfpStats       *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcTxDevs    *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
 	LfpTxDevs      *ebpf.Map `ebpf:"lfp_tx_devs"`
+	LfpVxfdb       *ebpf.Map `ebpf:"lfp_vxfdb"`
+	LfpVxlan       *ebpf.Map `ebpf:"lfp_vxlan"`
 }
 
 func (m *linuxfpMaps) Close() error {
@@ -402,6 +454,8 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpStats,
 		m.LfpTcTxDevs,
 		m.LfpTxDevs,
+		m.LfpVxfdb,
+		m.LfpVxlan,
 	)
 }
 

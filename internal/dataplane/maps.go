@@ -33,6 +33,59 @@ type Data struct {
 	Filter FilterData
 	// CT is the conntrack module's settings.
 	CT CT
+	// VXLAN are the vxlan devices the fast path encapsulates for, VXLANFDB their remotes, and
+	// VX what the outer packets need to know of the host.
+	VXLAN    []VXLANDev
+	VXLANFDB []VXLANFDBEntry
+	VX       VXHost
+}
+
+// VXLANDev is a vxlan device the fast path encapsulates for (struct lfp_vxlan_dev).
+type VXLANDev struct {
+	Ifindex          int
+	VNI              uint32
+	Local            netip.Addr
+	Port             uint16 // destination
+	PortMin, PortMax uint16 // source port range
+	TTL, TOS         uint8
+}
+
+// VXLANFDBEntry is one remote of an encapsulating vxlan device.
+type VXLANFDBEntry struct {
+	Dev  int
+	MAC  net.HardwareAddr
+	Dst  netip.Addr
+	Port uint16 // 0: the device's
+	VNI  uint32
+}
+
+// VXHost is what a vxlan device's outer packets, which this host sends, depend on.
+type VXHost struct {
+	LocalOut4  bool // no rule but nat chains' sees IPv4 packets this host sends
+	LocalIn4   bool // nor packets it receives
+	HopLimit4  bool // some IPv4 route has a hoplimit metric
+	DefaultTTL int
+}
+
+// LFP_VX_* flags of struct lfp_config.
+const (
+	vxLocalOut4 = 1 << iota
+	vxLocalIn4
+	vxHopLimit4
+)
+
+func (v VXHost) flags() uint32 {
+	var f uint32
+	if v.LocalOut4 {
+		f |= vxLocalOut4
+	}
+	if v.LocalIn4 {
+		f |= vxLocalIn4
+	}
+	if v.HopLimit4 {
+		f |= vxHopLimit4
+	}
+	return f
 }
 
 // CT says where netfilter tracks forwarded connections and how Linux refreshes their entries
@@ -45,6 +98,7 @@ type CT struct {
 	TCPRetrans       time.Duration // nf_conntrack_tcp_timeout_max_retrans
 	TCPMaxRetrans    int
 	UDPStream        time.Duration
+	UDP              time.Duration // unreplied
 }
 
 // LFP_CT_* flags of struct lfp_config.
@@ -144,6 +198,17 @@ func (d *Dataplane) Sync(data Data) error {
 	for _, idx := range data.TxDevs {
 		tx[uint32(idx)] = linuxfpBpfDevmapVal{Ifindex: uint32(idx)}
 	}
+	vx := map[uint32]linuxfpLfpVxlanDev{}
+	for _, v := range data.VXLAN {
+		vx[uint32(v.Ifindex)] = linuxfpLfpVxlanDev{Vni: v.VNI, Local: addrWords(v.Local)[0], Port: htons(v.Port),
+			PortMin: v.PortMin, PortMax: v.PortMax, Ttl: v.TTL, Tos: v.TOS}
+	}
+	vxfdb := map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{}
+	for _, e := range data.VXLANFDB {
+		k := linuxfpLfpVxfdbKey{Dev: uint32(e.Dev)}
+		copy(k.Mac[:], e.MAC)
+		vxfdb[k] = linuxfpLfpVxfdbVal{Dst: addrWords(e.Dst)[0], Vni: e.VNI, Port: htons(e.Port)}
+	}
 	tcTx := map[uint32]linuxfpLfpTcTx{}
 	for _, t := range data.TCTx {
 		v := linuxfpLfpTcTx{}
@@ -226,6 +291,10 @@ func (d *Dataplane) Sync(data Data) error {
 		CtTcpRetransMs:     ms(data.CT.TCPRetrans),
 		CtTcpMaxRetrans:    uint32(data.CT.TCPMaxRetrans),
 		CtUdpStreamMs:      ms(data.CT.UDPStream),
+		CtUdpMs:            ms(data.CT.UDP),
+		Vxlans:             uint32(len(data.VXLAN)),
+		VxFlags:            data.VX.flags(),
+		DefaultTtl:         uint32(data.VX.DefaultTTL),
 	}
 	errs := []error{
 		syncMap(d.maps.LfpLocalPfx4, d.pfx4, p4),
@@ -242,6 +311,9 @@ func (d *Dataplane) Sync(data Data) error {
 		d.dropOldSets(),
 		syncMap(d.maps.LfpTxDevs, d.txDevs, tx),
 		syncMap(d.maps.LfpTcTxDevs, d.tcTx, tcTx),
+		// Remotes before the devices that make the data plane look them up.
+		syncMap(d.maps.LfpVxfdb, d.vxfdb, vxfdb),
+		syncMap(d.maps.LfpVxlan, d.vxlan, vx),
 	}
 	return errors.Join(errs...)
 }
@@ -267,3 +339,6 @@ func syncMap[K comparable, V comparable](m *ebpf.Map, cur, want map[K]V) error {
 	}
 	return nil
 }
+
+// htons turns a port into network byte order as the data plane keeps it.
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -51,6 +51,8 @@ const (
 	PassCTState
 	PassCTLiberal
 	PassCTProto
+	Encapsulated
+	PassEncap
 	numReasons
 )
 
@@ -102,10 +104,14 @@ var reasonNames = [numReasons]string{
 	"ct_state",
 	"ct_not_liberal",
 	"ct_protocol",
+	"encapsulated",
+	"encap_failed",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).
-func (r Reason) FastPathed() bool { return r == Forwarded || r == Bridged || r == FilterDropped }
+func (r Reason) FastPathed() bool {
+	return r == Forwarded || r == Bridged || r == FilterDropped || r == Encapsulated
+}
 
 // NumReasons is LFP_REASON_MAX.
 const NumReasons = int(numReasons)

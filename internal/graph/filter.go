@@ -77,6 +77,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 		TCPRetrans:     sec(c.TCPTimeoutMaxRetrans),
 		TCPMaxRetrans:  c.TCPMaxRetrans,
 		UDPStream:      sec(c.UDPTimeoutStream),
+		UDP:            sec(c.UDPTimeout),
 	}
 }
 

@@ -73,6 +73,15 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 			p.Data.TCTx = append(p.Data.TCTx, tx)
 			it.TCEgress, it.TCPeer = true, tx.Peer
 		}
+		if lk.VXLAN != nil {
+			vx, why := vxlanEncap(s, lk)
+			if vx != nil {
+				p.Data.VXLAN = append(p.Data.VXLAN, *vx)
+				it.Notes = append(it.Notes, "vxlan: IPv4 routed into it is encapsulated in the fast path (tc), as its driver would")
+			} else {
+				it.Notes = append(it.Notes, "vxlan: packets routed into it take its driver's path: "+strings.Join(why, "; "))
+			}
+		}
 		if dv, notes := l2Dev(s, lk); dv != nil {
 			p.Data.L2 = append(p.Data.L2, *dv)
 			it.Notes = append(it.Notes, notes...)
@@ -117,6 +126,12 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	p.Data.LocalPrefixes = s.Routes.LocalPrefixes
 	p.Data.Filter = filterData(s)
 	p.Data.CT = ctData(s)
+	slices.SortFunc(p.Data.VXLAN, func(a, b dataplane.VXLANDev) int { return a.Ifindex - b.Ifindex })
+	p.Data.VXLANFDB = vxlanFDB(s, p.Data.VXLAN)
+	p.Data.VX = dataplane.VXHost{
+		LocalOut4: len(s.Netfilter.LocalOut4) == 0, LocalIn4: len(s.Netfilter.LocalIn4) == 0,
+		HopLimit4: s.Routes.HopLimit4, DefaultTTL: s.Sysctl.IPDefaultTTL,
+	}
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	return p

@@ -71,9 +71,12 @@ func decodeLinkInfo(ad *mnl.AttributeDecoder, lk *Link) {
 			slaveData = ad.Bytes()
 		}
 	}
-	lk.Bridge, lk.Port = nil, nil
+	lk.Bridge, lk.Port, lk.VXLAN = nil, nil, nil
 	if kind == "bridge" && data != nil {
 		lk.Bridge = decodeBridge(data)
+	}
+	if kind == "vxlan" {
+		lk.VXLAN = decodeVXLAN(data)
 	}
 	if slaveKind == "bridge" && slaveData != nil {
 		lk.Port = decodeBridgePort(slaveData)

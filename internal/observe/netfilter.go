@@ -64,6 +64,24 @@ func readNetfilter() (Netfilter, error) {
 			// Every bridge-family hook sees bridged frames or frames to and from bridges.
 			nf.Bridge = append(nf.Bridge, why...)
 		case nftables.TableFamilyIPv4, nftables.TableFamilyIPv6, nftables.TableFamilyINet:
+			if ch.Type != nftables.ChainTypeNAT {
+				// Local paths: nat chains see only a connection's first packet.
+				var l4, l6 *[]string
+				switch hook {
+				case *nftables.ChainHookOutput, *nftables.ChainHookPostrouting:
+					l4, l6 = &nf.LocalOut4, &nf.LocalOut6
+				case *nftables.ChainHookPrerouting, *nftables.ChainHookInput:
+					l4, l6 = &nf.LocalIn4, &nf.LocalIn6
+				}
+				if l4 != nil {
+					if fam != nftables.TableFamilyIPv6 {
+						*l4 = append(*l4, why...)
+					}
+					if fam != nftables.TableFamilyIPv4 {
+						*l6 = append(*l6, why...)
+					}
+				}
+			}
 			if !forwardPathHook(fam, hook) {
 				continue
 			}
@@ -88,11 +106,15 @@ func readNetfilter() (Netfilter, error) {
 		w := "iptables-legacy table " + t + " loaded (legacy rules send no events; use iptables-nft)"
 		nf.V4 = append(nf.V4, w)
 		nf.LegacyV4 = append(nf.LegacyV4, w)
+		nf.LocalOut4 = append(nf.LocalOut4, w)
+		nf.LocalIn4 = append(nf.LocalIn4, w)
 	}
 	for _, t := range v6 {
 		w := "ip6tables-legacy table " + t + " loaded (legacy rules send no events; use ip6tables-nft)"
 		nf.V6 = append(nf.V6, w)
 		nf.LegacyV6 = append(nf.LegacyV6, w)
+		nf.LocalOut6 = append(nf.LocalOut6, w)
+		nf.LocalIn6 = append(nf.LocalIn6, w)
 	}
 	sort.Strings(nf.V4)
 	sort.Strings(nf.V6)

@@ -77,6 +77,11 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.Neighbours = n
 	}
 	if d&DirtyFDB != 0 {
+		vf, err := readVXLANFDB(s.Links)
+		if err != nil {
+			return nil, err
+		}
+		s.VXLANFDB = vf
 		f, err := readFDB(o.h, s.Links)
 		if err != nil {
 			return nil, err

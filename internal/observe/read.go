@@ -61,9 +61,6 @@ func readLinks(h *netlink.Handle) (map[int]*Link, error) {
 		if a.Xdp != nil && a.Xdp.Attached {
 			lk.XDPProgID = a.Xdp.ProgId
 		}
-		if v, ok := l.(*netlink.Vxlan); ok {
-			lk.VXLAN = vxlanInfo(v)
-		}
 		out[a.Index] = lk
 	}
 	for _, lk := range out {
@@ -72,22 +69,6 @@ func readLinks(h *netlink.Handle) (map[int]*Link, error) {
 		}
 	}
 	return out, nil
-}
-
-func vxlanInfo(v *netlink.Vxlan) *VXLANInfo {
-	addr := func(ip net.IP) netip.Addr {
-		a, _ := netip.AddrFromSlice(ip)
-		if a.IsUnspecified() {
-			return netip.Addr{}
-		}
-		return a.Unmap()
-	}
-	return &VXLANInfo{
-		VNI: uint32(v.VxlanId), Local: addr(v.SrcAddr), Group: addr(v.Group), VtepDev: v.VtepDevIndex,
-		Port: uint16(v.Port), PortLow: uint16(v.PortLow), PortHigh: uint16(v.PortHigh), TTL: v.TTL, TOS: v.TOS,
-		Learning: v.Learning, Proxy: v.Proxy, L2Miss: v.L2miss, L3Miss: v.L3miss, UDPCSum: v.UDPCSum,
-		GBP: v.GBP, External: v.FlowBased,
-	}
 }
 
 // readXDPFeatures fills Link.XDPFeatures from the "netdev" generic netlink family. For a veth,
@@ -260,6 +241,9 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 					*m = rt.MTU
 				}
 			}
+			if fam == netlink.FAMILY_V4 && rt.Hoplimit > 0 {
+				r.HopLimit4 = true
+			}
 			if len(rt.MultiPath) > 1 {
 				if fam == netlink.FAMILY_V4 {
 					r.Multipath4 = true
@@ -365,7 +349,12 @@ func readSysctls(links map[int]*Link) Sysctls {
 			TCPTimeoutMaxRetrans:  readSysctl("net/netfilter/nf_conntrack_tcp_timeout_max_retrans"),
 			TCPMaxRetrans:         readSysctl("net/netfilter/nf_conntrack_tcp_max_retrans"),
 			UDPTimeoutStream:      readSysctl("net/netfilter/nf_conntrack_udp_timeout_stream"),
+			UDPTimeout:            readSysctl("net/netfilter/nf_conntrack_udp_timeout"),
 		},
+		IPDefaultTTL: readSysctl("net/ipv4/ip_default_ttl"),
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &s.LocalPortLow, &s.LocalPortHigh)
 	}
 	all := readSysctl("net/ipv4/conf/all/rp_filter")
 	for _, lk := range links {

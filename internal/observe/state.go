@@ -17,6 +17,7 @@ type Snapshot struct {
 	Routes     Routes
 	Neighbours map[NeighKey]uint16 // NUD state of every neighbour entry
 	FDB        []FDBEntry          // every bridge's forwarding database
+	VXLANFDB   []VXLANFDBEntry     // every vxlan device's own forwarding database
 	Sysctl     Sysctls
 	Netfilter  Netfilter
 	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
@@ -67,25 +68,6 @@ type Link struct {
 	Port   *BridgePort
 	// VXLAN holds a vxlan device's options (Kind "vxlan").
 	VXLAN *VXLANInfo
-}
-
-// VXLANInfo are the options of a vxlan device (IFLA_VXLAN_*).
-type VXLANInfo struct {
-	VNI      uint32
-	Local    netip.Addr // source address of the outer header (invalid: any)
-	Group    netip.Addr // remote or multicast group (invalid: none)
-	VtepDev  int        // the underlay device it is bound to (0: none)
-	Port     uint16     // destination UDP port
-	PortLow  uint16     // source port range (0, 0: the namespace's ip_local_port_range)
-	PortHigh uint16
-	TTL, TOS int
-	Learning bool
-	Proxy    bool
-	L2Miss   bool
-	L3Miss   bool
-	UDPCSum  bool
-	GBP      bool
-	External bool // collect_md: tunnel metadata from the skb, not the device
 }
 
 // BridgeInfo are the options of a bridge device (IFLA_BR_*).
@@ -142,6 +124,9 @@ type Routes struct {
 	MinMTU4, MinMTU6 int
 	// Multipath: ECMP routes or nexthop groups exist (per family).
 	Multipath4, Multipath6 bool
+	// HopLimit4: some IPv4 route has a hoplimit metric (the TTL of packets this host sends on it;
+	// bpf_fib_lookup does not report it).
+	HopLimit4 bool
 }
 
 // NeighKey identifies a neighbour entry.
@@ -164,6 +149,11 @@ type Sysctls struct {
 	BrNFCallIPTables, BrNFCallIP6Tables bool
 	// Conntrack: the net.netfilter.nf_conntrack_* settings the conntrack module follows.
 	Conntrack ConntrackSysctls
+	// IPDefaultTTL: net.ipv4.ip_default_ttl (the TTL of locally built packets, e.g. a vxlan
+	// device's outer header); LocalPortLow/High: net.ipv4.ip_local_port_range (a vxlan device
+	// without a source port range hashes its source ports into it).
+	IPDefaultTTL                int
+	LocalPortLow, LocalPortHigh int
 }
 
 // ConntrackSysctls are net.netfilter.nf_conntrack_* (timeouts in seconds).
@@ -174,6 +164,7 @@ type ConntrackSysctls struct {
 	TCPTimeoutMaxRetrans  int
 	TCPMaxRetrans         int
 	UDPTimeoutStream      int
+	UDPTimeout            int // unreplied
 }
 
 // Netfilter says which forwarded traffic netfilter could see.
@@ -186,6 +177,10 @@ type Netfilter struct {
 	Ingress, Egress map[string][]string
 	// Bridge: why bridged frames could meet a bridge-family rule (empty: they cannot).
 	Bridge []string
+	// LocalOut4/6 and LocalIn4/6: why packets this host sends (output, postrouting) or receives
+	// (prerouting, input) could meet a rule other than a nat chain's (which sees only a
+	// connection's first packet). A vxlan device's outer packets take these paths.
+	LocalOut4, LocalOut6, LocalIn4, LocalIn6 []string
 	// LegacyV4 / LegacyV6: loaded iptables-legacy tables (invisible to nf_tables: the filter
 	// module cannot see their rules).
 	LegacyV4, LegacyV6 []string

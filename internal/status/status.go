@@ -75,6 +75,9 @@ type Interface struct {
 	// link, nstat IpForwDatagrams, bridge -s fdb) do not see fast-pathed ones.
 	Forwarded Counter `json:"forwarded"`
 	Bridged   Counter `json:"bridged"`
+	// Encapsulated counts packets the fast path routed into a vxlan device and encapsulated
+	// itself (Forwarded does not include them).
+	Encapsulated Counter `json:"encapsulated"`
 	// Dropped counts packets the filter module dropped at XDP (a netfilter rule or policy
 	// would have dropped them; iptables -v does not count them).
 	Dropped Counter            `json:"filter_dropped"`

@@ -1,0 +1,233 @@
+/* VXLAN module (tc): a packet the router sends into a vxlan device is encapsulated here, with the
+ * outer headers the device's driver would build (vxlan_xmit_one(), udp_tunnel_xmit_skb(),
+ * iptunnel_xmit()), and sent out of the underlay device the outer route names. Whatever the
+ * driver would do that is not reproduced here makes the packet take the driver's own path (a
+ * redirect to the vxlan device: exact by construction), never a different result. */
+#ifndef LFP_VXLAN_H
+#define LFP_VXLAN_H
+
+#include "ctx.h"
+#include "parse.h"
+#include "linuxfp_types.h"
+#include "ct.h"
+#include "tx.h"
+#include "neigh.h"
+
+#define VXLAN_HLEN   8
+#define VXLAN_ENCAP  (sizeof(struct iphdr) + 8 + VXLAN_HLEN + ETH_HLEN) /* 50 */
+#define VXLAN_HF_VNI 0x08000000 /* the I flag, host byte order */
+#define INET_ECN_MASK 3
+#define INET_ECN_CE   3
+#define INET_ECN_ECT_0 2
+
+/* vxlan devices the fast path encapsulates for, by ifindex. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lfp_vxlan_dev);
+	__uint(max_entries, 256);
+} lfp_vxlan SEC(".maps");
+
+/* Their forwarding databases: single-remote, unicast IPv4 entries only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_vxfdb_key);
+	__type(value, struct lfp_vxfdb_val);
+	__uint(max_entries, 65536);
+} lfp_vxfdb SEC(".maps");
+
+/* What vxlan_plan decided, for vxlan_push once the packet is surely the fast path's. */
+struct vxlan_plan {
+	__u32 saddr, daddr;
+	__u32 vni;
+	__u16 sport, dport;
+	__u8 tos, ttl;
+	__u8 dmac[ETH_ALEN]; /* the underlay nexthop */
+	__u8 smac[ETH_ALEN];
+	__u8 inner_dmac[ETH_ALEN];
+	__u8 inner_smac[ETH_ALEN];
+};
+
+/* INET_ECN_encapsulate(): the outer ECN field follows the inner one, CE becoming ECT(0). */
+static __always_inline __u8 vxlan_ecn_encap(__u8 tos, __u8 inner)
+{
+	tos &= ~INET_ECN_MASK;
+	if ((inner & INET_ECN_MASK) == INET_ECN_CE)
+		return tos | INET_ECN_ECT_0;
+	return tos | (inner & INET_ECN_MASK);
+}
+
+/* Decide whether the IPv4 packet the router sends into vxlan device `dev` (fib: the inner
+ * routing result; tot: its IP length, or a GSO segment's) is encapsulated here. On success the
+ * redirect to the underlay is set up and *p holds the outer headers. Any other result: the
+ * driver's path. Nothing of the packet is changed. */
+static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg, __u32 dev,
+				      const struct lfp_vxlan_dev *vx, const struct bpf_fib_lookup *fib,
+				      __u8 inner_tos, __u32 tot, __u32 prio, struct vxlan_plan *p,
+				      struct ct_pkt *c)
+{
+#if LFP_TC
+	struct bpf_fib_lookup o;
+	struct lfp_vxfdb_key k = {};
+	struct lfp_vxfdb_val *rd;
+	__u32 hash, lo, hi;
+	int rc;
+
+	/* The outer packet is built and sent by this host: only where no rule but nat chains' (which
+	 * see a connection's first packet only) could see it on its way out. */
+	if (!(cfg->vx_flags & LFP_VX_LOCAL_OUT4))
+		return 0;
+	/* vxlan_xmit(): the inner destination MAC names the remote (vxlan_find_mac()). */
+	k.dev = dev;
+	__builtin_memcpy(k.mac, fib->dmac, ETH_ALEN);
+	rd = bpf_map_lookup_elem(&lfp_vxfdb, &k);
+	if (!rd)
+		return 0;
+	/* udp_flow_src_port(): the flow hash of the inner packet (the same skb_get_hash() the
+	 * driver would compute on this skb), spread over the port range. A zero hash makes the
+	 * driver hash the MACs: its path. */
+	hash = bpf_get_hash_recalc(ctx);
+	if (!hash)
+		return 0;
+	lo = vx->port_min;
+	hi = vx->port_max;
+	hash ^= hash << 16;
+	p->sport = bpf_htons((__u16)((((__u64)hash * (hi - lo)) >> 32) + lo));
+	p->dport = rd->port ? rd->port : vx->port;
+	p->vni = rd->vni;
+	p->saddr = vx->local;
+	p->daddr = rd->dst;
+	/* The route's mark is the skb's (flowi4_mark); bpf_fib_lookup() looks up with mark 0. */
+	if (ctx->mark)
+		return 0;
+	/* tos 1 is "inherit"; then INET_ECN_encapsulate(). */
+	p->tos = vxlan_ecn_encap(vx->tos == 1 ? inner_tos : vx->tos, inner_tos);
+	/* ip4_dst_hoplimit(): the route's hoplimit metric, else net.ipv4.ip_default_ttl. */
+	if (!vx->ttl && (cfg->vx_flags & LFP_VX_HOPLIMIT4))
+		return 0;
+	p->ttl = vx->ttl ? vx->ttl : cfg->default_ttl;
+
+	/* The outer route, as ip_route_output_key() looks it up: from loopback (flowi4_iif =
+	 * LOOPBACK_IFINDEX), no output device (the remote has none), the outer tos, UDP ports. */
+	__builtin_memset(&o, 0, sizeof(o));
+	o.family = AF_INET;
+	o.tos = p->tos;
+	o.l4_protocol = IPPROTO_UDP;
+	o.sport = p->sport;
+	o.dport = p->dport;
+	o.tot_len = tot + VXLAN_ENCAP;
+	o.ifindex = 1;
+	o.ipv4_src = p->saddr;
+	o.ipv4_dst = p->daddr;
+	rc = bpf_fib_lookup(ctx, &o, sizeof(o), 0);
+	/* Local (the driver's bypass to another vxlan device here), unreachable, larger than the
+	 * underlay MTU (the driver's outer header has DF clear: Linux fragments it) ...: its path. */
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || o.ifindex == dev)
+		return 0;
+	if (cfg->route_mtu4 && tot + VXLAN_ENCAP > cfg->route_mtu4)
+		return 0;
+	if (neigh_stale(cfg, &o))
+		return 0;
+
+	/* Conntrack of the outer flow (netfilter tracks this host's own packets too): an
+	 * established, untranslated entry, refreshed as Linux would; a new flow takes the driver's
+	 * path, which creates the entry. */
+	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
+		__builtin_memset(c, 0, sizeof(*c));
+		c->proto = IPPROTO_UDP;
+		c->t.ipv4.saddr = p->saddr;
+		c->t.ipv4.daddr = p->daddr;
+		c->t.ipv4.sport = p->sport;
+		c->t.ipv4.dport = p->dport;
+		c->tlen = sizeof(c->t.ipv4);
+		if (ct_forward(ctx, cfg, c) != LFP_FORWARDED)
+			return 0;
+	}
+	/* Out of the underlay device through its own transmit path (or into its peer's
+	 * namespace), with the priority ip_forward() gave the inner packet. */
+	if (tx_prepare(ctx, o.ifindex, tot + VXLAN_ENCAP, prio) != LFP_FORWARDED)
+		return 0;
+	__builtin_memcpy(p->dmac, o.dmac, ETH_ALEN);
+	__builtin_memcpy(p->smac, o.smac, ETH_ALEN);
+	__builtin_memcpy(p->inner_dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(p->inner_smac, fib->smac, ETH_ALEN);
+	return 1;
+#else
+	return 0;
+#endif
+}
+
+/* Encapsulate as planned: the inner frame (MACs and TTL as the router leaves them) behind
+ * outer Ethernet, IPv4, UDP and VXLAN headers. Returns the verdict; on failure of the one step
+ * that can fail (room for the headers) the packet is still untouched and goes to Linux. */
+static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
+{
+#if LFP_TC
+	struct iphdr ip = {};
+	struct {
+		struct iphdr ip;
+		__be16 sport, dport, len, check;
+		__be32 flags, vni;
+		__u8 inner_dmac[ETH_ALEN];
+		__u8 inner_smac[ETH_ALEN];
+		__be16 inner_proto;
+	} __attribute__((packed)) h;
+	void *data, *data_end;
+	struct ethhdr *eth;
+	struct iphdr *iph;
+	__u32 len;
+
+	/* The room after the Ethernet header; the inner L2 header is part of it. The GSO size
+	 * stays (the driver keeps the inner segment size: outer segments are 50 bytes longer).
+	 * An UNNECESSARY checksum state becomes NONE, PARTIAL stays: iptunnel_handle_offloads(). */
+	if (bpf_skb_adjust_room(ctx, VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
+				BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN)))
+		return lfp_pass(ctx, LFP_PASS_ENCAP);
+	len = ctx->len;
+
+	ip.version = 4;
+	ip.ihl = 5;
+	ip.tos = p->tos;
+	ip.tot_len = bpf_htons(len - ETH_HLEN);
+	/* Linux's __ip_select_ident() is a hashed per-destination counter no helper exposes; the
+	 * ID of a packet with DF clear only has to be unlikely to repeat soon. */
+	ip.id = (__u16)bpf_get_prandom_u32();
+	ip.ttl = p->ttl;
+	ip.protocol = IPPROTO_UDP;
+	ip.saddr = p->saddr;
+	ip.daddr = p->daddr;
+	ip.check = ipv4_csum(&ip);
+	__builtin_memset(&h, 0, sizeof(h));
+	__builtin_memcpy(&h.ip, &ip, sizeof(ip));
+	h.sport = p->sport;
+	h.dport = p->dport;
+	h.len = bpf_htons(len - ETH_HLEN - sizeof(struct iphdr));
+	/* UDP checksum 0: only devices without udpcsum are encapsulated here. */
+	h.flags = bpf_htonl(VXLAN_HF_VNI);
+	h.vni = bpf_htonl(p->vni << 8);
+	__builtin_memcpy(h.inner_dmac, p->inner_dmac, ETH_ALEN);
+	__builtin_memcpy(h.inner_smac, p->inner_smac, ETH_ALEN);
+	h.inner_proto = bpf_htons(ETH_P_IP);
+	/* Through the helper, with BPF_F_RECOMPUTE_CSUM: a CHECKSUM_COMPLETE skb's sum then covers
+	 * the new headers too. The outer Ethernet header is outside that sum. */
+	if (bpf_skb_store_bytes(ctx, ETH_HLEN, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM))
+		return CTX_DROP; /* cannot happen: the room was just made */
+	data = ctx_data(ctx);
+	data_end = ctx_data_end(ctx);
+	eth = data;
+	iph = data + ETH_HLEN + VXLAN_ENCAP;
+	if ((void *)(iph + 1) > data_end)
+		return CTX_DROP; /* cannot happen: adjust_room leaves the headers linear */
+	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	ipv4_decrease_ttl(iph);
+	lfp_count(ctx, LFP_ENCAPSULATED);
+	return CTX_REDIRECT;
+#else
+	return CTX_PASS;
+#endif
+}
+
+#endif

@@ -1,0 +1,142 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/vishvananda/netlink"
+
+	"github.com/linuxfp/linuxfp/internal/difftest"
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/packet"
+)
+
+// The VXLAN encapsulation of the tc build must put on the wire what the kernel's vxlan driver
+// puts there for the same packet: each frame is routed once by Linux (injected on in0's peer,
+// forwarded into flannel.1, encapsulated by the driver, captured on out0's peer) and once by the
+// program (BPF_PROG_TEST_RUN as if received on in0), and the outer frames must be equal but for
+// the IPv4 ID (Linux's is a hashed counter, see vxlan.h) and the header checksum that covers it.
+const vxlanTopology = `
+ip link add in0 address 02:00:00:00:00:01 type veth peer name in0p
+ip link add out0 address 02:00:00:00:00:02 type veth peer name out0p
+ip link set in0 up
+ip link set in0p up
+ip link set out0 up
+ip link set out0p up
+ip addr add 198.18.0.1/24 dev in0
+ip addr add 198.18.1.1/24 dev out0
+sysctl -qw net.ipv4.ip_forward=1
+ip neigh replace 198.18.0.2 lladdr 02:00:00:00:00:05 dev in0 nud permanent
+ip neigh replace 198.18.1.2 lladdr 02:00:00:00:00:03 dev out0 nud permanent
+ip link add flannel.1 address 02:00:00:00:00:0a type vxlan id 7 local 198.18.1.1 dev out0 dstport 8472 nolearning noudpcsum
+ip link set flannel.1 mtu 1450
+ip addr add 198.19.1.0/32 dev flannel.1
+ip link set flannel.1 up
+ip route add 198.19.2.0/24 via 198.19.2.0 dev flannel.1 onlink
+ip neigh add 198.19.2.0 lladdr 02:00:00:00:00:0b dev flannel.1 nud permanent
+bridge fdb append 02:00:00:00:00:0b dev flannel.1 dst 198.18.1.2
+`
+
+func TestVXLANEncapMatchesDriver(t *testing.T) {
+	requireRoot(t)
+	ns, err := nsutil.New("lfp-vxtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	if err := ns.Script(vxlanTopology); err != nil {
+		t.Fatal(err)
+	}
+	env := &testEnv{ns: ns, hook: HookTC, progs: map[progKey]*ebpf.Program{}}
+	var in, out, vx int
+	err = ns.Do(func() error {
+		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return err
+		}
+		env.dp = dp
+		idx := func(n string) int { l, _ := netlink.LinkByName(n); return l.Attrs().Index }
+		in, out, vx = idx("in0"), idx("out0"), idx("flannel.1")
+		env.in, env.out = in, out
+		return dp.Sync(Data{
+			TCTx:     tcTx(in, out, vx),
+			VXLAN:    []VXLANDev{{Ifindex: vx, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), Port: 8472, PortMin: 32768, PortMax: 60999}},
+			VXLANFDB: []VXLANFDBEntry{{Dev: vx, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, Dst: netip.MustParseAddr("198.18.1.2"), VNI: 7}},
+			VX:       VXHost{LocalOut4: true, DefaultTTL: 64},
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.dp.Close() })
+	if b, _ := ns.Run("cat", "/proc/sys/net/ipv4/ip_local_port_range"); strings.Join(strings.Fields(b), " ") != "32768 60999" {
+		t.Skipf("ip_local_port_range %q: the test assumes the default", b)
+	}
+	prog := env.prog(t, true, true)
+
+	spec := func(f func(*packet.Spec)) []byte {
+		s := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: netip.MustParseAddr("198.18.0.2"), Dst: netip.MustParseAddr("198.19.2.7"),
+			SrcPort: 1000, DstPort: 2000, Size: 100}
+		f(&s)
+		return s.Bytes()
+	}
+	cases := []struct {
+		name string
+		pkt  []byte
+	}{
+		{"udp", spec(func(*packet.Spec) {})},
+		{"udp other ports (another source port hash)", spec(func(s *packet.Spec) { s.SrcPort, s.DstPort = 4242, 53 })},
+		{"tcp", spec(func(s *packet.Spec) { s.Proto = layers.IPProtocolTCP })},
+		{"ecn ect(0)", spec(func(s *packet.Spec) { s.TOS = 0x02 })},
+		{"ecn ce: outer ect(0)", spec(func(s *packet.Spec) { s.TOS = 0x13 })},
+		{"dscp not inherited", spec(func(s *packet.Spec) { s.TOS = 0xb8 })},
+		{"ttl 2", spec(func(s *packet.Spec) { s.TTL = 2 })},
+		{"1400 bytes", spec(func(s *packet.Spec) { s.Size = 1400 })},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			capt, err := difftest.Run(difftest.Options{
+				Inject:  difftest.Endpoint{Name: "in", NS: ns, Device: "in0p"},
+				Capture: []difftest.Endpoint{{Name: "out", NS: ns, Device: "out0p"}},
+				Settle:  200 * time.Millisecond,
+			}, []difftest.Frame{{Name: c.name, Data: c.pkt}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var linux []byte
+			for _, p := range capt.Packets["out"] {
+				if len(p.Data) > 23 && p.Data[23] == 17 && p.Data[36] == 0x21 && p.Data[37] == 0x18 { // UDP to 8472
+					linux = p.Data
+				}
+			}
+			if linux == nil {
+				t.Fatalf("the driver sent nothing: %d frames captured", len(capt.Packets["out"]))
+			}
+			ret, got, reason := env.runOn(t, prog, c.pkt, in)
+			if reason != Encapsulated || ret != xdpRedirect {
+				t.Fatalf("reason %v verdict %d, want encapsulated", reason, ret)
+			}
+			got = got[:len(linux)]
+			mask := func(b []byte) []byte {
+				b = append([]byte(nil), b...)
+				b[18], b[19], b[24], b[25] = 0, 0, 0, 0 // IPv4 ID and header checksum
+				return b
+			}
+			if !bytes.Equal(mask(got), mask(linux)) {
+				t.Fatalf("outer frames differ (ID and checksum masked):\n driver %s\n linuxfp %s", hex.EncodeToString(linux), hex.EncodeToString(got))
+			}
+			if packet.IPv4HeaderChecksum(append(got[14:24:24], append([]byte{0, 0}, got[26:34]...)...)) != uint16(got[24])<<8|uint16(got[25]) {
+				t.Fatal("outer IPv4 header checksum wrong")
+			}
+		})
+	}
+}

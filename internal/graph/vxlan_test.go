@@ -1,0 +1,73 @@
+package graph
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/observe"
+)
+
+func TestVXLANEncap(t *testing.T) {
+	flannel := func() *observe.Snapshot {
+		s := snapshot()
+		s.Links[7] = &observe.Link{Index: 7, Name: "flannel.1", Kind: "vxlan", Up: true, OperUp: true,
+			MAC: net.HardwareAddr{2, 0, 0, 0, 0, 7}, Qdiscs: []string{"noqueue"},
+			VXLAN: &observe.VXLANInfo{VNI: 1, Local: netip.MustParseAddr("198.18.0.1"), Port: 8472, LocalBypass: true}}
+		s.Sysctl.LocalPortLow, s.Sysctl.LocalPortHigh = 32768, 60999
+		mac := func(b byte) net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 1, b} }
+		s.VXLANFDB = []observe.VXLANFDBEntry{
+			{Dev: 7, MAC: mac(1), Dst: netip.MustParseAddr("198.18.0.2")},
+			{Dev: 7, MAC: mac(2), Dst: netip.MustParseAddr("198.18.0.3"), HasVNI: true, VNI: 9, Port: 4789},
+			{Dev: 7, MAC: mac(3), Dst: netip.MustParseAddr("198.18.0.4")}, // two remotes: replication
+			{Dev: 7, MAC: mac(3), Dst: netip.MustParseAddr("198.18.0.5")},
+			{Dev: 7, MAC: mac(4), Dst: netip.MustParseAddr("2001:2::4")},
+			{Dev: 7, MAC: mac(5), Dst: netip.MustParseAddr("198.18.0.6"), Ifindex: 2},
+			{Dev: 7, MAC: net.HardwareAddr{0, 0, 0, 0, 0, 0}, Dst: netip.MustParseAddr("198.18.0.7")},
+		}
+		return s
+	}
+	p := Build(flannel(), Options{Hook: HookAuto}, notOwned)
+	if len(p.Data.VXLAN) != 1 || p.Data.VXLAN[0].PortMin != 32768 || p.Data.VXLAN[0].PortMax != 60999 {
+		t.Fatalf("vxlan devices %+v", p.Data.VXLAN)
+	}
+	if got := len(p.Data.VXLANFDB); got != 3 { // mac 1, mac 2, the all-zeros default
+		t.Fatalf("fdb %+v, want the single-remote IPv4 entries without a device", p.Data.VXLANFDB)
+	}
+	for _, e := range p.Data.VXLANFDB {
+		switch e.MAC[5] {
+		case 1:
+			if e.VNI != 1 || e.Port != 0 {
+				t.Fatalf("entry without a vni or port: the device's vni, port 0: %+v", e)
+			}
+		case 2:
+			if e.VNI != 9 || e.Port != 4789 {
+				t.Fatalf("entry with its own vni and port: %+v", e)
+			}
+		}
+	}
+	for _, c := range []struct {
+		why    string
+		mutate func(*observe.Snapshot)
+	}{
+		{"udpcsum", func(s *observe.Snapshot) { s.Links[7].VXLAN.UDPCSum = true }},
+		{"external", func(s *observe.Snapshot) { s.Links[7].VXLAN.External = true }},
+		{"df", func(s *observe.Snapshot) { s.Links[7].VXLAN.DF = 1 }},
+		{"ttl inherit", func(s *observe.Snapshot) { s.Links[7].VXLAN.TTLInherit = true }},
+		{"GBP", func(s *observe.Snapshot) { s.Links[7].VXLAN.GBP = true }},
+		{"no IPv4 local", func(s *observe.Snapshot) { s.Links[7].VXLAN.Local = netip.Addr{} }},
+		{"options linuxfp does not know", func(s *observe.Snapshot) { s.Links[7].VXLAN.Unknown = []uint16{40} }},
+		{"tc egress", func(s *observe.Snapshot) { s.Links[7].TCEgress = true }},
+		{"qdisc tbf", func(s *observe.Snapshot) { s.Links[7].Qdiscs = []string{"tbf"} }},
+		{"down", func(s *observe.Snapshot) { s.Links[7].OperUp = false }},
+	} {
+		s := flannel()
+		c.mutate(s)
+		p := Build(s, Options{Hook: HookAuto}, notOwned)
+		notes := strings.Join(p.Interfaces[7].Notes, "\n")
+		if len(p.Data.VXLAN) != 0 || len(p.Data.VXLANFDB) != 0 || !strings.Contains(notes, c.why) {
+			t.Errorf("%s: devices %+v, notes %q", c.why, p.Data.VXLAN, notes)
+		}
+	}
+}
