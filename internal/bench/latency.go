@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
@@ -119,15 +120,24 @@ type rrServer struct {
 }
 
 func startRRServer(tb *testbed.Testbed) (*rrServer, error) {
+	s, err := listenRR(tb.Sink, netip.AddrPortFrom(tb.SinkIP, rrPort))
+	if err != nil {
+		return nil, fmt.Errorf("in the sink: %w", err)
+	}
+	return s, nil
+}
+
+// listenRR starts a request/response server on addr in the namespace ns (its listening socket,
+// and so every connection it accepts, belongs to ns).
+func listenRR(ns *nsutil.NS, addr netip.AddrPort) (*rrServer, error) {
 	s := &rrServer{}
-	addr := netip.AddrPortFrom(tb.SinkIP, rrPort).String()
-	err := tb.Sink.Do(func() error {
+	err := ns.Do(func() error {
 		var err error
-		s.ln, err = net.Listen("tcp", addr)
+		s.ln, err = net.Listen("tcp", addr.String())
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s in the sink: %w", addr, err)
+		return nil, fmt.Errorf("listen on %s in %s: %w", addr, ns.Name, err)
 	}
 	s.wg.Add(1)
 	go func() {
@@ -172,26 +182,43 @@ func (s *rrServer) Close() error {
 // runRR opens sessions connections from gen, runs transactions on all of them for warmup, then
 // records every transaction's round-trip time for d.
 func runRR(ctx context.Context, tb *testbed.Testbed, sessions int, warmup, d time.Duration) (LatencyRound, error) {
+	dials := make([]rrDial, sessions)
+	for i := range dials {
+		dials[i] = rrDial{from: tb.Gen, to: netip.AddrPortFrom(tb.SinkIP, rrPort)}
+	}
+	return runRRSessions(ctx, dials, warmup, d)
+}
+
+// rrDial is one request/response session: a connection from the namespace from to the server
+// at to.
+type rrDial struct {
+	from *nsutil.NS
+	to   netip.AddrPort
+}
+
+// runRRSessions opens one connection per dial (its socket created in the dial's namespace), runs
+// transactions on all of them at once for warmup, then records every transaction's round-trip
+// time for d.
+func runRRSessions(ctx context.Context, dials []rrDial, warmup, d time.Duration) (LatencyRound, error) {
+	sessions := len(dials)
 	conns := make([]net.Conn, 0, sessions)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	addr := netip.AddrPortFrom(tb.SinkIP, rrPort).String()
-	err := tb.Gen.Do(func() error {
-		dl := net.Dialer{Timeout: 5 * time.Second}
-		for range sessions {
-			c, err := dl.Dial("tcp", addr)
+	for _, dl := range dials {
+		err := dl.from.Do(func() error {
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.to.String())
 			if err != nil {
 				return err
 			}
 			conns = append(conns, c)
+			return nil
+		})
+		if err != nil {
+			return LatencyRound{}, fmt.Errorf("connect to %s from %s: %w", dl.to, dl.from.Name, err)
 		}
-		return nil
-	})
-	if err != nil {
-		return LatencyRound{}, fmt.Errorf("connect to %s from gen: %w", addr, err)
 	}
 
 	t0 := time.Now()
@@ -239,6 +266,11 @@ func runRR(ctx context.Context, tb *testbed.Testbed, sessions int, warmup, d tim
 	if len(all) == 0 {
 		return LatencyRound{}, errors.New("request/response: no transaction completed")
 	}
+	return rrStats(all, d), nil
+}
+
+// rrStats summarises the round-trip times of the transactions completed in d (sorts them).
+func rrStats(all []time.Duration, d time.Duration) LatencyRound {
 	slices.Sort(all)
 	var sum, sq float64
 	for _, v := range all {
@@ -255,7 +287,7 @@ func runRR(ctx context.Context, tb *testbed.Testbed, sessions int, warmup, d tim
 		AvgUs:        avg,
 		P99Us:        float64(all[int(math.Ceil(0.99*n))-1]) / 1e3,
 		StddevUs:     math.Sqrt(max(sq/n-avg*avg, 0)),
-	}, nil
+	}
 }
 
 func summariseLatency(per map[Mode][]LatencyRound, modes []Mode, sessions int) []LatencyMode {

@@ -18,7 +18,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks: Linux vs linuxfp in the same run"}
-	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchResponseCmd())
+	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchPodsCmd(), benchResponseCmd())
 	return cmd
 }
 
@@ -137,6 +137,58 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 	f.IntSliceVar(&rules, "rules", []int{1, 10, 100, 1000, 10000}, "rule counts of the throughput-vs-rules sweep (at most 10240)")
 	f.BoolVar(&noSweep, "no-sweep", false, "measure only the paper's gateway (100 rules, ipset), not the sweep")
 	f.StringSliceVar(&traffic, "traffic", nil, "traffic patterns: miss, hit (default both)")
+	return cmd
+}
+
+func benchPodsCmd() *cobra.Command {
+	var (
+		bf        benchFlags
+		pairs     []int
+		workloads []string
+	)
+	cmd := &cobra.Command{
+		Use:   "pods",
+		Short: "The Kubernetes experiment: pod-to-pod TCP request/response over Flannel (vxlan) and the CNI bridge, Linux vs linuxfp",
+		Long: `The paper's Kubernetes/Flannel experiment. Builds two "nodes" (network namespaces joined by a
+veth underlay, 198.18.0.1 and 198.18.0.2) configured with the commands Flannel's vxlan backend
+issues (flannel.1, VNI 1, UDP 8472, its routes, neighbour and FDB entries for the other node, its
+iptables rules) and pods (namespaces) plugged in with the commands of the CNI bridge plugin as
+Flannel configures it (cni0, MTU 1450, hairpin, pod subnets 198.19.1.0/24 and 198.19.2.0/24).
+Then TCP request/response, 1 byte each way as netperf's TCP_RR, over 1 to 10 concurrent pod
+pairs (one connection each): intra-node (node1 -> node1, through cni0) and inter-node (node1 ->
+node2, through the VXLAN overlay). Modes: Linux alone, and ` + "`linuxfp run`" + ` in both nodes,
+alternating round by round; the report gives medians of transactions/s and of average, p99 and
+stddev latency, the ratios, and what linuxfp's programs fast-pathed and handed to Linux (from
+` + "`linuxfp status -j`" + ` in each node). Removes its namespaces on exit, including on Ctrl-C.
+
+Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pc := bench.PodsConfig{Pairs: pairs}
+			for _, s := range splitList(workloads) {
+				w, err := bench.ParseWorkload(s)
+				if err != nil {
+					return fmt.Errorf("--workloads: %w", err)
+				}
+				pc.Workloads = append(pc.Workloads, w)
+			}
+			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				pc.Binary, pc.Modes, pc.Log = cfg.Binary, cfg.Modes, cfg.Log
+				pc.Duration, pc.Warmup, pc.Rounds = cfg.Duration, cfg.Warmup, cfg.Rounds
+				return bench.RunPods(ctx, pc)
+			})
+		},
+	}
+	f := cmd.Flags()
+	cfg := &bf.cfg
+	f.IntSliceVar(&pairs, "pairs", []int{1, 2, 5, 10}, "numbers of concurrent pod pairs to measure")
+	f.StringSliceVar(&workloads, "workloads", nil, "workloads: intra (pods on one node), inter (pods on two nodes) (default both)")
+	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp (default both)")
+	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, workload and pair count")
+	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured transactions before each measurement")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
+	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
+	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
 	return cmd
 }
 

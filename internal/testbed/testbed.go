@@ -288,14 +288,19 @@ func (tb *Testbed) StartLinuxfp(bin string, args ...string) (*Linuxfp, error) {
 
 // StartLinuxfpUntil starts bin run in the DUT and waits until ready holds.
 func (tb *Testbed) StartLinuxfpUntil(bin string, ready func(*status.Status) bool, args ...string) (*Linuxfp, error) {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", tb.DUT.Name, bin, "run"}, args...)...)
+	return StartLinuxfpIn(tb.DUT, bin, ready, args...)
+}
+
+// StartLinuxfpIn starts bin run in the namespace ns and waits until ready holds.
+func StartLinuxfpIn(ns *nsutil.NS, bin string, ready func(*status.Status) bool, args ...string) (*Linuxfp, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, bin, "run"}, args...)...)
 	log := &SyncBuffer{}
 	cmd.Stdout = log
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start linuxfp: %w", err)
 	}
-	l := &Linuxfp{cmd: cmd, Log: log, done: make(chan error, 1), Client: tb.StatusClient()}
+	l := &Linuxfp{cmd: cmd, Log: log, done: make(chan error, 1), Client: StatusClientIn(ns)}
 	go func() { l.done <- cmd.Wait() }()
 	if err := l.WaitFor(10*time.Second, ready); err != nil {
 		l.Kill()
@@ -305,10 +310,14 @@ func (tb *Testbed) StartLinuxfpUntil(bin string, ready func(*status.Status) bool
 }
 
 // StatusClient talks to the controller in the DUT.
-func (tb *Testbed) StatusClient() *status.Client {
+func (tb *Testbed) StatusClient() *status.Client { return StatusClientIn(tb.DUT) }
+
+// StatusClientIn talks to the controller in the namespace ns (its status socket is an abstract
+// unix socket, which belongs to the namespace).
+func StatusClientIn(ns *nsutil.NS) *status.Client {
 	return status.NewClientWithDialer(func(ctx context.Context) (net.Conn, error) {
 		var c net.Conn
-		err := tb.DUT.Do(func() error {
+		err := ns.Do(func() error {
 			var err error
 			c, err = net.Dial("unix", status.SocketName)
 			return err

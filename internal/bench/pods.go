@@ -1,0 +1,613 @@
+package bench
+
+// The pods benchmark: the paper's Kubernetes experiment. Two nodes of a Flannel cluster (vxlan
+// backend) with pods plugged in by the CNI bridge plugin, built by testbed.NewPods with the
+// commands Flannel and the plugins issue. TCP request/response (1 byte each way, netperf's
+// TCP_RR) between pod pairs, each pair one connection, all pairs at once:
+//   - intra: client pod k on node1 -> server pod k on node1 (pod veth -> cni0 -> pod veth);
+//   - inter: client pod k on node1 -> server pod k on node2 (pod veth -> cni0 -> routed into
+//     flannel.1 -> encapsulated -> eth0 -> node2's eth0 -> decapsulated by flannel.1 -> routed
+//     into cni0 -> pod veth), and back.
+// node1 has 2 x the most pairs pods (clients, then intra-node servers), node2 the most pairs
+// (inter-node servers). Modes: Linux alone, and `linuxfp run` in both node namespaces (pods'
+// namespaces are the containers': nothing runs there), alternating round by round.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// Workload is where the pod pairs are.
+type Workload string
+
+const (
+	// WorkloadIntra: client and server pods on the same node, switched by its cni0.
+	WorkloadIntra Workload = "intra"
+	// WorkloadInter: client pods on node1, servers on node2, through Flannel's VXLAN overlay.
+	WorkloadInter Workload = "inter"
+)
+
+// Workloads lists the workloads in report order.
+var Workloads = []Workload{WorkloadIntra, WorkloadInter}
+
+// ParseWorkload checks a workload's name.
+func ParseWorkload(s string) (Workload, error) {
+	if w := Workload(s); slices.Contains(Workloads, w) {
+		return w, nil
+	}
+	return "", fmt.Errorf("workload %q: want intra or inter", s)
+}
+
+// PodsModes are the modes the pods benchmark runs (there is no hand-written ceiling for it).
+var PodsModes = []Mode{ModeLinux, ModeLinuxfp}
+
+// PodsConfig configures RunPods.
+type PodsConfig struct {
+	Binary    string     // linuxfp binary run in the nodes (`linuxfp run`, `linuxfp status -j`)
+	Modes     []Mode     // default: linux and linuxfp
+	Workloads []Workload // default: intra and inter
+	// Pairs: the numbers of concurrent pod pairs measured (default 1, 2, 5, 10).
+	Pairs    []int
+	Duration time.Duration // measured time per round, mode, workload and pair count
+	Warmup   time.Duration // transactions before each measurement, not counted
+	Rounds   int           // rounds per mode; the report gives the median
+	Log      *slog.Logger
+}
+
+// maxPodPairs bounds --pairs: node1 holds two pods per pair, all in one /24.
+const maxPodPairs = 100
+
+func (c *PodsConfig) defaults() error {
+	if len(c.Modes) == 0 {
+		c.Modes = PodsModes
+	}
+	for _, m := range c.Modes {
+		if !slices.Contains(PodsModes, m) {
+			return fmt.Errorf("mode %s: the pods benchmark runs linux and linuxfp", m)
+		}
+	}
+	c.Modes = inOrder(PodsModes, c.Modes)
+	if len(c.Workloads) == 0 {
+		c.Workloads = Workloads
+	}
+	c.Workloads = inOrder(Workloads, c.Workloads)
+	if len(c.Pairs) == 0 {
+		c.Pairs = []int{1, 2, 5, 10}
+	}
+	for _, n := range c.Pairs {
+		if n < 1 || n > maxPodPairs {
+			return fmt.Errorf("--pairs %d: want 1 to %d", n, maxPodPairs)
+		}
+	}
+	c.Pairs = slices.Compact(slices.Sorted(slices.Values(c.Pairs)))
+	if c.Duration <= 0 {
+		c.Duration = 2 * time.Second
+	}
+	if c.Warmup <= 0 {
+		c.Warmup = 500 * time.Millisecond
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 3
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Binary == "" && slices.Contains(c.Modes, ModeLinuxfp) {
+		return errors.New("no linuxfp binary to run in the nodes")
+	}
+	return nil
+}
+
+// inOrder returns the members of want in the order of all, each once.
+func inOrder[T comparable](all, want []T) []T {
+	var out []T
+	for _, v := range all {
+		if slices.Contains(want, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// podsLayout is how many pods each node gets for the configuration, and which pods pair up.
+type podsLayout struct {
+	pods [2]int // node1, node2
+	max  int    // the most pairs measured
+}
+
+func newPodsLayout(cfg PodsConfig) podsLayout {
+	l := podsLayout{max: slices.Max(cfg.Pairs)}
+	l.pods[0] = l.max // clients
+	if slices.Contains(cfg.Workloads, WorkloadIntra) {
+		l.pods[0] += l.max // intra-node servers
+	}
+	if slices.Contains(cfg.Workloads, WorkloadInter) {
+		l.pods[1] = l.max
+	}
+	return l
+}
+
+// pair returns pair k's client and server pods for workload w.
+func (l podsLayout) pair(p *testbed.Pods, w Workload, k int) (client, server *testbed.Pod) {
+	client = p.Nodes[0].Pods[k]
+	if w == WorkloadIntra {
+		return client, p.Nodes[0].Pods[l.max+k]
+	}
+	return client, p.Nodes[1].Pods[k]
+}
+
+// RunPods runs the pods benchmark. It returns what it measured even when ctx is cancelled
+// half-way (with ctx's error); every namespace it created is gone when it returns.
+func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	res = newPodsResult(cfg)
+	defer func() { res.finish(time.Since(start)) }()
+	layout := newPodsLayout(cfg)
+	res.Config.Pods = layout.pods
+	cfg.Log.Info("building the nodes and pods", "node1_pods", layout.pods[0], "node2_pods", layout.pods[1])
+	p, err := testbed.NewPods("lfp-pods", testbed.PodsOptions{Pods: layout.pods})
+	if err != nil {
+		return res, fmt.Errorf("build the pods topology: %w", err)
+	}
+	defer func() {
+		if cerr := p.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove the pods topology: %w", cerr))
+		}
+	}()
+	r := &podsRun{ctx: ctx, cfg: cfg, pods: p, layout: layout, res: res, log: cfg.Log}
+	defer r.stopServers()
+	if err := r.startServers(); err != nil {
+		return res, err
+	}
+	for round := 0; round < cfg.Rounds; round++ {
+		for _, m := range rotated(cfg.Modes, round) {
+			if err := r.withMode(m, func() error { return r.measureAll(round, m) }); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, ctx.Err()
+}
+
+// podsRun is one run of the benchmark on one topology.
+type podsRun struct {
+	ctx     context.Context
+	cfg     PodsConfig
+	pods    *testbed.Pods
+	layout  podsLayout
+	res     *PodsResult
+	log     *slog.Logger
+	servers []*rrServer
+	lfps    []*testbed.Linuxfp // linuxfp mode: one per node
+}
+
+// startServers starts a request/response server in every server pod, on its address.
+func (r *podsRun) startServers() error {
+	for _, w := range r.cfg.Workloads {
+		for k := range r.layout.max {
+			_, srv := r.layout.pair(r.pods, w, k)
+			s, err := listenRR(srv.NS, netip.AddrPortFrom(srv.IP, rrPort))
+			if err != nil {
+				return err
+			}
+			r.servers = append(r.servers, s)
+		}
+	}
+	return nil
+}
+
+func (r *podsRun) stopServers() {
+	for _, s := range r.servers {
+		s.Close()
+	}
+}
+
+// withMode runs fn with the nodes in mode m: nothing attached (linux) or `linuxfp run` in both
+// nodes (linuxfp), stopped afterwards whatever happens. Modes never overlap: before either, no
+// linuxfp may answer in either node.
+func (r *podsRun) withMode(m Mode, fn func() error) (err error) {
+	for _, n := range r.pods.Nodes {
+		if _, err := testbed.StatusClientIn(n.NS).Status(); !errors.Is(err, status.ErrNotRunning) {
+			return fmt.Errorf("enter %s: linuxfp still answers in node%d (%v)", m, n.Index, err)
+		}
+	}
+	if m == ModeLinuxfp {
+		defer func() {
+			for i, l := range r.lfps {
+				if serr := l.Stop(); serr != nil {
+					err = errors.Join(err, fmt.Errorf("stop linuxfp in node%d: %w; log:\n%s", i+1, serr, l.Log.String()))
+				}
+			}
+			r.lfps = nil
+		}()
+		for _, n := range r.pods.Nodes {
+			l, err := startLinuxfpNode(n, r.cfg.Binary)
+			if err != nil {
+				return fmt.Errorf("start linuxfp in node%d: %w", n.Index, err)
+			}
+			r.lfps = append(r.lfps, l)
+		}
+	}
+	return fn()
+}
+
+// startLinuxfpNode starts linuxfp in a node and waits until it has decided about the node's
+// pod veths, flannel.1 and eth0 (a program, or notes saying why not) and then applied no change
+// for linuxfpSettle. Whether it accelerates them is what the benchmark measures and reports.
+func startLinuxfpNode(n *testbed.PodNode, bin string) (*testbed.Linuxfp, error) {
+	want := []string{"eth0", "flannel.1"}
+	for _, pod := range n.Pods {
+		want = append(want, pod.HostVeth)
+	}
+	l, err := testbed.StartLinuxfpIn(n.NS, bin, func(st *status.Status) bool {
+		decided := 0
+		for _, it := range st.Interfaces {
+			if slices.Contains(want, it.Name) && (it.Program != nil || len(it.Notes) > 0) {
+				decided++
+			}
+		}
+		return decided == len(want)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var last uint64
+	var since time.Time
+	err = l.WaitFor(5*time.Second, func(st *status.Status) bool {
+		if since.IsZero() || st.Applies != last || st.Busy {
+			last, since = st.Applies, time.Now()
+			return false
+		}
+		return time.Since(since) >= linuxfpSettle
+	})
+	if err != nil {
+		l.Stop()
+		return nil, fmt.Errorf("linuxfp did not settle after start: %w; log:\n%s", err, l.Log.String())
+	}
+	return l, nil
+}
+
+// measureAll measures every workload and pair count once in mode m.
+func (r *podsRun) measureAll(round int, m Mode) error {
+	for _, w := range r.cfg.Workloads {
+		for _, n := range r.cfg.Pairs {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			rd, err := r.measure(w, n)
+			if err != nil {
+				return fmt.Errorf("%s, %s, %d pairs: %w", m, w, n, err)
+			}
+			r.res.add(w, n, m, rd)
+			if rd.Error != "" {
+				r.log.Warn("round failed", "round", round+1, "mode", m, "workload", w, "pairs", n, "err", rd.Error)
+				continue
+			}
+			args := []any{"round", round + 1, "mode", m, "workload", w, "pairs", n,
+				"tps", fmt.Sprintf("%.0f", rd.TPS), "avg_us", fmt.Sprintf("%.1f", rd.AvgUs), "p99_us", fmt.Sprintf("%.1f", rd.P99Us)}
+			for _, fp := range rd.Nodes {
+				args = append(args, fp.Node, fp.summary())
+			}
+			r.log.Info("measured", args...)
+		}
+	}
+	return nil
+}
+
+// measure runs n pairs of workload w at once and, in linuxfp mode, reads what linuxfp's
+// programs did in each node meanwhile. A round in which TCP failed is a result (its Error), not a
+// reason to stop.
+func (r *podsRun) measure(w Workload, n int) (PodsRound, error) {
+	dials := make([]rrDial, n)
+	for k := range dials {
+		c, s := r.layout.pair(r.pods, w, k)
+		dials[k] = rrDial{from: c.NS, to: netip.AddrPortFrom(s.IP, rrPort)}
+	}
+	before, err := r.snapshots()
+	if err != nil {
+		return PodsRound{}, err
+	}
+	lr, err := runRRSessions(r.ctx, dials, r.cfg.Warmup, r.cfg.Duration)
+	if err != nil {
+		if cerr := r.ctx.Err(); cerr != nil {
+			return PodsRound{}, cerr
+		}
+		lr = LatencyRound{Error: err.Error()}
+	}
+	rd := PodsRound{LatencyRound: lr}
+	after, err := r.snapshots()
+	if err != nil {
+		return PodsRound{}, err
+	}
+	for i := range before {
+		rd.Nodes = append(rd.Nodes, before[i].delta(after[i]))
+	}
+	return rd, nil
+}
+
+// snapshots reads `linuxfp status -j` in every node (none outside linuxfp mode).
+func (r *podsRun) snapshots() ([]*nodeSnapshot, error) {
+	if r.lfps == nil {
+		return nil, nil
+	}
+	var out []*nodeSnapshot
+	for _, n := range r.pods.Nodes {
+		s, err := readNodeStatus(n.NS, r.cfg.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("node%d: %w", n.Index, err)
+		}
+		s.node = fmt.Sprintf("node%d", n.Index)
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// readNodeStatus runs `linuxfp status -j` in ns, as a person would, and reads its counters.
+func readNodeStatus(ns *nsutil.NS, bin string) (*nodeSnapshot, error) {
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, bin, "status", "-j")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("linuxfp status -j: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return parseNodeStatus(out)
+}
+
+// nodeSnapshot is one node's linuxfp counters at one moment.
+type nodeSnapshot struct {
+	node      string
+	ctLiberal uint64
+	ifaces    map[string]ifaceSnapshot
+}
+
+type ifaceSnapshot struct {
+	role      string
+	program   bool
+	notes     []string
+	counts    fpCounts
+	hasCounts bool
+}
+
+// parseNodeStatus reads `linuxfp status -j`'s output. Every per-interface object of the form
+// {"packets": N, ...} counts: "passed" holds the packets handed to Linux by reason,
+// "filter_dropped" those the fast path dropped, and every other one (forwarded, bridged, and
+// whatever later versions add) packets the fast path sent on itself. Reading them by shape
+// rather than by name keeps the benchmark honest about a linuxfp newer than itself.
+func parseNodeStatus(b []byte) (*nodeSnapshot, error) {
+	var raw struct {
+		CTLiberal  uint64                       `json:"ct_liberal"`
+		Interfaces []map[string]json.RawMessage `json:"interfaces"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("read linuxfp status -j: %w", err)
+	}
+	s := &nodeSnapshot{ctLiberal: raw.CTLiberal, ifaces: map[string]ifaceSnapshot{}}
+	for _, it := range raw.Interfaces {
+		var name, kind, master string
+		var notes []string
+		for k, v := range map[string]any{"name": &name, "kind": &kind, "master": &master, "notes": &notes} {
+			if m, ok := it[k]; ok {
+				if err := json.Unmarshal(m, v); err != nil {
+					return nil, fmt.Errorf("read linuxfp status -j: interface %s: %s: %w", name, k, err)
+				}
+			}
+		}
+		is := ifaceSnapshot{role: podsRole(name, kind, master), notes: notes, counts: fpCounts{}}
+		_, is.program = it["program"]
+		if string(it["program"]) == "null" {
+			is.program = false
+		}
+		for k, v := range it {
+			switch k {
+			case "passed":
+				var passed map[string]status.Counter
+				if err := json.Unmarshal(v, &passed); err != nil {
+					return nil, fmt.Errorf("read linuxfp status -j: interface %s: passed: %w", name, err)
+				}
+				for reason, c := range passed {
+					is.counts.addPassed(reason, c.Packets)
+				}
+				is.hasCounts = true
+			default:
+				var c struct {
+					Packets *uint64 `json:"packets"`
+				}
+				if json.Unmarshal(v, &c) != nil || c.Packets == nil {
+					continue
+				}
+				is.hasCounts = true
+				if k == "filter_dropped" {
+					is.counts.Dropped += *c.Packets
+				} else {
+					is.counts.addFast(k, *c.Packets)
+				}
+			}
+		}
+		s.ifaces[name] = is
+	}
+	return s, nil
+}
+
+// podsRole groups a node's interfaces for the report: its underlay, Flannel's VXLAN device, the
+// CNI bridge, and the pods' host veths (its ports).
+func podsRole(name, kind, master string) string {
+	switch {
+	case name == "eth0":
+		return "eth0"
+	case kind == "vxlan" || name == "flannel.1":
+		return "flannel.1"
+	case name == "cni0":
+		return "cni0"
+	case master == "cni0":
+		return "pod veths"
+	}
+	return name
+}
+
+// podsRoles is the report order of the roles.
+var podsRoles = []string{"pod veths", "cni0", "flannel.1", "eth0"}
+
+// delta is what the node's programs did between s and t (t later). A counter that went down
+// (a program replaced, its counters restarted) counts from zero.
+func (s *nodeSnapshot) delta(t *nodeSnapshot) *NodeFastPath {
+	fp := &NodeFastPath{Node: t.node, Interfaces: map[string]*fpCounts{}, CTLiberal: sub(s.ctLiberal, t.ctLiberal)}
+	for _, name := range slices.Sorted(maps.Keys(t.ifaces)) {
+		b := t.ifaces[name]
+		if !b.program && b.role != "cni0" && b.role != "lo" {
+			if fp.NoProgram == nil {
+				fp.NoProgram = map[string]string{}
+			}
+			fp.NoProgram[name] = strings.Join(b.notes, "; ")
+		}
+		if !b.hasCounts {
+			continue
+		}
+		d := b.counts.since(s.ifaces[name].counts)
+		if d.runs() == 0 {
+			continue
+		}
+		fp.add(d)
+		if fp.Interfaces[b.role] == nil {
+			fp.Interfaces[b.role] = &fpCounts{}
+		}
+		fp.Interfaces[b.role].add(d)
+	}
+	return fp
+}
+
+func sub(a, b uint64) uint64 {
+	if b < a {
+		return b
+	}
+	return b - a
+}
+
+// fpCounts is what fast-path programs did with the packets they saw.
+type fpCounts struct {
+	// FastPathed: packets the fast path sent on itself, by counter (forwarded, bridged ...).
+	FastPathed map[string]uint64 `json:"fast_pathed,omitempty"`
+	// Dropped: packets its filter module dropped (a netfilter rule would have).
+	Dropped uint64 `json:"filter_dropped,omitempty"`
+	// Passed: packets handed to Linux, by reason.
+	Passed map[string]uint64 `json:"passed_to_linux,omitempty"`
+}
+
+func (c *fpCounts) addFast(kind string, n uint64) {
+	if n == 0 {
+		return
+	}
+	if c.FastPathed == nil {
+		c.FastPathed = map[string]uint64{}
+	}
+	c.FastPathed[kind] += n
+}
+
+func (c *fpCounts) addPassed(reason string, n uint64) {
+	if n == 0 {
+		return
+	}
+	if c.Passed == nil {
+		c.Passed = map[string]uint64{}
+	}
+	c.Passed[reason] += n
+}
+
+func (c *fpCounts) add(o fpCounts) {
+	for k, v := range o.FastPathed {
+		c.addFast(k, v)
+	}
+	for k, v := range o.Passed {
+		c.addPassed(k, v)
+	}
+	c.Dropped += o.Dropped
+}
+
+// since is c minus an earlier a, counter by counter.
+func (c fpCounts) since(a fpCounts) fpCounts {
+	d := fpCounts{Dropped: sub(a.Dropped, c.Dropped)}
+	for k, v := range c.FastPathed {
+		d.addFast(k, sub(a.FastPathed[k], v))
+	}
+	for k, v := range c.Passed {
+		d.addPassed(k, sub(a.Passed[k], v))
+	}
+	return d
+}
+
+func (c fpCounts) fast() uint64 {
+	var n uint64
+	for _, v := range c.FastPathed {
+		n += v
+	}
+	return n
+}
+
+func (c fpCounts) passed() uint64 {
+	var n uint64
+	for _, v := range c.Passed {
+		n += v
+	}
+	return n
+}
+
+// runs is how many packets the programs saw (each program run decides one packet).
+func (c fpCounts) runs() uint64 { return c.fast() + c.Dropped + c.passed() }
+
+// NodeFastPath is what linuxfp's programs in one node did during one measurement, summed over
+// its interfaces (a packet crossing two programs counts twice), and by interface role.
+type NodeFastPath struct {
+	Node string `json:"node"`
+	fpCounts
+	Interfaces map[string]*fpCounts `json:"by_interface,omitempty"`
+	// CTLiberal: TCP connections linuxfp marked liberal in conntrack meanwhile.
+	CTLiberal uint64 `json:"ct_liberal,omitempty"`
+	// NoProgram: interfaces without a linuxfp program, with linuxfp's notes saying why.
+	NoProgram map[string]string `json:"no_program,omitempty"`
+}
+
+// summary is a one-line account for the log.
+func (fp *NodeFastPath) summary() string {
+	if fp.runs() == 0 {
+		return "no packets"
+	}
+	return fmt.Sprintf("fast-pathed %d of %d (%.1f%%), to Linux %s", fp.fast(), fp.runs(),
+		100*float64(fp.fast())/float64(fp.runs()), countsString(fp.Passed))
+}
+
+// countsString lists counts largest first: "ct_state 12, not_ip 3".
+func countsString(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "nothing"
+	}
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int {
+		if m[a] != m[b] {
+			if m[a] > m[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,416 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// PodsResult is everything the pods benchmark measured. The JSON form is for scripts.
+type PodsResult struct {
+	Machine Machine      `json:"machine"`
+	Config  PodsSettings `json:"config"`
+	Rows    []*PodsRow   `json:"results"`
+	Targets []PodsTarget `json:"targets,omitempty"`
+	Elapsed string       `json:"elapsed"`
+}
+
+// PodsSettings is the configuration the numbers were taken with.
+type PodsSettings struct {
+	Topology  string     `json:"topology"`
+	Modes     []Mode     `json:"modes"`
+	Workloads []Workload `json:"workloads"`
+	Pairs     []int      `json:"pairs"`
+	Duration  string     `json:"duration"`
+	Warmup    string     `json:"warmup"`
+	Rounds    int        `json:"rounds"`
+	// Pods: how many pods node1 and node2 had.
+	Pods [2]int `json:"pods"`
+}
+
+// PodsRow is one workload and pair count: every mode and the ratios.
+type PodsRow struct {
+	Workload Workload           `json:"workload"`
+	Pairs    int                `json:"pairs"`
+	Modes    map[Mode]*PodsMode `json:"modes"`
+	// Ratios of the medians, linuxfp over Linux (0: not both measured).
+	TPSRatio float64 `json:"tps_linuxfp_over_linux"`
+	AvgRatio float64 `json:"avg_latency_linuxfp_over_linux"`
+}
+
+// PodsMode is one mode's result: the medians over its rounds that completed.
+type PodsMode struct {
+	TPS      float64     `json:"transactions_per_s"`
+	AvgUs    float64     `json:"avg_us"`
+	P99Us    float64     `json:"p99_us"`
+	StddevUs float64     `json:"stddev_us"`
+	Failed   int         `json:"failed_rounds,omitempty"`
+	Rounds   []PodsRound `json:"rounds"`
+}
+
+// PodsRound is one measurement: the transactions, and in linuxfp mode what its programs did in
+// each node meanwhile.
+type PodsRound struct {
+	LatencyRound
+	Nodes []*NodeFastPath `json:"linuxfp,omitempty"`
+}
+
+// PodsTarget is the paper's result for one workload against what this run measured, over its
+// pair counts.
+type PodsTarget struct {
+	Workload Workload `json:"workload"`
+	// The paper's: +120% / +116% transactions (ratio 2.20 / 2.16), average latency 9.68 -> 7.92
+	// us (18% lower) / 29.23 -> 25.18 us (14% lower).
+	PaperTPSRatio float64 `json:"paper_tps_ratio"`
+	PaperAvgCut   float64 `json:"paper_avg_latency_reduction"`
+	// The least and most this run measured over its pair counts.
+	MinTPSRatio float64 `json:"min_tps_ratio"`
+	MaxTPSRatio float64 `json:"max_tps_ratio"`
+	MinAvgCut   float64 `json:"min_avg_latency_reduction"`
+	MaxAvgCut   float64 `json:"max_avg_latency_reduction"`
+	// Met: at every pair count.
+	TPSMet bool `json:"tps_met"`
+	AvgMet bool `json:"avg_latency_met"`
+}
+
+// podsPaper is the paper's result (and issue 5's target) per workload: transactions/s ratio and
+// average latency reduction.
+var podsPaper = map[Workload][2]float64{
+	WorkloadIntra: {2.20, 0.18},
+	WorkloadInter: {2.16, 0.14},
+}
+
+func newPodsResult(cfg PodsConfig) *PodsResult {
+	return &PodsResult{
+		Machine: machine(),
+		Config: PodsSettings{
+			Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
+			Modes:    cfg.Modes, Workloads: cfg.Workloads, Pairs: cfg.Pairs,
+			Duration: cfg.Duration.String(), Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds,
+		},
+	}
+}
+
+// row finds or adds the row of workload w and n pairs.
+func (r *PodsResult) row(w Workload, n int) *PodsRow {
+	for _, row := range r.Rows {
+		if row.Workload == w && row.Pairs == n {
+			return row
+		}
+	}
+	row := &PodsRow{Workload: w, Pairs: n, Modes: map[Mode]*PodsMode{}}
+	r.Rows = append(r.Rows, row)
+	return row
+}
+
+func (r *PodsResult) add(w Workload, n int, m Mode, rd PodsRound) {
+	row := r.row(w, n)
+	pm := row.Modes[m]
+	if pm == nil {
+		pm = &PodsMode{}
+		row.Modes[m] = pm
+	}
+	pm.Rounds = append(pm.Rounds, rd)
+	pm.summarise()
+	row.ratios()
+}
+
+// summarise sets the medians over the rounds that completed.
+func (pm *PodsMode) summarise() {
+	var tps, avg, p99, sd []float64
+	pm.Failed = 0
+	for _, rd := range pm.Rounds {
+		if rd.Error != "" {
+			pm.Failed++
+			continue
+		}
+		tps, avg, p99, sd = append(tps, rd.TPS), append(avg, rd.AvgUs), append(p99, rd.P99Us), append(sd, rd.StddevUs)
+	}
+	pm.TPS, pm.AvgUs, pm.P99Us, pm.StddevUs = medianOf(tps), medianOf(avg), medianOf(p99), medianOf(sd)
+}
+
+func (row *PodsRow) ratios() {
+	l, f := row.Modes[ModeLinux], row.Modes[ModeLinuxfp]
+	row.TPSRatio, row.AvgRatio = 0, 0
+	if l != nil && f != nil {
+		row.TPSRatio, row.AvgRatio = div(f.TPS, l.TPS), div(f.AvgUs, l.AvgUs)
+	}
+}
+
+func (r *PodsResult) finish(elapsed time.Duration) {
+	r.Elapsed = elapsed.Round(time.Second).String()
+	slices.SortStableFunc(r.Rows, func(a, b *PodsRow) int {
+		if a.Workload != b.Workload {
+			return slices.Index(Workloads, a.Workload) - slices.Index(Workloads, b.Workload)
+		}
+		return a.Pairs - b.Pairs
+	})
+	r.Targets = r.targets()
+}
+
+// targets compares every workload measured in both modes with the paper.
+func (r *PodsResult) targets() []PodsTarget {
+	var out []PodsTarget
+	for _, w := range Workloads {
+		t := PodsTarget{Workload: w, PaperTPSRatio: podsPaper[w][0], PaperAvgCut: podsPaper[w][1], TPSMet: true, AvgMet: true}
+		n := 0
+		for _, row := range r.Rows {
+			if row.Workload != w || row.TPSRatio == 0 || row.AvgRatio == 0 {
+				continue
+			}
+			cut := 1 - row.AvgRatio
+			if n == 0 {
+				t.MinTPSRatio, t.MaxTPSRatio, t.MinAvgCut, t.MaxAvgCut = row.TPSRatio, row.TPSRatio, cut, cut
+			}
+			t.MinTPSRatio, t.MaxTPSRatio = min(t.MinTPSRatio, row.TPSRatio), max(t.MaxTPSRatio, row.TPSRatio)
+			t.MinAvgCut, t.MaxAvgCut = min(t.MinAvgCut, cut), max(t.MaxAvgCut, cut)
+			t.TPSMet = t.TPSMet && row.TPSRatio >= t.PaperTPSRatio
+			t.AvgMet = t.AvgMet && cut >= t.PaperAvgCut
+			n++
+		}
+		if n > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Measured: the result holds at least one measurement (false for a nil result).
+func (r *PodsResult) Measured() bool {
+	if r == nil {
+		return false
+	}
+	for _, row := range r.Rows {
+		if len(row.Modes) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteJSON writes the result for scripts.
+func (r *PodsResult) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the tables a person reads.
+func (r *PodsResult) WriteTable(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "Pods: two Flannel nodes (vxlan, VNI %d, UDP %d; node1 %d pods, node2 %d) with cni0 and Flannel's\n"+
+		"iptables rules, as Flannel and the CNI bridge plugin configure them. TCP request/response, 1 byte\n"+
+		"each way, one connection per pod pair, all pairs at once; intra: node1 -> node1, inter: node1 -> node2\n",
+		1, 8472, c.Pods[0], c.Pods[1])
+	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintf(w, "Median of %d rounds x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
+		c.Rounds, c.Duration, c.Warmup, r.Elapsed)
+
+	both := slices.Contains(c.Modes, ModeLinux) && slices.Contains(c.Modes, ModeLinuxfp)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := []string{"workload", "pairs"}
+	for _, m := range c.Modes {
+		hdr = append(hdr, modeTitle[m]+" trans/s", "avg us", "p99 us", "stddev us")
+	}
+	if both {
+		hdr = append(hdr, "trans/s linuxfp/Linux", "avg latency")
+	}
+	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	for _, row := range r.Rows {
+		cells := []string{string(row.Workload), fmt.Sprint(row.Pairs)}
+		for _, m := range c.Modes {
+			pm := row.Modes[m]
+			switch {
+			case pm == nil:
+				cells = append(cells, "-", "-", "-", "-")
+			case pm.Failed == len(pm.Rounds):
+				cells = append(cells, "failed", "-", "-", "-")
+			default:
+				cells = append(cells, fmt.Sprintf("%.0f", pm.TPS), fmt.Sprintf("%.1f", pm.AvgUs),
+					fmt.Sprintf("%.1f", pm.P99Us), fmt.Sprintf("%.1f", pm.StddevUs))
+			}
+		}
+		if both {
+			cells = append(cells, ratio(row.TPSRatio, "x"), percentChange(row.AvgRatio))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	tw.Flush()
+	for _, row := range r.Rows {
+		for _, m := range c.Modes {
+			if pm := row.Modes[m]; pm != nil {
+				for _, rd := range pm.Rounds {
+					if rd.Error != "" {
+						fmt.Fprintf(w, "! %s, %s, %s: a round failed: %s\n", modeTitle[m], row.Workload, plural(row.Pairs, "pair"), rd.Error)
+					}
+				}
+			}
+		}
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w, "\nAgainst the paper (+120% / +116% transactions, average latency 18% / 14% lower; issue 5's targets):")
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "  %s: trans/s %s Linux (paper %.2fx): %s; average latency %s lower (paper %.0f%%): %s\n",
+				t.Workload, span(t.MinTPSRatio, t.MaxTPSRatio, "%.2fx"), t.PaperTPSRatio, metWord(t.TPSMet),
+				span(100*t.MinAvgCut, 100*t.MaxAvgCut, "%.0f%%"), 100*t.PaperAvgCut, metWord(t.AvgMet))
+		}
+	}
+	r.writeFastPath(w)
+}
+
+// writeFastPath reports what linuxfp's programs did in linuxfp mode, and flags what was not
+// accelerated.
+func (r *PodsResult) writeFastPath(w io.Writer) {
+	type key struct {
+		w    Workload
+		node string
+	}
+	total := map[key]*NodeFastPath{}
+	var keys []key
+	var flags []string
+	for _, row := range r.Rows {
+		pm := row.Modes[ModeLinuxfp]
+		if pm == nil {
+			continue
+		}
+		perNode := map[string]*NodeFastPath{}
+		var nodes []string
+		for _, rd := range pm.Rounds {
+			for _, fp := range rd.Nodes {
+				k := key{row.Workload, fp.Node}
+				if total[k] == nil {
+					total[k] = &NodeFastPath{Node: fp.Node, Interfaces: map[string]*fpCounts{}}
+					keys = append(keys, k)
+				}
+				if perNode[fp.Node] == nil {
+					perNode[fp.Node] = &NodeFastPath{Node: fp.Node}
+					nodes = append(nodes, fp.Node)
+				}
+				for _, t := range []*NodeFastPath{total[k], perNode[fp.Node]} {
+					t.add(fp.fpCounts)
+					t.CTLiberal += fp.CTLiberal
+					for name, why := range fp.NoProgram {
+						if t.NoProgram == nil {
+							t.NoProgram = map[string]string{}
+						}
+						t.NoProgram[name] = why
+					}
+				}
+				for role, c := range fp.Interfaces {
+					if total[k].Interfaces[role] == nil {
+						total[k].Interfaces[role] = &fpCounts{}
+					}
+					total[k].Interfaces[role].add(*c)
+				}
+			}
+		}
+		slices.Sort(nodes)
+		for _, node := range nodes {
+			fp := perNode[node]
+			if fp.runs() > 0 && fp.passed()*100 > fp.runs() {
+				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: %.1f%% of its program runs handed the packet to Linux (%s)",
+					row.Workload, plural(row.Pairs, "pair"), node, 100*float64(fp.passed())/float64(fp.runs()), countsString(fp.Passed)))
+			}
+			for _, name := range slices.Sorted(maps.Keys(fp.NoProgram)) {
+				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: no program on %s: %s",
+					row.Workload, plural(row.Pairs, "pair"), node, name, fp.NoProgram[name]))
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	vxlanNote, encapNote := false, false
+	fmt.Fprintln(w, "\nWhat linuxfp's programs did in linuxfp mode (`linuxfp status -j` in each node before and after")
+	fmt.Fprintln(w, "every measurement; all pair counts and rounds; a packet crossing two programs counts twice):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "workload\tnode\tinterfaces\tprogram runs\tfast-pathed\thanded to Linux, by reason\t")
+	var liberal []string
+	for _, k := range keys {
+		fp := total[k]
+		if fp.runs() == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", 0, "-", "-")
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", fp.runs(), fastString(fp.fpCounts), passedString(fp.fpCounts))
+		roles := slices.Sorted(maps.Keys(fp.Interfaces))
+		slices.SortStableFunc(roles, func(a, b string) int { return roleIndex(a) - roleIndex(b) })
+		for _, role := range roles {
+			c := fp.Interfaces[role]
+			fmt.Fprintf(tw, "\t\t%s\t%d\t%s\t%s\t\n", role, c.runs(), fastString(*c), passedString(*c))
+			if k.w == WorkloadInter && role == "eth0" && c.Passed["fib_not_forwarded"] > 0 {
+				vxlanNote = true
+			}
+			if k.w == WorkloadInter && role == "pod veths" && c.FastPathed["forwarded"] > 0 && c.FastPathed["encapsulated"] == 0 {
+				encapNote = true
+			}
+		}
+		if fp.CTLiberal > 0 {
+			liberal = append(liberal, fmt.Sprintf("%s %s %d", k.w, k.node, fp.CTLiberal))
+		}
+	}
+	tw.Flush()
+	if len(liberal) > 0 {
+		fmt.Fprintf(w, "TCP connections linuxfp marked liberal in conntrack (for the fast path): %s\n", strings.Join(liberal, ", "))
+	}
+	if vxlanNote {
+		fmt.Fprintln(w, "eth0's fib_not_forwarded (inter): the VXLAN packets addressed to the node itself. Linux receives them\n"+
+			"and its vxlan driver decapsulates them (not in the fast path); flannel.1's program then routes the\n"+
+			"inner packet.")
+	}
+	if encapNote {
+		fmt.Fprintln(w, "The pod veths' forwarded (inter): routed into flannel.1, whose driver encapsulates them, as for Linux.")
+	}
+	for _, f := range flags {
+		fmt.Fprintln(w, f)
+	}
+}
+
+func roleIndex(role string) int {
+	if i := slices.Index(podsRoles, role); i >= 0 {
+		return i
+	}
+	return len(podsRoles)
+}
+
+// fastString is "99.9% (bridged 1234, forwarded 5)".
+func fastString(c fpCounts) string {
+	if c.fast() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%% (%s)", 100*float64(c.fast())/float64(c.runs()), countsString(c.FastPathed))
+}
+
+func passedString(c fpCounts) string {
+	if c.passed() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%: %s", 100*float64(c.passed())/float64(c.runs()), countsString(c.Passed))
+}
+
+// percentChange is "-17.5%" for a ratio of 0.825.
+func percentChange(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*(v-1))
+}
+
+func span(lo, hi float64, format string) string {
+	if fmt.Sprintf(format, lo) == fmt.Sprintf(format, hi) {
+		return fmt.Sprintf(format, lo)
+	}
+	return fmt.Sprintf(format+" to "+format, lo, hi)
+}
+
+func metWord(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
+}

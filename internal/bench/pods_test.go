@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+func TestPodsConfigDefaults(t *testing.T) {
+	c := PodsConfig{Binary: "linuxfp", Pairs: []int{10, 1, 5, 1}, Workloads: []Workload{WorkloadInter, WorkloadIntra},
+		Modes: []Mode{ModeLinuxfp, ModeLinux}}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Pairs, []int{1, 5, 10}) || !slices.Equal(c.Workloads, Workloads) || !slices.Equal(c.Modes, PodsModes) {
+		t.Errorf("pairs %v, workloads %v, modes %v: want sorted, deduplicated, in report order", c.Pairs, c.Workloads, c.Modes)
+	}
+	if c.Duration <= 0 || c.Warmup <= 0 || c.Rounds <= 0 || c.Log == nil {
+		t.Errorf("defaults not set: %+v", c)
+	}
+	for _, bad := range []PodsConfig{
+		{Binary: "linuxfp", Pairs: []int{0}},
+		{Binary: "linuxfp", Pairs: []int{maxPodPairs + 1}},
+		{Binary: "linuxfp", Modes: []Mode{ModeCeiling}},
+		{Modes: []Mode{ModeLinuxfp}}, // no binary to run
+	} {
+		if err := bad.defaults(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+	if _, err := ParseWorkload("intra"); err != nil {
+		t.Error(err)
+	}
+	if _, err := ParseWorkload("pods"); err == nil {
+		t.Error("workload pods accepted")
+	}
+}
+
+// node1 holds the clients, then the intra-node servers; node2 the inter-node servers.
+func TestPodsLayout(t *testing.T) {
+	for _, tc := range []struct {
+		workloads []Workload
+		pods      [2]int
+	}{
+		{Workloads, [2]int{20, 10}},
+		{[]Workload{WorkloadIntra}, [2]int{20, 0}},
+		{[]Workload{WorkloadInter}, [2]int{10, 10}},
+	} {
+		l := newPodsLayout(PodsConfig{Pairs: []int{1, 10, 2}, Workloads: tc.workloads})
+		if l.pods != tc.pods || l.max != 10 {
+			t.Errorf("%v: layout %+v, want pods %v", tc.workloads, l, tc.pods)
+		}
+	}
+	p := &testbed.Pods{}
+	for i := range p.Nodes {
+		p.Nodes[i] = &testbed.PodNode{Index: i + 1}
+		for k := range 4 {
+			p.Nodes[i].Pods = append(p.Nodes[i].Pods, &testbed.Pod{HostVeth: string(rune('a'+i)) + string(rune('0'+k))})
+		}
+	}
+	l := podsLayout{pods: [2]int{4, 2}, max: 2}
+	for _, tc := range []struct {
+		w              Workload
+		k              int
+		client, server string
+	}{
+		{WorkloadIntra, 0, "a0", "a2"}, {WorkloadIntra, 1, "a1", "a3"},
+		{WorkloadInter, 0, "a0", "b0"}, {WorkloadInter, 1, "a1", "b1"},
+	} {
+		c, s := l.pair(p, tc.w, tc.k)
+		if c.HostVeth != tc.client || s.HostVeth != tc.server {
+			t.Errorf("%s pair %d: %s -> %s, want %s -> %s", tc.w, tc.k, c.HostVeth, s.HostVeth, tc.client, tc.server)
+		}
+	}
+}
+
+// statusJSON is `linuxfp status -j` trimmed to what the benchmark reads, with a counter this
+// version of the benchmark does not know ("encapsulated").
+func statusJSON(bridged, encap, fib uint64) string {
+	n := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return `{"pid": 1, "ct_liberal": 3, "interfaces": [
+ {"ifindex": 1, "name": "lo", "notes": ["loopback: not accelerated"], "forwarded": {"packets": 0, "bytes": 0}},
+ {"ifindex": 2, "name": "eth0", "kind": "veth", "program": {"id": 7, "hook": "tc"},
+  "forwarded": {"packets": 0, "bytes": 0}, "passed": {"fib_not_forwarded": {"packets": ` + n(fib) + `, "bytes": 1}}},
+ {"ifindex": 3, "name": "flannel.1", "kind": "vxlan", "program": null, "notes": ["vxlan: not yet"],
+  "forwarded": {"packets": 0, "bytes": 0}},
+ {"ifindex": 4, "name": "cni0", "kind": "bridge", "forwarded": {"packets": 0, "bytes": 0}},
+ {"ifindex": 5, "name": "veth0a0b0c0d", "kind": "veth", "master": "cni0", "program": {"id": 8, "hook": "tc"},
+  "forwarded": {"packets": 2, "bytes": 0}, "bridged": {"packets": ` + n(bridged) + `, "bytes": 0},
+  "encapsulated": {"packets": ` + n(encap) + `, "bytes": 0}, "filter_dropped": {"packets": 1, "bytes": 0},
+  "passed": {"ct_state": {"packets": 4, "bytes": 0}, "ct_new": {"packets": 1, "bytes": 0}}}
+]}`
+}
+
+func TestParseNodeStatus(t *testing.T) {
+	a, err := parseNodeStatus([]byte(statusJSON(100, 50, 30)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseNodeStatus([]byte(statusJSON(1100, 20, 90)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.node = "node1"
+	veth := b.ifaces["veth0a0b0c0d"]
+	if veth.role != "pod veths" || !veth.program || veth.counts.fast() != 1100+20+2 || veth.counts.Dropped != 1 || veth.counts.passed() != 5 {
+		t.Errorf("pod veth: %+v", veth)
+	}
+	if it := b.ifaces["flannel.1"]; it.role != "flannel.1" || it.program {
+		t.Errorf("flannel.1: %+v", it)
+	}
+	if it := b.ifaces["eth0"]; it.role != "eth0" || !it.program || it.counts.Passed["fib_not_forwarded"] != 90 {
+		t.Errorf("eth0: %+v", it)
+	}
+
+	d := a.delta(b)
+	// 1000 more bridged; "encapsulated" went from 50 to 20 (its program was replaced): 20 new.
+	if d.Node != "node1" || d.FastPathed["bridged"] != 1000 || d.FastPathed["encapsulated"] != 20 || d.FastPathed["forwarded"] != 0 {
+		t.Errorf("fast-pathed %v", d.FastPathed)
+	}
+	if d.Passed["fib_not_forwarded"] != 60 || len(d.Passed) != 1 || d.Dropped != 0 {
+		t.Errorf("passed %v, dropped %d", d.Passed, d.Dropped)
+	}
+	if d.runs() != 1080 || d.Interfaces["eth0"].passed() != 60 || d.Interfaces["pod veths"].fast() != 1020 {
+		t.Errorf("runs %d, by interface %+v", d.runs(), d.Interfaces)
+	}
+	if _, ok := d.Interfaces["flannel.1"]; ok {
+		t.Errorf("flannel.1 saw no packet but is listed: %+v", d.Interfaces)
+	}
+	// flannel.1 has no program (its notes say why); cni0 never has one, its ports do.
+	if len(d.NoProgram) != 1 || d.NoProgram["flannel.1"] != "vxlan: not yet" {
+		t.Errorf("no program: %v", d.NoProgram)
+	}
+	if d.CTLiberal != 0 {
+		t.Errorf("ct liberal %d, want 0 (3 before and after)", d.CTLiberal)
+	}
+	if _, err := parseNodeStatus([]byte("linuxfp is not running")); err == nil {
+		t.Error("garbage parsed")
+	}
+}
+
+func TestRRStats(t *testing.T) {
+	var v []time.Duration
+	for i := 100; i >= 1; i-- {
+		v = append(v, time.Duration(i)*time.Microsecond)
+	}
+	lr := rrStats(v, 2*time.Second)
+	if lr.Transactions != 100 || lr.TPS != 50 || lr.AvgUs != 50.5 || lr.P99Us != 99 {
+		t.Errorf("%+v", lr)
+	}
+	if lr.StddevUs < 28.8 || lr.StddevUs > 28.9 { // population stddev of 1..100
+		t.Errorf("stddev %f", lr.StddevUs)
+	}
+}
+
+// The result keeps medians of the completed rounds, the ratios of the medians, and the paper's
+// targets per workload over all pair counts.
+func TestPodsResult(t *testing.T) {
+	r := newPodsResult(PodsConfig{Modes: PodsModes, Workloads: Workloads, Pairs: []int{1, 2}, Rounds: 3})
+	round := func(tps, avg float64) PodsRound {
+		return PodsRound{LatencyRound: LatencyRound{TPS: tps, AvgUs: avg, P99Us: 2 * avg, StddevUs: 1}}
+	}
+	for _, tps := range []float64{100, 300, 200} {
+		r.add(WorkloadInter, 2, ModeLinux, round(tps, 10))
+		r.add(WorkloadIntra, 1, ModeLinux, round(tps, 10))
+	}
+	r.add(WorkloadInter, 2, ModeLinuxfp, round(500, 7))
+	r.add(WorkloadInter, 2, ModeLinuxfp, PodsRound{LatencyRound: LatencyRound{Error: "connection reset"}})
+	r.add(WorkloadIntra, 1, ModeLinuxfp, round(440, 8.3))
+	r.finish(time.Minute)
+	if len(r.Rows) != 2 || r.Rows[0].Workload != WorkloadIntra || r.Rows[1].Workload != WorkloadInter {
+		t.Fatalf("rows %+v", r.Rows)
+	}
+	inter := r.Rows[1]
+	if l := inter.Modes[ModeLinux]; l.TPS != 200 || l.AvgUs != 10 || l.P99Us != 20 {
+		t.Errorf("Linux medians %+v", l)
+	}
+	if f := inter.Modes[ModeLinuxfp]; f.Failed != 1 || f.TPS != 500 || len(f.Rounds) != 2 {
+		t.Errorf("linuxfp: %+v", f)
+	}
+	if inter.TPSRatio != 2.5 || inter.AvgRatio != 0.7 {
+		t.Errorf("ratios %f %f", inter.TPSRatio, inter.AvgRatio)
+	}
+	want := []PodsTarget{
+		{Workload: WorkloadIntra, PaperTPSRatio: 2.20, PaperAvgCut: 0.18, MinTPSRatio: 2.2, MaxTPSRatio: 2.2,
+			MinAvgCut: 1 - 0.83, MaxAvgCut: 1 - 0.83, TPSMet: true, AvgMet: false},
+		{Workload: WorkloadInter, PaperTPSRatio: 2.16, PaperAvgCut: 0.14, MinTPSRatio: 2.5, MaxTPSRatio: 2.5,
+			MinAvgCut: 1 - 0.7, MaxAvgCut: 1 - 0.7, TPSMet: true, AvgMet: true},
+	}
+	if len(r.Targets) != 2 {
+		t.Fatalf("targets %+v", r.Targets)
+	}
+	for i, tg := range r.Targets {
+		w := want[i]
+		near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+		if tg.Workload != w.Workload || tg.TPSMet != w.TPSMet || tg.AvgMet != w.AvgMet || !near(tg.MinTPSRatio, w.MinTPSRatio) ||
+			!near(tg.MinAvgCut, w.MinAvgCut) || !near(tg.MaxAvgCut, w.MaxAvgCut) {
+			t.Errorf("target %+v, want %+v", tg, w)
+		}
+	}
+	if !r.Measured() || (*PodsResult)(nil).Measured() {
+		t.Error("Measured")
+	}
+	var out bytes.Buffer
+	r.WriteTable(&out)
+	for _, s := range []string{"inter      2", "2.50x", "-30.0%", "a round failed: connection reset", "intra: trans/s 2.20x Linux (paper 2.20x): met; average latency 17% lower (paper 18%): not met"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+// The benchmark runs end to end in Linux mode, measures every workload and pair count, and
+// removes every namespace it created.
+func TestRunPodsLinux(t *testing.T) {
+	needRoot(t)
+	before := podsNamespaces(t)
+	res, err := RunPods(context.Background(), PodsConfig{Modes: []Mode{ModeLinux}, Pairs: []int{1, 2},
+		Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.Pods != [2]int{4, 2} || len(res.Rows) != 4 {
+		t.Fatalf("pods %v, rows %d", res.Config.Pods, len(res.Rows))
+	}
+	for _, row := range res.Rows {
+		l := row.Modes[ModeLinux]
+		if l == nil || l.Failed > 0 || l.TPS <= 0 || l.Rounds[0].Transactions == 0 || len(l.Rounds[0].Nodes) != 0 {
+			t.Errorf("%s, %d pairs: %+v", row.Workload, row.Pairs, l)
+		}
+	}
+	for _, ns := range podsNamespaces(t) {
+		if !slices.Contains(before, ns) {
+			t.Errorf("namespace %s left behind", ns)
+		}
+	}
+}
+
+// podsNamespaces lists the pods benchmark's namespaces.
+func podsNamespaces(t *testing.T) []string {
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "lfp-pods-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
