@@ -25,7 +25,7 @@ func vxlanOverlay(t *testing.T, tb *testbed.Testbed, dutOpts string) {
 ip link set flannel.1 mtu 1450
 ip addr add 198.19.1.0/32 dev flannel.1
 ip link set flannel.1 up`)
-	sh(t, tb.Sink, `ip link add flannel.1 type vxlan id 1 local 198.18.1.2 dev eth0 dstport 8472 nolearning
+	sh(t, tb.Sink, `ip link add flannel.1 type vxlan id 1 local 198.18.1.2 dev eth0 dstport 8472 nolearning `+dutOpts+`
 ip link set flannel.1 mtu 1450
 ip addr add 198.19.2.0/32 dev flannel.1
 ip addr add 198.19.2.5/32 dev lo
@@ -43,7 +43,8 @@ bridge fdb append `+dutMAC+` dev flannel.1 dst 198.18.1.1`)
 // Through a VXLAN overlay as Flannel makes it (its devices have no UDP checksum): packets routed
 // into flannel.1 are encapsulated by the fast path; with an option it does not reproduce (here
 // udpcsum) they are redirected to flannel.1 and its driver encapsulates them. The frames
-// flannel.1 decapsulates are routed by a tc program on it.
+// flannel.1 decapsulates are routed by a tc program on it; the sink's VXLAN packets (no UDP
+// checksum in the Flannel case) are decapsulated by the fast path on out0 first.
 func TestVXLANOverlay(t *testing.T) {
 	for _, c := range []struct {
 		name, opts string
@@ -70,6 +71,10 @@ func TestVXLANOverlay(t *testing.T) {
 			}
 			if dv.forwarded < 250 {
 				t.Fatalf("pod -> gen: forwarded %d from flannel.1, to Linux %v", dv.forwarded, dv.passed)
+			}
+			out0 := readInterface(t, l, "out0")
+			if dec := out0.Decapsulated.Packets; c.encap && dec < 250 || !c.encap && (dec != 0 || out0.Passed["vxlan_rx"].Packets < 250) {
+				t.Fatalf("sink -> DUT: decapsulated %d on out0 (want %v), to Linux %v", dec, c.encap, out0.Passed)
 			}
 		})
 	}

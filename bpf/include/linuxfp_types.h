@@ -56,6 +56,8 @@ enum lfp_reason {
 	LFP_PASS_CT_PROTO,        /* conntrack: not TCP or UDP */
 	LFP_ENCAPSULATED,         /* fast-pathed: routed into a vxlan device, encapsulated here */
 	LFP_PASS_ENCAP,           /* VXLAN encapsulation failed (no room): Linux */
+	LFP_DECAPSULATED,         /* fast-pathed: a VXLAN packet for a local device, decapsulated here */
+	LFP_PASS_VXLAN,           /* a VXLAN packet for a local device that vxlan_rcv() must see */
 	LFP_REASON_MAX,
 };
 
@@ -133,6 +135,20 @@ struct lfp_vxlan_dev {
 	__u16 port_max;
 	__u8 ttl;       /* 0: the route's (net.ipv4.ip_default_ttl: no route has a hoplimit) */
 	__u8 tos;       /* 1: inherit the inner one */
+};
+
+/* A vxlan device the fast path decapsulates for, by (UDP port, VNI): what vxlan_rcv() finds. */
+struct lfp_vxlan_rx_key {
+	__u16 port; /* network byte order */
+	__u16 pad;
+	__u32 vni;  /* host byte order */
+};
+
+struct lfp_vxlan_rx {
+	__u32 dev;
+	__u32 local; /* the device's local address, network byte order */
+	__u8 mac[6]; /* the device's MAC (vxlan_rcv() drops frames from it: loops) */
+	__u16 pad;
 };
 
 /* One remote of a vxlan device's forwarding database (bridge fdb ... dev vxlan0 dst X). */

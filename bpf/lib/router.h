@@ -433,6 +433,13 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
+	/* VXLAN for a device of this host: decapsulated here, or Linux's (bpf/lib/vxlan.h). */
+	if (LFP_TC && cfg->vxlans && iph->protocol == IPPROTO_UDP) {
+		int v;
+
+		if (vxlan_rx(ctx, cfg, iph, data_end, tot, &v))
+			return v;
+	}
 	if (cfg->fw_flags & LFP_FW_ACTIVE4) {
 		r = filter_l4(&scr->fp, iph->protocol, (void *)(iph + 1), data_end, tot - sizeof(*iph), tot);
 		if (r != LFP_FORWARDED)

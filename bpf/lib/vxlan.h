@@ -230,4 +230,101 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 #endif
 }
 
+/* vxlan devices the fast path decapsulates for, by (port, VNI). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_vxlan_rx_key);
+	__type(value, struct lfp_vxlan_rx);
+	__uint(max_entries, 256);
+} lfp_vxlan_rx_map SEC(".maps");
+
+#ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV4
+#define BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
+#endif
+
+/* A UDP packet to this host: if it is VXLAN for a device the fast path decapsulates for, do what
+ * udp_rcv() and vxlan_rcv() would (strip the outer headers) and hand the inner frame to the
+ * device's receive path (bpf_redirect(BPF_F_INGRESS), where the tc program on the device routes
+ * it). Returns 1 with *verdict set, or 0 when it is not such a packet (the router goes on).
+ * Called after the conntrack step, which took the outer flow's entry as Linux's input path
+ * would; iph is a whole, valid, unfragmented IPv4 header of length tot. */
+static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
+				    void *data_end, __u32 tot, int *verdict)
+{
+#if LFP_TC
+	struct {
+		__be16 sport, dport, len, check;
+		__be32 flags, vni;
+		__u8 dmac[ETH_ALEN];
+		__u8 smac[ETH_ALEN];
+		__be16 proto;
+	} *h = (void *)(iph + 1);
+	struct bpf_sock_tuple t = {};
+	struct lfp_vxlan_rx_key k = {};
+	struct lfp_vxlan_rx *rx;
+	struct bpf_sock *sk;
+	struct ethhdr inner;
+	__u32 l4len = tot - sizeof(*iph);
+	int own;
+
+	if ((void *)(h + 1) > data_end)
+		return 0;
+	k.port = h->dport;
+	k.vni = bpf_ntohl(h->vni) >> 8;
+	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &k);
+	if (!rx || iph->daddr != rx->local)
+		return 0;
+	/* From here on it is VXLAN for a device of this host: what the fast path does not do exactly
+	 * goes to Linux. Not through rules on the local input path (other than nat chains'). */
+	if (!(cfg->vx_flags & LFP_VX_LOCAL_IN4))
+		goto linux;
+	/* A GSO train (GRO merged VXLAN packets), a UDP checksum to verify, a length that is not
+	 * the IP one, a header with other flags or reserved bits (vxlan_rcv() drops it or handles
+	 * GBP/GPE/RCO), an outer ECN codepoint (vxlan_ecn_decapsulate() may log, drop, or set CE on
+	 * the inner packet), an inner frame from the device itself (a loop: dropped), a checksum
+	 * state Linux's UDP layer would adjust, IP options or fragments inside: Linux. */
+	if (ctx_gso_size(ctx) || h->check || bpf_ntohs(h->len) != l4len || l4len < 8 + VXLAN_HLEN + ETH_HLEN ||
+	    h->flags != bpf_htonl(VXLAN_HF_VNI) || (h->vni & bpf_htonl(0xff)) || (iph->tos & INET_ECN_MASK) ||
+	    mac_equal(h->smac, rx->mac) || bpf_csum_level(ctx, BPF_CSUM_LEVEL_QUERY) >= 0)
+		goto linux;
+	/* udp_rcv() delivers to the socket bound most specifically: the vxlan device's socket is
+	 * bound to the port on any address; another socket on this very address would get it. */
+	t.ipv4.saddr = iph->saddr;
+	t.ipv4.daddr = iph->daddr;
+	t.ipv4.sport = h->sport;
+	t.ipv4.dport = h->dport;
+	sk = bpf_sk_lookup_udp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		goto linux;
+	own = sk->src_ip4 == 0;
+	bpf_sk_release(sk);
+	if (!own)
+		goto linux;
+	/* Only IPv4 inside (an inner IPv6 packet would change the skb's protocol). */
+	if (h->proto != bpf_htons(ETH_P_IP))
+		goto linux;
+	__builtin_memcpy(inner.h_dest, h->dmac, ETH_ALEN);
+	__builtin_memcpy(inner.h_source, h->smac, ETH_ALEN);
+	inner.h_proto = h->proto;
+
+	/* Strip outer IPv4, UDP, VXLAN and the inner Ethernet header's room; the outer Ethernet
+	 * header's place takes the inner one. A CHECKSUM_COMPLETE sum is adjusted by the helper. */
+	if (bpf_skb_adjust_room(ctx, -(__s32)VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_DECAP_L3_IPV4 | BPF_F_ADJ_ROOM_NO_CSUM_RESET))
+		goto linux;
+	if (bpf_skb_store_bytes(ctx, 0, &inner, sizeof(inner), 0))
+		*verdict = CTX_DROP; /* cannot happen: the room was just shrunk */
+	else {
+		lfp_count(ctx, LFP_DECAPSULATED);
+		*verdict = bpf_redirect(rx->dev, BPF_F_INGRESS);
+	}
+	return 1;
+linux:
+	*verdict = lfp_pass(ctx, LFP_PASS_VXLAN);
+	return 1;
+#else
+	return 0;
+#endif
+}
+
 #endif

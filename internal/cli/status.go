@@ -104,6 +104,9 @@ func printStatus(w io.Writer, st *status.Status) {
 		if !it.Egress && it.EgressNote != "" {
 			lines = append(lines, "xdp egress: "+it.EgressNote)
 		}
+		if it.Decapsulated.Packets > 0 {
+			lines = append(lines, fmt.Sprintf("VXLAN decapsulated in the fast path: %d", it.Decapsulated.Packets))
+		}
 		if it.Encapsulated.Packets > 0 {
 			lines = append(lines, fmt.Sprintf("routed into vxlan and encapsulated in the fast path: %d", it.Encapsulated.Packets))
 		}

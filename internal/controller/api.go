@@ -97,6 +97,7 @@ func (c *Controller) status() *status.Status {
 				si.Forwarded = status.Counter(cs[dataplane.Forwarded])
 				si.Bridged = status.Counter(cs[dataplane.Bridged])
 				si.Encapsulated = status.Counter(cs[dataplane.Encapsulated])
+				si.Decapsulated = status.Counter(cs[dataplane.Decapsulated])
 				si.Dropped = status.Counter(cs[dataplane.FilterDropped])
 				si.Passed = map[string]status.Counter{}
 				for r, cn := range cs {

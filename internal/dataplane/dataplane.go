@@ -104,6 +104,7 @@ type Dataplane struct {
 	tcTx    map[uint32]linuxfpLfpTcTx
 	vxlan   map[uint32]linuxfpLfpVxlanDev
 	vxfdb   map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal
+	vxrx    map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx
 	stale   map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
 	local4  map[uint32]uint8
 	local6  map[linuxfpLfpIn6]uint8
@@ -133,6 +134,7 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		tcTx:   map[uint32]linuxfpLfpTcTx{},
 		vxlan:  map[uint32]linuxfpLfpVxlanDev{},
 		vxfdb:  map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
+		vxrx:   map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
 		ifaces: map[int]*iface{},
 		slots:  make([]bool, maxSlots),
 		log:    log,

@@ -256,6 +256,21 @@ type linuxfpLfpVxlanDev struct {
 	Tos     uint8
 }
 
+type linuxfpLfpVxlanRx struct {
+	_     structs.HostLayout
+	Dev   uint32
+	Local uint32
+	Mac   [6]uint8
+	Pad   uint16
+}
+
+type linuxfpLfpVxlanRxKey struct {
+	_    structs.HostLayout
+	Port uint16
+	Pad  uint16
+	Vni  uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -284,6 +299,7 @@ const (
 	linuxfpMapLfpTxDevs       = "lfp_tx_devs"
 	linuxfpMapLfpVxfdb        = "lfp_vxfdb"
 	linuxfpMapLfpVxlan        = "lfp_vxlan"
+	linuxfpMapLfpVxlanRxMap   = "lfp_vxlan_rx_map"
 	linuxfpProgLinuxfpXdp     = "linuxfp_xdp"
 	linuxfpVarCfgBridge       = "cfg_bridge"
 	linuxfpVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
@@ -368,6 +384,7 @@ type linuxfpMapSpecs struct {
 	LfpTxDevs      *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 	LfpVxfdb       *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
 	LfpVxlan       *ebpf.MapSpec `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap  *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
 }
 
 // linuxfpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -428,6 +445,7 @@ type linuxfpMaps struct {
 	LfpTxDevs      *ebpf.Map `ebpf:"lfp_tx_devs"`
 	LfpVxfdb       *ebpf.Map `ebpf:"lfp_vxfdb"`
 	LfpVxlan       *ebpf.Map `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap  *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
 }
 
 func (m *linuxfpMaps) Close() error {
@@ -456,6 +474,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpTxDevs,
 		m.LfpVxfdb,
 		m.LfpVxlan,
+		m.LfpVxlanRxMap,
 	)
 }
 

@@ -256,6 +256,21 @@ type linuxfpTcLfpVxlanDev struct {
 	Tos     uint8
 }
 
+type linuxfpTcLfpVxlanRx struct {
+	_     structs.HostLayout
+	Dev   uint32
+	Local uint32
+	Mac   [6]uint8
+	Pad   uint16
+}
+
+type linuxfpTcLfpVxlanRxKey struct {
+	_    structs.HostLayout
+	Port uint16
+	Pad  uint16
+	Vni  uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -284,6 +299,7 @@ const (
 	linuxfpTcMapLfpTxDevs       = "lfp_tx_devs"
 	linuxfpTcMapLfpVxfdb        = "lfp_vxfdb"
 	linuxfpTcMapLfpVxlan        = "lfp_vxlan"
+	linuxfpTcMapLfpVxlanRxMap   = "lfp_vxlan_rx_map"
 	linuxfpTcProgLinuxfpTc      = "linuxfp_tc"
 	linuxfpTcVarCfgBridge       = "cfg_bridge"
 	linuxfpTcVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
@@ -368,6 +384,7 @@ type linuxfpTcMapSpecs struct {
 	LfpTxDevs      *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 	LfpVxfdb       *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
 	LfpVxlan       *ebpf.MapSpec `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap  *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
 }
 
 // linuxfpTcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -428,6 +445,7 @@ type linuxfpTcMaps struct {
 	LfpTxDevs      *ebpf.Map `ebpf:"lfp_tx_devs"`
 	LfpVxfdb       *ebpf.Map `ebpf:"lfp_vxfdb"`
 	LfpVxlan       *ebpf.Map `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap  *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
 }
 
 func (m *linuxfpTcMaps) Close() error {
@@ -456,6 +474,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpTxDevs,
 		m.LfpVxfdb,
 		m.LfpVxlan,
+		m.LfpVxlanRxMap,
 	)
 }
 

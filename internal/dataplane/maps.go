@@ -38,6 +38,17 @@ type Data struct {
 	VXLAN    []VXLANDev
 	VXLANFDB []VXLANFDBEntry
 	VX       VXHost
+	// VXLANRx are the vxlan devices the fast path decapsulates for.
+	VXLANRx []VXLANRx
+}
+
+// VXLANRx is a vxlan device the fast path decapsulates for (struct lfp_vxlan_rx).
+type VXLANRx struct {
+	Dev   int
+	Port  uint16
+	VNI   uint32
+	Local netip.Addr
+	MAC   net.HardwareAddr
 }
 
 // VXLANDev is a vxlan device the fast path encapsulates for (struct lfp_vxlan_dev).
@@ -209,6 +220,12 @@ func (d *Dataplane) Sync(data Data) error {
 		copy(k.Mac[:], e.MAC)
 		vxfdb[k] = linuxfpLfpVxfdbVal{Dst: addrWords(e.Dst)[0], Vni: e.VNI, Port: htons(e.Port)}
 	}
+	vxrx := map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{}
+	for _, r := range data.VXLANRx {
+		v := linuxfpLfpVxlanRx{Dev: uint32(r.Dev), Local: addrWords(r.Local)[0]}
+		copy(v.Mac[:], r.MAC)
+		vxrx[linuxfpLfpVxlanRxKey{Port: htons(r.Port), Vni: r.VNI}] = v
+	}
 	tcTx := map[uint32]linuxfpLfpTcTx{}
 	for _, t := range data.TCTx {
 		v := linuxfpLfpTcTx{}
@@ -292,7 +309,7 @@ func (d *Dataplane) Sync(data Data) error {
 		CtTcpMaxRetrans:    uint32(data.CT.TCPMaxRetrans),
 		CtUdpStreamMs:      ms(data.CT.UDPStream),
 		CtUdpMs:            ms(data.CT.UDP),
-		Vxlans:             uint32(len(data.VXLAN)),
+		Vxlans:             uint32(len(data.VXLAN) + len(data.VXLANRx)),
 		VxFlags:            data.VX.flags(),
 		DefaultTtl:         uint32(data.VX.DefaultTTL),
 	}
@@ -314,6 +331,7 @@ func (d *Dataplane) Sync(data Data) error {
 		// Remotes before the devices that make the data plane look them up.
 		syncMap(d.maps.LfpVxfdb, d.vxfdb, vxfdb),
 		syncMap(d.maps.LfpVxlan, d.vxlan, vx),
+		syncMap(d.maps.LfpVxlanRxMap, d.vxrx, vxrx),
 	}
 	return errors.Join(errs...)
 }

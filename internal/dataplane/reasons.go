@@ -53,6 +53,8 @@ const (
 	PassCTProto
 	Encapsulated
 	PassEncap
+	Decapsulated
+	PassVXLAN
 	numReasons
 )
 
@@ -106,11 +108,13 @@ var reasonNames = [numReasons]string{
 	"ct_protocol",
 	"encapsulated",
 	"encap_failed",
+	"decapsulated",
+	"vxlan_rx",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).
 func (r Reason) FastPathed() bool {
-	return r == Forwarded || r == Bridged || r == FilterDropped || r == Encapsulated
+	return r == Forwarded || r == Bridged || r == FilterDropped || r == Encapsulated || r == Decapsulated
 }
 
 // NumReasons is LFP_REASON_MAX.

@@ -81,6 +81,7 @@ type testEnv struct {
 	ns       *nsutil.NS
 	dp       *Dataplane
 	in, out  int
+	vx       int  // flannel.1 (the vxlan tests)
 	hook     Hook // the hook prog() builds for
 	progs    map[progKey]*ebpf.Program
 	counters []Counter

@@ -46,7 +46,7 @@ ip neigh add 198.19.2.0 lladdr 02:00:00:00:00:0b dev flannel.1 nud permanent
 bridge fdb append 02:00:00:00:00:0b dev flannel.1 dst 198.18.1.2
 `
 
-func TestVXLANEncapMatchesDriver(t *testing.T) {
+func newVXLANEnv(t *testing.T) *testEnv {
 	requireRoot(t)
 	ns, err := nsutil.New("lfp-vxtest")
 	if err != nil {
@@ -71,16 +71,26 @@ func TestVXLANEncapMatchesDriver(t *testing.T) {
 			TCTx:     tcTx(in, out, vx),
 			VXLAN:    []VXLANDev{{Ifindex: vx, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), Port: 8472, PortMin: 32768, PortMax: 60999}},
 			VXLANFDB: []VXLANFDBEntry{{Dev: vx, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, Dst: netip.MustParseAddr("198.18.1.2"), VNI: 7}},
-			VX:       VXHost{LocalOut4: true, DefaultTTL: 64},
+			VXLANRx:  []VXLANRx{{Dev: vx, Port: 8472, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), MAC: macVX}},
+			VX:       VXHost{LocalOut4: true, LocalIn4: true, DefaultTTL: 64},
 		})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.dp.Close() })
+	env.vx = vx
 	if b, _ := ns.Run("cat", "/proc/sys/net/ipv4/ip_local_port_range"); strings.Join(strings.Fields(b), " ") != "32768 60999" {
 		t.Skipf("ip_local_port_range %q: the test assumes the default", b)
 	}
+	return env
+}
+
+var macVX = net.HardwareAddr{2, 0, 0, 0, 0, 0x0a} // flannel.1
+
+func TestVXLANEncapMatchesDriver(t *testing.T) {
+	env := newVXLANEnv(t)
+	ns, in := env.ns, env.in
 	prog := env.prog(t, true, true)
 
 	spec := func(f func(*packet.Spec)) []byte {
@@ -136,6 +146,101 @@ func TestVXLANEncapMatchesDriver(t *testing.T) {
 			}
 			if packet.IPv4HeaderChecksum(append(got[14:24:24], append([]byte{0, 0}, got[26:34]...)...)) != uint16(got[24])<<8|uint16(got[25]) {
 				t.Fatal("outer IPv4 header checksum wrong")
+			}
+		})
+	}
+}
+
+// Decapsulation: an outer frame from the remote VTEP through Linux alone (the driver decapsulates,
+// Linux routes the inner packet to in0) and through the programs (out0's decapsulates and hands
+// the inner frame to flannel.1's receive path, where flannel.1's routes it) must leave in0 with
+// the same bytes; what the fast path does not do exactly goes to Linux.
+func TestVXLANDecapMatchesDriver(t *testing.T) {
+	env := newVXLANEnv(t)
+	load := func(s Spec) *ebpf.Program {
+		s.Hook, s.Router4, s.Router6 = HookTC, true, true
+		p, err := env.dp.LoadProgram(s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	outProg := load(Spec{Ifindex: env.out, Name: "out0", MAC: macOut})
+	vxProg := load(Spec{Ifindex: env.vx, Name: "flannel.1", MAC: macVX})
+	remote := net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}
+	outer := func(inner []byte, f func(b []byte)) []byte {
+		s := packet.Spec{SrcMAC: macNext, DstMAC: macOut, Src: netip.MustParseAddr("198.18.1.2"), Dst: netip.MustParseAddr("198.18.1.1"),
+			SrcPort: 40000, DstPort: 8472, Payload: append([]byte{8, 0, 0, 0, 0, 0, 7, 0}, inner...)}
+		s.Size = 14 + 20 + 8 + len(s.Payload)
+		b := s.Bytes()
+		b[40], b[41] = 0, 0 // UDP checksum 0, as Flannel's devices send
+		if f != nil {
+			f(b)
+		}
+		return b
+	}
+	inner := func(f func(*packet.Spec)) []byte {
+		s := packet.Spec{SrcMAC: remote, DstMAC: macVX, Src: netip.MustParseAddr("198.19.2.7"), Dst: netip.MustParseAddr("198.18.0.2"),
+			SrcPort: 53, DstPort: 1000, Size: 90}
+		if f != nil {
+			f(&s)
+		}
+		return s.Bytes()
+	}
+	cases := []struct {
+		name string
+		pkt  []byte
+		want Reason // on out0
+	}{
+		{"udp", outer(inner(nil), nil), Decapsulated},
+		{"tcp", outer(inner(func(s *packet.Spec) { s.Proto = layers.IPProtocolTCP; s.Size = 300 }), nil), Decapsulated},
+		{"outer udp checksum", outer(inner(nil), func(b []byte) { b[40], b[41] = 0x12, 0x34 }), PassVXLAN},
+		{"another flag", outer(inner(nil), func(b []byte) { b[42] |= 0x80 }), PassVXLAN},
+		{"outer ecn ce", outer(inner(nil), func(b []byte) { b[15] |= 3; fixCsum(b) }), PassVXLAN},
+		{"inner frame from the device itself", outer(inner(func(s *packet.Spec) { s.SrcMAC = macVX }), nil), PassVXLAN},
+		{"another vni", outer(inner(nil), func(b []byte) { b[48] = 9 }), PassFIBNotForwarded},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ret, got, reason := env.runOn(t, outProg, c.pkt, env.out)
+			if reason != c.want {
+				t.Fatalf("reason %v, want %v", reason, c.want)
+			}
+			if c.want != Decapsulated {
+				if ret != xdpPass || !bytes.Equal(got[:len(c.pkt)], c.pkt) {
+					t.Fatalf("verdict %d, not handed to Linux untouched", ret)
+				}
+				return
+			}
+			if ret != xdpRedirect {
+				t.Fatalf("verdict %d, want a redirect to flannel.1's receive path", ret)
+			}
+			innerFrame := got[:len(c.pkt)-50]
+			if !bytes.Equal(innerFrame, c.pkt[50:]) {
+				t.Fatalf("decapsulated frame:\n got %s\nwant %s", hex.EncodeToString(innerFrame), hex.EncodeToString(c.pkt[50:]))
+			}
+			ret, fwd, reason := env.runOn(t, vxProg, innerFrame, env.vx)
+			if reason != Forwarded || ret != xdpRedirect {
+				t.Fatalf("flannel.1's program: reason %v verdict %d", reason, ret)
+			}
+			fwd = fwd[:len(innerFrame)]
+			capt, err := difftest.Run(difftest.Options{
+				Inject:  difftest.Endpoint{Name: "out", NS: env.ns, Device: "out0p"},
+				Capture: []difftest.Endpoint{{Name: "in", NS: env.ns, Device: "in0p"}},
+				Settle:  200 * time.Millisecond,
+			}, []difftest.Frame{{Name: c.name, Data: c.pkt}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var linux []byte
+			for _, p := range capt.Packets["in"] {
+				if len(p.Data) == len(fwd) && p.Data[12] == 8 && p.Data[13] == 0 {
+					linux = p.Data
+				}
+			}
+			if !bytes.Equal(fwd, linux) {
+				t.Fatalf("leaving in0:\n Linux   %s\n linuxfp %s", hex.EncodeToString(linux), hex.EncodeToString(fwd))
 			}
 		})
 	}

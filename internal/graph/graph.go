@@ -81,6 +81,12 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 			} else {
 				it.Notes = append(it.Notes, "vxlan: packets routed into it take its driver's path: "+strings.Join(why, "; "))
 			}
+			if rx, why := vxlanDecap(s, lk); rx != nil {
+				p.Data.VXLANRx = append(p.Data.VXLANRx, *rx)
+				it.Notes = append(it.Notes, "vxlan: its IPv4 packets arriving on this host are decapsulated in the fast path (tc), as vxlan_rcv() would")
+			} else {
+				it.Notes = append(it.Notes, "vxlan: its packets arriving on this host are decapsulated by its driver: "+strings.Join(why, "; "))
+			}
 		}
 		if dv, notes := l2Dev(s, lk); dv != nil {
 			p.Data.L2 = append(p.Data.L2, *dv)
@@ -127,6 +133,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	p.Data.Filter = filterData(s)
 	p.Data.CT = ctData(s)
 	slices.SortFunc(p.Data.VXLAN, func(a, b dataplane.VXLANDev) int { return a.Ifindex - b.Ifindex })
+	slices.SortFunc(p.Data.VXLANRx, func(a, b dataplane.VXLANRx) int { return a.Dev - b.Dev })
 	p.Data.VXLANFDB = vxlanFDB(s, p.Data.VXLAN)
 	p.Data.VX = dataplane.VXHost{
 		LocalOut4: len(s.Netfilter.LocalOut4) == 0, LocalIn4: len(s.Netfilter.LocalIn4) == 0,

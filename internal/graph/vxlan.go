@@ -99,3 +99,32 @@ func vxlanFDB(s *observe.Snapshot, devs []dataplane.VXLANDev) []dataplane.VXLANF
 	})
 	return out
 }
+
+// vxlanDecap: may the fast path decapsulate VXLAN packets for lk that arrive on this host
+// (bpf/lib/vxlan.h, vxlan_rx)? Only where vxlan_rcv() would do nothing the BPF code does not.
+func vxlanDecap(s *observe.Snapshot, lk *observe.Link) (*dataplane.VXLANRx, []string) {
+	v := lk.VXLAN
+	if v == nil {
+		return nil, nil
+	}
+	var why []string
+	add := func(cond bool, w string) {
+		if cond {
+			why = append(why, w)
+		}
+	}
+	add(!lk.Up || !lk.OperUp || len(lk.MAC) != 6, "down")
+	add(v.External, "external (collect_md)")
+	add(!v.Local.Is4(), "no IPv4 local address")
+	add(v.Port == 0, "no port")
+	add(v.Learning, "learning (vxlan_rcv() learns the remote)")
+	add(v.GBP || v.GPE, "GBP or GPE extensions")
+	add(v.RemCSumRX, "remote checksum offload")
+	add(v.VNIFilter, "vni filtering")
+	add(len(v.Unknown) > 0, fmt.Sprintf("options linuxfp does not know (IFLA_VXLAN_* %v)", v.Unknown))
+	add(s.XfrmPolicies, "IPsec policies could apply to the outer packet")
+	if len(why) > 0 {
+		return nil, why
+	}
+	return &dataplane.VXLANRx{Dev: lk.Index, Port: v.Port, VNI: v.VNI, Local: v.Local, MAC: lk.MAC}, nil
+}

@@ -78,6 +78,9 @@ type Interface struct {
 	// Encapsulated counts packets the fast path routed into a vxlan device and encapsulated
 	// itself (Forwarded does not include them).
 	Encapsulated Counter `json:"encapsulated"`
+	// Decapsulated counts VXLAN packets for a local device the fast path decapsulated (and
+	// handed to the device's receive path).
+	Decapsulated Counter `json:"decapsulated"`
 	// Dropped counts packets the filter module dropped at XDP (a netfilter rule or policy
 	// would have dropped them; iptables -v does not count them).
 	Dropped Counter            `json:"filter_dropped"`
