@@ -153,6 +153,9 @@ func listenRR(ns *nsutil.NS, addr netip.AddrPort) (*rrServer, error) {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
+				// Closed when the client closes (netserver does the same): a socket left
+				// half-closed would keep sending keepalive probes into later measurements.
+				defer c.Close()
 				var b [1]byte
 				for {
 					if _, err := io.ReadFull(c, b[:]); err != nil {

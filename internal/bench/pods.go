@@ -10,7 +10,8 @@ package bench
 //     into cni0 -> pod veth), and back.
 // node1 has 2 x the most pairs pods (clients, then intra-node servers), node2 the most pairs
 // (inter-node servers). Modes: Linux alone, and `linuxfp run` in both node namespaces (pods'
-// namespaces are the containers': nothing runs there), alternating round by round.
+// namespaces are the containers': nothing runs there), and the ceiling (the client pods joined
+// to their servers directly, see PodsModes), alternating round by round.
 
 import (
 	"context"
@@ -51,13 +52,15 @@ func ParseWorkload(s string) (Workload, error) {
 	return "", fmt.Errorf("workload %q: want intra or inter", s)
 }
 
-// PodsModes are the modes the pods benchmark runs (there is no hand-written ceiling for it).
-var PodsModes = []Mode{ModeLinux, ModeLinuxfp}
+// PodsModes are the modes the pods benchmark runs. Its ceiling forwards nothing at all: each
+// client pod is joined to its server by one veth pair (testbed.DirectPods), so it measures what
+// the pods' own stacks and the client cost, which no data path between them can save.
+var PodsModes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
 
 // PodsConfig configures RunPods.
 type PodsConfig struct {
 	Binary    string     // linuxfp binary run in the nodes (`linuxfp run`, `linuxfp status -j`)
-	Modes     []Mode     // default: linux and linuxfp
+	Modes     []Mode     // default: linux, linuxfp and ceiling
 	Workloads []Workload // default: intra and inter
 	// Pairs: the numbers of concurrent pod pairs measured (default 1, 2, 5, 10).
 	Pairs    []int
@@ -76,7 +79,7 @@ func (c *PodsConfig) defaults() error {
 	}
 	for _, m := range c.Modes {
 		if !slices.Contains(PodsModes, m) {
-			return fmt.Errorf("mode %s: the pods benchmark runs linux and linuxfp", m)
+			return fmt.Errorf("mode %s: the pods benchmark runs linux, linuxfp and ceiling", m)
 		}
 	}
 	c.Modes = inOrder(PodsModes, c.Modes)
@@ -171,6 +174,16 @@ func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
 		}
 	}()
 	r := &podsRun{ctx: ctx, cfg: cfg, pods: p, layout: layout, res: res, log: cfg.Log}
+	if slices.Contains(cfg.Modes, ModeCeiling) {
+		if r.direct, err = testbed.NewDirectPods("lfp-pods", layout.max); err != nil {
+			return res, fmt.Errorf("build the ceiling's pod pairs: %w", err)
+		}
+		defer func() {
+			if cerr := r.direct.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove the ceiling's pod pairs: %w", cerr))
+			}
+		}()
+	}
 	defer r.stopServers()
 	if err := r.startServers(); err != nil {
 		return res, err
@@ -193,21 +206,31 @@ type podsRun struct {
 	layout  podsLayout
 	res     *PodsResult
 	log     *slog.Logger
+	direct  *testbed.DirectPods // the ceiling's pairs (nil without ceiling mode)
 	servers []*rrServer
 	lfps    []*testbed.Linuxfp // linuxfp mode: one per node
 }
 
 // startServers starts a request/response server in every server pod, on its address.
 func (r *podsRun) startServers() error {
+	var srvs []*testbed.Pod
 	for _, w := range r.cfg.Workloads {
 		for k := range r.layout.max {
 			_, srv := r.layout.pair(r.pods, w, k)
-			s, err := listenRR(srv.NS, netip.AddrPortFrom(srv.IP, rrPort))
-			if err != nil {
-				return err
-			}
-			r.servers = append(r.servers, s)
+			srvs = append(srvs, srv)
 		}
+	}
+	if r.direct != nil {
+		for _, pair := range r.direct.Pairs {
+			srvs = append(srvs, pair[1])
+		}
+	}
+	for _, srv := range srvs {
+		s, err := listenRR(srv.NS, netip.AddrPortFrom(srv.IP, rrPort))
+		if err != nil {
+			return err
+		}
+		r.servers = append(r.servers, s)
 	}
 	return nil
 }
@@ -218,9 +241,9 @@ func (r *podsRun) stopServers() {
 	}
 }
 
-// withMode runs fn with the nodes in mode m: nothing attached (linux) or `linuxfp run` in both
-// nodes (linuxfp), stopped afterwards whatever happens. Modes never overlap: before either, no
-// linuxfp may answer in either node.
+// withMode runs fn with the nodes in mode m: nothing attached (linux, ceiling) or `linuxfp run`
+// in both nodes (linuxfp), stopped afterwards whatever happens. Modes never overlap: before any,
+// no linuxfp may answer in either node.
 func (r *podsRun) withMode(m Mode, fn func() error) (err error) {
 	for _, n := range r.pods.Nodes {
 		if _, err := testbed.StatusClientIn(n.NS).Status(); !errors.Is(err, status.ErrNotRunning) {
@@ -290,7 +313,7 @@ func (r *podsRun) measureAll(round int, m Mode) error {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			rd, err := r.measure(w, n)
+			rd, err := r.measure(m, w, n)
 			if err != nil {
 				return fmt.Errorf("%s, %s, %d pairs: %w", m, w, n, err)
 			}
@@ -310,13 +333,17 @@ func (r *podsRun) measureAll(round int, m Mode) error {
 	return nil
 }
 
-// measure runs n pairs of workload w at once and, in linuxfp mode, reads what linuxfp's
-// programs did in each node meanwhile. A round in which TCP failed is a result (its Error), not a
-// reason to stop.
-func (r *podsRun) measure(w Workload, n int) (PodsRound, error) {
+// measure runs n pairs of workload w at once in mode m and, in linuxfp mode, reads what
+// linuxfp's programs did in each node meanwhile. The ceiling's pairs are the direct ones, the
+// same for both workloads. A round in which TCP failed is a result (its Error), not a reason to
+// stop.
+func (r *podsRun) measure(m Mode, w Workload, n int) (PodsRound, error) {
 	dials := make([]rrDial, n)
 	for k := range dials {
 		c, s := r.layout.pair(r.pods, w, k)
+		if m == ModeCeiling {
+			c, s = r.direct.Pairs[k][0], r.direct.Pairs[k][1]
+		}
 		dials[k] = rrDial{from: c.NS, to: netip.AddrPortFrom(s.IP, rrPort)}
 	}
 	before, err := r.snapshots()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 // PodsResult is everything the pods benchmark measured. The JSON form is for scripts.
@@ -38,9 +40,14 @@ type PodsRow struct {
 	Workload Workload           `json:"workload"`
 	Pairs    int                `json:"pairs"`
 	Modes    map[Mode]*PodsMode `json:"modes"`
-	// Ratios of the medians, linuxfp over Linux (0: not both measured).
-	TPSRatio float64 `json:"tps_linuxfp_over_linux"`
-	AvgRatio float64 `json:"avg_latency_linuxfp_over_linux"`
+	// Ratios of the medians, linuxfp over Linux and ceiling over Linux (0: not both measured).
+	TPSRatio        float64 `json:"tps_linuxfp_over_linux"`
+	AvgRatio        float64 `json:"avg_latency_linuxfp_over_linux"`
+	CeilingTPSRatio float64 `json:"tps_ceiling_over_linux,omitempty"`
+	CeilingAvgRatio float64 `json:"avg_latency_ceiling_over_linux,omitempty"`
+	// GainShare: how much of the ceiling's gain in transactions/s over Linux linuxfp got
+	// ((linuxfp - Linux) / (ceiling - Linux); 0: not all three measured).
+	GainShare float64 `json:"linuxfp_share_of_ceiling_gain,omitempty"`
 }
 
 // PodsMode is one mode's result: the medians over its rounds that completed.
@@ -76,6 +83,12 @@ type PodsTarget struct {
 	// Met: at every pair count.
 	TPSMet bool `json:"tps_met"`
 	AvgMet bool `json:"avg_latency_met"`
+	// The ceiling's transactions/s over Linux's (the most any data path could give here), and
+	// linuxfp's share of that gain, least and most over the pair counts (0: no ceiling).
+	MinCeilingTPSRatio float64 `json:"min_ceiling_tps_ratio,omitempty"`
+	MaxCeilingTPSRatio float64 `json:"max_ceiling_tps_ratio,omitempty"`
+	MinGainShare       float64 `json:"min_linuxfp_share_of_ceiling_gain,omitempty"`
+	MaxGainShare       float64 `json:"max_linuxfp_share_of_ceiling_gain,omitempty"`
 }
 
 // podsPaper is the paper's result (and issue 5's target) per workload: transactions/s ratio and
@@ -135,10 +148,16 @@ func (pm *PodsMode) summarise() {
 }
 
 func (row *PodsRow) ratios() {
-	l, f := row.Modes[ModeLinux], row.Modes[ModeLinuxfp]
-	row.TPSRatio, row.AvgRatio = 0, 0
+	l, f, c := row.Modes[ModeLinux], row.Modes[ModeLinuxfp], row.Modes[ModeCeiling]
+	row.TPSRatio, row.AvgRatio, row.CeilingTPSRatio, row.CeilingAvgRatio, row.GainShare = 0, 0, 0, 0, 0
 	if l != nil && f != nil {
 		row.TPSRatio, row.AvgRatio = div(f.TPS, l.TPS), div(f.AvgUs, l.AvgUs)
+	}
+	if l != nil && c != nil {
+		row.CeilingTPSRatio, row.CeilingAvgRatio = div(c.TPS, l.TPS), div(c.AvgUs, l.AvgUs)
+	}
+	if l != nil && f != nil && c != nil && l.TPS > 0 && f.TPS > 0 && c.TPS > l.TPS {
+		row.GainShare = (f.TPS - l.TPS) / (c.TPS - l.TPS)
 	}
 }
 
@@ -171,6 +190,14 @@ func (r *PodsResult) targets() []PodsTarget {
 			t.MinAvgCut, t.MaxAvgCut = min(t.MinAvgCut, cut), max(t.MaxAvgCut, cut)
 			t.TPSMet = t.TPSMet && row.TPSRatio >= t.PaperTPSRatio
 			t.AvgMet = t.AvgMet && cut >= t.PaperAvgCut
+			if row.CeilingTPSRatio > 0 {
+				if t.MinCeilingTPSRatio == 0 {
+					t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio = row.CeilingTPSRatio, row.CeilingTPSRatio
+					t.MinGainShare, t.MaxGainShare = row.GainShare, row.GainShare
+				}
+				t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio = min(t.MinCeilingTPSRatio, row.CeilingTPSRatio), max(t.MaxCeilingTPSRatio, row.CeilingTPSRatio)
+				t.MinGainShare, t.MaxGainShare = min(t.MinGainShare, row.GainShare), max(t.MaxGainShare, row.GainShare)
+			}
 			n++
 		}
 		if n > 0 {
@@ -205,40 +232,38 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Pods: two Flannel nodes (vxlan, VNI %d, UDP %d; node1 %d pods, node2 %d) with cni0 and Flannel's\n"+
 		"iptables rules, as Flannel and the CNI bridge plugin configure them. TCP request/response, 1 byte\n"+
-		"each way, one connection per pod pair, all pairs at once; intra: node1 -> node1, inter: node1 -> node2\n",
-		1, 8472, c.Pods[0], c.Pods[1])
+		"each way, one connection per pod pair, all pairs at once; intra: node1 -> node1, inter: node1 -> node2;\n"+
+		"ceiling: client and server pods joined by one veth pair, nothing forwarded (the same in both)\n",
+		testbed.FlannelVNI, testbed.FlannelPort, c.Pods[0], c.Pods[1])
 	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
-	fmt.Fprintf(w, "Median of %d rounds x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
-		c.Rounds, c.Duration, c.Warmup, r.Elapsed)
+	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
+		plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
 
-	both := slices.Contains(c.Modes, ModeLinux) && slices.Contains(c.Modes, ModeLinuxfp)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hdr := []string{"workload", "pairs"}
-	for _, m := range c.Modes {
-		hdr = append(hdr, modeTitle[m]+" trans/s", "avg us", "p99 us", "stddev us")
-	}
-	if both {
-		hdr = append(hdr, "trans/s linuxfp/Linux", "avg latency")
-	}
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	fmt.Fprintln(tw, "workload\tpairs\tmode\ttrans/s\tavg us\tp99 us\tstddev us\ttrans/s vs Linux\tavg latency vs Linux\t")
 	for _, row := range r.Rows {
-		cells := []string{string(row.Workload), fmt.Sprint(row.Pairs)}
 		for _, m := range c.Modes {
 			pm := row.Modes[m]
-			switch {
-			case pm == nil:
-				cells = append(cells, "-", "-", "-", "-")
-			case pm.Failed == len(pm.Rounds):
+			if pm == nil {
+				continue
+			}
+			cells := []string{string(row.Workload), fmt.Sprint(row.Pairs), modeTitle[m]}
+			if pm.Failed == len(pm.Rounds) {
 				cells = append(cells, "failed", "-", "-", "-")
-			default:
+			} else {
 				cells = append(cells, fmt.Sprintf("%.0f", pm.TPS), fmt.Sprintf("%.1f", pm.AvgUs),
 					fmt.Sprintf("%.1f", pm.P99Us), fmt.Sprintf("%.1f", pm.StddevUs))
 			}
+			switch m {
+			case ModeLinuxfp:
+				cells = append(cells, ratio(row.TPSRatio, "x"), percentChange(row.AvgRatio))
+			case ModeCeiling:
+				cells = append(cells, ratio(row.CeilingTPSRatio, "x"), percentChange(row.CeilingAvgRatio))
+			default:
+				cells = append(cells, "", "")
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 		}
-		if both {
-			cells = append(cells, ratio(row.TPSRatio, "x"), percentChange(row.AvgRatio))
-		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
 	tw.Flush()
 	for _, row := range r.Rows {
@@ -258,6 +283,11 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  %s: trans/s %s Linux (paper %.2fx): %s; average latency %s lower (paper %.0f%%): %s\n",
 				t.Workload, span(t.MinTPSRatio, t.MaxTPSRatio, "%.2fx"), t.PaperTPSRatio, metWord(t.TPSMet),
 				span(100*t.MinAvgCut, 100*t.MaxAvgCut, "%.0f%%"), 100*t.PaperAvgCut, metWord(t.AvgMet))
+			if t.MaxCeilingTPSRatio > 0 {
+				fmt.Fprintf(w, "    ceiling (the pods joined by one veth: nothing forwarded, filtered or encapsulated): trans/s %s\n"+
+					"    Linux, which no data path between the pods can beat; linuxfp got %s of that gain\n",
+					span(t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio, "%.2fx"), span(100*t.MinGainShare, 100*t.MaxGainShare, "%.0f%%"))
+			}
 		}
 	}
 	r.writeFastPath(w)

@@ -15,7 +15,7 @@ import (
 
 func TestPodsConfigDefaults(t *testing.T) {
 	c := PodsConfig{Binary: "linuxfp", Pairs: []int{10, 1, 5, 1}, Workloads: []Workload{WorkloadInter, WorkloadIntra},
-		Modes: []Mode{ModeLinuxfp, ModeLinux}}
+		Modes: []Mode{ModeCeiling, ModeLinuxfp, ModeLinux}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestPodsConfigDefaults(t *testing.T) {
 	for _, bad := range []PodsConfig{
 		{Binary: "linuxfp", Pairs: []int{0}},
 		{Binary: "linuxfp", Pairs: []int{maxPodPairs + 1}},
-		{Binary: "linuxfp", Modes: []Mode{ModeCeiling}},
+		{Binary: "linuxfp", Modes: []Mode{"xdp"}},
 		{Modes: []Mode{ModeLinuxfp}}, // no binary to run
 	} {
 		if err := bad.defaults(); err == nil {
@@ -174,6 +174,7 @@ func TestPodsResult(t *testing.T) {
 	r.add(WorkloadInter, 2, ModeLinuxfp, round(500, 7))
 	r.add(WorkloadInter, 2, ModeLinuxfp, PodsRound{LatencyRound: LatencyRound{Error: "connection reset"}})
 	r.add(WorkloadIntra, 1, ModeLinuxfp, round(440, 8.3))
+	r.add(WorkloadIntra, 1, ModeCeiling, round(600, 5))
 	r.finish(time.Minute)
 	if len(r.Rows) != 2 || r.Rows[0].Workload != WorkloadIntra || r.Rows[1].Workload != WorkloadInter {
 		t.Fatalf("rows %+v", r.Rows)
@@ -185,12 +186,17 @@ func TestPodsResult(t *testing.T) {
 	if f := inter.Modes[ModeLinuxfp]; f.Failed != 1 || f.TPS != 500 || len(f.Rounds) != 2 {
 		t.Errorf("linuxfp: %+v", f)
 	}
-	if inter.TPSRatio != 2.5 || inter.AvgRatio != 0.7 {
-		t.Errorf("ratios %f %f", inter.TPSRatio, inter.AvgRatio)
+	if inter.TPSRatio != 2.5 || inter.AvgRatio != 0.7 || inter.CeilingTPSRatio != 0 || inter.GainShare != 0 {
+		t.Errorf("ratios %+v", inter)
+	}
+	// The ceiling gains 400 trans/s over Linux, linuxfp 240 of them.
+	if intra := r.Rows[0]; intra.CeilingTPSRatio != 3 || intra.CeilingAvgRatio != 0.5 || intra.GainShare != 0.6 {
+		t.Errorf("ceiling ratios %+v", intra)
 	}
 	want := []PodsTarget{
 		{Workload: WorkloadIntra, PaperTPSRatio: 2.20, PaperAvgCut: 0.18, MinTPSRatio: 2.2, MaxTPSRatio: 2.2,
-			MinAvgCut: 1 - 0.83, MaxAvgCut: 1 - 0.83, TPSMet: true, AvgMet: false},
+			MinAvgCut: 1 - 0.83, MaxAvgCut: 1 - 0.83, TPSMet: true, AvgMet: false,
+			MinCeilingTPSRatio: 3, MaxCeilingTPSRatio: 3, MinGainShare: 0.6, MaxGainShare: 0.6},
 		{Workload: WorkloadInter, PaperTPSRatio: 2.16, PaperAvgCut: 0.14, MinTPSRatio: 2.5, MaxTPSRatio: 2.5,
 			MinAvgCut: 1 - 0.7, MaxAvgCut: 1 - 0.7, TPSMet: true, AvgMet: true},
 	}
@@ -201,7 +207,8 @@ func TestPodsResult(t *testing.T) {
 		w := want[i]
 		near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 		if tg.Workload != w.Workload || tg.TPSMet != w.TPSMet || tg.AvgMet != w.AvgMet || !near(tg.MinTPSRatio, w.MinTPSRatio) ||
-			!near(tg.MinAvgCut, w.MinAvgCut) || !near(tg.MaxAvgCut, w.MaxAvgCut) {
+			!near(tg.MinAvgCut, w.MinAvgCut) || !near(tg.MaxAvgCut, w.MaxAvgCut) ||
+			!near(tg.MaxCeilingTPSRatio, w.MaxCeilingTPSRatio) || !near(tg.MinGainShare, w.MinGainShare) {
 			t.Errorf("target %+v, want %+v", tg, w)
 		}
 	}
@@ -210,19 +217,21 @@ func TestPodsResult(t *testing.T) {
 	}
 	var out bytes.Buffer
 	r.WriteTable(&out)
-	for _, s := range []string{"inter      2", "2.50x", "-30.0%", "a round failed: connection reset", "intra: trans/s 2.20x Linux (paper 2.20x): met; average latency 17% lower (paper 18%): not met"} {
+	for _, s := range []string{"inter      2  linuxfp", "2.50x", "-30.0%", "intra      1  ceiling", "3.00x", "-50.0%",
+		"a round failed: connection reset", "intra: trans/s 2.20x Linux (paper 2.20x): met; average latency 17% lower (paper 18%): not met",
+		"linuxfp got 60% of that gain", "Median of 3 rounds x 0s"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, out.String())
 		}
 	}
 }
 
-// The benchmark runs end to end in Linux mode, measures every workload and pair count, and
+// The benchmark runs end to end in Linux and ceiling mode, measures every workload and pair count, and
 // removes every namespace it created.
 func TestRunPodsLinux(t *testing.T) {
 	needRoot(t)
 	before := podsNamespaces(t)
-	res, err := RunPods(context.Background(), PodsConfig{Modes: []Mode{ModeLinux}, Pairs: []int{1, 2},
+	res, err := RunPods(context.Background(), PodsConfig{Modes: []Mode{ModeLinux, ModeCeiling}, Pairs: []int{1, 2},
 		Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -231,9 +240,11 @@ func TestRunPodsLinux(t *testing.T) {
 		t.Fatalf("pods %v, rows %d", res.Config.Pods, len(res.Rows))
 	}
 	for _, row := range res.Rows {
-		l := row.Modes[ModeLinux]
-		if l == nil || l.Failed > 0 || l.TPS <= 0 || l.Rounds[0].Transactions == 0 || len(l.Rounds[0].Nodes) != 0 {
-			t.Errorf("%s, %d pairs: %+v", row.Workload, row.Pairs, l)
+		for _, m := range []Mode{ModeLinux, ModeCeiling} {
+			l := row.Modes[m]
+			if l == nil || l.Failed > 0 || l.TPS <= 0 || l.Rounds[0].Transactions == 0 || len(l.Rounds[0].Nodes) != 0 {
+				t.Errorf("%s, %s, %d pairs: %+v", m, row.Workload, row.Pairs, l)
+			}
 		}
 	}
 	for _, ns := range podsNamespaces(t) {

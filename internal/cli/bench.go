@@ -156,10 +156,11 @@ iptables rules) and pods (namespaces) plugged in with the commands of the CNI br
 Flannel configures it (cni0, MTU 1450, hairpin, pod subnets 198.19.1.0/24 and 198.19.2.0/24).
 Then TCP request/response, 1 byte each way as netperf's TCP_RR, over 1 to 10 concurrent pod
 pairs (one connection each): intra-node (node1 -> node1, through cni0) and inter-node (node1 ->
-node2, through the VXLAN overlay). Modes: Linux alone, and ` + "`linuxfp run`" + ` in both nodes,
-alternating round by round; the report gives medians of transactions/s and of average, p99 and
-stddev latency, the ratios, and what linuxfp's programs fast-pathed and handed to Linux (from
-` + "`linuxfp status -j`" + ` in each node). Removes its namespaces on exit, including on Ctrl-C.
+node2, through the VXLAN overlay). Modes: Linux alone, ` + "`linuxfp run`" + ` in both nodes, and the
+ceiling (each client pod joined to its server by one veth pair: nothing forwarded, what the pods'
+own stacks cost), alternating round by round; the report gives medians of transactions/s and of
+average, p99 and stddev latency, the ratios, and what linuxfp's programs fast-pathed and handed to
+Linux (from ` + "`linuxfp status -j`" + ` in each node). Removes its namespaces on exit, including on Ctrl-C.
 
 Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 		Args: cobra.NoArgs,
@@ -183,7 +184,7 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 	cfg := &bf.cfg
 	f.IntSliceVar(&pairs, "pairs", []int{1, 2, 5, 10}, "numbers of concurrent pod pairs to measure")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: intra (pods on one node), inter (pods on two nodes) (default both)")
-	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp (default both)")
+	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, ceiling (default all)")
 	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, workload and pair count")
 	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured transactions before each measurement")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")

@@ -422,3 +422,62 @@ func (p *Pods) Namespaces() []*nsutil.NS {
 	}
 	return out
 }
+
+// DirectPods is pairs of pods joined directly, each pair by one veth pair (eth0 <-> eth0, the
+// pods' MTU), with nothing between them: no node, bridge, route or rule. It is the pods
+// benchmark's ceiling: what the pods' own stacks cost, which no data path between them can save.
+//
+//	client k eth0 198.18.(100+k).1/24  <->  eth0 198.18.(100+k).2/24 server k
+type DirectPods struct {
+	Pairs [][2]*Pod // client, server
+}
+
+// NewDirectPods builds n pairs (at most 100). Names start with prefix; Close removes everything,
+// and NewDirectPods removes what it built when it fails.
+func NewDirectPods(prefix string, n int) (_ *DirectPods, err error) {
+	if n > 100 {
+		return nil, fmt.Errorf("%d direct pod pairs: at most 100", n)
+	}
+	d := &DirectPods{}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	for k := range n {
+		d.Pairs = append(d.Pairs, [2]*Pod{})
+		for i, role := range []string{"c", "s"} {
+			ns, err := nsutil.New(fmt.Sprintf("%s-d%s%d", prefix, role, k+1))
+			if err != nil {
+				return nil, err
+			}
+			d.Pairs[k][i] = &Pod{NS: ns, IP: netip.AddrFrom4([4]byte{198, 18, byte(100 + k), byte(i + 1)})}
+		}
+		c, s := d.Pairs[k][0], d.Pairs[k][1]
+		mtu := fmt.Sprint(PodsMTU)
+		if _, err := c.NS.Run("ip", "link", "add", "eth0", "mtu", mtu, "type", "veth",
+			"peer", "name", "eth0", "mtu", mtu, "netns", s.NS.Name); err != nil {
+			return nil, err
+		}
+		for _, pod := range d.Pairs[k] {
+			if err := pod.NS.Script(fmt.Sprintf("ip addr add %s/24 dev eth0\nip link set eth0 up", pod.IP)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// Close removes every pod's namespace.
+func (d *DirectPods) Close() error {
+	var errs []error
+	for _, pair := range d.Pairs {
+		for _, pod := range pair {
+			if pod != nil {
+				errs = append(errs, pod.NS.Close())
+			}
+		}
+	}
+	d.Pairs = nil
+	return errors.Join(errs...)
+}

@@ -167,3 +167,40 @@ func tcpExchange(t *testing.T, from, to *Pod) {
 		t.Errorf("%s -> %s: the server saw a connection from %s", from.IP, addr, got)
 	}
 }
+
+// The ceiling's pairs carry TCP over their one veth, and go away.
+func TestDirectPods(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	d, err := NewDirectPods("lfp-test-pods", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if len(d.Pairs) != 2 || d.Pairs[1][0].IP != netip.MustParseAddr("198.18.101.1") || d.Pairs[1][1].IP != netip.MustParseAddr("198.18.101.2") {
+		t.Fatalf("pairs %+v", d.Pairs)
+	}
+	for _, pair := range d.Pairs {
+		tcpExchange(t, pair[0], pair[1])
+	}
+	if out, err := d.Pairs[0][0].NS.Run("ip", "link", "show", "eth0"); err != nil || !strings.Contains(out, "mtu 1450") {
+		t.Errorf("eth0: %s (%v)", out, err)
+	}
+	names := []string{}
+	for _, pair := range d.Pairs {
+		names = append(names, pair[0].NS.Name, pair[1].NS.Name)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.Contains(string(out), n) {
+			t.Errorf("namespace %s left after Close", n)
+		}
+	}
+}
