@@ -503,6 +503,13 @@ func (s *nodeSnapshot) delta(t *nodeSnapshot) *NodeFastPath {
 			}
 			fp.NoProgram[name] = strings.Join(b.notes, "; ")
 		}
+		if b.role == "flannel.1" {
+			for _, n := range b.notes {
+				if strings.HasPrefix(n, "vxlan") {
+					fp.VXLANNotes = append(fp.VXLANNotes, name+": "+n)
+				}
+			}
+		}
 		if !b.hasCounts {
 			continue
 		}
@@ -607,6 +614,9 @@ type NodeFastPath struct {
 	CTLiberal uint64 `json:"ct_liberal,omitempty"`
 	// NoProgram: interfaces without a linuxfp program, with linuxfp's notes saying why.
 	NoProgram map[string]string `json:"no_program,omitempty"`
+	// VXLANNotes: what linuxfp says about its VXLAN device (what it encapsulates and
+	// decapsulates, and why not).
+	VXLANNotes []string `json:"vxlan_notes,omitempty"`
 }
 
 // summary is a one-line account for the log.

@@ -138,6 +138,9 @@ func TestParseNodeStatus(t *testing.T) {
 	if len(d.NoProgram) != 1 || d.NoProgram["flannel.1"] != "vxlan: not yet" {
 		t.Errorf("no program: %v", d.NoProgram)
 	}
+	if !slices.Equal(d.VXLANNotes, []string{"flannel.1: vxlan: not yet"}) {
+		t.Errorf("vxlan notes %q", d.VXLANNotes)
+	}
 	if d.CTLiberal != 0 {
 		t.Errorf("ct liberal %d, want 0 (3 before and after)", d.CTLiberal)
 	}
