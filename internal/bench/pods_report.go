@@ -345,9 +345,16 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 			}
 		}
 		slices.Sort(nodes)
+		// A node is flagged when what it handed to Linux is more than 1% of every program run
+		// of the cell (not of its own: a node the workload does not cross sees a few ARP or
+		// multicast frames, all Linux's).
+		var runs uint64
+		for _, fp := range perNode {
+			runs += fp.runs()
+		}
 		for _, node := range nodes {
 			fp := perNode[node]
-			if fp.runs() > 0 && fp.passed()*100 > fp.runs() {
+			if fp.runs() > 0 && fp.passed()*100 > runs {
 				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: %.1f%% of its program runs handed the packet to Linux (%s)",
 					row.Workload, plural(row.Pairs, "pair"), node, 100*float64(fp.passed())/float64(fp.runs()), countsString(fp.Passed)))
 			}

@@ -174,9 +174,22 @@ func TestPodsResult(t *testing.T) {
 		r.add(WorkloadInter, 2, ModeLinux, round(tps, 10))
 		r.add(WorkloadIntra, 1, ModeLinux, round(tps, 10))
 	}
-	r.add(WorkloadInter, 2, ModeLinuxfp, round(500, 7))
+	lfpRound := func(tps, avg float64, nodes ...*NodeFastPath) PodsRound {
+		rd := round(tps, avg)
+		rd.Nodes = nodes
+		return rd
+	}
+	node := func(name string, fast, passed map[string]uint64) *NodeFastPath {
+		c := fpCounts{FastPathed: fast, Passed: passed}
+		return &NodeFastPath{Node: name, fpCounts: c, Interfaces: map[string]*fpCounts{"eth0": &c}}
+	}
+	r.add(WorkloadInter, 2, ModeLinuxfp, lfpRound(500, 7,
+		node("node1", map[string]uint64{"forwarded": 200}, map[string]uint64{"vxlan_rx": 100}),
+		node("node2", map[string]uint64{"forwarded": 200}, nil)))
 	r.add(WorkloadInter, 2, ModeLinuxfp, PodsRound{LatencyRound: LatencyRound{Error: "connection reset"}})
-	r.add(WorkloadIntra, 1, ModeLinuxfp, round(440, 8.3))
+	r.add(WorkloadIntra, 1, ModeLinuxfp, lfpRound(440, 8.3,
+		node("node1", map[string]uint64{"bridged": 1000}, nil),
+		node("node2", nil, map[string]uint64{"bridge_flood": 1})))
 	r.add(WorkloadIntra, 1, ModeCeiling, round(600, 5))
 	r.finish(time.Minute)
 	if len(r.Rows) != 2 || r.Rows[0].Workload != WorkloadIntra || r.Rows[1].Workload != WorkloadInter {
@@ -222,10 +235,16 @@ func TestPodsResult(t *testing.T) {
 	r.WriteTable(&out)
 	for _, s := range []string{"inter      2  linuxfp", "2.50x", "-30.0%", "intra      1  ceiling", "3.00x", "-50.0%",
 		"a round failed: connection reset", "intra: trans/s 2.20x Linux (paper 2.20x): met; average latency 17% lower (paper 18%): not met",
-		"linuxfp got 60% of that gain", "Median of 3 rounds x 0s"} {
+		"linuxfp got 60% of that gain", "Median of 3 rounds x 0s",
+		"! linuxfp, inter, 2 pairs, node1: 33.3% of its program runs handed the packet to Linux (vxlan_rx 100)",
+		"eth0's packets handed to Linux (inter) are the VXLAN packets"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, out.String())
 		}
+	}
+	// node2 handed one ARP or multicast frame to Linux while node1 bridged 1000: no flag.
+	if strings.Contains(out.String(), "! linuxfp, intra") {
+		t.Errorf("intra flagged:\n%s", out.String())
 	}
 }
 
