@@ -86,12 +86,37 @@ func TestConntrackEstablished(t *testing.T) {
 				t.Fatalf("udp exchange over 3s: forwarded %d, to Linux %v; want the first 2s as ct_state, then forwarded", d.forwarded, d.passed)
 			}
 
-			// Translated (MASQUERADE to the sink's own address): every packet stays Linux's.
-			before = readCounters(t, l, "in0")
-			tcpEchoTo(t, tb, "198.18.1.2", 100)
-			d = readCounters(t, l, "in0").sub(before)
-			if d.forwarded != 0 || d.passed["ct_nat"] < 50 {
-				t.Fatalf("masqueraded connection: forwarded %d, to Linux %v; want all ct_nat", d.forwarded, d.passed)
+			// Translated: Linux decides the connection (and its mapping); its later packets are
+			// translated by the fast path as the entry says, both ways: MASQUERADE to the sink's
+			// own address, then a DNAT of another address to the sink's.
+			sh(t, tb.DUT, "iptables -t nat -A PREROUTING -d 198.19.0.99 -p tcp -j DNAT --to-destination 198.19.0.1")
+			for _, tc := range []struct{ name, listen, dial string }{
+				{"masqueraded", "198.18.1.2", ""},
+				{"dnat", "198.19.0.1", "198.19.0.99"},
+			} {
+				st0, _ := l.Client.Status()
+				beforeIn := readCounters(t, l, "in0")
+				ec := dialEchoVia(t, tb, tc.listen, tc.dial)
+				ec.exchange(t, 5)
+				eventually(t, 3*time.Second, tc.name+" connection marked liberal", func() error {
+					if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
+						return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
+					}
+					return nil
+				})
+				ec.exchange(t, 5) // the other direction's first segments meet the mark too
+				midIn, midOut := readCounters(t, l, "in0"), readCounters(t, l, "out0")
+				ec.exchange(t, 300)
+				din, dout := readCounters(t, l, "in0").sub(midIn), readCounters(t, l, "out0").sub(midOut)
+				if din.forwarded < 300 || dout.forwarded < 300 || len(din.passed)+len(dout.passed) > 0 {
+					t.Fatalf("%s connection, established: forwarded %d out and %d back; to Linux %v and %v",
+						tc.name, din.forwarded, dout.forwarded, din.passed, dout.passed)
+				}
+				ec.close()
+				time.Sleep(50 * time.Millisecond)
+				if d := readCounters(t, l, "in0").sub(beforeIn); d.passed["ct_state"] < 2 {
+					t.Fatalf("%s connection: to Linux %v, want its SYN and FIN", tc.name, d.passed)
+				}
 			}
 		})
 	}
@@ -107,6 +132,13 @@ type echoConn struct {
 
 func dialEcho(t *testing.T, tb *testbed.Testbed, addr string) *echoConn {
 	t.Helper()
+	return dialEchoVia(t, tb, addr, "")
+}
+
+// dialEchoVia is dialEcho connecting to dial (the server's port on another address, which the
+// DUT translates) instead of addr.
+func dialEchoVia(t *testing.T, tb *testbed.Testbed, addr, dial string) *echoConn {
+	t.Helper()
 	e := &echoConn{}
 	if err := tb.Sink.Do(func() (err error) { e.ln, err = net.Listen("tcp", net.JoinHostPort(addr, "0")); return err }); err != nil {
 		t.Fatal(err)
@@ -121,7 +153,11 @@ func dialEcho(t *testing.T, tb *testbed.Testbed, addr string) *echoConn {
 			go func() { defer c.Close(); io.Copy(c, c) }()
 		}
 	}()
-	if err := tb.Gen.Do(func() (err error) { e.c, err = net.DialTimeout("tcp", e.ln.Addr().String(), 3*time.Second); return err }); err != nil {
+	to := e.ln.Addr().String()
+	if dial != "" {
+		to = net.JoinHostPort(dial, fmt.Sprint(e.port))
+	}
+	if err := tb.Gen.Do(func() (err error) { e.c, err = net.DialTimeout("tcp", to, 3*time.Second); return err }); err != nil {
 		e.ln.Close()
 		t.Fatalf("tcp connect through the DUT: %v", err)
 	}

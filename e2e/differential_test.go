@@ -135,6 +135,10 @@ type diffEnv struct {
 	// replaces resetNeighbours.
 	bridged bool
 	reset   func(t *testing.T)
+	// originated replaces originated (the sources whose IPv4 ID is not compared); preRun, if
+	// set, runs before every run, after the neighbour reset.
+	originated func(netip.Addr) bool
+	preRun     func(t *testing.T)
 }
 
 func newDiffEnv(t *testing.T, tb *testbed.Testbed, dutSetup string) *diffEnv {
@@ -199,6 +203,9 @@ func newDiffEnv(t *testing.T, tb *testbed.Testbed, dutSetup string) *diffEnv {
 // gone STALE would send everything to Linux in the linuxfp run.
 func (d *diffEnv) resetNeighbours(t *testing.T) {
 	t.Helper()
+	if d.preRun != nil {
+		defer d.preRun(t)
+	}
 	if d.reset != nil {
 		d.reset(t)
 		return
@@ -245,7 +252,11 @@ func originated(a netip.Addr) bool {
 // differential runs the corpus with Linux alone (and, with control, a second time), then with
 // linuxfp, and compares.
 func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration, control bool) {
-	classify := difftest.Policy{Originated: originated}.Classify
+	orig := originated
+	if d.originated != nil {
+		orig = d.originated
+	}
+	classify := difftest.Policy{Originated: orig}.Classify
 	start := time.Now()
 
 	d.resetNeighbours(t)

@@ -169,6 +169,7 @@ enum {
 	LFP_CT_ACTIVE4     = 1 << 0, /* netfilter tracks forwarded IPv4 connections (NAT rules) */
 	LFP_CT_ACTIVE6     = 1 << 1,
 	LFP_CT_TCP_LIBERAL = 1 << 2, /* nf_conntrack_tcp_be_liberal=1 */
+	LFP_CT_NAT4        = 1 << 3, /* translate IPv4 connections (no rule on prerouting/postrouting) */
 };
 
 /* Ring buffer record (and rate-limit key): make this TCP connection's tracking liberal. The

@@ -32,7 +32,36 @@ union nf_conntrack_proto {
 	struct ip_ct_tcp tcp;
 } __attribute__((preserve_access_index));
 
+union nf_inet_addr {
+	__u32 all[4];
+	__be32 ip;
+} __attribute__((preserve_access_index));
+
+union nf_conntrack_man_proto {
+	__be16 all;
+} __attribute__((preserve_access_index));
+
+struct nf_conntrack_man {
+	union nf_inet_addr u3;
+	union nf_conntrack_man_proto u;
+} __attribute__((preserve_access_index));
+
+struct nf_conntrack_tuple {
+	struct nf_conntrack_man src;
+	struct {
+		union nf_inet_addr u3;
+		union {
+			__be16 all;
+		} u;
+	} dst;
+} __attribute__((preserve_access_index));
+
+struct nf_conntrack_tuple_hash {
+	struct nf_conntrack_tuple tuple;
+} __attribute__((preserve_access_index));
+
 struct nf_conn {
+	struct nf_conntrack_tuple_hash tuplehash[2];
 	unsigned long status;
 	__u32 timeout;
 	union nf_conntrack_proto proto;
@@ -103,6 +132,12 @@ struct ct_pkt {
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 v6;
+	/* In: the caller translates (ct_forward may return a translation). Out: nat set when the
+	 * connection is translated and the packet leaves with these (IPv4) addresses and ports. */
+	__u8 nat_ok;
+	__u8 nat;
+	__be16 nat_sport, nat_dport;
+	__be32 nat_saddr, nat_daddr;
 };
 
 /* The conntrack tuple of a TCP or UDP packet (addresses in network byte order, IPv4 in [0]) whose
@@ -232,8 +267,10 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	if (!ct)
 		return LFP_PASS_CT_NEW;
 	status = ct->status;
-	if (status & (IPS_SRC_NAT | IPS_DST_NAT)) {
-		/* Translated: the translation is Linux's (not modelled yet). */
+	c->nat = 0;
+	if ((status & (IPS_SRC_NAT | IPS_DST_NAT)) && !(c->nat_ok && !c->v6 && (cfg->ct_flags & LFP_CT_NAT4))) {
+		/* Translated, where the fast path does not translate (IPv6, a bridged packet, rules on
+		 * prerouting or postrouting that see the packet before or after): Linux's. */
 		why = LFP_PASS_CT_NAT;
 	} else if (!(status & IPS_CONFIRMED) ||
 		   (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH |
@@ -253,6 +290,23 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	} else {
 		/* A first reply, or a stream not yet ASSURED: the state moves: Linux's. */
 		why = LFP_PASS_CT_STATE;
+	}
+	if (why == LFP_FORWARDED && (status & (IPS_SRC_NAT | IPS_DST_NAT))) {
+		/* nf_nat_manip_pkt() in both hooks together: the packet leaves with the inverse of the
+		 * other direction's tuple (nf_ct_invert_tuple()); a part that is not translated comes
+		 * out as it was. */
+		if (o.dir == 0) {
+			c->nat_saddr = ct->tuplehash[1].tuple.dst.u3.ip;
+			c->nat_daddr = ct->tuplehash[1].tuple.src.u3.ip;
+			c->nat_sport = ct->tuplehash[1].tuple.dst.u.all;
+			c->nat_dport = ct->tuplehash[1].tuple.src.u.all;
+		} else {
+			c->nat_saddr = ct->tuplehash[0].tuple.dst.u3.ip;
+			c->nat_daddr = ct->tuplehash[0].tuple.src.u3.ip;
+			c->nat_sport = ct->tuplehash[0].tuple.dst.u.all;
+			c->nat_dport = ct->tuplehash[0].tuple.src.u.all;
+		}
+		c->nat = 1;
 	}
 	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT))
 		bpf_ct_change_timeout(ct, timeout);

@@ -12,6 +12,7 @@
 #include "ct.h"
 #include "neigh.h"
 #include "vxlan.h"
+#include "nat.h"
 
 /* Per-packet scratch space for what does not fit the 512-byte stack (the filter's and the
  * conntrack module's view of the packet). Per CPU: a program runs to its end on one CPU with
@@ -200,7 +201,9 @@ static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
 		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
 
-		if (scr && vxlan_plan(ctx, cfg, out, vx, fib, tos, l3len, prio, &scr->vx, &scr->ct)) {
+		/* Not a translated packet: the driver hashes the translated inner packet for the
+		 * source port; its path. */
+		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, tos, l3len, prio, &scr->vx, &scr->ct)) {
 			scr->vx_on = 1;
 			return LFP_FORWARDED;
 		}
@@ -427,14 +430,16 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
 	scr->fp.src[0] = iph->saddr;
 	scr->fp.dst[0] = iph->daddr;
+	scr->ct.nat = 0;
 	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 0, iph->protocol, (void *)(iph + 1), data_end);
+		scr->ct.nat_ok = 1;
 		r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
 	/* VXLAN for a device of this host: decapsulated here, or Linux's (bpf/lib/vxlan.h). */
-	if (LFP_TC && cfg->vxlans && iph->protocol == IPPROTO_UDP) {
+	if (LFP_TC && cfg->vxlans && iph->protocol == IPPROTO_UDP && !scr->ct.nat) {
 		int v;
 
 		if (vxlan_rx(ctx, cfg, iph, data_end, tot, &v))
@@ -444,6 +449,15 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		r = filter_l4(&scr->fp, iph->protocol, (void *)(iph + 1), data_end, tot - sizeof(*iph), tot);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
+	}
+	if (scr->ct.nat) {
+		/* A translated connection: prerouting's translation (the destination, or for a reply
+		 * the un-SNAT'd destination) comes before routing and the forward rules; postrouting's
+		 * (the source) after them (bpf/lib/nat.h). */
+		fib.ipv4_dst = scr->ct.nat_daddr;
+		fib.dport = scr->ct.nat_dport;
+		scr->fp.dst[0] = scr->ct.nat_daddr;
+		scr->fp.dport = bpf_ntohs(scr->ct.nat_dport);
 	}
 	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &scr->fp);
 	if (r == LFP_FILTER_DROPPED)
@@ -458,6 +472,18 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		return CTX_DROP; /* cannot happen: a trim keeps tot >= 20 bytes */
 	if (scr->vx_on)
 		return vxlan_push(ctx, &scr->vx);
+	if (scr->ct.nat) {
+		/* The redirect is set up: a failure here (none for a linear header) cannot hand the
+		 * packet to Linux half rewritten. */
+		if (nat_rewrite4(ctx, &scr->ct))
+			return CTX_DROP;
+		data = ctx_data(ctx);
+		data_end = ctx_data_end(ctx);
+		eth = data;
+		iph = data + sizeof(*eth);
+		if ((void *)(iph + 1) > data_end)
+			return CTX_DROP;
+	}
 	ipv4_decrease_ttl(iph);
 	return router_xmit(ctx, eth, &fib);
 }

@@ -198,7 +198,14 @@ type linuxfpLfpScratch struct {
 		Proto    uint8
 		TcpFlags uint8
 		V6       uint8
+		NatOk    uint8
+		Nat      uint8
 		_        [1]byte
+		NatSport uint16
+		NatDport uint16
+		_        [2]byte
+		NatSaddr uint32
+		NatDaddr uint32
 	}
 	VxOn uint32
 	Vx   struct {

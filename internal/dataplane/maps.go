@@ -103,6 +103,7 @@ func (v VXHost) flags() uint32 {
 // (the netns's nf_conntrack_* sysctls).
 type CT struct {
 	Active4, Active6 bool
+	NAT4             bool // translate IPv4 connections (no rule on prerouting or postrouting)
 	TCPLiberal       bool // nf_conntrack_tcp_be_liberal
 	TCPEstablished   time.Duration
 	TCPUnack         time.Duration // nf_conntrack_tcp_timeout_unacknowledged
@@ -117,6 +118,7 @@ const (
 	ctActive4 = 1 << iota
 	ctActive6
 	ctTCPLiberal
+	ctNAT4
 )
 
 func (c CT) flags() uint32 {
@@ -129,6 +131,9 @@ func (c CT) flags() uint32 {
 	}
 	if c.TCPLiberal {
 		f |= ctTCPLiberal
+	}
+	if c.NAT4 {
+		f |= ctNAT4
 	}
 	return f
 }

@@ -41,8 +41,16 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 	if f.Tracked[fam] {
 		// nf_nat needs conntrack, so netfilter tracks every connection of the family: the
 		// conntrack module (bpf/lib/ct.h) takes only established, untranslated connections.
-		notes = append(notes, "conntrack: nat chains make netfilter track connections: Linux decides every new one "+
-			"(and every translated one: not modelled yet); the fast path takes the later packets of established, untranslated ones")
+		n := "conntrack: nat chains make netfilter track connections: Linux decides every new one; the fast path takes the later packets of established ones"
+		switch {
+		case fam == 1:
+			n += " (translated ones: Linux's, IPv6 NAT is not modelled)"
+		case f.PrePost[fam]:
+			n += " (translated ones: Linux's, rules on prerouting or postrouting would see them before or after the translation)"
+		default:
+			n += ", translating them as their entry says"
+		}
+		notes = append(notes, n)
 	}
 	p := f.Prog[fam]
 	if p == nil || p.Empty {
@@ -71,6 +79,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	return dataplane.CT{
 		Active4: ctActive(s, 0), Active6: ctActive(s, 1),
+		NAT4:    ctActive(s, 0) && !s.Filter.PrePost[0],
 		TCPLiberal:     c.TCPBeLiberal,
 		TCPEstablished: sec(c.TCPTimeoutEstablished),
 		TCPUnack:       sec(c.TCPTimeoutUnack),

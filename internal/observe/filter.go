@@ -23,6 +23,11 @@ type FilterState struct {
 	// the ruleset an established connection's packets traverse (no nat chains): the conntrack
 	// module hands every other packet to Linux.
 	Tracked [2]bool
+	// PrePost: in the ruleset of established packets, a rule (or drop policy) sits on the
+	// prerouting or postrouting hook. Those see a translated (NAT) connection's packet before
+	// or after its translation, where forward sees it half translated: the fast path
+	// translates only where no such rule exists.
+	PrePost [2]bool
 	// Rules counts the family's rules (iptables and nft), for notes.
 	Rules [2]int
 	// CompileTime is how long reading and compiling took; SetsReadTime how long reading the
@@ -55,7 +60,7 @@ func readFilter() (*FilterState, error) {
 func (f *FilterState) compile() {
 	f.usesSets = false
 	for i, rs := range f.rulesets {
-		f.Prog[i], f.Err[i], f.Tracked[i], f.Rules[i] = nil, "", false, 0
+		f.Prog[i], f.Err[i], f.Tracked[i], f.Rules[i], f.PrePost[i] = nil, "", false, 0, false
 		if rs == nil {
 			f.Err[i] = "no ruleset read"
 			continue
@@ -73,6 +78,13 @@ func (f *FilterState) compile() {
 		}
 		if f.Tracked[i] {
 			rs = rs.Established()
+		}
+		for _, h := range []model.Hook{model.Prerouting, model.Postrouting} {
+			for _, ch := range rs.Base[h] {
+				if len(ch.Rules) > 0 || ch.Base.Policy == model.PolicyDrop {
+					f.PrePost[i] = true
+				}
+			}
 		}
 		p, err := compile.Compile(rs, f.sets)
 		if err != nil {
