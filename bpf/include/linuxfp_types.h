@@ -135,6 +135,8 @@ struct lfp_vxlan_dev {
 	__u16 port_max;
 	__u8 ttl;       /* 0: the route's (net.ipv4.ip_default_ttl: no route has a hoplimit) */
 	__u8 tos;       /* 1: inherit the inner one */
+	__u8 udpcsum;   /* the outer UDP checksum is computed (udpcsum) */
+	__u8 pad;
 };
 
 /* A vxlan device the fast path decapsulates for, by (UDP port, VNI): what vxlan_rcv() finds. */

@@ -7,6 +7,7 @@
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #ifdef LFP_HOOK_TC
 
@@ -75,6 +76,46 @@ static __always_inline int ctx_trim(lfp_ctx *ctx, __u32 bytes)
 	return bpf_skb_change_tail(ctx, ctx->len - bytes, 0);
 }
 
+/* The skb's checksum state, which struct __sk_buff does not show: read from the kernel's
+ * struct sk_buff (bpf_cast_to_kern_ctx(); CO-RE relocates these fields, bitfields included). */
+struct sk_buff {
+	unsigned char *head, *data;
+	union {
+		__u32 csum;
+		struct {
+			__u16 csum_start;
+			__u16 csum_offset;
+		};
+	};
+	__u8 ip_summed : 2;
+	__u8 csum_level : 2;
+	__u8 l4_hash : 1;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+#define CTX_CSUM_NONE        0
+#define CTX_CSUM_UNNECESSARY 1
+#define CTX_CSUM_COMPLETE    2
+#define CTX_CSUM_PARTIAL     3
+
+struct ctx_csum {
+	__u32 ip_summed; /* CTX_CSUM_* */
+	__s32 start;     /* PARTIAL: where the checksummed part starts, from ctx_data */
+	__u32 offset;    /* PARTIAL: where the checksum goes, from start */
+	__u32 l4_hash;
+};
+
+static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
+{
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	c->ip_summed = BPF_CORE_READ_BITFIELD(skb, ip_summed);
+	c->l4_hash = BPF_CORE_READ_BITFIELD(skb, l4_hash);
+	c->start = (__s32)((long)skb->head + skb->csum_start - (long)skb->data);
+	c->offset = skb->csum_offset;
+}
+
 #else /* XDP */
 
 typedef struct xdp_md lfp_ctx;
@@ -123,6 +164,24 @@ static __always_inline int ctx_vlan_tagged(const lfp_ctx *ctx)
 static __always_inline int ctx_trim(lfp_ctx *ctx, __u32 bytes)
 {
 	return bpf_xdp_adjust_tail(ctx, -(int)bytes);
+}
+
+#define CTX_CSUM_NONE 0
+
+struct ctx_csum {
+	__u32 ip_summed;
+	__s32 start;
+	__u32 offset;
+	__u32 l4_hash;
+};
+
+/* An XDP frame has no checksum state: what it carries is complete (see the hook choice). */
+static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
+{
+	c->ip_summed = CTX_CSUM_NONE;
+	c->start = 0;
+	c->offset = 0;
+	c->l4_hash = 0;
 }
 
 #endif

@@ -25,6 +25,14 @@
 /* Neighbour states (include/uapi/linux/neighbour.h), for the neighbour mirror. */
 #define LFP_NUD_STALE 0x04
 
+/* csum_add(): 32-bit one's complement addition (end-around carry). */
+static __always_inline __u32 csum_add(__u32 a, __u32 b)
+{
+	__u32 r = a + b;
+
+	return r + (r < b);
+}
+
 static __always_inline __u16 csum_fold(__u32 csum)
 {
 	csum = (csum & 0xffff) + (csum >> 16);

@@ -42,6 +42,9 @@ struct vxlan_plan {
 	__u32 vni;
 	__u16 sport, dport;
 	__u8 tos, ttl;
+	__u8 l4_hash;    /* the skb's hash is an L4 one (iptunnel_xmit() keeps only those) */
+	__u8 udpcsum;    /* compute the outer UDP checksum, from the inner one left to offload */
+	__u16 csum_off;  /* udpcsum: the inner checksum field, from the inner frame's start */
 	__u8 dmac[ETH_ALEN]; /* the underlay nexthop */
 	__u8 smac[ETH_ALEN];
 	__u8 inner_dmac[ETH_ALEN];
@@ -100,6 +103,23 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	/* The route's mark is the skb's (flowi4_mark); bpf_fib_lookup() looks up with mark 0. */
 	if (ctx->mark)
 		return 0;
+	/* The checksum state: udp_set_csum() computes a udpcsum device's outer checksum from the
+	 * inner one left to offload (lco_csum()) for a single packet; a GSO train or a packet with
+	 * a complete inner checksum would make the outer header's checksum offloaded instead,
+	 * which no helper can set up: the driver's path. */
+	{
+		struct ctx_csum cs;
+
+		ctx_csum_state(ctx, &cs);
+		p->l4_hash = cs.l4_hash;
+		p->udpcsum = vx->udpcsum;
+		if (vx->udpcsum) {
+			if (ctx_gso_size(ctx) || cs.ip_summed != CTX_CSUM_PARTIAL ||
+			    cs.start != ETH_HLEN + sizeof(struct iphdr) || (cs.offset != 6 && cs.offset != 16))
+				return 0;
+			p->csum_off = cs.start + cs.offset;
+		}
+	}
 	/* tos 1 is "inherit"; then INET_ECN_encapsulate(). */
 	p->tos = vxlan_ecn_encap(vx->tos == 1 ? inner_tos : vx->tos, inner_tos);
 	/* ip4_dst_hoplimit(): the route's hoplimit metric, else net.ipv4.ip_default_ttl. */
@@ -203,7 +223,7 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	h.sport = p->sport;
 	h.dport = p->dport;
 	h.len = bpf_htons(len - ETH_HLEN - sizeof(struct iphdr));
-	/* UDP checksum 0: only devices without udpcsum are encapsulated here. */
+	/* UDP checksum 0 (noudpcsum), or filled in below. */
 	h.flags = bpf_htonl(VXLAN_HF_VNI);
 	h.vni = bpf_htonl(p->vni << 8);
 	__builtin_memcpy(h.inner_dmac, p->inner_dmac, ETH_ALEN);
@@ -223,6 +243,27 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
 	eth->h_proto = bpf_htons(ETH_P_IP);
 	ipv4_decrease_ttl(iph);
+	if (p->udpcsum) {
+		/* lco_csum(): the sum of the outer UDP header (checksum 0), the VXLAN header and the
+		 * inner headers up to the inner checksum's start, plus the complement of what the
+		 * inner field holds; then the pseudo header (udp_v4_check()); 0 is sent as 0xffff. */
+		__u8 *udp = data + ETH_HLEN + sizeof(struct iphdr);
+		__u16 *inner_check = data + VXLAN_ENCAP + (p->csum_off & 0xff);
+		__u32 sum, len = bpf_ntohs(h.len);
+
+		if ((void *)(udp + 50) > data_end || (void *)(inner_check + 1) > data_end)
+			return CTX_DROP; /* cannot happen: the inner headers were checked before */
+		sum = bpf_csum_diff(0, 0, (__be32 *)udp, 48, (__u16)~*inner_check);
+		sum = csum_add(sum, *(__u16 *)(udp + 48));
+		sum = csum_add(sum, p->saddr);
+		sum = csum_add(sum, p->daddr);
+		sum = csum_add(sum, bpf_htons(len));
+		sum = csum_add(sum, bpf_htons(IPPROTO_UDP));
+		*(__u16 *)(udp + 6) = csum_fold(sum) ? csum_fold(sum) : 0xffff;
+	}
+	/* iptunnel_xmit(): a hash not computed from the L4 flow is cleared. */
+	if (!p->l4_hash)
+		bpf_set_hash_invalid(ctx);
 	lfp_count(ctx, LFP_ENCAPSULATED);
 	return CTX_REDIRECT;
 #else
@@ -263,6 +304,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	struct lfp_vxlan_rx_key k = {};
 	struct lfp_vxlan_rx *rx;
 	struct bpf_sock *sk;
+	struct ctx_csum cs;
 	struct ethhdr inner;
 	__u32 l4len = tot - sizeof(*iph);
 	int own;
@@ -283,9 +325,16 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	 * GBP/GPE/RCO), an outer ECN codepoint (vxlan_ecn_decapsulate() may log, drop, or set CE on
 	 * the inner packet), an inner frame from the device itself (a loop: dropped), a checksum
 	 * state Linux's UDP layer would adjust, IP options or fragments inside: Linux. */
-	if (ctx_gso_size(ctx) || h->check || bpf_ntohs(h->len) != l4len || l4len < 8 + VXLAN_HLEN + ETH_HLEN ||
+	if (ctx_gso_size(ctx) || bpf_ntohs(h->len) != l4len || l4len < 8 + VXLAN_HLEN + ETH_HLEN ||
 	    h->flags != bpf_htonl(VXLAN_HF_VNI) || (h->vni & bpf_htonl(0xff)) || (iph->tos & INET_ECN_MASK) ||
-	    mac_equal(h->smac, rx->mac) || bpf_csum_level(ctx, BPF_CSUM_LEVEL_QUERY) >= 0)
+	    mac_equal(h->smac, rx->mac))
+		goto linux;
+	/* udp4_csum_init(): a zero checksum, or one the skb's state says is verified (UNNECESSARY)
+	 * or will be completed by whoever fills the inner one (PARTIAL, as from a local sender), is
+	 * accepted without looking; any other is verified over the whole packet: Linux's. */
+	ctx_csum_state(ctx, &cs);
+	if (h->check && cs.ip_summed != CTX_CSUM_UNNECESSARY &&
+	    !(cs.ip_summed == CTX_CSUM_PARTIAL && cs.start >= (__s32)(ETH_HLEN + sizeof(*iph))))
 		goto linux;
 	/* udp_rcv() delivers to the socket bound most specifically: the vxlan device's socket is
 	 * bound to the port on any address; another socket on this very address would get it. */
@@ -312,6 +361,12 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	if (bpf_skb_adjust_room(ctx, -(__s32)VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
 				BPF_F_ADJ_ROOM_DECAP_L3_IPV4 | BPF_F_ADJ_ROOM_NO_CSUM_RESET))
 		goto linux;
+	/* The outer UDP checksum counted as verified: one level of UNNECESSARY is used up
+	 * (__skb_decr_checksum_unnecessary()); iptunnel_pull_header() clears a non-L4 hash. */
+	if (cs.ip_summed == CTX_CSUM_UNNECESSARY)
+		bpf_csum_level(ctx, BPF_CSUM_LEVEL_DEC);
+	if (!cs.l4_hash)
+		bpf_set_hash_invalid(ctx);
 	if (bpf_skb_store_bytes(ctx, 0, &inner, sizeof(inner), 0))
 		*verdict = CTX_DROP; /* cannot happen: the room was just shrunk */
 	else {

@@ -217,13 +217,15 @@ type linuxfpLfpScratch struct {
 		Dport     uint16
 		Tos       uint8
 		Ttl       uint8
+		L4Hash    uint8
+		Udpcsum   uint8
+		CsumOff   uint16
 		Dmac      [6]uint8
 		Smac      [6]uint8
 		InnerDmac [6]uint8
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	_ [4]byte
 }
 
 type linuxfpLfpStaleVal struct {
@@ -261,6 +263,9 @@ type linuxfpLfpVxlanDev struct {
 	PortMax uint16
 	Ttl     uint8
 	Tos     uint8
+	Udpcsum uint8
+	Pad     uint8
+	_       [2]byte
 }
 
 type linuxfpLfpVxlanRx struct {

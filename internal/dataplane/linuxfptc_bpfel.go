@@ -217,13 +217,15 @@ type linuxfpTcLfpScratch struct {
 		Dport     uint16
 		Tos       uint8
 		Ttl       uint8
+		L4Hash    uint8
+		Udpcsum   uint8
+		CsumOff   uint16
 		Dmac      [6]uint8
 		Smac      [6]uint8
 		InnerDmac [6]uint8
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	_ [4]byte
 }
 
 type linuxfpTcLfpStaleVal struct {
@@ -261,6 +263,9 @@ type linuxfpTcLfpVxlanDev struct {
 	PortMax uint16
 	Ttl     uint8
 	Tos     uint8
+	Udpcsum uint8
+	Pad     uint8
+	_       [2]byte
 }
 
 type linuxfpTcLfpVxlanRx struct {

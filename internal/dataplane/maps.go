@@ -59,6 +59,7 @@ type VXLANDev struct {
 	Port             uint16 // destination
 	PortMin, PortMax uint16 // source port range
 	TTL, TOS         uint8
+	UDPCSum          bool // outer UDP checksum (udpcsum)
 }
 
 // VXLANFDBEntry is one remote of an encapsulating vxlan device.
@@ -217,7 +218,7 @@ func (d *Dataplane) Sync(data Data) error {
 	vx := map[uint32]linuxfpLfpVxlanDev{}
 	for _, v := range data.VXLAN {
 		vx[uint32(v.Ifindex)] = linuxfpLfpVxlanDev{Vni: v.VNI, Local: addrWords(v.Local)[0], Port: htons(v.Port),
-			PortMin: v.PortMin, PortMax: v.PortMax, Ttl: v.TTL, Tos: v.TOS}
+			PortMin: v.PortMin, PortMax: v.PortMax, Ttl: v.TTL, Tos: v.TOS, Udpcsum: uint8(boolU32(v.UDPCSum))}
 	}
 	vxfdb := map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{}
 	for _, e := range data.VXLANFDB {

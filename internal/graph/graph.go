@@ -77,13 +77,18 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 			vx, why := vxlanEncap(s, lk)
 			if vx != nil {
 				p.Data.VXLAN = append(p.Data.VXLAN, *vx)
-				it.Notes = append(it.Notes, "vxlan: IPv4 routed into it is encapsulated in the fast path (tc), as its driver would")
+				n := "vxlan: IPv4 routed into it is encapsulated in the fast path (tc), as its driver would, packet by packet where nothing keeps it with the driver"
+				if vx.UDPCSum {
+					n += " (udpcsum: single packets whose inner checksum is left to offload; GSO trains and others: the driver)"
+				}
+				it.Notes = append(it.Notes, n+"; the ingress interfaces' encapsulated counter says how many")
 			} else {
 				it.Notes = append(it.Notes, "vxlan: packets routed into it take its driver's path: "+strings.Join(why, "; "))
 			}
 			if rx, why := vxlanDecap(s, lk); rx != nil {
 				p.Data.VXLANRx = append(p.Data.VXLANRx, *rx)
-				it.Notes = append(it.Notes, "vxlan: its IPv4 packets arriving on this host are decapsulated in the fast path (tc), as vxlan_rcv() would")
+				it.Notes = append(it.Notes, "vxlan: its IPv4 packets arriving on this host are decapsulated in the fast path (tc), as vxlan_rcv() would, "+
+					"packet by packet where nothing keeps them with Linux (a checksum to verify, ECN, GRO trains ...: the underlay's vxlan_rx counter)")
 			} else {
 				it.Notes = append(it.Notes, "vxlan: its packets arriving on this host are decapsulated by its driver: "+strings.Join(why, "; "))
 			}

@@ -27,7 +27,6 @@ func vxlanEncap(s *observe.Snapshot, lk *observe.Link) (*dataplane.VXLANDev, []s
 	add(v.External, "external (collect_md)")
 	add(!v.Local.Is4(), "no IPv4 local address (the outer source would be chosen per route)")
 	add(v.Port == 0, "no destination port")
-	add(v.UDPCSum, "udpcsum on (the outer UDP checksum is not computed here)")
 	add(v.DF != 0, "df set or inherit")
 	add(v.TTLInherit, "ttl inherit")
 	add(v.GBP || v.GPE, "GBP or GPE extensions")
@@ -51,7 +50,7 @@ func vxlanEncap(s *observe.Snapshot, lk *observe.Link) (*dataplane.VXLANDev, []s
 		lo, hi = uint16(s.Sysctl.LocalPortLow), uint16(s.Sysctl.LocalPortHigh)
 	}
 	return &dataplane.VXLANDev{Ifindex: lk.Index, VNI: v.VNI, Local: v.Local, Port: v.Port,
-		PortMin: lo, PortMax: hi, TTL: v.TTL, TOS: v.TOS}, nil
+		PortMin: lo, PortMax: hi, TTL: v.TTL, TOS: v.TOS, UDPCSum: v.UDPCSum}, nil
 }
 
 // vxlanFDB are the remotes of the encapsulating devices that the BPF code uses: one remote per

@@ -51,7 +51,6 @@ func TestVXLANEncap(t *testing.T) {
 		why    string
 		mutate func(*observe.Snapshot)
 	}{
-		{"udpcsum", func(s *observe.Snapshot) { s.Links[7].VXLAN.UDPCSum = true }},
 		{"external", func(s *observe.Snapshot) { s.Links[7].VXLAN.External = true }},
 		{"df", func(s *observe.Snapshot) { s.Links[7].VXLAN.DF = 1 }},
 		{"ttl inherit", func(s *observe.Snapshot) { s.Links[7].VXLAN.TTLInherit = true }},
