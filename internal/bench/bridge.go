@@ -215,7 +215,7 @@ func fdbAge(e *netlink.Neigh) time.Duration { return time.Duration(e.Updated) * 
 // ports (a program, or notes saying why not) and then applied no change for linuxfpSettle.
 // Whether linuxfp accelerates a bridge port is what the benchmark measures and reports, not a
 // condition to start.
-func startLinuxfpSettled(tb *testbed.Testbed, bin string) (*testbed.Linuxfp, error) {
+func startLinuxfpSettled(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
 	l, err := tb.StartLinuxfpUntil(bin, func(st *status.Status) bool {
 		n := 0
 		for _, it := range st.Interfaces {
@@ -224,7 +224,7 @@ func startLinuxfpSettled(tb *testbed.Testbed, bin string) (*testbed.Linuxfp, err
 			}
 		}
 		return n == 2
-	})
+	}, args...)
 	if err != nil {
 		return nil, err
 	}

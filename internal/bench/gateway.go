@@ -277,7 +277,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 			if permitted > 0 {
 				v.Permitted = permitted
 			}
-			if slices.Contains(cfg.Modes, ModeLinuxfp) {
+			if slices.ContainsFunc(cfg.Modes, Mode.runsLinuxfp) {
 				v.Linuxfp = f
 			}
 			g.variants = append(g.variants, v)
@@ -366,8 +366,8 @@ var filterNote = regexp.MustCompile(`^ipv4 filter module: (\d+) netfilter rules 
 // holding the DUT's ruleset (the number of rules it compiled), and records what in0's notes say.
 // linuxfp not taking the ruleset is no error: it is what the benchmark is there to show, and the
 // report flags it.
-func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string) (*testbed.Linuxfp, error) {
-	l, err := tb.StartLinuxfp(bin)
+func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
+	l, err := tb.StartLinuxfp(bin, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -98,6 +97,11 @@ var (
 	ipsetRules = gatewayRulesets(nil)[1]
 )
 
+// over is mode a's DUT rate over mode b's in v for (cores, size), 0 if either was not measured.
+func (v *GatewayVariant) over(cores, size int, a, b Mode) float64 {
+	return div(v.rateOf(cores, size, a), v.rateOf(cores, size, b))
+}
+
 // rateOf is mode m's DUT rate in v for (cores, size), 0 if not measured.
 func (v *GatewayVariant) rateOf(cores, size int, m Mode) float64 {
 	if v == nil {
@@ -157,13 +161,33 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 		"handled (forwarded + dropped by its rules) per second. The ceiling is the router's (MAC rewrite\n"+
 		"+ redirect): it evaluates no rules and forwards everything.\n", permittedHosts)
 	if hooks := r.linuxfpHooks(); len(hooks) > 0 {
-		fmt.Fprintf(w, "linuxfp's program on in0: %s\n", strings.Join(hooks, ", "))
+		fmt.Fprintf(w, "linuxfp's program on in0: %s\n", strings.Join(hooks, "; "))
 	}
 	fmt.Fprintln(w)
 
 	modes := c.Modes
-	both := slices.Contains(modes, ModeLinux) && slices.Contains(modes, ModeLinuxfp)
-	withCeiling := slices.Contains(modes, ModeLinuxfp) && slices.Contains(modes, ModeCeiling)
+	// The ratio columns, linuxfp/Linux-ipset after linuxfp/Linux in the paper's gateway table.
+	ratios := ratioColumnsOf(modes)
+	ratioCells := func(v *GatewayVariant, cores, size int, ipset bool) []string {
+		var cells []string
+		for _, rc := range ratios {
+			cells = append(cells, ratio(v.over(cores, size, rc.num, rc.den), rc.suffix))
+			if ipset && rc.num == ModeLinuxfp && rc.den == ModeLinux {
+				cells = append(cells, ratio(div(v.rateOf(cores, size, ModeLinuxfp),
+					r.variant(ipsetRules, v.Traffic).rateOf(cores, size, ModeLinux)), "x"))
+			}
+		}
+		return cells
+	}
+	ratioHeader := func(hdr []string, ipset bool) []string {
+		for _, rc := range ratios {
+			hdr = append(hdr, rc.title)
+			if ipset && rc.num == ModeLinuxfp && rc.den == ModeLinux {
+				hdr = append(hdr, "linuxfp/Linux-ipset")
+			}
+		}
+		return hdr
+	}
 	modeCells := func(v *GatewayVariant, cores, size int) []string {
 		var cells []string
 		for _, m := range modes {
@@ -184,13 +208,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 
 	fmt.Fprintf(w, "The paper's gateway: %d blacklisted addresses (DUT rate, Mpps)\n", gatewayRules)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hdr := header("cores", "frame", "ruleset", "traffic")
-	if both {
-		hdr = append(hdr, "linuxfp/Linux", "linuxfp/Linux-ipset")
-	}
-	if withCeiling {
-		hdr = append(hdr, "linuxfp/ceiling")
-	}
+	hdr := ratioHeader(header("cores", "frame", "ruleset", "traffic"), true)
 	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 	for _, cores := range c.Cores {
 		for _, size := range c.Sizes {
@@ -201,14 +219,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 						continue // not measured (interrupted)
 					}
 					cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), rs.Name, string(t)}, modeCells(v, cores, size)...)
-					f := v.rateOf(cores, size, ModeLinuxfp)
-					if both {
-						cells = append(cells, ratio(div(f, v.rateOf(cores, size, ModeLinux)), "x"),
-							ratio(div(f, r.variant(ipsetRules, t).rateOf(cores, size, ModeLinux)), "x"))
-					}
-					if withCeiling {
-						cells = append(cells, ratio(div(f, v.rateOf(cores, size, ModeCeiling)), ""))
-					}
+					cells = append(cells, ratioCells(v, cores, size, true)...)
 					fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 				}
 			}
@@ -220,13 +231,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	if len(c.Sweep) > 0 {
 		fmt.Fprintln(w, "Throughput vs number of rules (the paper's Figure 8; DUT rate, Mpps)")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		hdr := header("cores", "frame", "traffic", "rules")
-		if both {
-			hdr = append(hdr, "linuxfp/Linux")
-		}
-		if withCeiling {
-			hdr = append(hdr, "linuxfp/ceiling")
-		}
+		hdr := ratioHeader(header("cores", "frame", "traffic", "rules"), false)
 		hdr = append(hdr, "linuxfp vs fewest rules")
 		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 		for _, cores := range c.Cores {
@@ -236,14 +241,8 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 					for _, v := range sw {
 						cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), string(t), fmt.Sprint(v.Ruleset.Blacklisted)},
 							modeCells(v, cores, size)...)
-						f := v.rateOf(cores, size, ModeLinuxfp)
-						if both {
-							cells = append(cells, ratio(div(f, v.rateOf(cores, size, ModeLinux)), "x"))
-						}
-						if withCeiling {
-							cells = append(cells, ratio(div(f, v.rateOf(cores, size, ModeCeiling)), ""))
-						}
-						cells = append(cells, ratio(div(f, sw[0].rateOf(cores, size, ModeLinuxfp)), ""))
+						cells = append(cells, ratioCells(v, cores, size, false)...)
+						cells = append(cells, ratio(div(v.rateOf(cores, size, ModeLinuxfp), sw[0].rateOf(cores, size, ModeLinuxfp)), ""))
 						fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 					}
 				}
@@ -294,9 +293,30 @@ func (r *GatewayResult) writeProgStats(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// linuxfpHooks lists where linuxfp attached its program on in0, over all its starts.
+// linuxfpHooks lists where linuxfp attached its program on in0: per linuxfp mode from what its
+// measurements recorded ("linuxfp: xdp"), or, where they recorded nothing, over all its starts.
 func (r *GatewayResult) linuxfpHooks() []string {
 	var hooks []string
+	for _, m := range r.Config.Modes {
+		var seen []string
+		for _, v := range r.Variants {
+			for _, row := range v.Throughput {
+				if t := row.Modes[m]; t != nil {
+					for _, rd := range t.Rounds {
+						if fp := rd.FastPath; fp != nil && fp.Hook != "" && !slices.Contains(seen, fp.Hook) {
+							seen = append(seen, fp.Hook)
+						}
+					}
+				}
+			}
+		}
+		if len(seen) > 0 {
+			hooks = append(hooks, modeTitle[m]+": "+strings.Join(seen, ", "))
+		}
+	}
+	if len(hooks) > 0 {
+		return hooks
+	}
 	for _, v := range r.Variants {
 		if v.Linuxfp == nil {
 			continue
@@ -317,10 +337,22 @@ func metOrNot(ok bool) string {
 	return "not met"
 }
 
-// writeFlags notes, per variant, what the router benchmark notes (frames lost, windows measured
-// again, linuxfp fast-pathing less than the sink received) and what is particular to the
-// gateway: linuxfp not holding the ruleset in its filter module, or handing packets to Linux.
+// writeFlags prints flags().
 func (r *GatewayResult) writeFlags(w io.Writer) {
+	lines := r.flags()
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	if len(lines) > 0 {
+		fmt.Fprintln(w)
+	}
+}
+
+// flags notes ("! ..."), per variant, what the router benchmark notes (frames lost, windows
+// measured again, linuxfp fast-pathing less than the sink received or not at its mode's hook)
+// and what is particular to the gateway: linuxfp not holding the ruleset in its filter module, or
+// handing packets to Linux; then the latency test's.
+func (r *GatewayResult) flags() []string {
 	var lines []string
 	seen := map[*LinuxfpFilter]bool{}
 	for _, v := range r.Variants {
@@ -329,44 +361,47 @@ func (r *GatewayResult) writeFlags(w io.Writer) {
 			seen[f] = true
 			lines = append(lines, fmt.Sprintf("! linuxfp, %s: the filter module did not hold the whole ruleset: %s", v.Ruleset.Name, f.Problem))
 		}
-		var buf bytes.Buffer
-		v.res.writeLoss(&buf)
-		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-			if rest, ok := strings.CutPrefix(l, "! "); ok {
-				lines = append(lines, "! "+name+": "+rest)
-			}
+		for _, l := range v.res.throughputFlags() {
+			lines = append(lines, "! "+name+": "+strings.TrimPrefix(l, "! "))
 		}
 		for _, row := range v.Throughput {
-			f := row.Modes[ModeLinuxfp]
-			if f == nil {
-				continue
-			}
-			var handled, passed, dropped uint64
-			reasons := map[string]uint64{}
-			for _, rd := range f.Rounds {
-				if fp := rd.FastPath; fp != nil {
-					handled += fp.Forwarded + fp.Dropped + fp.passed()
-					passed += fp.passed()
-					dropped += fp.Dropped
-					for k, n := range fp.Passed {
-						reasons[k] += n
-					}
-				}
-			}
-			if passed > handled/100 {
-				lines = append(lines, fmt.Sprintf("! %s: linuxfp, %d cores, %d bytes: in0 handed %d of %d packets to Linux %v",
-					name, row.Cores, row.FrameSize, passed, handled, reasons))
-			}
-			if v.Permitted < 1 && handled > 0 && dropped == 0 {
-				lines = append(lines, fmt.Sprintf("! %s: linuxfp, %d cores, %d bytes: its filter module dropped nothing",
-					name, row.Cores, row.FrameSize))
+			for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
+				lines = append(lines, filterFlags(name, m, row)...)
 			}
 		}
 	}
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
+	return lines
+}
+
+// filterFlags are the lines ("! ...") for variant name's row in linuxfp mode m: in0 handed more
+// than 1% of what it handled to Linux, or dropped nothing where the traffic hits rules.
+func filterFlags(name string, m Mode, row ThroughputRow) []string {
+	f := row.Modes[m]
+	if f == nil {
+		return nil
 	}
-	if len(lines) > 0 {
-		fmt.Fprintln(w)
+	var lines []string
+	var handled, passed, dropped uint64
+	reasons := map[string]uint64{}
+	mixed := false
+	for _, rd := range f.Rounds {
+		mixed = mixed || rd.Permitted > 0 && rd.Permitted < 1
+		if fp := rd.FastPath; fp != nil {
+			handled += fp.Forwarded + fp.Dropped + fp.passed()
+			passed += fp.passed()
+			dropped += fp.Dropped
+			for k, n := range fp.Passed {
+				reasons[k] += n
+			}
+		}
 	}
+	if passed > handled/100 {
+		lines = append(lines, fmt.Sprintf("! %s: %s, %d cores, %d bytes: in0 handed %d of %d packets to Linux %v",
+			name, modeTitle[m], row.Cores, row.FrameSize, passed, handled, reasons))
+	}
+	if mixed && handled > 0 && dropped == 0 {
+		lines = append(lines, fmt.Sprintf("! %s: %s, %d cores, %d bytes: its filter module dropped nothing",
+			name, modeTitle[m], row.Cores, row.FrameSize))
+	}
+	return lines
 }

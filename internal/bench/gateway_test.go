@@ -172,7 +172,7 @@ func TestFilterProblem(t *testing.T) {
 
 // The targets and the report come from the variants' DUT rates.
 func TestGatewayReport(t *testing.T) {
-	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Sizes: []int{64}, Cores: []int{1}, Modes: Modes, Rounds: 1},
+	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Sizes: []int{64}, Cores: []int{1}, Modes: DefaultModes, Rounds: 1},
 		Sweep: []int{1, 1000, 10000}, Traffic: []Traffic{TrafficHit}}}
 	rate := map[string]map[Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
 		"100 rules":             {ModeLinux: 1, ModeLinuxfp: 6, ModeCeiling: 12},

@@ -77,7 +77,7 @@ func (b *pipeline) latency() error {
 				if _, err := b.prepare(); err != nil {
 					return err
 				}
-				lfp0, err := b.dut.lfpCounters()
+				lfp0, err := b.dut.lfpStatus()
 				if err != nil {
 					return err
 				}
@@ -90,7 +90,7 @@ func (b *pipeline) latency() error {
 					lr = LatencyRound{Error: err.Error()}
 					b.log.Warn("latency round failed", "round", r+1, "mode", m, "err", err)
 				}
-				lfp1, err := b.dut.lfpCounters()
+				lfp1, err := b.dut.lfpStatus()
 				if err != nil {
 					return err
 				}

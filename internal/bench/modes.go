@@ -18,22 +18,59 @@ type Mode string
 
 const (
 	ModeLinux   Mode = "linux"   // Linux's own forwarding, nothing attached to the DUT
-	ModeLinuxfp Mode = "linuxfp" // `linuxfp run` in the DUT
-	ModeCeiling Mode = "ceiling" // the hand-written minimal forwarder on in0
+	ModeLinuxfp Mode = "linuxfp" // `linuxfp run` in the DUT (--hook auto: native XDP here)
+	// ModeLinuxfpTC is `linuxfp run --hook tc` in the DUT: the same modules built for tc
+	// (tcx) ingress, for the paper's Table VII (each module at XDP vs tc).
+	ModeLinuxfpTC Mode = "linuxfp-tc"
+	ModeCeiling   Mode = "ceiling" // the hand-written minimal forwarder on in0
 	// modeBaseline is only for the CPU measurement: the generator's frames are dropped by XDP
 	// on in0, so what remains is the generator's own cost.
 	modeBaseline Mode = "baseline"
 )
 
 // Modes lists the forwarding modes in report order.
-var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
+var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling}
+
+// DefaultModes are the modes a forwarding benchmark runs unless told otherwise: linuxfp as a
+// user runs it (--hook auto) against Linux and the ceiling. linuxfp-tc is asked for by name
+// (--modes, or bench modules): it adds a third to every run's time, and what it measures (the
+// tc build where auto picks XDP) is a comparison of hooks, not what a user of these topologies
+// gets.
+var DefaultModes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
 
 // ParseMode checks a mode name.
 func ParseMode(s string) (Mode, error) {
 	if m := Mode(s); slices.Contains(Modes, m) {
 		return m, nil
 	}
-	return "", fmt.Errorf("mode %q: want linux, linuxfp or ceiling", s)
+	return "", fmt.Errorf("mode %q: want linux, linuxfp, linuxfp-tc or ceiling", s)
+}
+
+// runsLinuxfp: the mode runs `linuxfp run` in the DUT.
+func (m Mode) runsLinuxfp() bool { return m == ModeLinuxfp || m == ModeLinuxfpTC }
+
+// runArgs are the mode's arguments to `linuxfp run`.
+func (m Mode) runArgs() []string {
+	if m == ModeLinuxfpTC {
+		return []string{"--hook", "tc"}
+	}
+	return nil
+}
+
+// wantHook is where linuxfp's programs should run in mode m ("" for a mode without linuxfp).
+// With --hook auto linuxfp picks native XDP on the benchmarks' veths, whose hosts compute their
+// checksums (the testbed turns tx checksum offload off), or generic XDP when the latency test
+// turns that offload back on (txCsumOffload; see setTxCsum).
+func (m Mode) wantHook(txCsumOffload bool) string {
+	switch {
+	case m == ModeLinuxfpTC:
+		return "tc"
+	case m == ModeLinuxfp && txCsumOffload:
+		return "xdp-generic"
+	case m == ModeLinuxfp:
+		return "xdp"
+	}
+	return ""
 }
 
 // dut puts the DUT into one mode at a time. Modes never overlap: enter checks that nothing else
@@ -53,18 +90,18 @@ func (d *dut) enter(m Mode) error {
 		return fmt.Errorf("enter %s: the DUT is still in mode %s", m, d.mode)
 	}
 	for _, ifname := range []string{"in0", "out0"} {
-		on, err := xdpAttached(d.tb.DUT, ifname)
+		on, err := attached(d.tb.DUT, ifname)
 		if err != nil {
 			return err
 		}
-		if on {
-			return fmt.Errorf("enter %s: an XDP program is still attached to the DUT's %s", m, ifname)
+		if on != "" {
+			return fmt.Errorf("enter %s: %s is still attached to the DUT's %s", m, on, ifname)
 		}
 	}
 	switch m {
 	case ModeLinux:
-	case ModeLinuxfp:
-		l, err := d.topo.startLinuxfp(d.tb, d.bin)
+	case ModeLinuxfp, ModeLinuxfpTC:
+		l, err := d.topo.startLinuxfp(d.tb, d.bin, m.runArgs()...)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the DUT: %w", err)
 		}
@@ -115,6 +152,10 @@ type fastPath struct {
 	Passed  map[string]uint64 `json:"passed_to_linux,omitempty"`
 	// NoProgram says why linuxfp has no program on in0 (its notes), if it has none.
 	NoProgram string `json:"no_program,omitempty"`
+	// Hook and OutHook: where linuxfp's programs on in0 and out0 ran at the end of the
+	// measurement ("xdp", "xdp-generic", "tc"; "" for none), from its status.
+	Hook    string `json:"hook,omitempty"`
+	OutHook string `json:"out0_hook,omitempty"`
 }
 
 // fastPathed is what the program sent on itself, routed or switched.
@@ -129,19 +170,43 @@ func (fp *fastPath) passed() uint64 {
 	return n
 }
 
-// lfpCounters reads in0's counters from the running linuxfp (nil outside linuxfp mode).
-func (d *dut) lfpCounters() (*status.Interface, error) {
+// lfpStatus reads the running linuxfp's status (nil outside the linuxfp modes).
+func (d *dut) lfpStatus() (*status.Status, error) {
 	if d.lfp == nil {
 		return nil, nil
 	}
-	return d.lfp.Interface("in0")
+	return d.lfp.Client.Status()
 }
 
-func fastPathDelta(a, b *status.Interface) *fastPath {
+// statusOf is interface name's status in st (nil if st is nil or has no such interface).
+func statusOf(st *status.Status, name string) *status.Interface {
+	if st == nil {
+		return nil
+	}
+	for i := range st.Interfaces {
+		if st.Interfaces[i].Name == name {
+			return &st.Interfaces[i]
+		}
+	}
+	return nil
+}
+
+// hookOf is where the program on interface name runs in st ("" for none).
+func hookOf(st *status.Status, name string) string {
+	if it := statusOf(st, name); it != nil && it.Program != nil {
+		return it.Program.Hook
+	}
+	return ""
+}
+
+// fastPathDelta is what linuxfp's program on in0 did between two of its statuses, and where its
+// programs on in0 and out0 ran at the second (nil outside the linuxfp modes).
+func fastPathDelta(s0, s1 *status.Status) *fastPath {
+	a, b := statusOf(s0, "in0"), statusOf(s1, "in0")
 	if a == nil || b == nil {
 		return nil
 	}
-	fp := &fastPath{Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets,
+	fp := &fastPath{Hook: hookOf(s1, "in0"), OutHook: hookOf(s1, "out0"), Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets,
 		Dropped: b.Dropped.Packets - a.Dropped.Packets}
 	if b.Program == nil {
 		fp.NoProgram = strings.Join(b.Notes, "; ")

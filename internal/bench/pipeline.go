@@ -55,16 +55,10 @@ func (c *Config) defaults() error {
 		c.Cores = []int{1, 2}
 	}
 	if len(c.Modes) == 0 {
-		c.Modes = Modes
+		c.Modes = DefaultModes
 	}
 	// Report order, whatever the order on the command line; duplicates would be measured twice.
-	var modes []Mode
-	for _, m := range Modes {
-		if slices.Contains(c.Modes, m) {
-			modes = append(modes, m)
-		}
-	}
-	c.Modes = modes
+	c.Modes = inOrder(Modes, c.Modes)
 	if c.Duration <= 0 {
 		c.Duration = time.Second
 	}
@@ -83,7 +77,7 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
-	if c.Binary == "" && slices.Contains(c.Modes, ModeLinuxfp) {
+	if c.Binary == "" && slices.ContainsFunc(c.Modes, Mode.runsLinuxfp) {
 		return errors.New("no linuxfp binary to run in the DUT")
 	}
 	cpus, err := usableCPUs()
@@ -115,8 +109,9 @@ type topology struct {
 	l2 bool
 	// resolve: make the hosts resolve their neighbours by pinging once the topology is built.
 	resolve bool
-	// startLinuxfp starts `linuxfp run` in the DUT and returns once its data plane is built.
-	startLinuxfp func(tb *testbed.Testbed, bin string) (*testbed.Linuxfp, error)
+	// startLinuxfp starts `linuxfp run` with args in the DUT and returns once its data plane is
+	// built.
+	startLinuxfp func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error)
 	// setup runs once per topology built, before any measurement (nil: nothing to do).
 	setup func(*pipeline) error
 	// prepare runs before every measurement, in the mode measured (nil: nothing to do). A
@@ -257,8 +252,13 @@ func (b *pipeline) withMode(m Mode, fn func() error) (err error) {
 	if err := b.dut.enter(m); err != nil {
 		return err
 	}
-	if it, err := b.dut.lfpCounters(); err == nil && it != nil && it.Program == nil {
-		b.log.Info("linuxfp installed no program on in0: Linux forwards in this mode", "notes", it.Notes)
+	if st, err := b.dut.lfpStatus(); err == nil && st != nil && hookOf(st, "in0") == "" {
+		it := statusOf(st, "in0")
+		var notes []string
+		if it != nil {
+			notes = it.Notes
+		}
+		b.log.Info("linuxfp installed no program on in0: Linux forwards in this mode", "notes", notes)
 	}
 	defer func() {
 		if lerr := b.dut.leave(); lerr != nil {
@@ -487,7 +487,7 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 		s.t = time.Now()
 		return s, nil
 	}
-	lfp0, err := b.dut.lfpCounters()
+	lfp0, err := b.dut.lfpStatus()
 	if err != nil {
 		return Round{}, fmt.Errorf("linuxfp counters: %w", err)
 	}
@@ -502,7 +502,7 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 	if err != nil {
 		return Round{}, err
 	}
-	lfp1, err := b.dut.lfpCounters()
+	lfp1, err := b.dut.lfpStatus()
 	if err != nil {
 		return Round{}, fmt.Errorf("linuxfp counters: %w", err)
 	}

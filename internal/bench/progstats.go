@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 )
 
 // With --prog-stats the kernel times every BPF program run (BPF_ENABLE_STATS): that tells where
@@ -19,7 +18,8 @@ type ProgStat struct {
 
 type progSample map[string]ebpf.ProgramStats
 
-// progStats samples the generator, the sink and whatever is attached to the DUT's in0.
+// progStats samples the generator, the sink and whatever is attached to the DUT's in0 (at XDP or
+// tcx ingress).
 func (b *pipeline) progStats() (progSample, error) {
 	s := progSample{}
 	add := func(name string, p *ebpf.Program) error {
@@ -36,22 +36,12 @@ func (b *pipeline) progStats() (progSample, error) {
 	if err := add("sink", b.sink.objs.BenchSink); err != nil {
 		return nil, err
 	}
-	var id uint32
-	err := b.tb.DUT.Do(func() error {
-		lk, err := netlink.LinkByName("in0")
-		if err != nil {
-			return err
-		}
-		if x := lk.Attrs().Xdp; x != nil && x.Attached {
-			id = x.ProgId
-		}
-		return nil
-	})
+	id, _, err := attachedProgram(b.tb.DUT, "in0")
 	if err != nil {
 		return nil, fmt.Errorf("in0's program: %w", err)
 	}
 	if id != 0 {
-		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+		p, err := ebpf.NewProgramFromID(id)
 		if err != nil {
 			return nil, fmt.Errorf("open in0's program %d: %w", id, err)
 		}

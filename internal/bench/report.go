@@ -62,6 +62,43 @@ type ThroughputRow struct {
 	// Ratios of the medians (0 when a mode was not run).
 	LinuxfpOverLinux   float64 `json:"linuxfp_over_linux"`
 	LinuxfpOverCeiling float64 `json:"linuxfp_over_ceiling"`
+	// linuxfp at tc over Linux, and over linuxfp at XDP (linuxfp-tc measured).
+	LinuxfpTCOverLinux   float64 `json:"linuxfp_tc_over_linux,omitempty"`
+	LinuxfpTCOverLinuxfp float64 `json:"linuxfp_tc_over_linuxfp,omitempty"`
+}
+
+// over is mode a's rate over mode b's in the row (0 when either was not measured).
+func (row *ThroughputRow) over(a, b Mode) float64 {
+	x, y := row.Modes[a], row.Modes[b]
+	if x == nil || y == nil {
+		return 0
+	}
+	return div(x.rate(), y.rate())
+}
+
+// ratioColumn is a ratio of two modes' rates that the reports print when both were run.
+type ratioColumn struct {
+	title    string
+	num, den Mode
+	suffix   string // "x" for a speed-up
+}
+
+var ratioColumns = []ratioColumn{
+	{"linuxfp/Linux", ModeLinuxfp, ModeLinux, "x"},
+	{"linuxfp-tc/Linux", ModeLinuxfpTC, ModeLinux, "x"},
+	{"tc/xdp", ModeLinuxfpTC, ModeLinuxfp, ""},
+	{"linuxfp/ceiling", ModeLinuxfp, ModeCeiling, ""},
+}
+
+// ratioColumnsOf are the ratio columns for a run of modes.
+func ratioColumnsOf(modes []Mode) []ratioColumn {
+	var out []ratioColumn
+	for _, c := range ratioColumns {
+		if slices.Contains(modes, c.num) && slices.Contains(modes, c.den) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Throughput is one mode's received rate: the median over rounds.
@@ -125,13 +162,8 @@ func (r *Result) addRound(cores, size int, m Mode, rd Round) {
 	if mixed {
 		t.DUTMpps = medianOf(dut)
 	}
-	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = 0, 0
-	if l, f := row.Modes[ModeLinux], row.Modes[ModeLinuxfp]; l != nil && f != nil && l.rate() > 0 {
-		row.LinuxfpOverLinux = f.rate() / l.rate()
-	}
-	if c, f := row.Modes[ModeCeiling], row.Modes[ModeLinuxfp]; c != nil && f != nil && c.rate() > 0 {
-		row.LinuxfpOverCeiling = f.rate() / c.rate()
-	}
+	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = row.over(ModeLinuxfp, ModeLinux), row.over(ModeLinuxfp, ModeCeiling)
+	row.LinuxfpTCOverLinux, row.LinuxfpTCOverLinuxfp = row.over(ModeLinuxfpTC, ModeLinux), row.over(ModeLinuxfpTC, ModeLinuxfp)
 }
 
 func (r *Result) throughputOf(cores, size int, m Mode) *Throughput {
@@ -167,7 +199,8 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-var modeTitle = map[Mode]string{ModeLinux: "Linux", ModeLinuxfp: "linuxfp", ModeCeiling: "ceiling", modeBaseline: "baseline"}
+var modeTitle = map[Mode]string{ModeLinux: "Linux", ModeLinuxfp: "linuxfp", ModeLinuxfpTC: "linuxfp-tc", ModeCeiling: "ceiling",
+	modeBaseline: "baseline"}
 
 // WriteTable writes the tables a person reads.
 func (r *Result) WriteTable(w io.Writer) {
@@ -191,11 +224,9 @@ func (r *Result) WriteTable(w io.Writer) {
 		for _, m := range c.Modes {
 			hdr = append(hdr, modeTitle[m]+" Mpps", "Gbit/s")
 		}
-		if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeLinux) {
-			hdr = append(hdr, "linuxfp/Linux")
-		}
-		if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeCeiling) {
-			hdr = append(hdr, "linuxfp/ceiling")
+		ratios := ratioColumnsOf(c.Modes)
+		for _, rc := range ratios {
+			hdr = append(hdr, rc.title)
 		}
 		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 		for _, row := range r.Throughput {
@@ -207,11 +238,8 @@ func (r *Result) WriteTable(w io.Writer) {
 					cells = append(cells, "-", "-")
 				}
 			}
-			if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeLinux) {
-				cells = append(cells, ratio(row.LinuxfpOverLinux, "x"))
-			}
-			if slices.Contains(c.Modes, ModeLinuxfp) && slices.Contains(c.Modes, ModeCeiling) {
-				cells = append(cells, ratio(row.LinuxfpOverCeiling, ""))
+			for _, rc := range ratios {
+				cells = append(cells, ratio(row.over(rc.num, rc.den), rc.suffix))
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 		}
@@ -221,35 +249,7 @@ func (r *Result) WriteTable(w io.Writer) {
 		r.writeProgStats(w)
 	}
 
-	if len(r.Latency) > 0 {
-		fmt.Fprintf(w, "Latency: TCP request/response (1 byte each way), %d parallel sessions gen -> sink", r.Latency[0].Sessions)
-		if r.Config.TxCsumOffload {
-			fmt.Fprintln(w, ", tx checksum offload on at gen and sink (linuxfp: generic XDP)")
-		} else {
-			fmt.Fprintln(w, ", tx checksum offload off at gen and sink (linuxfp: native XDP)")
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\ttrans/s\tavg us\tp99 us\tstddev us\t")
-		var failed []string
-		for _, l := range r.Latency {
-			if l.Failed == len(l.Rounds) {
-				fmt.Fprintf(tw, "%s\tfailed\t-\t-\t-\t\n", modeTitle[l.Mode])
-			} else {
-				fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t\n", modeTitle[l.Mode], l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
-			}
-			for _, rd := range l.Rounds {
-				if rd.Error != "" {
-					failed = append(failed, fmt.Sprintf("! %s: %s (in0 fast-pathed %v)", modeTitle[l.Mode], rd.Error, rd.FastPath))
-				}
-			}
-		}
-		tw.Flush()
-		for _, f := range failed {
-			fmt.Fprintln(w, f)
-		}
-		fmt.Fprintln(w)
-	}
-
+	writeLatency(w, r.Latency, r.Config.TxCsumOffload)
 	if cp := r.CPU; cp != nil && len(cp.Modes) > 0 {
 		fmt.Fprintf(w, "CPU at %.3f Mpps offered (%d-byte frames, %d generator core): kernel time (system+softirq+irq,\n"+
 			"all CPUs) per million packets. The generator itself runs in the kernel too: the baseline is the\n"+
@@ -265,10 +265,83 @@ func (r *Result) WriteTable(w io.Writer) {
 			fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", modeTitle[m.Mode], m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
 		}
 		tw.Flush()
-		if l, f := cp.mode(ModeLinux), cp.mode(ModeLinuxfp); l != nil && f != nil && f.DUTPerMpkt > 0 {
-			fmt.Fprintf(w, "linuxfp needs %.2fx less DUT CPU per packet than Linux\n", l.DUTPerMpkt/f.DUTPerMpkt)
+		for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
+			if l, f := cp.mode(ModeLinux), cp.mode(m); l != nil && f != nil && f.DUTPerMpkt > 0 {
+				fmt.Fprintf(w, "%s needs %.2fx less DUT CPU per packet than Linux\n", modeTitle[m], l.DUTPerMpkt/f.DUTPerMpkt)
+			}
 		}
 	}
+}
+
+// writeLatency writes the request/response table, and a line for every round that failed or
+// where linuxfp's programs did not run at the hook its mode says.
+func writeLatency(w io.Writer, lat []LatencyMode, txCsumOffload bool) {
+	if len(lat) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Latency: TCP request/response (1 byte each way), %d parallel sessions gen -> sink", lat[0].Sessions)
+	if txCsumOffload {
+		fmt.Fprintln(w, ", tx checksum offload on at gen and sink (linuxfp: generic XDP)")
+	} else {
+		fmt.Fprintln(w, ", tx checksum offload off at gen and sink (linuxfp: native XDP)")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\ttrans/s\tavg us\tp99 us\tstddev us\t")
+	for _, l := range lat {
+		if l.Failed == len(l.Rounds) {
+			fmt.Fprintf(tw, "%s\tfailed\t-\t-\t-\t\n", modeTitle[l.Mode])
+		} else {
+			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t\n", modeTitle[l.Mode], l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
+		}
+	}
+	tw.Flush()
+	for _, f := range latencyFlags(lat, txCsumOffload) {
+		fmt.Fprintln(w, f)
+	}
+	fmt.Fprintln(w)
+}
+
+// latencyFlags are the request/response rounds that failed, or whose linuxfp did not run at the
+// hook its mode says, one "! " line each.
+func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
+	var out []string
+	for _, l := range lat {
+		var wrongHook int
+		var problem string
+		for _, rd := range l.Rounds {
+			if rd.Error != "" {
+				out = append(out, fmt.Sprintf("! %s: %s (in0 fast-pathed %v)", modeTitle[l.Mode], rd.Error, rd.FastPath))
+			}
+			if p := hookProblem(l.Mode, rd.FastPath, txCsumOffload); p != "" {
+				wrongHook++
+				problem = p
+			}
+		}
+		if wrongHook > 0 {
+			out = append(out, fmt.Sprintf("! %s, latency: %d round(s) %s", modeTitle[l.Mode], wrongHook, problem))
+		}
+	}
+	return out
+}
+
+// hookProblem says how linuxfp's programs in fp did not run where mode m says ("" if they did,
+// or m runs no linuxfp, or in0 had no program: that is flagged on its own, or the hook was not
+// recorded).
+func hookProblem(m Mode, fp *fastPath, txCsumOffload bool) string {
+	want := m.wantHook(txCsumOffload)
+	if want == "" || fp == nil || fp.NoProgram != "" || fp.Hook == "" {
+		return ""
+	}
+	if fp.Hook == want && (fp.OutHook == want || fp.OutHook == "") {
+		return ""
+	}
+	show := func(h string) string {
+		if h == "" {
+			return "no program"
+		}
+		return h
+	}
+	return fmt.Sprintf("ran at in0 %s, out0 %s, not %s", show(fp.Hook), show(fp.OutHook), want)
 }
 
 // writeProgStats prints, with --prog-stats, the kernel's run time per packet of each program.
@@ -315,20 +388,25 @@ func (t *Throughput) progCells() string {
 // writeLoss notes cells where the generator offered much more than arrived, and what linuxfp
 // handed to Linux: the first things to look at when a number is surprising.
 func (r *Result) writeLoss(w io.Writer) {
-	var noPrograms []string
-	defer func() {
-		for _, n := range noPrograms {
-			fmt.Fprintf(w, "! linuxfp installed no program on in0 (%s): Linux forwarded in linuxfp mode\n", n)
-		}
-	}()
+	for _, l := range r.throughputFlags() {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// throughputFlags are writeLoss's lines ("! ..."): per cell and mode, rounds that started with
+// the FDB not learned, windows measured again and rounds that still lost frames; per cell and
+// linuxfp mode, rounds where its programs did not run at the mode's hook, and what it did not
+// fast-path; then the reasons linuxfp gave for installing no program on in0.
+func (r *Result) throughputFlags() []string {
+	var out, noPrograms []string
 	for _, row := range r.Throughput {
 		for _, m := range r.Config.Modes {
 			t := row.Modes[m]
 			if t == nil {
 				continue
 			}
-			var again, lossy, unlearned int
-			var problem string
+			var again, lossy, unlearned, wrongHook int
+			var problem, hook string
 			for _, rd := range t.Rounds {
 				again += len(rd.Discarded)
 				if rd.lostBeforeSink() {
@@ -338,54 +416,60 @@ func (r *Result) writeLoss(w io.Writer) {
 					unlearned++
 					problem = rd.FDBNotLearned
 				}
+				if p := hookProblem(m, rd.FastPath, false); p != "" {
+					wrongHook++
+					hook = p
+				}
 			}
+			cell := fmt.Sprintf("%s, %d cores, %d bytes", modeTitle[m], row.Cores, row.FrameSize)
 			if unlearned > 0 {
-				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d round(s) started with the FDB not learned: %s\n",
-					modeTitle[m], row.Cores, row.FrameSize, unlearned, problem)
+				out = append(out, fmt.Sprintf("! %s: %d round(s) started with the FDB not learned: %s", cell, unlearned, problem))
 			}
 			if again > 0 {
-				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d window(s) measured again: frames were lost before the DUT\n",
-					modeTitle[m], row.Cores, row.FrameSize, again)
+				out = append(out, fmt.Sprintf("! %s: %d window(s) measured again: frames were lost before the DUT", cell, again))
 			}
 			if lossy > 0 {
-				fmt.Fprintf(w, "! %s, %d cores, %d bytes: %d round(s) still lost more than 1%% before the sink\n",
-					modeTitle[m], row.Cores, row.FrameSize, lossy)
+				out = append(out, fmt.Sprintf("! %s: %d round(s) still lost more than 1%% before the sink", cell, lossy))
 			}
-		}
-		f := row.Modes[ModeLinuxfp]
-		if f == nil {
-			continue
-		}
-		var fwd, recv uint64
-		passed := map[string]uint64{}
-		var noProgram string
-		for _, rd := range f.Rounds {
-			recv += rd.Received
-			if rd.FastPath != nil {
-				fwd += rd.FastPath.fastPathed()
-				for k, v := range rd.FastPath.Passed {
-					passed[k] += v
+			if wrongHook > 0 {
+				out = append(out, fmt.Sprintf("! %s: %d round(s) %s", cell, wrongHook, hook))
+			}
+			if !m.runsLinuxfp() {
+				continue
+			}
+			var fwd, recv uint64
+			passed := map[string]uint64{}
+			var noProgram string
+			for _, rd := range t.Rounds {
+				recv += rd.Received
+				if rd.FastPath != nil {
+					fwd += rd.FastPath.fastPathed()
+					for k, v := range rd.FastPath.Passed {
+						passed[k] += v
+					}
+					if rd.FastPath.NoProgram != "" {
+						noProgram = rd.FastPath.NoProgram
+					}
 				}
-				if rd.FastPath.NoProgram != "" {
-					noProgram = rd.FastPath.NoProgram
+			}
+			if noProgram != "" {
+				if !slices.Contains(noPrograms, noProgram) {
+					noPrograms = append(noPrograms, noProgram)
 				}
+				if recv == 0 {
+					out = append(out, fmt.Sprintf("! %s: nothing arrived at the sink", cell))
+				}
+			} else if recv == 0 {
+				out = append(out, fmt.Sprintf("! %s: nothing arrived at the sink (in0 fast-pathed %d, handed to Linux %v)", cell, fwd, passed))
+			} else if fwd < recv*99/100 {
+				out = append(out, fmt.Sprintf("! %s: in0 fast-pathed only %d of %d received (handed to Linux %v)", cell, fwd, recv, passed))
 			}
-		}
-		if noProgram != "" {
-			if !slices.Contains(noPrograms, noProgram) {
-				noPrograms = append(noPrograms, noProgram)
-			}
-			if recv == 0 {
-				fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: nothing arrived at the sink\n", row.Cores, row.FrameSize)
-			}
-		} else if recv == 0 {
-			fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: nothing arrived at the sink (in0 fast-pathed %d, handed to Linux %v)\n",
-				row.Cores, row.FrameSize, fwd, passed)
-		} else if fwd < recv*99/100 {
-			fmt.Fprintf(w, "! linuxfp, %d cores, %d bytes: in0 fast-pathed only %d of %d received (handed to Linux %v)\n",
-				row.Cores, row.FrameSize, fwd, recv, passed)
 		}
 	}
+	for _, n := range noPrograms {
+		out = append(out, fmt.Sprintf("! linuxfp installed no program on in0 (%s): Linux forwarded in a linuxfp mode", n))
+	}
+	return out
 }
 
 func ratio(v float64, suffix string) string {

@@ -26,5 +26,7 @@ var routerTopology = &topology{
 			prefixes: tb.Prefixes, ifindex: tb.GenIfindex}
 	},
 	// Waits until linuxfp has programs on in0 and out0.
-	startLinuxfp: func(tb *testbed.Testbed, bin string) (*testbed.Linuxfp, error) { return tb.StartLinuxfp(bin) },
+	startLinuxfp: func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
+		return tb.StartLinuxfp(bin, args...)
+	},
 }

@@ -77,16 +77,35 @@ func attachXDP(ns *nsutil.NS, ifname string, prog *ebpf.Program) (link.Link, err
 	return l, err
 }
 
-// xdpAttached tells whether any XDP program is attached to ifname in ns.
-func xdpAttached(ns *nsutil.NS, ifname string) (bool, error) {
-	var attached bool
-	err := ns.Do(func() error {
+// attachedProgram is the program attached to ifname in ns at XDP ("xdp") or, failing that, the
+// first at tcx ingress ("tc"): id 0 and hook "" when there is none.
+func attachedProgram(ns *nsutil.NS, ifname string) (id ebpf.ProgramID, hook string, err error) {
+	err = ns.Do(func() error {
 		lk, err := netlink.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("%s in %s: %w", ifname, ns.Name, err)
 		}
-		attached = lk.Attrs().Xdp != nil && lk.Attrs().Xdp.Attached
+		if x := lk.Attrs().Xdp; x != nil && x.Attached {
+			id, hook = ebpf.ProgramID(x.ProgId), "xdp"
+			return nil
+		}
+		q, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return fmt.Errorf("query %s's tcx ingress programs in %s: %w", ifname, ns.Name, err)
+		}
+		if len(q.Programs) > 0 {
+			id, hook = q.Programs[0].ID, "tc"
+		}
 		return nil
 	})
-	return attached, err
+	return id, hook, err
+}
+
+// attached says what is attached to ifname in ns at XDP or tcx ingress ("" if nothing).
+func attached(ns *nsutil.NS, ifname string) (string, error) {
+	id, hook, err := attachedProgram(ns, ifname)
+	if err != nil || id == 0 {
+		return "", err
+	}
+	return fmt.Sprintf("%s program %d", hook, id), nil
 }

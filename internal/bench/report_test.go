@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestModes(t *testing.T) {
+	for _, s := range []string{"linux", "linuxfp", "linuxfp-tc", "ceiling"} {
+		if m, err := ParseMode(s); err != nil || string(m) != s {
+			t.Errorf("ParseMode(%q) = %q, %v", s, m, err)
+		}
+	}
+	if _, err := ParseMode("tc"); err == nil {
+		t.Error("ParseMode(tc) accepted a mode that does not exist")
+	}
+	if slices.Contains(DefaultModes, ModeLinuxfpTC) {
+		t.Error("linuxfp-tc is run by default")
+	}
+	cfg := Config{Modes: []Mode{ModeCeiling, ModeLinuxfpTC, ModeLinux, ModeLinuxfpTC}, Binary: "linuxfp"}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []Mode{ModeLinux, ModeLinuxfpTC, ModeCeiling}; !slices.Equal(cfg.Modes, want) {
+		t.Errorf("modes %v, want %v (report order, once each)", cfg.Modes, want)
+	}
+	if err := (&Config{Modes: []Mode{ModeLinuxfpTC}}).defaults(); err == nil {
+		t.Error("linuxfp-tc without a binary to run: no error")
+	}
+	for _, tc := range []struct {
+		m    Mode
+		csum bool
+		args []string
+		hook string
+	}{
+		{ModeLinux, false, nil, ""},
+		{ModeLinuxfp, false, nil, "xdp"},
+		{ModeLinuxfp, true, nil, "xdp-generic"},
+		{ModeLinuxfpTC, false, []string{"--hook", "tc"}, "tc"},
+		{ModeLinuxfpTC, true, []string{"--hook", "tc"}, "tc"},
+		{ModeCeiling, false, nil, ""},
+	} {
+		if got := tc.m.runArgs(); !slices.Equal(got, tc.args) {
+			t.Errorf("%s: run args %v, want %v", tc.m, got, tc.args)
+		}
+		if got := tc.m.wantHook(tc.csum); got != tc.hook {
+			t.Errorf("%s (tx csum offload %v): want hook %q, got %q", tc.m, tc.csum, tc.hook, got)
+		}
+	}
+}
+
+func TestHookProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    Mode
+		fp   *fastPath
+		want string
+	}{
+		{"xdp as it should", ModeLinuxfp, &fastPath{Hook: "xdp", OutHook: "xdp"}, ""},
+		{"tc as it should", ModeLinuxfpTC, &fastPath{Hook: "tc", OutHook: "tc"}, ""},
+		{"no program on out0", ModeLinuxfpTC, &fastPath{Hook: "tc"}, ""},
+		{"tc mode at xdp", ModeLinuxfpTC, &fastPath{Hook: "xdp", OutHook: "xdp"}, "ran at in0 xdp, out0 xdp, not tc"},
+		{"out0 elsewhere", ModeLinuxfp, &fastPath{Hook: "xdp", OutHook: "xdp-generic"}, "ran at in0 xdp, out0 xdp-generic, not xdp"},
+		{"no program on in0: flagged on its own", ModeLinuxfpTC, &fastPath{NoProgram: "why"}, ""},
+		{"not recorded", ModeLinuxfpTC, &fastPath{}, ""},
+		{"not a linuxfp mode", ModeLinux, nil, ""},
+	} {
+		if got := hookProblem(tc.m, tc.fp, false); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The forwarding report prints every mode run, the ratios between them, and flags rounds where
+// linuxfp ran elsewhere than its mode says or handed packets to Linux.
+func TestReportLinuxfpTC(t *testing.T) {
+	cfg := Config{Sizes: []int{64}, Cores: []int{1}, Modes: Modes, Rounds: 2}
+	r := newResult(cfg, routerTopology)
+	rates := map[Mode][2]float64{ModeLinux: {1, 1}, ModeLinuxfp: {3, 3}, ModeLinuxfpTC: {1.5, 1.5}, ModeCeiling: {6, 6}}
+	for _, m := range Modes {
+		for i, x := range rates[m] {
+			rd := Round{Offered: 1000, Received: 1000, Mpps: x, OfferedMpps: x}
+			switch m {
+			case ModeLinuxfp:
+				rd.FastPath = &fastPath{Forwarded: 1000, Hook: "xdp", OutHook: "xdp"}
+			case ModeLinuxfpTC:
+				rd.FastPath = &fastPath{Forwarded: 1000, Hook: "tc", OutHook: "tc"}
+				if i == 1 { // linuxfp fell back to XDP, and Linux routed some
+					rd.FastPath = &fastPath{Forwarded: 900, Passed: map[string]uint64{"fib_not_forwarded": 100}, Hook: "xdp", OutHook: "xdp"}
+				}
+			}
+			r.addRound(1, 64, m, rd)
+		}
+	}
+	r.Latency = summariseLatency(map[Mode][]LatencyRound{
+		ModeLinux:     {{TPS: 100, AvgUs: 10}},
+		ModeLinuxfp:   {{TPS: 120, AvgUs: 8, FastPath: &fastPath{Hook: "xdp", OutHook: "xdp"}}},
+		ModeLinuxfpTC: {{TPS: 110, AvgUs: 9, FastPath: &fastPath{Hook: "xdp-generic", OutHook: "tc"}}},
+	}, []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC}, 128)
+	r.finish(0)
+	row := r.Throughput[0]
+	if row.LinuxfpOverLinux != 3 || row.LinuxfpTCOverLinux != 1.5 || row.LinuxfpTCOverLinuxfp != 0.5 || row.LinuxfpOverCeiling != 0.5 {
+		t.Errorf("ratios %+v", row)
+	}
+	var buf bytes.Buffer
+	r.WriteTable(&buf)
+	out := strings.Join(strings.Fields(buf.String()), " ")
+	for _, want := range []string{
+		"Linux Mpps Gbit/s linuxfp Mpps Gbit/s linuxfp-tc Mpps Gbit/s ceiling Mpps Gbit/s linuxfp/Linux linuxfp-tc/Linux tc/xdp linuxfp/ceiling",
+		"1 64 1.000 0.51 3.000 1.54 1.500 0.77 6.000 3.07 3.00x 1.50x 0.50 0.50",
+		"! linuxfp-tc, 1 cores, 64 bytes: 1 round(s) ran at in0 xdp, out0 xdp, not tc",
+		"! linuxfp-tc, 1 cores, 64 bytes: in0 fast-pathed only 1900 of 2000 received (handed to Linux map[fib_not_forwarded:100])",
+		"linuxfp-tc 110 9.0",
+		"! linuxfp-tc, latency: 1 round(s) ran at in0 xdp-generic, out0 tc, not tc",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+	if strings.Contains(out, "! linuxfp,") || strings.Contains(out, "! linuxfp, latency") {
+		t.Errorf("linuxfp at XDP, fast-pathing everything, is flagged:\n%s", buf.String())
+	}
+}
