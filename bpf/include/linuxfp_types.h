@@ -58,6 +58,8 @@ enum lfp_reason {
 	LFP_PASS_ENCAP,           /* VXLAN encapsulation failed (no room): Linux */
 	LFP_DECAPSULATED,         /* fast-pathed: a VXLAN packet for a local device, decapsulated here */
 	LFP_PASS_VXLAN,           /* a VXLAN packet for a local device that vxlan_rcv() must see */
+	LFP_PASS_CT_INVALID,      /* conntrack would find the packet INVALID (bad header, flags, length) */
+	LFP_PASS_CT_CHECKSUM,     /* conntrack would verify its L4 checksum (nf_conntrack_checksum) */
 	LFP_REASON_MAX,
 };
 
@@ -172,6 +174,7 @@ enum {
 	LFP_CT_ACTIVE6     = 1 << 1,
 	LFP_CT_TCP_LIBERAL = 1 << 2, /* nf_conntrack_tcp_be_liberal=1 */
 	LFP_CT_NAT4        = 1 << 3, /* translate IPv4 connections (no rule on prerouting/postrouting) */
+	LFP_CT_CHECKSUM    = 1 << 4, /* nf_conntrack_checksum=1: conntrack verifies L4 checksums */
 };
 
 /* Ring buffer record (and rate-limit key): make this TCP connection's tracking liberal. The

@@ -121,7 +121,9 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 	}
 	if (nf->ct) {
 		ct_parse(&nf->scr->ct, fp->src, fp->dst, v6, l4proto, l4, data_end);
-		r = ct_forward(ctx, nf->cfg, &nf->scr->ct);
+		r = ct_valid(ctx, nf->cfg, &nf->scr->ct, l4, data_end, tot - l3hdr, nf->scr->buf);
+		if (r == LFP_FORWARDED)
+			r = ct_forward(ctx, nf->cfg, &nf->scr->ct);
 		if (r != LFP_FORWARDED)
 			return r;
 	}

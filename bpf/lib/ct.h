@@ -175,12 +175,15 @@ static __always_inline void ct_parse(struct ct_pkt *c, const __u32 *src, const _
 
 static __always_inline struct nf_conn *ct_lookup(lfp_ctx *ctx, struct ct_pkt *c, struct lfp_ct_opts *o)
 {
+	/* Constant sizes (the verifier checks the tuple's bounds). */
+	__u32 tlen = c->v6 ? sizeof(c->t.ipv6) : sizeof(c->t.ipv4);
+
 	o->netns_id = BPF_F_CURRENT_NETNS;
 	o->l4proto = c->proto;
 #if LFP_TC
-	return bpf_skb_ct_lookup(ctx, &c->t, c->tlen, o, sizeof(*o));
+	return bpf_skb_ct_lookup(ctx, &c->t, tlen, o, sizeof(*o));
 #else
-	return bpf_xdp_ct_lookup(ctx, &c->t, c->tlen, o, sizeof(*o));
+	return bpf_xdp_ct_lookup(ctx, &c->t, tlen, o, sizeof(*o));
 #endif
 }
 
@@ -242,6 +245,118 @@ static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn
 	else if (((f0 | f1) & IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED) && timeout > cfg->ct_tcp_unack_ms)
 		timeout = cfg->ct_tcp_unack_ms;
 	return timeout;
+}
+
+#define TCPHDR_ACK 0x10
+#define TCPHDR_URG 0x20
+
+/* nf_checksum() done here: does the TCP/UDP checksum of the packet's L4 part (l4off from the
+ * frame's start, l4len bytes) verify? 1 yes, 0 no, -1 cannot tell (too long, unreadable).
+ * Read through the load helper in 256-byte chunks into buf (scratch, 260 bytes). */
+#define CT_CSUM_CHUNK  256
+#define CT_CSUM_CHUNKS 6
+
+static __always_inline int ct_l4_csum(lfp_ctx *ctx, const struct ct_pkt *c, __u32 l4off, __u32 l4len, __u8 *buf)
+{
+	__u32 sum = 0;
+
+	if (l4len > CT_CSUM_CHUNK * CT_CSUM_CHUNKS)
+		return -1;
+	/* The pseudo header (RFC 793/768, RFC 8200 8.1). */
+	if (c->v6) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			sum = csum_add(sum, c->t.ipv6.saddr[i]);
+			sum = csum_add(sum, c->t.ipv6.daddr[i]);
+		}
+		sum = csum_add(sum, bpf_htonl(l4len));
+		sum = csum_add(sum, bpf_htonl(c->proto));
+	} else {
+		sum = csum_add(sum, c->t.ipv4.saddr);
+		sum = csum_add(sum, c->t.ipv4.daddr);
+		sum = csum_add(sum, bpf_htons(c->proto));
+		sum = csum_add(sum, bpf_htons(l4len));
+	}
+#pragma unroll
+	for (int i = 0; i < CT_CSUM_CHUNKS; i++) {
+		__u32 off = i * CT_CSUM_CHUNK, n, n4;
+		long r;
+
+		if (off >= l4len)
+			break;
+		n = l4len - off;
+		if (n > CT_CSUM_CHUNK)
+			n = CT_CSUM_CHUNK;
+		n = ((n - 1) & (CT_CSUM_CHUNK - 1)) + 1; /* 1..256, as the verifier can see */
+		n4 = (n + 3) & ~3U;
+		/* Zero the word the last bytes share with padding, then load over it. */
+		*(__u32 *)(buf + ((n & ~3U) & 0x1fc)) = 0;
+#if LFP_TC
+		if (bpf_skb_load_bytes(ctx, l4off + off, buf, n))
+			return -1;
+#else
+		if (bpf_xdp_load_bytes(ctx, l4off + off, buf, n))
+			return -1;
+#endif
+		r = bpf_csum_diff(0, 0, (__be32 *)buf, n4, sum);
+		if (r < 0)
+			return -1;
+		sum = (__u32)r;
+	}
+	return csum_fold(sum) == 0;
+}
+
+/* What conntrack's error handlers (tcp_error(), udp_error()) would find wrong with the packet
+ * before looking its connection up: such a packet is INVALID for Linux (not tracked: no
+ * timeout refresh, no NAT, ctstate INVALID), so it is Linux's. l4len: the packet's L4 length
+ * (IP length minus headers). The checksum is verified by Linux only with
+ * nf_conntrack_checksum=1 (LFP_CT_CHECKSUM), and only where the skb's state does not vouch
+ * for it already (CHECKSUM_UNNECESSARY, or PARTIAL: still to be filled in); then here too. */
+static __always_inline enum lfp_reason ct_valid(lfp_ctx *ctx, const struct lfp_config *cfg, const struct ct_pkt *c,
+						const void *l4, const void *data_end, __u32 l4len, __u8 *buf)
+{
+	int csum = 0;
+
+	if (c->proto == IPPROTO_TCP) {
+		const __u8 *th = l4;
+
+		if ((void *)(th + 20) > data_end)
+			return LFP_PASS_CT_INVALID;
+		/* A header length below 20 or beyond the packet. */
+		if ((th[12] >> 4) < 5 || (__u32)(th[12] >> 4) * 4 > l4len)
+			return LFP_PASS_CT_INVALID;
+		/* SYN, FIN, RST move the state machine: Linux's, valid or not. */
+		if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
+			return LFP_PASS_CT_STATE;
+		/* tcp_valid_flags[] (PSH, ECE, CWR aside): without those three, only ACK and ACK|URG. */
+		if ((c->tcp_flags & 0x37) != TCPHDR_ACK && (c->tcp_flags & 0x37) != (TCPHDR_ACK | TCPHDR_URG))
+			return LFP_PASS_CT_INVALID;
+		csum = 1;
+	} else if (c->proto == IPPROTO_UDP) {
+		const __be16 *uh = l4;
+		__u32 ulen;
+
+		if ((void *)(uh + 4) > data_end)
+			return LFP_PASS_CT_INVALID;
+		ulen = bpf_ntohs(uh[2]);
+		if (ulen < 8 || ulen > l4len)
+			return LFP_PASS_CT_INVALID;
+		csum = uh[3] != 0;
+	}
+	if (csum && (cfg->ct_flags & LFP_CT_CHECKSUM)) {
+		struct ctx_csum cs;
+
+		ctx_csum_state(ctx, &cs);
+		if (cs.ip_summed != CTX_CSUM_UNNECESSARY && cs.ip_summed != CTX_CSUM_PARTIAL) {
+			int ok = ct_l4_csum(ctx, c, (__u32)(l4 - ctx_data(ctx)), l4len, buf);
+
+			if (ok < 0)
+				return LFP_PASS_CT_CHECKSUM;
+			if (!ok)
+				return LFP_PASS_CT_INVALID;
+		}
+	}
+	return LFP_FORWARDED;
 }
 
 /* The conntrack step, where nf_conntrack_in() runs (prerouting, before routing and the filter):

@@ -166,7 +166,10 @@ static __always_inline int ctx_trim(lfp_ctx *ctx, __u32 bytes)
 	return bpf_xdp_adjust_tail(ctx, -(int)bytes);
 }
 
-#define CTX_CSUM_NONE 0
+#define CTX_CSUM_NONE        0
+#define CTX_CSUM_UNNECESSARY 1
+#define CTX_CSUM_COMPLETE    2
+#define CTX_CSUM_PARTIAL     3
 
 struct ctx_csum {
 	__u32 ip_summed;

@@ -24,6 +24,9 @@ struct lfp_scratch {
 	/* The router's packet leaves through a vxlan device and is encapsulated here (vxlan.h). */
 	__u32 vx_on;
 	struct vxlan_plan vx;
+	/* ct_l4_csum()'s buffer; vxlan_plan()'s outer route lookup. */
+	__u8 buf[CT_CSUM_CHUNK + 4];
+	__u64 ofib[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
 };
 
 struct {
@@ -203,7 +206,7 @@ static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 
 		/* Not a translated packet: the driver hashes the translated inner packet for the
 		 * source port; its path. */
-		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, tos, l3len, prio, &scr->vx, &scr->ct)) {
+		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, tos, l3len, prio, &scr->vx, &scr->ct, (struct bpf_fib_lookup *)scr->ofib)) {
 			scr->vx_on = 1;
 			return LFP_FORWARDED;
 		}
@@ -434,7 +437,9 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 0, iph->protocol, (void *)(iph + 1), data_end);
 		scr->ct.nat_ok = 1;
-		r = ct_forward(ctx, cfg, &scr->ct);
+		r = ct_valid(ctx, cfg, &scr->ct, (void *)(iph + 1), data_end, tot - sizeof(*iph), scr->buf);
+		if (r == LFP_FORWARDED)
+			r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
@@ -609,7 +614,9 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	scr->fp.v6 = 1;
 	if (cfg->ct_flags & LFP_CT_ACTIVE6) {
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
-		r = ct_forward(ctx, cfg, &scr->ct);
+		r = ct_valid(ctx, cfg, &scr->ct, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), scr->buf);
+		if (r == LFP_FORWARDED)
+			r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}

@@ -67,10 +67,11 @@ static __always_inline __u8 vxlan_ecn_encap(__u8 tos, __u8 inner)
 static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg, __u32 dev,
 				      const struct lfp_vxlan_dev *vx, const struct bpf_fib_lookup *fib,
 				      __u8 inner_tos, __u32 tot, __u32 prio, struct vxlan_plan *p,
-				      struct ct_pkt *c)
+				      struct ct_pkt *c, struct bpf_fib_lookup *op)
 {
 #if LFP_TC
-	struct bpf_fib_lookup o;
+	/* The outer route's lookup structure is scratch space (op): the stack is short. */
+#define o (*op)
 	struct lfp_vxfdb_key k = {};
 	struct lfp_vxfdb_val *rd;
 	__u32 hash, lo, hi;
@@ -172,6 +173,7 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	__builtin_memcpy(p->inner_dmac, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(p->inner_smac, fib->smac, ETH_ALEN);
 	return 1;
+#undef o
 #else
 	return 0;
 #endif

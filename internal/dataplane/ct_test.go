@@ -144,6 +144,17 @@ func TestConntrack(t *testing.T) {
 		{name: "udp unreplied, a first reply", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: dst, Dst: src,
 			SrcPort: 53, DstPort: 2003, Size: 60}.Bytes(), out: true, want: PassCTState},
 		{name: "udp unknown", pkt: udp(2009, 53), want: PassCTNew},
+		{name: "tcp without ack: invalid", pkt: tcp(src, dst, 1001, 80, 0x08), want: PassCTInvalid},
+		{name: "tcp header length beyond the packet", pkt: func() []byte {
+			b := tcp(src, dst, 1001, 80, ack)
+			b[14+20+12] = 0xf0
+			return b
+		}(), want: PassCTInvalid},
+		{name: "udp length beyond the packet", pkt: func() []byte {
+			b := udp(2001, 53)
+			b[14+20+4], b[14+20+5] = 0x05, 0xdc
+			return b
+		}(), want: PassCTInvalid},
 		{name: "icmp", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolICMPv4, ICMPType: 8, Size: 60}.Bytes(), want: PassCTProto},
 	}
 	for _, hook := range hooks {
@@ -211,6 +222,28 @@ func TestConntrack(t *testing.T) {
 	if f := get(flows[1]); f.ProtoInfo.TCP == nil || f.ProtoInfo.TCP.State != tcpEstablished {
 		t.Fatalf("marking liberal changed the TCP state: %+v", f.ProtoInfo.TCP)
 	}
+
+	// nf_conntrack_checksum=1: Linux verifies the L4 checksum where the skb's state does not
+	// vouch for it (a test skb is CHECKSUM_NONE, an XDP frame has no state): so does the fast
+	// path, and a bad one is INVALID for conntrack. A UDP checksum of 0 is not checked.
+	cs := ctData
+	cs.Checksum = true
+	sync(cs)
+	good := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolTCP,
+		SrcPort: 1001, DstPort: 80, Size: 1000}.Bytes()
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-1] ^= 0x5a
+	zero := udp(2001, 53)
+	zero[14+20+6], zero[14+20+7] = 0, 0
+	big := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, SrcPort: 2001, DstPort: 53, Size: 1400}.Bytes()
+	for _, hook := range hooks {
+		env.hook = hook
+		env.checkRouted(t, env.prog(t, true, true), good, Forwarded, nil)
+		env.checkRouted(t, env.prog(t, true, true), bad, PassCTInvalid, nil)
+		env.checkRouted(t, env.prog(t, true, true), zero, Forwarded, nil)
+		env.checkRouted(t, env.prog(t, true, true), big, Forwarded, nil)
+	}
+	env.hook = HookXDP
 
 	// nf_conntrack_tcp_be_liberal=1: every connection is liberal, no request needed.
 	c2 := ctData

@@ -226,6 +226,9 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
+	Buf  [260]uint8
+	_    [4]byte
+	Ofib [8]uint64
 }
 
 type linuxfpTcLfpStaleVal struct {

@@ -105,6 +105,7 @@ func (v VXHost) flags() uint32 {
 type CT struct {
 	Active4, Active6 bool
 	NAT4             bool // translate IPv4 connections (no rule on prerouting or postrouting)
+	Checksum         bool // nf_conntrack_checksum: conntrack verifies L4 checksums
 	TCPLiberal       bool // nf_conntrack_tcp_be_liberal
 	TCPEstablished   time.Duration
 	TCPUnack         time.Duration // nf_conntrack_tcp_timeout_unacknowledged
@@ -120,6 +121,7 @@ const (
 	ctActive6
 	ctTCPLiberal
 	ctNAT4
+	ctChecksum
 )
 
 func (c CT) flags() uint32 {
@@ -135,6 +137,9 @@ func (c CT) flags() uint32 {
 	}
 	if c.NAT4 {
 		f |= ctNAT4
+	}
+	if c.Checksum {
+		f |= ctChecksum
 	}
 	return f
 }

@@ -55,6 +55,8 @@ const (
 	PassEncap
 	Decapsulated
 	PassVXLAN
+	PassCTInvalid
+	PassCTChecksum
 	numReasons
 )
 
@@ -110,6 +112,8 @@ var reasonNames = [numReasons]string{
 	"encap_failed",
 	"decapsulated",
 	"vxlan_rx",
+	"ct_invalid",
+	"ct_checksum",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

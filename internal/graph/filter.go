@@ -81,6 +81,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 		Active4: ctActive(s, 0), Active6: ctActive(s, 1),
 		NAT4:    ctActive(s, 0) && !s.Filter.PrePost[0],
 		TCPLiberal:     c.TCPBeLiberal,
+		Checksum:       c.Checksum,
 		TCPEstablished: sec(c.TCPTimeoutEstablished),
 		TCPUnack:       sec(c.TCPTimeoutUnack),
 		TCPRetrans:     sec(c.TCPTimeoutMaxRetrans),

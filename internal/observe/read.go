@@ -344,6 +344,7 @@ func readSysctls(links map[int]*Link) Sysctls {
 		RPFilter:          map[string]int{},
 		Conntrack: ConntrackSysctls{
 			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
+			Checksum:              readSysctl("net/netfilter/nf_conntrack_checksum") != 0,
 			TCPTimeoutEstablished: readSysctl("net/netfilter/nf_conntrack_tcp_timeout_established"),
 			TCPTimeoutUnack:       readSysctl("net/netfilter/nf_conntrack_tcp_timeout_unacknowledged"),
 			TCPTimeoutMaxRetrans:  readSysctl("net/netfilter/nf_conntrack_tcp_timeout_max_retrans"),

@@ -159,6 +159,7 @@ type Sysctls struct {
 // ConntrackSysctls are net.netfilter.nf_conntrack_* (timeouts in seconds).
 type ConntrackSysctls struct {
 	TCPBeLiberal          bool
+	Checksum              bool // nf_conntrack_checksum
 	TCPTimeoutEstablished int
 	TCPTimeoutUnack       int
 	TCPTimeoutMaxRetrans  int
