@@ -68,12 +68,17 @@ type PodsConfig struct {
 	Warmup   time.Duration // transactions before each measurement, not counted
 	Rounds   int           // rounds per mode; the report gives the median
 	Log      *slog.Logger
+	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-pods").
+	Prefix string
 }
 
 // maxPodPairs bounds --pairs: node1 holds two pods per pair, all in one /24.
 const maxPodPairs = 100
 
 func (c *PodsConfig) defaults() error {
+	if c.Prefix == "" {
+		c.Prefix = "lfp-pods"
+	}
 	if len(c.Modes) == 0 {
 		c.Modes = PodsModes
 	}
@@ -164,7 +169,7 @@ func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
 	layout := newPodsLayout(cfg)
 	res.Config.Pods = layout.pods
 	cfg.Log.Info("building the nodes and pods", "node1_pods", layout.pods[0], "node2_pods", layout.pods[1])
-	p, err := testbed.NewPods("lfp-pods", testbed.PodsOptions{Pods: layout.pods})
+	p, err := testbed.NewPods(cfg.Prefix, testbed.PodsOptions{Pods: layout.pods})
 	if err != nil {
 		return res, fmt.Errorf("build the pods topology: %w", err)
 	}
@@ -175,7 +180,7 @@ func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
 	}()
 	r := &podsRun{ctx: ctx, cfg: cfg, pods: p, layout: layout, res: res, log: cfg.Log}
 	if slices.Contains(cfg.Modes, ModeCeiling) {
-		if r.direct, err = testbed.NewDirectPods("lfp-pods", layout.max); err != nil {
+		if r.direct, err = testbed.NewDirectPods(cfg.Prefix, layout.max); err != nil {
 			return res, fmt.Errorf("build the ceiling's pod pairs: %w", err)
 		}
 		defer func() {

@@ -252,9 +252,11 @@ func TestPodsResult(t *testing.T) {
 // removes every namespace it created.
 func TestRunPodsLinux(t *testing.T) {
 	needRoot(t)
-	before := podsNamespaces(t)
+	// A prefix of its own: other tests (e2e's pods tests) may run at the same time.
+	const prefix = "lfp-podsbench"
+	before := podsNamespaces(t, prefix)
 	res, err := RunPods(context.Background(), PodsConfig{Modes: []Mode{ModeLinux, ModeCeiling}, Pairs: []int{1, 2},
-		Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1})
+		Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,22 +271,22 @@ func TestRunPodsLinux(t *testing.T) {
 			}
 		}
 	}
-	for _, ns := range podsNamespaces(t) {
+	for _, ns := range podsNamespaces(t, prefix) {
 		if !slices.Contains(before, ns) {
 			t.Errorf("namespace %s left behind", ns)
 		}
 	}
 }
 
-// podsNamespaces lists the pods benchmark's namespaces.
-func podsNamespaces(t *testing.T) []string {
+// podsNamespaces lists the namespaces whose names start with prefix.
+func podsNamespaces(t *testing.T, prefix string) []string {
 	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "lfp-pods-") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
 			names = append(names, f[0])
 		}
 	}
