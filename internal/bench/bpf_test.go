@@ -291,3 +291,46 @@ func arpFrame() []byte {
 	arp := append(append(append([]byte(nil), macB...), macA...), 0x08, 0x06)
 	return append(arp, make([]byte, 46)...)
 }
+
+// The tc ceiling redirects IPv4 frames to its ifindex, with the MACs rewritten unless l2, and
+// hands everything else on to Linux.
+func TestTCCeilingVerdicts(t *testing.T) {
+	needRoot(t)
+	var eth [12]byte
+	copy(eth[:6], macC)
+	copy(eth[6:], macB)
+	ipv4 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr, Dst: testbed.Prefix4(1, 1), DstPort: 9, Size: 60}.Bytes()
+	ipv6 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(1, 1), DstPort: 9, Size: 80}.Bytes()
+	rewritten := append(append(append([]byte(nil), macC...), macB...), ipv4[12:]...)
+	const redirect, next = 7, tcxNext // TC_ACT_REDIRECT, TCX_NEXT
+	for _, l2 := range []bool{false, true} {
+		p, err := loadTCCeiling(l2, eth, 1) // lo: a test run only records the redirect
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		wantIPv4 := rewritten
+		if l2 {
+			wantIPv4 = ipv4
+		}
+		for _, tc := range []struct {
+			name       string
+			frame, out []byte
+			verdict    int32
+		}{
+			{"ipv4", ipv4, wantIPv4, redirect},
+			{"ipv6", ipv6, ipv6, next},
+			{"arp", arpFrame(), arpFrame(), next},
+			{"learning frame", learnFrame(macA, macC), learnFrame(macA, macC), next},
+		} {
+			out := make([]byte, len(tc.frame))
+			ret, err := p.Run(&ebpf.RunOptions{Data: tc.frame, DataOut: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int32(ret) != tc.verdict || !bytes.Equal(out, tc.out) {
+				t.Errorf("l2 %v, %s: verdict %d, frame %x; want %d, %x", l2, tc.name, int32(ret), out, tc.verdict, tc.out)
+			}
+		}
+	}
+}

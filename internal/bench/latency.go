@@ -53,7 +53,7 @@ const rrPort = 12865 // netperf's control port, for recognisability in captures
 func (b *pipeline) latency() error {
 	var modes []Mode
 	for _, m := range b.cfg.Modes {
-		if m != ModeCeiling {
+		if !m.ceiling() {
 			modes = append(modes, m)
 		}
 	}

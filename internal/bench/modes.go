@@ -23,19 +23,22 @@ const (
 	// (tcx) ingress, for the paper's Table VII (each module at XDP vs tc).
 	ModeLinuxfpTC Mode = "linuxfp-tc"
 	ModeCeiling   Mode = "ceiling" // the hand-written minimal forwarder on in0
+	// ModeCeilingTC is the same minimal forwarder at tcx ingress on in0 (ceiling_tc.go): what no
+	// tc program can beat in the topology.
+	ModeCeilingTC Mode = "ceiling-tc"
 	// modeBaseline is only for the CPU measurement: the generator's frames are dropped by XDP
 	// on in0, so what remains is the generator's own cost.
 	modeBaseline Mode = "baseline"
 )
 
 // Modes lists the forwarding modes in report order.
-var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling}
+var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling, ModeCeilingTC}
 
 // DefaultModes are the modes a forwarding benchmark runs unless told otherwise: linuxfp as a
-// user runs it (--hook auto) against Linux and the ceiling. linuxfp-tc is asked for by name
-// (--modes, or bench modules): it adds a third to every run's time, and what it measures (the
-// tc build where auto picks XDP) is a comparison of hooks, not what a user of these topologies
-// gets.
+// user runs it (--hook auto) against Linux and the ceiling. linuxfp-tc and ceiling-tc are asked
+// for by name (--modes, or bench modules): they add two thirds to every run's time, and what they
+// measure (the tc build where auto picks XDP) is a comparison of hooks, not what a user of these
+// topologies gets.
 var DefaultModes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
 
 // ParseMode checks a mode name.
@@ -43,11 +46,14 @@ func ParseMode(s string) (Mode, error) {
 	if m := Mode(s); slices.Contains(Modes, m) {
 		return m, nil
 	}
-	return "", fmt.Errorf("mode %q: want linux, linuxfp, linuxfp-tc or ceiling", s)
+	return "", fmt.Errorf("mode %q: want linux, linuxfp, linuxfp-tc, ceiling or ceiling-tc", s)
 }
 
 // runsLinuxfp: the mode runs `linuxfp run` in the DUT.
 func (m Mode) runsLinuxfp() bool { return m == ModeLinuxfp || m == ModeLinuxfpTC }
+
+// ceiling: the mode is a hand-written forwarder that evaluates no rules and forwards one way only.
+func (m Mode) ceiling() bool { return m == ModeCeiling || m == ModeCeilingTC }
 
 // runArgs are the mode's arguments to `linuxfp run`.
 func (m Mode) runArgs() []string {
@@ -114,6 +120,12 @@ func (d *dut) enter(m Mode) error {
 		})
 	case ModeCeiling:
 		c, err := attachCeiling(d.tb, d.topo.l2)
+		if err != nil {
+			return err
+		}
+		d.closers = append(d.closers, c.Close)
+	case ModeCeilingTC:
+		c, err := attachTCCeiling(d.tb, d.topo.l2)
 		if err != nil {
 			return err
 		}
@@ -232,10 +244,7 @@ func attachCeiling(tb *testbed.Testbed, l2 bool) (*ceilingRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	var eth [12]byte
-	copy(eth[:6], tb.SinkMAC)
-	copy(eth[6:], tb.OutMAC)
-	for name, v := range map[string]any{ceilingVarCfgEth: eth, ceilingVarCfgL2: boolU32(l2)} {
+	for name, v := range map[string]any{ceilingVarCfgEth: ceilingEth(tb), ceilingVarCfgL2: boolU32(l2)} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
@@ -257,6 +266,14 @@ func attachCeiling(tb *testbed.Testbed, l2 bool) (*ceilingRun, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ceilingEth is the Ethernet addresses a routing ceiling writes: the sink's, then out0's.
+func ceilingEth(tb *testbed.Testbed) [12]byte {
+	var eth [12]byte
+	copy(eth[:6], tb.SinkMAC)
+	copy(eth[6:], tb.OutMAC)
+	return eth
 }
 
 type ceilingRun struct {

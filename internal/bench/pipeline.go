@@ -300,7 +300,7 @@ type cell struct {
 
 // permittedIn is the fraction of the offered frames mode m should deliver to the sink (0: all).
 func (c cell) permittedIn(m Mode) float64 {
-	if m == ModeCeiling {
+	if m.ceiling() {
 		return 0
 	}
 	return c.permitted

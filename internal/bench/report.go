@@ -65,6 +65,8 @@ type ThroughputRow struct {
 	// linuxfp at tc over Linux, and over linuxfp at XDP (linuxfp-tc measured).
 	LinuxfpTCOverLinux   float64 `json:"linuxfp_tc_over_linux,omitempty"`
 	LinuxfpTCOverLinuxfp float64 `json:"linuxfp_tc_over_linuxfp,omitempty"`
+	// linuxfp at tc over the ceiling at tc (both measured).
+	LinuxfpTCOverCeilingTC float64 `json:"linuxfp_tc_over_ceiling_tc,omitempty"`
 }
 
 // over is mode a's rate over mode b's in the row (0 when either was not measured).
@@ -88,6 +90,7 @@ var ratioColumns = []ratioColumn{
 	{"linuxfp-tc/Linux", ModeLinuxfpTC, ModeLinux, "x"},
 	{"tc/xdp", ModeLinuxfpTC, ModeLinuxfp, ""},
 	{"linuxfp/ceiling", ModeLinuxfp, ModeCeiling, ""},
+	{"linuxfp-tc/ceiling-tc", ModeLinuxfpTC, ModeCeilingTC, ""},
 }
 
 // ratioColumnsOf are the ratio columns for a run of modes.
@@ -164,6 +167,7 @@ func (r *Result) addRound(cores, size int, m Mode, rd Round) {
 	}
 	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = row.over(ModeLinuxfp, ModeLinux), row.over(ModeLinuxfp, ModeCeiling)
 	row.LinuxfpTCOverLinux, row.LinuxfpTCOverLinuxfp = row.over(ModeLinuxfpTC, ModeLinux), row.over(ModeLinuxfpTC, ModeLinuxfp)
+	row.LinuxfpTCOverCeilingTC = row.over(ModeLinuxfpTC, ModeCeilingTC)
 }
 
 func (r *Result) throughputOf(cores, size int, m Mode) *Throughput {
@@ -200,7 +204,7 @@ func (r *Result) WriteJSON(w io.Writer) error {
 }
 
 var modeTitle = map[Mode]string{ModeLinux: "Linux", ModeLinuxfp: "linuxfp", ModeLinuxfpTC: "linuxfp-tc", ModeCeiling: "ceiling",
-	modeBaseline: "baseline"}
+	ModeCeilingTC: "ceiling-tc", modeBaseline: "baseline"}
 
 // WriteTable writes the tables a person reads.
 func (r *Result) WriteTable(w io.Writer) {

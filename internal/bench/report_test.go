@@ -8,7 +8,7 @@ import (
 )
 
 func TestModes(t *testing.T) {
-	for _, s := range []string{"linux", "linuxfp", "linuxfp-tc", "ceiling"} {
+	for _, s := range []string{"linux", "linuxfp", "linuxfp-tc", "ceiling", "ceiling-tc"} {
 		if m, err := ParseMode(s); err != nil || string(m) != s {
 			t.Errorf("ParseMode(%q) = %q, %v", s, m, err)
 		}
@@ -41,6 +41,7 @@ func TestModes(t *testing.T) {
 		{ModeLinuxfpTC, false, []string{"--hook", "tc"}, "tc"},
 		{ModeLinuxfpTC, true, []string{"--hook", "tc"}, "tc"},
 		{ModeCeiling, false, nil, ""},
+		{ModeCeilingTC, false, nil, ""},
 	} {
 		if got := tc.m.runArgs(); !slices.Equal(got, tc.args) {
 			t.Errorf("%s: run args %v, want %v", tc.m, got, tc.args)
@@ -78,7 +79,7 @@ func TestHookProblem(t *testing.T) {
 func TestReportLinuxfpTC(t *testing.T) {
 	cfg := Config{Sizes: []int{64}, Cores: []int{1}, Modes: Modes, Rounds: 2}
 	r := newResult(cfg, routerTopology)
-	rates := map[Mode][2]float64{ModeLinux: {1, 1}, ModeLinuxfp: {3, 3}, ModeLinuxfpTC: {1.5, 1.5}, ModeCeiling: {6, 6}}
+	rates := map[Mode][2]float64{ModeLinux: {1, 1}, ModeLinuxfp: {3, 3}, ModeLinuxfpTC: {1.5, 1.5}, ModeCeiling: {6, 6}, ModeCeilingTC: {2, 2}}
 	for _, m := range Modes {
 		for i, x := range rates[m] {
 			rd := Round{Offered: 1000, Received: 1000, Mpps: x, OfferedMpps: x}
@@ -101,15 +102,17 @@ func TestReportLinuxfpTC(t *testing.T) {
 	}, []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC}, 128)
 	r.finish(0)
 	row := r.Throughput[0]
-	if row.LinuxfpOverLinux != 3 || row.LinuxfpTCOverLinux != 1.5 || row.LinuxfpTCOverLinuxfp != 0.5 || row.LinuxfpOverCeiling != 0.5 {
+	if row.LinuxfpOverLinux != 3 || row.LinuxfpTCOverLinux != 1.5 || row.LinuxfpTCOverLinuxfp != 0.5 || row.LinuxfpOverCeiling != 0.5 ||
+		row.LinuxfpTCOverCeilingTC != 0.75 {
 		t.Errorf("ratios %+v", row)
 	}
 	var buf bytes.Buffer
 	r.WriteTable(&buf)
 	out := strings.Join(strings.Fields(buf.String()), " ")
 	for _, want := range []string{
-		"Linux Mpps Gbit/s linuxfp Mpps Gbit/s linuxfp-tc Mpps Gbit/s ceiling Mpps Gbit/s linuxfp/Linux linuxfp-tc/Linux tc/xdp linuxfp/ceiling",
-		"1 64 1.000 0.51 3.000 1.54 1.500 0.77 6.000 3.07 3.00x 1.50x 0.50 0.50",
+		"Linux Mpps Gbit/s linuxfp Mpps Gbit/s linuxfp-tc Mpps Gbit/s ceiling Mpps Gbit/s ceiling-tc Mpps Gbit/s " +
+			"linuxfp/Linux linuxfp-tc/Linux tc/xdp linuxfp/ceiling linuxfp-tc/ceiling-tc",
+		"1 64 1.000 0.51 3.000 1.54 1.500 0.77 6.000 3.07 2.000 1.02 3.00x 1.50x 0.50 0.50 0.75",
 		"! linuxfp-tc, 1 cores, 64 bytes: 1 round(s) ran at in0 xdp, out0 xdp, not tc",
 		"! linuxfp-tc, 1 cores, 64 bytes: in0 fast-pathed only 1900 of 2000 received (handed to Linux map[fib_not_forwarded:100])",
 		"linuxfp-tc 110 9.0",

@@ -214,7 +214,7 @@ func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
 	f.IntSliceVar(&cfg.Sizes, "sizes", sizes, "frame sizes in bytes including FCS (RFC 2544)")
 	f.IntSliceVar(&cfg.Cores, "cores", cores, "generator cores to run with, one topology each")
 	f.StringSliceVar(&bf.modes, "modes", nil,
-		"forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling (default linux,linuxfp,ceiling)")
+		"forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)")
 	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured time per round, mode and size")
 	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each measurement")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
