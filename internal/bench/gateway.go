@@ -50,6 +50,9 @@ type GatewayConfig struct {
 	Sweep []int
 	// Traffic is measured on every ruleset (default: miss and hit).
 	Traffic []Traffic
+	// NoIPSet: measure the paper's 100 DROP rules (and the sweep), not the same addresses as one
+	// ipset rule.
+	NoIPSet bool
 }
 
 // Traffic is where the generator sends, relative to the blacklist.
@@ -249,11 +252,14 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 			return nil, fmt.Errorf("--rules %d: want 1 to %d (the blacklist fills 198.19.0-39.x)", n, maxBlacklist)
 		}
 	}
-	cfg.Throughput, cfg.Latency, cfg.CPU = true, false, false
+	cfg.Throughput = true
 	if err := cfg.Config.defaults(); err != nil {
 		return nil, err
 	}
 	g := &gatewayRun{cfg: cfg, rulesets: gatewayRulesets(cfg.Sweep), filters: map[string]*LinuxfpFilter{}}
+	if cfg.NoIPSet {
+		g.rulesets = slices.DeleteFunc(g.rulesets, func(rs Ruleset) bool { return rs.IPSet })
+	}
 	t := &topology{
 		name:         "gateway",
 		prefixes:     routerTopology.prefixes,
@@ -312,6 +318,32 @@ func (g *gatewayRun) measure(b *pipeline, cores int) error {
 			return fmt.Errorf("%s: %w", rs.Name, err)
 		}
 	}
+	if b.cfg.Latency || b.cfg.CPU {
+		return g.beforeLatency(b)
+	}
+	return nil
+}
+
+// beforeLatency leaves the DUT with the paper's 100 DROP rules for the latency and CPU tests,
+// which come after the throughput test (run), and the generator with traffic no rule matches;
+// the CPU test's default load is half of what Linux handled with them.
+func (g *gatewayRun) beforeLatency(b *pipeline) error {
+	if err := g.apply(b.tb.DUT, rules100); err != nil {
+		return err
+	}
+	dsts, _ := gatewayDsts(TrafficMiss, rules100.Blacklisted)
+	if err := b.gen.setDsts(dsts); err != nil {
+		return err
+	}
+	g.sending = nil
+	if b.cfg.CPURate == 0 {
+		for _, v := range g.variants {
+			if v.Ruleset == rules100 && v.Traffic == TrafficMiss {
+				b.cfg.CPURate = v.rateOf(1, 64, ModeLinux) * 1e6 / 2
+			}
+		}
+	}
+	b.log.Info("the DUT keeps the 100 rules for the latency and CPU tests; traffic no rule matches")
 	return nil
 }
 

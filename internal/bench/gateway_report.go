@@ -15,7 +15,14 @@ type GatewayResult struct {
 	Config   GatewaySettings   `json:"config"`
 	Variants []*GatewayVariant `json:"variants"`
 	Targets  []GatewayTarget   `json:"targets,omitempty"`
-	Elapsed  string            `json:"elapsed"`
+	// Latency and CPU: the forwarding benchmarks' tests, with the paper's 100 DROP rules in the
+	// DUT and (CPU) traffic no rule matches.
+	Latency []LatencyMode `json:"latency,omitempty"`
+	CPU     *CPUResult    `json:"cpu,omitempty"`
+	// TableVII: the filter module at each hook (100 rules; miss traffic if measured), side by
+	// side (a tc mode was run).
+	TableVII *TableVII `json:"table_vii,omitempty"`
+	Elapsed  string    `json:"elapsed"`
 }
 
 // GatewaySettings is the configuration the numbers were taken with.
@@ -58,16 +65,48 @@ func (g *gatewayRun) result(res *Result) *GatewayResult {
 	if res == nil {
 		return nil
 	}
-	out := &GatewayResult{Machine: res.Machine, Elapsed: res.Elapsed,
+	out := &GatewayResult{Machine: res.Machine, Elapsed: res.Elapsed, Latency: res.Latency, CPU: res.CPU,
 		Config: GatewaySettings{Settings: res.Config, Sweep: g.cfg.Sweep, Traffic: g.cfg.Traffic}}
-	out.Config.Sessions = 0 // no latency test
+	if len(res.Latency) == 0 {
+		out.Config.Sessions = 0
+	}
 	for _, v := range g.variants {
 		v.res.finish(0)
 		v.Throughput = v.res.Throughput
 		out.Variants = append(out.Variants, v)
 	}
 	out.Targets = out.targets()
+	out.TableVII = out.tableVII()
 	return out
+}
+
+// tableVII is the summary of the filter module at each hook: the 100 rules with traffic no rule
+// matches (or the first traffic measured), with the latency and CPU tests (nil without a tc mode).
+func (r *GatewayResult) tableVII() *TableVII {
+	if !hasTCMode(r.Config.Modes) {
+		return nil
+	}
+	var v *GatewayVariant
+	for _, t := range r.Config.Traffic {
+		if x := r.variant(rules100, t); x != nil && len(x.Throughput) > 0 && (v == nil || t == TrafficMiss) {
+			v = x
+		}
+	}
+	if v == nil && len(r.Latency) == 0 {
+		return nil
+	}
+	t := &TableVII{Sessions: r.Config.Sessions}
+	var row *ThroughputRow
+	module := "filter"
+	if v != nil {
+		row = tableVIIRow(v.Throughput)
+		t.Cores, t.FrameSize = row.Cores, row.FrameSize
+		if v.Traffic != TrafficMiss {
+			module += " (" + string(v.Traffic) + ")"
+		}
+	}
+	t.Rows = hookRows(module, r.Config.Modes, row, r.Latency, r.CPU, flaggedModes(r.flags()))
+	return t
 }
 
 // variant finds a measured variant (nil if none).
@@ -253,6 +292,21 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	}
 	r.writeProgStats(w)
 	r.writeFlags(w)
+	if len(r.Latency) > 0 {
+		fmt.Fprintf(w, "With the paper's %d DROP rules in FORWARD:\n", gatewayRules)
+		writeLatency(w, r.Latency, r.Config.TxCsumOffload)
+	}
+	if r.CPU != nil {
+		if len(r.Latency) == 0 {
+			fmt.Fprintf(w, "With the paper's %d DROP rules in FORWARD, traffic no rule matches:\n", gatewayRules)
+		}
+		writeCPU(w, r.CPU)
+		fmt.Fprintln(w)
+	}
+	if r.TableVII != nil {
+		writeTableVII(w, r.TableVII)
+		fmt.Fprintln(w)
+	}
 
 	if len(r.Targets) > 0 {
 		fmt.Fprintln(w, "Targets (issue 4), from the rates above:")
@@ -337,9 +391,9 @@ func metOrNot(ok bool) string {
 	return "not met"
 }
 
-// writeFlags prints flags().
+// writeFlags prints the throughput test's flags (the latency and CPU tests print theirs).
 func (r *GatewayResult) writeFlags(w io.Writer) {
-	lines := r.flags()
+	lines := r.throughputFlags()
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
@@ -348,11 +402,17 @@ func (r *GatewayResult) writeFlags(w io.Writer) {
 	}
 }
 
-// flags notes ("! ..."), per variant, what the router benchmark notes (frames lost, windows
-// measured again, linuxfp fast-pathing less than the sink received or not at its mode's hook)
-// and what is particular to the gateway: linuxfp not holding the ruleset in its filter module, or
-// handing packets to Linux; then the latency test's.
+// flags are every line the report flags ("! ..."): the throughput test's, the latency test's and
+// the CPU test's.
 func (r *GatewayResult) flags() []string {
+	return slices.Concat(r.throughputFlags(), latencyFlags(r.Latency, r.Config.TxCsumOffload), cpuFlags(r.CPU))
+}
+
+// throughputFlags notes ("! ..."), per variant, what the router benchmark notes (frames lost,
+// windows measured again, linuxfp fast-pathing less than the sink received or not at its mode's
+// hook) and what is particular to the gateway: linuxfp not holding the ruleset in its filter
+// module, or handing packets to Linux.
+func (r *GatewayResult) throughputFlags() []string {
 	var lines []string
 	seen := map[*LinuxfpFilter]bool{}
 	for _, v := range r.Variants {

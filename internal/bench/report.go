@@ -23,8 +23,10 @@ type Result struct {
 	Throughput []ThroughputRow `json:"throughput"`
 	Latency    []LatencyMode   `json:"latency,omitempty"`
 	CPU        *CPUResult      `json:"cpu,omitempty"`
-	Elapsed    string          `json:"elapsed"`
-	rows       map[[2]int]int  // (cores, size) -> index in Throughput
+	// TableVII: the module at each hook, side by side (a tc mode was run).
+	TableVII *TableVII      `json:"table_vii,omitempty"`
+	Elapsed  string         `json:"elapsed"`
+	rows     map[[2]int]int // (cores, size) -> index in Throughput
 }
 
 // Machine describes where the numbers come from.
@@ -189,6 +191,7 @@ func (r *Result) finish(elapsed time.Duration) {
 	for i, row := range r.Throughput {
 		r.rows[[2]int{row.Cores, row.FrameSize}] = i
 	}
+	r.TableVII = r.tableVII()
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
@@ -254,27 +257,65 @@ func (r *Result) WriteTable(w io.Writer) {
 	}
 
 	writeLatency(w, r.Latency, r.Config.TxCsumOffload)
-	if cp := r.CPU; cp != nil && len(cp.Modes) > 0 {
-		fmt.Fprintf(w, "CPU at %.3f Mpps offered (%d-byte frames, %d generator core): kernel time (system+softirq+irq,\n"+
-			"all CPUs) per million packets. The generator itself runs in the kernel too: the baseline is the\n"+
-			"generator into an XDP drop on the DUT's in0, and DUT-only = total - baseline (it includes the sink's\n"+
-			"XDP drop, the same in every mode).\n", cp.OfferedMpps, cp.FrameSize, cp.Cores)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\treceived Mpps\tloss\ttotal ms/Mpkt\tDUT-only ms/Mpkt\t")
-		for _, m := range cp.Modes {
-			dut := fmt.Sprintf("%.0f", m.DUTPerMpkt)
-			if m.Mode == modeBaseline {
-				dut = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", modeTitle[m.Mode], m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
+	writeCPU(w, r.CPU)
+	if t := r.TableVII; t != nil {
+		fmt.Fprintln(w)
+		writeTableVII(w, t)
+	}
+}
+
+// writeCPU writes the CPU test's table.
+func writeCPU(w io.Writer, cp *CPUResult) {
+	if cp == nil || len(cp.Modes) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "CPU at %.3f Mpps offered (%d-byte frames, %d generator core): kernel time (system+softirq+irq,\n"+
+		"all CPUs) per million packets. The generator itself runs in the kernel too: the baseline is the\n"+
+		"generator into an XDP drop on the DUT's in0, and DUT-only = total - baseline (it includes the sink's\n"+
+		"XDP drop, the same in every mode).\n", cp.OfferedMpps, cp.FrameSize, cp.Cores)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\treceived Mpps\tloss\ttotal ms/Mpkt\tDUT-only ms/Mpkt\t")
+	for _, m := range cp.Modes {
+		dut := fmt.Sprintf("%.0f", m.DUTPerMpkt)
+		if m.Mode == modeBaseline {
+			dut = "-"
 		}
-		tw.Flush()
-		for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
-			if l, f := cp.mode(ModeLinux), cp.mode(m); l != nil && f != nil && f.DUTPerMpkt > 0 {
-				fmt.Fprintf(w, "%s needs %.2fx less DUT CPU per packet than Linux\n", modeTitle[m], l.DUTPerMpkt/f.DUTPerMpkt)
-			}
+		fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", modeTitle[m.Mode], m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
+	}
+	tw.Flush()
+	for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
+		if l, f := cp.mode(ModeLinux), cp.mode(m); l != nil && f != nil && f.DUTPerMpkt > 0 {
+			fmt.Fprintf(w, "%s needs %.2fx less DUT CPU per packet than Linux\n", modeTitle[m], l.DUTPerMpkt/f.DUTPerMpkt)
 		}
 	}
+	for _, l := range cpuFlags(cp) {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// cpuFlags says ("! ...") when the CPU test's numbers contradict themselves: a mode below the
+// baseline (which does strictly less work: it drops every frame at in0), or a ceiling above Linux.
+// The test counts the kernel time of the whole machine: anything else running on it at the time
+// lands in some mode's rounds.
+func cpuFlags(cp *CPUResult) []string {
+	if cp == nil {
+		return nil
+	}
+	var odd []string
+	l := cp.mode(ModeLinux)
+	for _, m := range cp.Modes {
+		if m.Mode != modeBaseline && m.DUTPerMpkt < 0 {
+			odd = append(odd, fmt.Sprintf("%s below the baseline", modeTitle[m.Mode]))
+		}
+		if m.Mode.ceiling() && l != nil && m.DUTPerMpkt > l.DUTPerMpkt {
+			odd = append(odd, fmt.Sprintf("%s above Linux", modeTitle[m.Mode]))
+		}
+	}
+	if len(odd) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("! CPU: %s: the machine's kernel time (all CPUs) included other work; these numbers are noise",
+		strings.Join(odd, ", "))}
 }
 
 // writeLatency writes the request/response table, and a line for every round that failed or
@@ -314,7 +355,7 @@ func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
 		var problem string
 		for _, rd := range l.Rounds {
 			if rd.Error != "" {
-				out = append(out, fmt.Sprintf("! %s: %s (in0 fast-pathed %v)", modeTitle[l.Mode], rd.Error, rd.FastPath))
+				out = append(out, fmt.Sprintf("! %s, latency: %s (in0 fast-pathed %v)", modeTitle[l.Mode], rd.Error, rd.FastPath))
 			}
 			if p := hookProblem(l.Mode, rd.FastPath, txCsumOffload); p != "" {
 				wrongHook++

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -19,14 +20,14 @@ func TestModes(t *testing.T) {
 	if slices.Contains(DefaultModes, ModeLinuxfpTC) {
 		t.Error("linuxfp-tc is run by default")
 	}
-	cfg := Config{Modes: []Mode{ModeCeiling, ModeLinuxfpTC, ModeLinux, ModeLinuxfpTC}, Binary: "linuxfp"}
+	cfg := Config{Modes: []Mode{ModeCeiling, ModeLinuxfpTC, ModeLinux, ModeLinuxfpTC}, Binary: "linuxfp", Cores: []int{1}}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
 	if want := []Mode{ModeLinux, ModeLinuxfpTC, ModeCeiling}; !slices.Equal(cfg.Modes, want) {
 		t.Errorf("modes %v, want %v (report order, once each)", cfg.Modes, want)
 	}
-	if err := (&Config{Modes: []Mode{ModeLinuxfpTC}}).defaults(); err == nil {
+	if err := (&Config{Modes: []Mode{ModeLinuxfpTC}, Cores: []int{1}}).defaults(); err == nil {
 		t.Error("linuxfp-tc without a binary to run: no error")
 	}
 	for _, tc := range []struct {
@@ -106,23 +107,45 @@ func TestReportLinuxfpTC(t *testing.T) {
 		row.LinuxfpTCOverCeilingTC != 0.75 {
 		t.Errorf("ratios %+v", row)
 	}
-	var buf bytes.Buffer
-	r.WriteTable(&buf)
-	out := strings.Join(strings.Fields(buf.String()), " ")
-	for _, want := range []string{
-		"Linux Mpps Gbit/s linuxfp Mpps Gbit/s linuxfp-tc Mpps Gbit/s ceiling Mpps Gbit/s ceiling-tc Mpps Gbit/s " +
+	out := reportHas(t, r,
+		"Linux Mpps Gbit/s linuxfp Mpps Gbit/s linuxfp-tc Mpps Gbit/s ceiling Mpps Gbit/s ceiling-tc Mpps Gbit/s "+
 			"linuxfp/Linux linuxfp-tc/Linux tc/xdp linuxfp/ceiling linuxfp-tc/ceiling-tc",
 		"1 64 1.000 0.51 3.000 1.54 1.500 0.77 6.000 3.07 2.000 1.02 3.00x 1.50x 0.50 0.50 0.75",
 		"! linuxfp-tc, 1 cores, 64 bytes: 1 round(s) ran at in0 xdp, out0 xdp, not tc",
 		"! linuxfp-tc, 1 cores, 64 bytes: in0 fast-pathed only 1900 of 2000 received (handed to Linux map[fib_not_forwarded:100])",
 		"linuxfp-tc 110 9.0",
 		"! linuxfp-tc, latency: 1 round(s) ran at in0 xdp-generic, out0 tc, not tc",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, buf.String())
+	)
+	if strings.Contains(out, "! linuxfp,") || strings.Contains(out, "! linuxfp, latency") {
+		t.Errorf("linuxfp at XDP, fast-pathing everything, is flagged:\n%s", out)
+	}
+}
+
+// reportHas checks that r's report has every one of want, whatever the column widths, and returns
+// the report with its spaces collapsed so.
+func reportHas(t *testing.T, r interface{ WriteTable(io.Writer) }, want ...string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	r.WriteTable(&buf)
+	out := strings.Join(strings.Fields(buf.String()), " ")
+	for _, s := range want {
+		if !strings.Contains(out, s) {
+			t.Errorf("report lacks %q:\n%s", s, buf.String())
 		}
 	}
-	if strings.Contains(out, "! linuxfp,") || strings.Contains(out, "! linuxfp, latency") {
-		t.Errorf("linuxfp at XDP, fast-pathing everything, is flagged:\n%s", buf.String())
+	return out
+}
+
+func TestCPUFlags(t *testing.T) {
+	ok := &CPUResult{Modes: []CPUMode{{Mode: modeBaseline}, {Mode: ModeLinux, DUTPerMpkt: 500}, {Mode: ModeLinuxfp, DUTPerMpkt: 200},
+		{Mode: ModeCeiling, DUTPerMpkt: 50}}}
+	if f := cpuFlags(ok); f != nil {
+		t.Errorf("consistent numbers flagged: %v", f)
+	}
+	odd := &CPUResult{Modes: []CPUMode{{Mode: modeBaseline}, {Mode: ModeLinux, DUTPerMpkt: 500}, {Mode: ModeLinuxfp, DUTPerMpkt: -20},
+		{Mode: ModeCeilingTC, DUTPerMpkt: 600}}}
+	want := "! CPU: linuxfp below the baseline, ceiling-tc above Linux: the machine's kernel time (all CPUs) included other work; these numbers are noise"
+	if f := cpuFlags(odd); len(f) != 1 || f[0] != want {
+		t.Errorf("flags %q, want %q", f, want)
 	}
 }

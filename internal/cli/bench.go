@@ -18,7 +18,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks: Linux vs linuxfp in the same run"}
-	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchPodsCmd(), benchResponseCmd())
+	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchModulesCmd(), benchPodsCmd(), benchResponseCmd())
 	return cmd
 }
 
@@ -56,9 +56,8 @@ Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, 
 // bridge): the same flags, run by run.
 func forwardingBenchCmd(use, short, long string, run func(context.Context, bench.Config) (*bench.Result, error)) *cobra.Command {
 	var (
-		bf               benchFlags
-		noLatency, noCPU bool
-		noThroughput     bool
+		bf benchFlags
+		tf testFlags
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -67,29 +66,46 @@ func forwardingBenchCmd(use, short, long string, run func(context.Context, bench
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
-				cfg.Throughput, cfg.Latency, cfg.CPU = !noThroughput, !noLatency, !noCPU
+				tf.set(&cfg)
 				return run(ctx, cfg)
 			})
 		},
 	}
 	bf.add(cmd, []int{64, 128, 256, 512, 1024, 1500}, []int{1, 2})
+	tf.add(cmd, &bf.cfg, true, 128)
+	return cmd
+}
+
+// testFlags choose the forwarding benchmarks' tests and configure the latency and CPU tests.
+type testFlags struct {
+	noThroughput, noLatency, noCPU bool
+}
+
+// add adds the flags (--no-throughput only with throughput: the benchmark can skip it), with
+// sessions request/response sessions by default.
+func (tf *testFlags) add(cmd *cobra.Command, cfg *bench.Config, throughput bool, sessions int) {
 	f := cmd.Flags()
-	cfg := &bf.cfg
-	f.IntVar(&cfg.Sessions, "sessions", 128, "parallel TCP request/response sessions in the latency test")
-	f.BoolVar(&noThroughput, "no-throughput", false, "skip the throughput test")
-	f.BoolVar(&noLatency, "no-latency", false, "skip the request/response latency test")
+	f.IntVar(&cfg.Sessions, "sessions", sessions, "parallel TCP request/response sessions in the latency test")
+	if throughput {
+		f.BoolVar(&tf.noThroughput, "no-throughput", false, "skip the throughput test")
+	}
+	f.BoolVar(&tf.noLatency, "no-latency", false, "skip the request/response latency test")
 	f.BoolVar(&cfg.KeepTxCsum, "latency-tx-csum-offload", false,
 		"turn tx checksum offload on at gen and sink for the latency test, as in containers (linuxfp then uses generic XDP on the DUT's veths)")
-	f.BoolVar(&noCPU, "no-cpu", false, "skip the CPU cost test")
+	f.BoolVar(&tf.noCPU, "no-cpu", false, "skip the CPU cost test")
 	f.DurationVar(&cfg.CPUDuration, "cpu-duration", 0, "measured time per CPU round (default 2x --duration)")
 	f.Float64Var(&cfg.CPURate, "cpu-rate", 0,
 		"offered load of the CPU test in frames/s (default: half of Linux's 64-byte rate)")
-	return cmd
+}
+
+func (tf *testFlags) set(cfg *bench.Config) {
+	cfg.Throughput, cfg.Latency, cfg.CPU = !tf.noThroughput, !tf.noLatency, !tf.noCPU
 }
 
 func benchGatewayCmd() *cobra.Command {
 	var (
 		bf      benchFlags
+		tf      testFlags
 		rules   []int
 		noSweep bool
 		traffic []string
@@ -109,8 +125,9 @@ Two traffic patterns from the XDP generator: miss, to 2,540 hosts no rule matche
 every rule for every packet), and hit, every other packet to a blacklisted address. The sink
 counts what is forwarded; the report gives the DUT's packet rate (forwarded + dropped), the
 ratios linuxfp/Linux, linuxfp/Linux-with-ipset, linuxfp/ceiling and linuxfp at N rules against
-the fewest, and flags rounds where linuxfp handed packets to Linux. Removes its namespaces on
-exit, including on Ctrl-C.
+the fewest, and flags rounds where linuxfp handed packets to Linux. Then, with the 100 rules in
+place, the router benchmark's TCP request/response latency and CPU tests. Removes its namespaces
+on exit, including on Ctrl-C.
 
 Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 		Args: cobra.NoArgs,
@@ -127,16 +144,56 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 				gc.Traffic = append(gc.Traffic, t)
 			}
 			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				tf.set(&cfg)
 				gc.Config = cfg
 				return bench.RunGateway(ctx, gc)
 			})
 		},
 	}
 	bf.add(cmd, []int{64}, []int{1})
+	tf.add(cmd, &bf.cfg, false, 128)
 	f := cmd.Flags()
 	f.IntSliceVar(&rules, "rules", []int{1, 10, 100, 1000, 10000}, "rule counts of the throughput-vs-rules sweep (at most 10240)")
 	f.BoolVar(&noSweep, "no-sweep", false, "measure only the paper's gateway (100 rules, ipset), not the sweep")
 	f.StringSliceVar(&traffic, "traffic", nil, "traffic patterns: miss, hit (default both)")
+	return cmd
+}
+
+func benchModulesCmd() *cobra.Command {
+	var (
+		bf benchFlags
+		tf testFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "modules",
+		Short: "The paper's Table VII: the forward, bridge and filter modules at XDP vs tc, with Linux and the ceilings",
+		Long: `Runs bench router (forward module), bench bridge (bridge module) and bench gateway (filter
+module: 100 DROP rules in FORWARD, traffic no rule matches) one after the other, by default at
+64-byte frames from one generator core, in five modes alternating round by round: Linux,
+` + "`linuxfp run`" + ` (--hook auto: native XDP in these topologies), ` + "`linuxfp run --hook tc`" + ` (the same
+modules built for tcx ingress), the ceiling (redirect, plus MAC rewrite when routing, at XDP) and
+the same ceiling at tc. Each with its throughput, TCP request/response latency (one session by
+default: an unloaded path) and CPU tests.
+Prints one table, module x mode: Mpps, vs Linux, tc over XDP, transactions/s and latency, DUT CPU
+per packet; and every round the benchmarks flag (linuxfp not at its mode's hook, packets handed
+to Linux, frames lost). --json gives the three benchmarks' full results. Removes its namespaces
+on exit, including on Ctrl-C.
+
+Quick run: linuxfp bench modules --rounds 1 --duration 500ms --no-cpu`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				tf.set(&cfg)
+				return bench.RunModules(ctx, cfg)
+			})
+		},
+	}
+	bf.add(cmd, []int{64}, []int{1})
+	// One session, as netperf's TCP_RR: the latency of an unloaded path, which is what the
+	// paper's table compares; 128 sessions on two vCPUs measure mostly how the client and the
+	// end hosts' stacks share them.
+	tf.add(cmd, &bf.cfg, true, 1)
+	cmd.Flags().Lookup("modes").Usage = "modes: linux, linuxfp, linuxfp-tc, ceiling, ceiling-tc (default all)"
 	return cmd
 }
 
