@@ -34,8 +34,17 @@ func needRoot(t *testing.T) {
 func pinThread(t *testing.T) {
 	t.Helper()
 	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
-	var set unix.CPUSet
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	// The thread goes back to the pool afterwards: give it back all its CPUs first, or a later
+	// test that reads the affinity (--cores checks it) sees one CPU.
+	t.Cleanup(func() {
+		unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	})
 	set.Set(0)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		t.Fatal(err)
