@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,18 @@ type Frame struct {
 	// Name is the case the frame belongs to; several frames may share it. Reports use it.
 	Name string
 	Data []byte
+	// CsumStart, when not 0, sends the frame as a stack with transmit checksum offload sends
+	// it (containers' veths): its skb is CHECKSUM_PARTIAL, the checksum from CsumStart (an
+	// offset in Data: the L4 header) to the end still to be computed and stored at
+	// CsumStart+CsumOffset, where Data must hold the pseudo-header sum as such a stack leaves
+	// it. Whatever the frame crosses then sees it as it sees a container's packet. (A packet
+	// socket with PACKET_VNET_HDR: a virtio_net_hdr with VIRTIO_NET_HDR_F_NEEDS_CSUM.)
+	CsumStart, CsumOffset uint16
+	// GSOSize, when not 0 (with CsumStart), sends an IPv4 TCP frame as a GSO train, the
+	// super-packet a TCP stack hands a device with TSO: one frame beyond the MTU, to be cut into
+	// segments of GSOSize payload bytes by whatever cannot pass it on whole
+	// (VIRTIO_NET_HDR_GSO_TCPV4).
+	GSOSize uint16
 }
 
 // Endpoint is a device in a namespace, named for reports ("gen", "sink").
@@ -98,6 +111,19 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		return nil, err
 	}
 	defer unix.Close(inj)
+	injPartial := -1 // a second injector for frames left to checksum offload, if any
+	for _, f := range frames {
+		if f.CsumStart != 0 {
+			if injPartial, _, err = openPacket(o.Inject, 0); err != nil {
+				return nil, err
+			}
+			defer unix.Close(injPartial)
+			if err := unix.SetsockoptInt(injPartial, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+				return nil, fmt.Errorf("PACKET_VNET_HDR on %s: %w", o.Inject.Name, err)
+			}
+			break
+		}
+	}
 
 	start := time.Now()
 	for _, c := range caps {
@@ -107,7 +133,18 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		if d := time.Until(start.Add(time.Duration(i) * o.Gap)); d > 0 {
 			time.Sleep(d)
 		}
-		if err := send(inj, ifindex, f.Data); err != nil {
+		fd, vnet := inj, []byte(nil)
+		if f.CsumStart != 0 {
+			fd, vnet = injPartial, vnetHdrPartial(f.CsumStart, f.CsumOffset)
+			if f.GSOSize != 0 {
+				if err := vnetHdrGSO(vnet, f); err != nil {
+					return nil, fmt.Errorf("frame %d (%s): %w", i, f.Name, err)
+				}
+			}
+		} else if f.GSOSize != 0 {
+			return nil, fmt.Errorf("frame %d (%s): a GSO train needs its checksum left to offload (CsumStart)", i, f.Name)
+		}
+		if err := send(fd, ifindex, vnet, f.Data); err != nil {
 			return nil, fmt.Errorf("send frame %d (%s) on %s: %w", i, f.Name, o.Inject.Name, err)
 		}
 	}
@@ -124,8 +161,9 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 	return res, errors.Join(errs...)
 }
 
-// send transmits one whole Ethernet frame; the protocol comes from the frame's own header.
-func send(fd, ifindex int, frame []byte) error {
+// send transmits one whole Ethernet frame; the protocol comes from the frame's own header. vnet
+// is the virtio_net_hdr that goes first on a PACKET_VNET_HDR socket (nil on another).
+func send(fd, ifindex int, vnet, frame []byte) error {
 	if len(frame) < 14 {
 		return fmt.Errorf("frame of %d bytes has no Ethernet header", len(frame))
 	}
@@ -135,7 +173,42 @@ func send(fd, ifindex int, frame []byte) error {
 		Halen:    6,
 	}
 	copy(to.Addr[:], frame[0:6])
+	if vnet != nil {
+		frame = append(slices.Clip(vnet), frame...)
+	}
 	return unix.Sendto(fd, frame, 0, to)
+}
+
+// struct virtio_net_hdr (include/uapi/linux/virtio_net.h): flags, gso_type, hdr_len, gso_size,
+// csum_start, csum_offset; a packet socket reads it in little-endian order (virtio 1.0).
+const (
+	vnetHdrLen            = 10
+	virtioNetHdrNeedsCsum = 1 // VIRTIO_NET_HDR_F_NEEDS_CSUM
+	virtioNetHdrGSOTCPv4  = 1 // VIRTIO_NET_HDR_GSO_TCPV4
+)
+
+// vnetHdrPartial is the virtio_net_hdr of a packet whose checksum is left to offload: no GSO,
+// the checksum from start on, stored at start+offset (virtio_net_hdr_to_skb() makes the skb
+// CHECKSUM_PARTIAL with them).
+// vnetHdrGSO makes h, a vnetHdrPartial, that of a TCP/IPv4 GSO train: its headers end after the
+// TCP header at f.CsumStart, each segment carries f.GSOSize bytes.
+func vnetHdrGSO(h []byte, f Frame) error {
+	th := int(f.CsumStart)
+	if len(f.Data) < th+20 || binary.BigEndian.Uint16(f.Data[12:]) != 0x0800 || f.Data[14+9] != 6 || f.CsumOffset != 16 {
+		return errors.New("a GSO train must be TCP over IPv4")
+	}
+	h[1] = virtioNetHdrGSOTCPv4
+	binary.LittleEndian.PutUint16(h[2:], uint16(th+int(f.Data[th+12]>>4)*4))
+	binary.LittleEndian.PutUint16(h[4:], f.GSOSize)
+	return nil
+}
+
+func vnetHdrPartial(start, offset uint16) []byte {
+	h := make([]byte, vnetHdrLen)
+	h[0] = virtioNetHdrNeedsCsum
+	binary.LittleEndian.PutUint16(h[6:], start)
+	binary.LittleEndian.PutUint16(h[8:], offset)
+	return h
 }
 
 // openPacket opens an AF_PACKET socket bound to ep's device inside its namespace. With proto 0

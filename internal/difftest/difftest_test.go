@@ -126,3 +126,71 @@ func TestMarker(t *testing.T) {
 		t.Fatalf("Origin of an ICMP error quoting the frame = %s", got)
 	}
 }
+
+// vxlan wraps inner in the VXLAN packet a node at src would send to the node at host (outer IPv4
+// ID id, UDP source port sport, VNI 1).
+func vxlan(inner []byte, id, sport uint16, vni byte) []byte {
+	return packet.Spec{SrcMAC: macB, DstMAC: macA, Src: dut, Dst: host, ID: id, SrcPort: sport, DstPort: 8472,
+		Payload: append([]byte{0x08, 0, 0, 0, 0, 0, vni, 0}, inner...)}.Bytes()
+}
+
+// VXLAN packets: the outer IPv4 ID is a node's own (normalised like any packet it generates),
+// the inner frame is compared as a frame of its own; everything else counts.
+func TestCompareVXLAN(t *testing.T) {
+	p := Policy{Originated: func(a netip.Addr) bool { return a == dut || a == netip.MustParseAddr("198.19.1.1") }, VXLANPort: 8472}
+	fwd := udp(1, nil)
+	answer := func(id uint16) []byte { // an ICMP error a remote stack generated, tunnelled
+		s := packet.Spec{SrcMAC: macB, DstMAC: macA, Src: netip.MustParseAddr("198.19.1.1"), Dst: host,
+			Proto: layers.IPProtocolICMPv4, ICMPType: 3, ICMPCode: 3, ID: id, Payload: fwd[14:]}
+		return s.Bytes()
+	}
+	cases := []struct {
+		name string
+		a, b []byte
+		want int
+	}{
+		{"outer ids differ", vxlan(fwd, 1, 5000, 1), vxlan(fwd, 2, 5000, 1), 0},
+		{"inner answers' ids differ", vxlan(answer(1), 1, 5000, 1), vxlan(answer(2), 3, 5000, 1), 0},
+		{"inner forwarded frame differs", vxlan(fwd, 1, 5000, 1), vxlan(udp(1, func(s *packet.Spec) { s.TTL = 63 }), 1, 5000, 1), 2},
+		{"inner forwarded ids differ", vxlan(fwd, 1, 5000, 1), vxlan(udp(1, func(s *packet.Spec) { s.ID = 8 }), 1, 5000, 1), 2},
+		{"outer source port differs", vxlan(fwd, 1, 5000, 1), vxlan(fwd, 1, 5001, 1), 2},
+		{"vni differs", vxlan(fwd, 1, 5000, 1), vxlan(fwd, 1, 5000, 2), 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if ms := Compare(capture(c.a), capture(c.b), p.Classify); len(ms) != c.want {
+				t.Errorf("got %d mismatches, want %d:\n%s", len(ms), c.want, Report(ms, nil, "a", "b"))
+			}
+		})
+	}
+	// Without VXLANPort, a tunnelled answer is compared with its inner ID.
+	if ms := Compare(capture(vxlan(answer(1), 1, 5000, 1)), capture(vxlan(answer(2), 1, 5000, 1)), policy().Classify); len(ms) != 2 {
+		t.Errorf("without VXLANPort: %d mismatches, want 2", len(ms))
+	}
+}
+
+func TestVnetHdrPartial(t *testing.T) {
+	// struct virtio_net_hdr: flags NEEDS_CSUM, no GSO, csum_start 34, csum_offset 6 (UDP).
+	want := []byte{1, 0, 0, 0, 0, 0, 34, 0, 6, 0}
+	if got := vnetHdrPartial(34, 6); string(got) != string(want) {
+		t.Errorf("vnetHdrPartial(34, 6) = %v, want %v", got, want)
+	}
+}
+
+func TestVnetHdrGSO(t *testing.T) {
+	s := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: host, Dst: dut, Proto: layers.IPProtocolTCP, Size: 4000}
+	f := Frame{Data: s.Bytes(), CsumStart: 34, CsumOffset: 16, GSOSize: 1400}
+	h := vnetHdrPartial(f.CsumStart, f.CsumOffset)
+	if err := vnetHdrGSO(h, f); err != nil {
+		t.Fatal(err)
+	}
+	// gso_type TCPV4, hdr_len 54 (Ethernet, IPv4, TCP), gso_size 1400.
+	want := []byte{1, 1, 54, 0, 0x78, 0x05, 34, 0, 16, 0}
+	if string(h) != string(want) {
+		t.Errorf("virtio_net_hdr %v, want %v", h, want)
+	}
+	s.Proto = layers.IPProtocolUDP
+	if err := vnetHdrGSO(vnetHdrPartial(34, 6), Frame{Data: s.Bytes(), CsumStart: 34, CsumOffset: 6, GSOSize: 1400}); err == nil {
+		t.Error("a UDP frame accepted as a TCP GSO train")
+	}
+}
