@@ -259,7 +259,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	writeLatency(w, r.Latency, r.Config.TxCsumOffload)
 	writeCPU(w, r.CPU)
 	if t := r.TableVII; t != nil {
-		fmt.Fprintln(w)
+		if r.CPU != nil { // the other sections end with a blank line
+			fmt.Fprintln(w)
+		}
 		writeTableVII(w, t)
 	}
 }
