@@ -36,7 +36,7 @@ func TestConntrackEstablished(t *testing.T) {
 			sh(t, tb.DUT, flannelishNAT)
 			l := startLinuxfp(t, tb)
 			waitStatus(t, l, "in0", "ipv4 router on with conntrack", func(it *status.Interface) bool {
-				return it.Program != nil && contains(it.Program.Families, "ipv4") && hasNote(it, "conntrack: nat chains")
+				return it.Program != nil && contains(it.Program.Families, "ipv4") && hasNote(it, "conntrack: netfilter tracks connections (ip nat: nat chain")
 			})
 			if st, err := l.Client.Status(); err != nil || !contains(st.Conntrack, "ipv4") {
 				t.Fatalf("status conntrack %v (%v), want ipv4", st.Conntrack, err)

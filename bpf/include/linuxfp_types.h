@@ -203,6 +203,9 @@ enum {
 	LFP_FW_CUT_SRC6  = 1 << 3,
 	LFP_FW_HAS_MARK4 = 1 << 4, /* mark matches were folded assuming mark 0 */
 	LFP_FW_HAS_MARK6 = 1 << 5,
+	/* Some rule tests the conntrack state: packets conntrack did not look up go to Linux. */
+	LFP_FW_HAS_CTSTATE4 = 1 << 6,
+	LFP_FW_HAS_CTSTATE6 = 1 << 7,
 };
 
 enum { LFP_FW_ACCEPT = 0, LFP_FW_DROP = 1, LFP_FW_LINUX = 2 };
@@ -210,7 +213,13 @@ enum { LFP_FW_ACT_DROP = 1, LFP_FW_ACT_LINUX = 2, LFP_FW_ACT_SKIP = 3 };
 enum {
 	LFP_FW_TEST_SRC = 1, LFP_FW_TEST_DST, LFP_FW_TEST_PROTO, LFP_FW_TEST_SPORT, LFP_FW_TEST_DPORT,
 	LFP_FW_TEST_ICMP, LFP_FW_TEST_IIF, LFP_FW_TEST_OIF, LFP_FW_TEST_SET,
+	LFP_FW_TEST_CTSTATE = 11, /* the packet's state bit (LFP_CT_STATE_*) is in a */
 };
+/* Conntrack states (nftables' ct state bits, internal/filter/model's Ct*). */
+#define LFP_CT_STATE_INVALID     1
+#define LFP_CT_STATE_ESTABLISHED 2
+#define LFP_CT_STATE_RELATED     4
+#define LFP_CT_STATE_NEW         8
 /* TestSet flags in b. */
 #define LFP_FW_SET_ADDR_SRC 1
 #define LFP_FW_SET_PORT_SRC 2

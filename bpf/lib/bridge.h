@@ -126,6 +126,7 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 			r = ct_forward(ctx, nf->cfg, &nf->scr->ct);
 		if (r != LFP_FORWARDED)
 			return r;
+		fp->ctstate = nf->scr->ct.state;
 	}
 	if (nf->fw)
 		return filter_l4(fp, l4proto, l4, data_end, tot - l3hdr, tot);

@@ -136,6 +136,8 @@ struct ct_pkt {
 	 * connection is translated and the packet leaves with these (IPv4) addresses and ports. */
 	__u8 nat_ok;
 	__u8 nat;
+	/* Out: the state conntrack gives the packet (LFP_CT_STATE_*), when LFP_FORWARDED. */
+	__u8 state;
 	__be16 nat_sport, nat_dport;
 	__be32 nat_saddr, nat_daddr;
 };
@@ -383,6 +385,9 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		return LFP_PASS_CT_NEW;
 	status = ct->status;
 	c->nat = 0;
+	/* resolve_normal_ct(): a reply, or a packet of a connection that has seen one, is
+	 * ESTABLISHED; before that NEW (EXPECTED, RELATED, goes to Linux below). */
+	c->state = (o.dir || (status & IPS_SEEN_REPLY)) ? LFP_CT_STATE_ESTABLISHED : LFP_CT_STATE_NEW;
 	if ((status & (IPS_SRC_NAT | IPS_DST_NAT)) && !(c->nat_ok && !c->v6 && (cfg->ct_flags & LFP_CT_NAT4))) {
 		/* Translated, where the fast path does not translate (IPv6, a bridged packet, rules on
 		 * prerouting or postrouting that see the packet before or after): Linux's. */

@@ -88,6 +88,7 @@ struct fw_pkt {
 	__u8 proto, has_ports, itype, icode;
 	__u32 v6;
 	__u32 len;
+	__u32 ctstate; /* the conntrack state bit (LFP_CT_STATE_*), 0 when conntrack did not run */
 };
 
 struct fw_scan {
@@ -172,6 +173,8 @@ __attribute__((noinline)) int fw_test(const struct lfp_fw_test *t, const struct 
 		return (p->obits >> (t->a & 63)) & 1;
 	case LFP_FW_TEST_SET:
 		return fw_set(t, p);
+	case LFP_FW_TEST_CTSTATE:
+		return (p->ctstate & t->a) != 0;
 	}
 	return 0;
 }
@@ -287,6 +290,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		if (!ifv || (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
 			return LFP_FW_LINUX;
 	}
+	/* Rules test a conntrack state the fast path did not look up. */
+	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_CTSTATE6 : LFP_FW_HAS_CTSTATE4)) && !p->ctstate)
+		return LFP_FW_LINUX;
 	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
 	if (!ifv)
 		return LFP_FW_LINUX;

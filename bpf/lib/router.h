@@ -442,6 +442,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 			r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
+		scr->fp.ctstate = scr->ct.state;
 	}
 	/* VXLAN for a device of this host: decapsulated here, or Linux's (bpf/lib/vxlan.h). */
 	if (LFP_TC && cfg->vxlans && iph->protocol == IPPROTO_UDP && !scr->ct.nat) {
@@ -619,6 +620,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 			r = ct_forward(ctx, cfg, &scr->ct);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
+		scr->fp.ctstate = scr->ct.state;
 	}
 	if (cfg->fw_flags & LFP_FW_ACTIVE6) {
 		r = filter_l4(&scr->fp, ip6->nexthdr, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), tot);

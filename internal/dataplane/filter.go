@@ -35,6 +35,9 @@ const (
 	fwCutSrc6  = 1 << 3
 	fwHasMark4 = 1 << 4
 	fwHasMark6 = 1 << 5
+	// fwHasCtState4: a rule tests the conntrack state; packets the conntrack module did not
+	// look up go to Linux.
+	fwHasCtState4 = 1 << 6
 
 	fwMaxRules = 16384 // LFP_FW_MAX_RULES, per bank
 )
@@ -126,6 +129,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		}
 		if p.HasMark {
 			flags |= fwHasMark4 << fam
+		}
+		if p.HasCtState {
+			flags |= fwHasCtState4 << fam
 		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
 		st.ruleBase[fam] = ruleBase

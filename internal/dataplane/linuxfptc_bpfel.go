@@ -180,6 +180,8 @@ type linuxfpTcLfpScratch struct {
 		Icode    uint8
 		V6       uint32
 		Len      uint32
+		Ctstate  uint32
+		_        [4]byte
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -200,7 +202,7 @@ type linuxfpTcLfpScratch struct {
 		V6       uint8
 		NatOk    uint8
 		Nat      uint8
-		_        [1]byte
+		State    uint8
 		NatSport uint16
 		NatDport uint16
 		_        [2]byte

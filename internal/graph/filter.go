@@ -36,12 +36,12 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 	case f.Err[fam] != "":
 		return append(prefix(reasons), "filter module: "+f.Err[fam]), nil
 	case f.Tracked[fam] && s.Sysctl.Conntrack.TCPTimeoutEstablished == 0:
-		return []string{"netfilter tracks connections (nat chains), and the nf_conntrack sysctls could not be read (the conntrack module needs them)"}, nil
+		return []string{"netfilter tracks connections (" + trackedWhy(f, fam) + "), and the nf_conntrack sysctls could not be read (the conntrack module needs them)"}, nil
 	}
 	if f.Tracked[fam] {
-		// nf_nat needs conntrack, so netfilter tracks every connection of the family: the
-		// conntrack module (bpf/lib/ct.h) takes only established, untranslated connections.
-		n := "conntrack: nat chains make netfilter track connections: Linux decides every new one; the fast path takes the later packets of established ones"
+		// Netfilter tracks every connection of the family: the conntrack module
+		// (bpf/lib/ct.h) takes only established connections, as Linux would see them.
+		n := "conntrack: netfilter tracks connections (" + trackedWhy(f, fam) + "): Linux decides every new one; the fast path takes the later packets of established ones"
 		switch {
 		case fam == 1:
 			n += " (translated ones: Linux's, IPv6 NAT is not modelled)"
@@ -79,7 +79,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	return dataplane.CT{
 		Active4: ctActive(s, 0), Active6: ctActive(s, 1),
-		NAT4:    ctActive(s, 0) && !s.Filter.PrePost[0],
+		NAT4:           ctActive(s, 0) && !s.Filter.PrePost[0],
 		TCPLiberal:     c.TCPBeLiberal,
 		Checksum:       c.Checksum,
 		TCPEstablished: sec(c.TCPTimeoutEstablished),
@@ -142,4 +142,17 @@ func filterNotes(s *observe.Snapshot, r4, r6 bool) []string {
 		}
 	}
 	return out
+}
+
+// trackedWhy says what makes netfilter track family fam's connections: the first cause and how
+// many more.
+func trackedWhy(f *observe.FilterState, fam int) string {
+	why := f.TrackedWhy[fam]
+	switch len(why) {
+	case 0:
+		return "nat chains"
+	case 1:
+		return why[0]
+	}
+	return fmt.Sprintf("%s, and %d more", why[0], len(why)-1)
 }

@@ -18,11 +18,12 @@ type FilterState struct {
 	// Prog is the compiled ruleset of IPv4 [0] and IPv6 [1]; nil when Err says why not.
 	Prog [2]*compile.Program
 	Err  [2]string
-	// Tracked: netfilter tracks the family's connections, because a nat-type chain is hooked
-	// (an iptables nat table, even empty, or NAT rules: nf_nat needs conntrack). Prog is then
-	// the ruleset an established connection's packets traverse (no nat chains): the conntrack
-	// module hands every other packet to Linux.
-	Tracked [2]bool
+	// Tracked: netfilter tracks the family's connections, because something needs conntrack
+	// (TrackedWhy: a nat chain, even empty, NAT rules, a conntrack match or target, on any
+	// hook). Prog is then the ruleset an established connection's packets traverse (no nat
+	// chains): the conntrack module hands every other packet to Linux.
+	Tracked    [2]bool
+	TrackedWhy [2][]string
 	// PrePost: in the ruleset of established packets, a rule (or drop policy) sits on the
 	// prerouting or postrouting hook. Those see a translated (NAT) connection's packet before
 	// or after its translation, where forward sees it half translated: the fast path
@@ -60,22 +61,17 @@ func readFilter() (*FilterState, error) {
 func (f *FilterState) compile() {
 	f.usesSets = false
 	for i, rs := range f.rulesets {
-		f.Prog[i], f.Err[i], f.Tracked[i], f.Rules[i], f.PrePost[i] = nil, "", false, 0, false
+		f.Prog[i], f.Err[i], f.Tracked[i], f.TrackedWhy[i], f.Rules[i], f.PrePost[i] = nil, "", false, nil, 0, false
 		if rs == nil {
 			f.Err[i] = "no ruleset read"
 			continue
 		}
 		for _, ch := range rs.Chains {
 			f.Rules[i] += len(ch.Rules)
-			if ch.Base != nil && ch.Base.Type == model.ChainNAT {
-				f.Tracked[i] = true
-			}
-			for _, r := range ch.Rules {
-				if r.Verdict.NAT {
-					f.Tracked[i] = true
-				}
-			}
 		}
+		// The reader lists every conntrack user of the family's tables (package nft).
+		f.TrackedWhy[i] = rs.Conntrack
+		f.Tracked[i] = len(rs.Conntrack) > 0
 		if f.Tracked[i] {
 			rs = rs.Established()
 		}

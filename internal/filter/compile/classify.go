@@ -15,6 +15,9 @@ type Input struct {
 	ICMPType, ICMPCode uint8  // ICMP (IPv4) or ICMPv6 (IPv6)
 	// IifBits / OifBits: the pattern bits of the input / output interface.
 	IifBits, OifBits uint64
+	// CtState is the packet's conntrack state (one model.Ct* bit), 0 when the data plane does
+	// not know it.
+	CtState uint8
 }
 
 // Verdict is the classification's outcome.
@@ -40,6 +43,9 @@ type Outcome struct {
 func (p *Program) Classify(in Input) Outcome {
 	if p.Empty {
 		return Outcome{Verdict: Accept, Rule: -1}
+	}
+	if p.HasCtState && in.CtState == 0 {
+		return Outcome{Verdict: Linux, Rule: -1, Why: "conntrack state unknown"}
 	}
 	cut := in.Dst
 	if p.Cut == CutSrc {
@@ -117,6 +123,8 @@ func (p *Program) test(t Test, in Input) bool {
 		}
 		return in.Proto == icmp && (t.A > 255 || uint16(in.ICMPType) == t.A) &&
 			uint16(in.ICMPCode) >= t.B>>8 && uint16(in.ICMPCode) <= t.B&0xff
+	case TestCtState:
+		return uint16(in.CtState)&t.A != 0
 	case TestIif:
 		return in.IifBits&(1<<t.A) != 0
 	case TestOif:

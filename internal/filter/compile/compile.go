@@ -88,6 +88,7 @@ func Compile(rs *model.Ruleset, sets map[string]*model.IPSet) (*Program, error) 
 	}
 	p.Empty = len(p.Rules) == 0
 	p.HasMark = c.hasMark
+	p.HasCtState = c.hasCtState
 	p.Cut, p.Prefixes, p.Leaves = selectCut(p.Rules, p.Family)
 	return p, nil
 }
@@ -104,8 +105,10 @@ type compiler struct {
 	labels  []int  // label -> rule index
 	pending []pending
 	hasMark bool
-	visits  int
-	err     error
+	// hasCtState: a test reads the conntrack state (Program.HasCtState).
+	hasCtState bool
+	visits     int
+	err        error
 }
 
 // ctx is where a chain is being inlined.
@@ -116,10 +119,13 @@ type ctx struct {
 	// here becomes Linux's.
 	maybe string
 	// drop: the label a drop skips to (-1: the packet is dropped), see group.
-	drop   int
-	ret    int // label: a return, or the end of a goto's target
-	accept int // label: the end of the base chain's block
-	depth  int
+	drop int
+	// ctBefore, ctUnsure: the chain runs before conntrack (the state is INVALID), or at its
+	// priority (not known): see model.CtBefore.
+	ctBefore, ctUnsure bool
+	ret                int // label: a return, or the end of a goto's target
+	accept             int // label: the end of the base chain's block
+	depth              int
 }
 
 func (c *compiler) newLabel() int {
@@ -229,6 +235,7 @@ func (c *compiler) pendingBlocks() {
 func (c *compiler) base(h model.Hook, ch *model.Chain, drop int, pendingDrop bool) {
 	end, policy := c.newLabel(), c.newLabel()
 	x := ctx{hook: h, ret: policy, accept: end, drop: drop}
+	x.ctBefore, x.ctUnsure = model.CtBefore(h, ch.Base.Priority)
 	if pendingDrop {
 		x.drop = end
 	}
@@ -610,6 +617,19 @@ func (c *compiler) cond(x ctx, before []model.Match, m model.Match) cond {
 	case model.Mark:
 		c.hasMark = true
 		return constCond((m.Value == 0) != m.Invert) // mark 0 (Program.HasMark)
+	case model.CtState:
+		switch {
+		case m.States == 0:
+			return constCond(m.Invert)
+		case m.States == model.CtStates:
+			return constCond(!m.Invert)
+		case x.ctBefore:
+			return constCond((m.States&model.CtInvalid != 0) != m.Invert)
+		case x.ctUnsure:
+			return cond{maybe: m.String() + " at conntrack's priority"}
+		}
+		c.hasCtState = true
+		return cond{all: []Test{{Kind: TestCtState, A: uint16(m.States), Invert: m.Invert}}}
 	case model.Unknown:
 		return cond{maybe: m.What, sideEffect: m.SideEffect}
 	}

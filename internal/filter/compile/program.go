@@ -67,6 +67,7 @@ const (
 	TestOif      TestKind = 8  // output interface has pattern bit A
 	TestSet      TestKind = 9  // ipset A contains the packet's (address, port) per Set*
 	TestFragment TestKind = 10 // never true here: fragments go to Linux before classification
+	TestCtState  TestKind = 11 // the packet's conntrack state bit (model.Ct*) is in A
 )
 
 // Set dimension flags in Test.B for TestSet.
@@ -186,6 +187,9 @@ type Program struct {
 	Patterns []Pattern
 	Sets     []SetRef
 	HasMark  bool
+	// HasCtState: some test reads the packet's conntrack state; a packet whose state the data
+	// plane does not know (conntrack did not run in the fast path) goes to Linux.
+	HasCtState bool
 	// Empty: no rule and no drop policy anywhere: every packet is accepted (the data plane
 	// skips classification).
 	Empty bool

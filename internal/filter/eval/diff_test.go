@@ -341,7 +341,9 @@ func (g *gen) matches(table, hook string) string {
 	case 3:
 		m = append(m, "-m comment --comment \"random rule\"")
 	case 4:
-		m = append(m, "-m conntrack --ctstate NEW") // not modelled
+		m = append(m, "-m conntrack "+g.not()+"--ctstate "+pick(r, []string{"NEW", "RELATED,ESTABLISHED", "INVALID", "NEW,UNTRACKED", "ESTABLISHED"}))
+	case 8:
+		m = append(m, "-m state --state "+pick(r, []string{"NEW", "ESTABLISHED", "INVALID,NEW"}))
 	case 5:
 		m = append(m, "-m mark "+g.not()+pick(r, []string{"--mark 0x1", "--mark 0x0/0xffff", "--mark 0x4000/0x4000"}))
 	case 6:
@@ -480,7 +482,7 @@ func (g *gen) nft() string {
 			case 5:
 				m = append(m, "meta l4proto "+l4, pick(r, []string{"meta mark 0x0", "meta mark != 0x0", "meta mark and 0x4000 == 0x4000", ""}))
 			case 6:
-				m = append(m, "ct state new") // not modelled
+				m = append(m, pick(r, []string{"ct state new", "ct state established,related", "ct state != invalid", "ct state == new", "ct state { new, established }"}))
 			case 7:
 				m = append(m, l4+" dport { 53, 80 }") // not modelled (set lookup)
 			case 8:
@@ -595,6 +597,13 @@ func (g *gen) packet(tp *topo) eval.Packet {
 		p.SrcPort, p.DstPort = pick(r, ports), pick(r, ports)
 		if r.IntN(3) == 0 {
 			p.SrcPort = uint16(1024 + r.IntN(60000))
+		}
+		if p.Proto == model.ProtoUDP {
+			// Conntrack is flushed before each batch and every packet goes from a client to
+			// a server (no reply): its connection has seen no reply, so conntrack says NEW
+			// (resolve_normal_ct()). (Other protocols' states depend on more: TCP flags,
+			// ICMP types; left unknown, a ct state match is then a maybe.)
+			p.CtState = model.CtNew
 		}
 	case model.ProtoICMP:
 		tc := pick(r, [][2]uint8{{8, 0}, {0, 0}, {3, 4}, {3, 1}, {11, 0}})

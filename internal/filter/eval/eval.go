@@ -56,6 +56,9 @@ type Packet struct {
 	// Mark is the packet's mark when it enters prerouting (see model.Mark: 0 for packets from a
 	// NIC or another namespace).
 	Mark uint32
+	// CtState is the state conntrack gives the packet (one of the model.Ct* bits); 0 when not
+	// known: a CtState match is then a "maybe".
+	CtState uint8
 }
 
 func (p Packet) String() string {
@@ -121,6 +124,8 @@ type evaluator struct {
 	sets    map[string]*model.IPSet
 	p       Packet
 	in, out string // interface names as the current hook sees them
+	// ct is the conntrack state the current base chain sees (0: not known, see model.CtBefore).
+	ct uint8
 }
 
 // group runs base chains of equal priority. stop: the packet goes no further.
@@ -152,6 +157,13 @@ func (e *evaluator) base(h model.Hook, c *model.Chain) Result {
 	e.in, e.out = e.p.In, e.p.Out
 	if h == model.Prerouting {
 		e.out = ""
+	}
+	e.ct = e.p.CtState
+	switch before, unsure := model.CtBefore(h, c.Base.Priority); {
+	case before:
+		e.ct = model.CtInvalid
+	case unsure:
+		e.ct = 0
 	}
 	if r, returned := e.run(c, 0); !returned {
 		return r
@@ -329,6 +341,17 @@ func (e *evaluator) match(m model.Match) tri {
 		return toTri(in != m.Invert)
 	case model.Mark:
 		return toTri((p.Mark&m.Mask == m.Value) != m.Invert)
+	case model.CtState:
+		switch m.States & model.CtStates {
+		case 0:
+			return toTri(m.Invert) // no state
+		case model.CtStates:
+			return toTri(!m.Invert) // every state: conntrack gives each packet one
+		}
+		if e.ct == 0 {
+			return maybe
+		}
+		return toTri((e.ct&m.States != 0) != m.Invert)
 	case model.Unknown:
 		return maybe
 	}

@@ -66,7 +66,7 @@ var shapes = []shape{
 			{model.IPv4, "ip nat PREROUTING", 0, "unknown(xt match addrtype rev 1) => jump DOCKER"},
 			{model.IPv4, "ip nat POSTROUTING", 1, "! -o docker0 -s 198.18.1.0/24 => linux (MASQUERADE translates the packet)"},
 			{model.IPv4, "ip nat DOCKER", 2, "=> linux (DNAT translates the packet)"},
-			{model.IPv4, "ip filter FORWARD", 2, "-o br-5f3a9e1c2b7d unknown(xt match conntrack rev 3) => accept"},
+			{model.IPv4, "ip filter FORWARD", 2, "-o br-5f3a9e1c2b7d -m conntrack --ctstate RELATED,ESTABLISHED => accept"},
 			{model.IPv4, "ip filter DOCKER-ISOLATION-STAGE-2", 1, "-o docker0 => drop"},
 			{model.IPv6, "ip6 filter DOCKER-ISOLATION-STAGE-1", 0, "-i docker0 ! -o docker0 => jump DOCKER-ISOLATION-STAGE-2"},
 		},
@@ -84,7 +84,7 @@ var shapes = []shape{
 		name: "cni",
 		devs: [4]string{"eth0", "cni0", "eth1", "mynet2"},
 		rules: []shapeRule{
-			{model.IPv4, "ip filter CNI-FORWARD", 1, "-d 198.18.1.20/32 unknown(xt match conntrack rev 3) => accept"},
+			{model.IPv4, "ip filter CNI-FORWARD", 1, "-d 198.18.1.20/32 -m conntrack --ctstate RELATED,ESTABLISHED => accept"},
 			{model.IPv4, "ip nat CNI-HOSTPORT-DNAT", 0, "-p tcp --dport 8080 => jump CNI-DN-a1b2c3d4e5f60718293a4"},
 			{model.IPv4, "ip nat CNI-HOSTPORT-MASQ", 0, "-m mark --mark 0x2000/0x2000 => linux (MASQUERADE translates the packet)"},
 			{model.IPv4, "ip nat CNI-HOSTPORT-SETMARK", 0, "=> linux (target MARK)"},
@@ -118,7 +118,7 @@ var shapes = []shape{
 		devs:   [4]string{"eth0", "cni0", "eth1", "flannel.1"},
 		nfacct: []string{"ct_state_invalid_dropped_pkts", "localhost_nps_accepted_pkts"},
 		rules: []shapeRule{
-			{model.IPv4, "ip filter KUBE-FORWARD", 0, "unknown(xt match conntrack rev 3) unknown(xt match nfacct rev 1, stateful) => drop"},
+			{model.IPv4, "ip filter KUBE-FORWARD", 0, "-m conntrack --ctstate INVALID unknown(xt match nfacct rev 1, stateful) => drop"},
 			{model.IPv4, "ip filter KUBE-FORWARD", 1, "-m mark --mark 0x4000/0x4000 => accept"},
 			{model.IPv4, "ip filter KUBE-SERVICES", 0, "=> linux (target REJECT)"},
 			{model.IPv4, "ip nat KUBE-SVC-TCOU7JCQXEZGVUNU", 1, "unknown(xt match statistic --mode random) => jump KUBE-SEP-2ZRA5UJD2DOJBYCP"},

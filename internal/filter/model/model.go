@@ -104,6 +104,10 @@ type Ruleset struct {
 	// Base chains per hook, sorted by priority (then by table and name, which is not the
 	// kernel's order: see eval for how equal priorities are handled).
 	Base map[Hook][]*Chain
+	// Conntrack lists what makes netfilter track the family's connections (a nat chain, a rule
+	// with a ct expression or a conntrack match or target, on any hook or none: see package
+	// nft); empty when nothing does.
+	Conntrack []string
 }
 
 // ChainKey names a chain: nftables chain names are scoped by table.
@@ -210,7 +214,7 @@ const (
 func (d Dir) String() string { return [...]string{"src", "dst", "src-or-dst"}[d] }
 
 // Match is one condition of a rule. The concrete types are Addr, Proto, Ports, Iface, ICMP, Set,
-// Mark and Unknown.
+// Mark, CtState and Unknown.
 type Match interface {
 	isMatch()
 	String() string
@@ -278,6 +282,38 @@ type Mark struct {
 	Invert      bool
 }
 
+// Conntrack states of a packet (nftables' `ct state` bits, which xt_state and xt_conntrack share
+// but for UNTRACKED): conntrack gives every packet exactly one.
+const (
+	CtInvalid     uint8 = 1 << 0
+	CtEstablished uint8 = 1 << 1 // a reply, or a packet of a connection that has seen one
+	CtRelated     uint8 = 1 << 2 // an expected connection (a helper's), an ICMP error
+	CtNew         uint8 = 1 << 3
+	CtUntracked   uint8 = 1 << 6 // NOTRACK
+	// CtStates is every state bit.
+	CtStates = CtInvalid | CtEstablished | CtRelated | CtNew | CtUntracked
+)
+
+// CtBefore says how a base chain on hook h at priority prio sees the conntrack state: conntrack
+// runs at PriorityConntrack on prerouting, so a chain before it (raw) finds no entry yet, and
+// the state is INVALID (nf_ct_get() is NULL, and the packet is not marked untracked: NOTRACK
+// targets are Linux verdicts). before: such a chain; unsure: a chain at conntrack's own
+// priority, whose order with conntrack is the order of registration.
+func CtBefore(h Hook, prio int32) (before, unsure bool) {
+	if h != Prerouting {
+		return false, false
+	}
+	return prio < PriorityConntrack, prio == PriorityConntrack
+}
+
+// CtState: the packet's conntrack state is (not) one of States (iptables' `-m conntrack
+// --ctstate`, `-m state --state`, nft's `ct state`). A rule that carries it makes netfilter
+// track the family's connections (see Ruleset.Conntrack).
+type CtState struct {
+	States uint8
+	Invert bool
+}
+
 // Unknown is a condition the model does not evaluate: the packet may or may not match.
 type Unknown struct {
 	What string
@@ -294,6 +330,7 @@ func (Iface) isMatch()   {}
 func (ICMP) isMatch()    {}
 func (Set) isMatch()     {}
 func (Mark) isMatch()    {}
+func (CtState) isMatch() {}
 func (Unknown) isMatch() {}
 
 func not(inv bool) string {
@@ -375,6 +412,27 @@ func (m Mark) String() string {
 		return fmt.Sprintf("-m mark %s--mark %#x", not(m.Invert), m.Value)
 	}
 	return fmt.Sprintf("-m mark %s--mark %#x/%#x", not(m.Invert), m.Value, m.Mask)
+}
+
+// CtStateNames names the state bits as iptables does, in its order.
+func CtStateNames(states uint8) string {
+	var ns []string
+	for _, b := range []struct {
+		bit  uint8
+		name string
+	}{{CtInvalid, "INVALID"}, {CtNew, "NEW"}, {CtRelated, "RELATED"}, {CtEstablished, "ESTABLISHED"}, {CtUntracked, "UNTRACKED"}} {
+		if states&b.bit != 0 {
+			ns = append(ns, b.name)
+		}
+	}
+	if len(ns) == 0 {
+		return "none"
+	}
+	return strings.Join(ns, ",")
+}
+
+func (m CtState) String() string {
+	return fmt.Sprintf("-m conntrack %s--ctstate %s", not(m.Invert), CtStateNames(m.States))
 }
 
 func (m Unknown) String() string {
@@ -509,7 +567,7 @@ func (rs *Ruleset) Stats() Stats {
 // chains see only a connection's first packet (nf_nat looks the rest up in its conntrack
 // entry), so they are left out. The chains themselves are shared with rs.
 func (rs *Ruleset) Established() *Ruleset {
-	out := &Ruleset{Family: rs.Family, Chains: rs.Chains, Base: map[Hook][]*Chain{}}
+	out := &Ruleset{Family: rs.Family, Chains: rs.Chains, Base: map[Hook][]*Chain{}, Conntrack: rs.Conntrack}
 	for h, chains := range rs.Base {
 		for _, ch := range chains {
 			if ch.Base.Type != ChainNAT {

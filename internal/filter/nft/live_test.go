@@ -121,6 +121,10 @@ const matrix4 = `*filter
 -A FORWARD -m mark ! --mark 0x4000 -j ACCEPT
 -A FORWARD -m connmark --mark 0x1 -j ACCEPT
 -A FORWARD -m limit --limit 10/second -j ACCEPT
+-A FORWARD -m conntrack ! --ctstate INVALID -j ACCEPT
+-A FORWARD -m conntrack --ctstate DNAT -j ACCEPT
+-A FORWARD -m conntrack --ctstate NEW --ctorigdstport 80 -j ACCEPT
+-A FORWARD -m state --state UNTRACKED,INVALID -j DROP
 -A FORWARD
 -A USER -j RETURN
 COMMIT
@@ -157,8 +161,8 @@ var want4 = []string{
 	"26: -p icmp ! --icmp-type 0 => accept",
 	"27: -p icmp --icmp-type any => accept",
 	"28: => accept",
-	"29: unknown(xt match conntrack rev 3) => accept",
-	"30: unknown(xt match conntrack rev 3) => accept",
+	"29: -m conntrack --ctstate RELATED,ESTABLISHED => accept",
+	"30: -m conntrack --ctstate NEW => accept",
 	"31: => linux (target REJECT)",
 	"32: -p tcp => linux (target REJECT)",
 	"33: => linux (target LOG)",
@@ -170,7 +174,11 @@ var want4 = []string{
 	"39: -m mark ! --mark 0x4000 => accept",
 	"40: unknown(xt match connmark rev 1) => accept",
 	"41: unknown(limit, stateful) => accept", // iptables-nft uses the native limit expression
-	"42: => continue",
+	"42: -m conntrack ! --ctstate INVALID => accept",
+	"43: unknown(xt match conntrack --ctstate SNAT/DNAT) => accept",
+	"44: -m conntrack --ctstate NEW unknown(xt match conntrack (flags 0x200 besides --ctstate)) => accept",
+	"45: -m conntrack --ctstate INVALID,UNTRACKED => drop",
+	"46: => continue",
 	"chain ip filter USER",
 	"0: => return",
 }
@@ -311,7 +319,7 @@ func TestNative(t *testing.T) {
 		"chain inet lfp lfpfw (forward 10 filter policy drop)",
 		"0: -s 198.18.0.0/24 => drop",
 		"2: -p tcp unknown(transport header bytes 2-3 in set @__set0) => accept",
-		"3: unknown(ct state (masked) != 0x00000000) => accept",
+		"3: -m conntrack --ctstate RELATED,ESTABLISHED => accept",
 		"4: -i eth+ => accept",
 		"5: -p icmp --icmp-type 8 => accept",
 		"7: unknown(limit, stateful) => accept",
@@ -329,7 +337,7 @@ func TestNative(t *testing.T) {
 		"chain inet lfp lfpfw (forward 10 filter policy drop)",
 		"1: -s 2001:2::/48 => drop",
 		"2: -p tcp unknown(transport header bytes 2-3 in set @__set0) => accept",
-		"3: unknown(ct state (masked) != 0x00000000) => accept",
+		"3: -m conntrack --ctstate RELATED,ESTABLISHED => accept",
 		"4: -i eth+ => accept",
 		"5: -p icmp unknown(transport header bytes 0-0 == 0x08) => accept",
 		"6: -p ipv6-icmp --icmp-type 128 => accept",
@@ -350,4 +358,31 @@ func TestNative(t *testing.T) {
 		"bridge br lfpf (hook forward priority 0)",
 		"netdev nd lfping (hook ingress priority 0)",
 	})
+}
+
+// What makes netfilter track connections is found on any hook, in regular chains, in objects.
+func TestConntrackUsers(t *testing.T) {
+	for _, tc := range []struct {
+		name, v4, v6, native string
+		want4, want6         []string
+	}{
+		{name: "nothing", v4: "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp --dport 22 -j ACCEPT\nCOMMIT\n"},
+		{name: "input conntrack match", v4: "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n",
+			want4: []string{"ip filter: xt match conntrack"}},
+		{name: "empty nat table", v6: "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n",
+			want6: []string{"ip6 nat: nat chain POSTROUTING", "ip6 nat: nat chain PREROUTING"}},
+		{name: "regular chain no one jumps to", v4: "*raw\n:X - [0:0]\n-A X -j CT --notrack\nCOMMIT\n",
+			want4: []string{"ip raw: xt target CT"}},
+		{name: "native ct in an output chain", native: "table inet o {\n chain out {\n type filter hook output priority 0;\n ct state new counter\n }\n}\n",
+			want4: []string{"inet o: a ct expression"}, want6: []string{"inet o: a ct expression"}},
+		{name: "ct helper object", native: "table ip h {\n ct helper ftp {\n type \"ftp\" protocol tcp\n }\n}\n",
+			want4: []string{"ip h: ct helper object ftp"}},
+		{name: "counter object", native: "table ip c {\n counter x {\n }\n chain f {\n type filter hook forward priority 0;\n counter name \"x\"\n }\n}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := load(t, "", tc.v4, tc.v6, tc.native)
+			compare(t, "ipv4", s.IPv4.Conntrack, tc.want4)
+			compare(t, "ipv6", s.IPv6.Conntrack, tc.want6)
+		})
+	}
 }

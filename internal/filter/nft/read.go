@@ -97,6 +97,13 @@ func Read(o Options) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
+		objs, err := dumpObjects(c)
+		if errors.Is(err, errInterrupted) && try < tries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
 		sets, err := ipset.List(ipset.Options{NetNS: o.NetNS})
 		if errors.Is(err, ipset.ErrNoIPSet) {
 			sets, err = map[string]*model.IPSet{}, nil
@@ -115,6 +122,8 @@ func Read(o Options) (*Snapshot, error) {
 			return nil, fmt.Errorf("nftables ruleset changed during each of %d reads", tries)
 		}
 		s := build(tables, chains, rules, sets)
+		users := conntrackUsers(chains, rules, objs)
+		s.IPv4.Conntrack, s.IPv6.Conntrack = users[0], users[1]
 		s.Generation = gen
 		return s, nil
 	}

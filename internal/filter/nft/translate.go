@@ -58,7 +58,8 @@ const (
 	valPayload valKind = iota
 	valMeta
 	valStatic  // known for every packet of the family (meta nfproto, meta protocol)
-	valUnknown // something the model does not read (ct state, fib, mark, ...)
+	valUnknown // something the model does not read (ct status, fib, ...)
+	valCtState // ct state: one of the model.Ct* bits, a host-order u32
 )
 
 // regVal is what a register holds.
@@ -84,7 +85,7 @@ const (
 	immDreg, immData                                                 = 1, 2
 	lookupSet, lookupSreg, lookupDreg                                = 1, 2, 3
 	xtName, xtRev, xtInfo                                            = 1, 2, 3
-	ctKey, ctSreg                                                    = 2, 4
+	ctDreg, ctKey, ctDir, ctSreg                                     = 1, 2, 3, 4
 	exthdrSreg                                                       = 7
 
 	opEq, opNeq, opLt, opLte, opGt, opGte = 0, 1, 2, 3, 4, 5
@@ -147,6 +148,8 @@ func (v *regVal) describe() string {
 			base = fmt.Sprintf("payload base %d", v.base)
 		}
 		s = fmt.Sprintf("%s bytes %d-%d", base, v.offset, int(v.offset)+v.n-1)
+	case valCtState:
+		s = "ct state"
 	case valMeta:
 		name := metaNames[v.key]
 		if name == "" {
@@ -249,6 +252,9 @@ func (t *translator) translate(exprs []rawExpr) ruleResult {
 			return linux(e.Name+" translates the packet", true)
 		default:
 			switch {
+			case e.Name == "ct" && !e.has(ctSreg) && !e.has(ctDir) && e.has(ctDreg) && ctKeyIs(e, unix.NFT_CT_STATE):
+				dreg, _ := e.u32(ctDreg)
+				t.set(dreg, &regVal{kind: valCtState, n: 4})
 			case pureLoads[e.Name]:
 				if (e.Name == "ct" && e.has(ctSreg)) || (e.Name == "exthdr" && e.has(exthdrSreg)) {
 					return linux(e.Name+" set", false)
@@ -437,6 +443,11 @@ func (t *translator) cmp(e rawExpr) (ruleResult, bool) {
 					return ruleResult{}, false
 				}
 			}
+		}
+	case valCtState:
+		if len(data) == 4 && (op == opEq || op == opNeq) {
+			t.matches = append(t.matches, ctStateCmp(v.mask, binary.NativeEndian.Uint32(data), op == opNeq))
+			return ruleResult{}, false
 		}
 	case valPayload:
 		if m, ok := t.payloadCmp(v, op, data); ok {
@@ -681,4 +692,29 @@ func verdictData(b []byte) (code int32, chain string, ok bool) {
 		return 0, "", false
 	}
 	return int32(c), vd.str(unix.NFTA_VERDICT_CHAIN), true
+}
+
+func ctKeyIs(e rawExpr, key uint32) bool {
+	k, ok := e.u32(ctKey)
+	return ok && k == key
+}
+
+// ctStateCmp translates `(ct state & mask) == value` (or !=): conntrack gives a packet exactly one
+// state bit, so the compare holds for the states whose bit, masked, is value.
+func ctStateCmp(mask []byte, value uint32, neq bool) model.CtState {
+	m := ^uint32(0)
+	if mask != nil {
+		m = binary.NativeEndian.Uint32(mask)
+	}
+	var states uint8
+	for b := uint8(1); b != 0; b <<= 1 {
+		if b&model.CtStates != 0 && uint32(b)&m == value {
+			states |= b
+		}
+	}
+	if neq {
+		// Not in states is in the others (a packet has exactly one): as a user writes it.
+		states = model.CtStates &^ states
+	}
+	return model.CtState{States: states}
 }

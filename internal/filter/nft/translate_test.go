@@ -135,8 +135,22 @@ func TestTranslate(t *testing.T) {
 		{"expressions after a verdict never run", model.IPv4, cat(verdict(nfAccept, ""), ex("log", nil)), "=> accept"},
 		{"unknown expression: Linux", model.IPv4, cat(payload(baseNetwork, 12, 4), cmp(opEq, ip(198, 18, 0, 1)), ex("brandnew", nil), verdict(nfAccept, "")),
 			"-s 198.18.0.1/32 => linux (brandnew)"},
-		{"ct state", model.IPv4, cat(ex("ct", map[uint16][]byte{ctKey: u32(unix.NFT_CT_STATE), 1: u32(1)}), bitwise(ip(6, 0, 0, 0), ip(0, 0, 0, 0)), cmp(opNeq, ip(0, 0, 0, 0)), verdict(nfAccept, "")),
-			"unknown(ct state (masked) != 0x00000000) => accept"},
+		{"ct state established,related", model.IPv4, cat(ctState(), bitwise(ip(6, 0, 0, 0), ip(0, 0, 0, 0)), cmp(opNeq, ip(0, 0, 0, 0)), verdict(nfAccept, "")),
+			"-m conntrack --ctstate RELATED,ESTABLISHED => accept"},
+		{"ct state ! invalid", model.IPv4, cat(ctState(), bitwise(ip(1, 0, 0, 0), ip(0, 0, 0, 0)), cmp(opEq, ip(0, 0, 0, 0)), verdict(nfAccept, "")),
+			"-m conntrack --ctstate NEW,RELATED,ESTABLISHED,UNTRACKED => accept"},
+		{"ct state == new", model.IPv4, cat(ctState(), cmp(opEq, ip(8, 0, 0, 0)), verdict(nfDrop, "")),
+			"-m conntrack --ctstate NEW => drop"},
+		{"ct state == two states: none", model.IPv4, cat(ctState(), cmp(opEq, ip(6, 0, 0, 0)), verdict(nfDrop, "")),
+			"-m conntrack --ctstate none => drop"},
+		{"ct state > new: unknown", model.IPv4, cat(ctState(), cmp(opGt, ip(8, 0, 0, 0)), verdict(nfDrop, "")),
+			"unknown(ct state > 0x08000000) => drop"},
+		{"ct state in a set: unknown", model.IPv4, cat(ctState(), ex("lookup", map[uint16][]byte{lookupSreg: u32(1), lookupSet: []byte("__set1\x00")}), verdict(nfAccept, "")),
+			"unknown(ct state in set @__set1) => accept"},
+		{"ct direction: unknown", model.IPv4, cat(ex("ct", map[uint16][]byte{ctKey: u32(unix.NFT_CT_DIRECTION), ctDreg: u32(1)}), cmp(opEq, []byte{0}), verdict(nfAccept, "")),
+			"unknown(ct direction == 0x00) => accept"},
+		{"ct status: unknown", model.IPv4, cat(ex("ct", map[uint16][]byte{ctKey: u32(unix.NFT_CT_STATUS), ctDreg: u32(1)}), bitwise(ip(0x20, 0, 0, 0), ip(0, 0, 0, 0)), cmp(opNeq, ip(0, 0, 0, 0)), verdict(nfAccept, "")),
+			"unknown(ct status (masked) != 0x00000000) => accept"},
 		{"ct set: Linux", model.IPv4, cat(ex("ct", map[uint16][]byte{ctKey: u32(unix.NFT_CT_MARK), ctSreg: u32(1)})), "=> linux (ct set)"},
 		{"meta set: Linux", model.IPv4, cat(ex("meta", map[uint16][]byte{metaKey: u32(unix.NFT_META_MARK), metaSreg: u32(1)})),
 			"=> linux (meta set (the rule changes packet metadata))"},
@@ -212,7 +226,16 @@ func TestXT(t *testing.T) {
 		{"xt tcp dport range", tcp, "tcp", 0, []byte{0, 0, 0xff, 0xff, 80, 0, 90, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "--dport 80:90"},
 		{"xt tcp option", tcp, "tcp", 0, []byte{0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 2, 0, 0, 0, 0, 0, 0, 0}, "unknown(xt match tcp rev 0)"},
 		{"xt tcp on udp", model.ProtoUDP, "tcp", 0, []byte{0, 0, 0xff, 0xff, 0, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0}, "unknown(xt match tcp rev 0)"},
-		{"conntrack: pure", 0, "conntrack", 3, nil, "unknown(xt match conntrack rev 3)"},
+		{"conntrack: too short", 0, "conntrack", 3, nil, "unknown(xt match conntrack rev 3)"},
+		{"conntrack rev 1", 0, "conntrack", 1, ctInfo(1, 1, 0, 0x06), "-m conntrack --ctstate RELATED,ESTABLISHED"},
+		{"conntrack rev 2 inverted", 0, "conntrack", 2, ctInfo(2, 1, 1, 0x01), "-m conntrack ! --ctstate INVALID"},
+		{"conntrack rev 3 untracked", 0, "conntrack", 3, ctInfo(3, 1, 0, 0x100|0x08), "-m conntrack --ctstate NEW,UNTRACKED"},
+		{"conntrack snat", 0, "conntrack", 3, ctInfo(3, 1, 0, 0x40), "unknown(xt match conntrack --ctstate SNAT/DNAT)"},
+		{"conntrack state and status", 0, "conntrack", 3, ctInfo(3, 1|1<<6, 0, 0x02), "-m conntrack --ctstate ESTABLISHED unknown(xt match conntrack (flags 0x40 besides --ctstate))"},
+		{"conntrack state alias", 0, "conntrack", 3, ctInfo(3, 1|1<<13, 0, 0x08), "-m conntrack --ctstate NEW"},
+		{"conntrack no condition", 0, "conntrack", 3, ctInfo(3, 0, 0, 0), "unknown(xt match conntrack without conditions)"},
+		{"conntrack rev 4", 0, "conntrack", 4, ctInfo(3, 1, 0, 2), "unknown(xt match conntrack rev 4)"},
+		{"state", 0, "state", 0, []byte{0x0a, 0, 0, 0}, "-m conntrack --ctstate NEW,ESTABLISHED"},
 		{"limit: stateful", 0, "limit", 0, nil, "unknown(xt match limit rev 0, stateful)"},
 		{"never heard of it: stateful", 0, "frobnicate", 0, nil, "unknown(xt match frobnicate rev 0, stateful)"},
 		{"statistic random", 0, "statistic", 0, []byte{0, 0, 0, 0}, "unknown(xt match statistic --mode random)"},
@@ -228,4 +251,21 @@ func TestXT(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
 	}
+}
+
+func ctState() rawExpr {
+	return ex("ct", map[uint16][]byte{ctKey: u32(unix.NFT_CT_STATE), ctDreg: u32(1)})
+}
+
+// ctInfo builds struct xt_conntrack_mtinfo1/2/3 with the flags, inversions and state mask given.
+func ctInfo(rev int, flags, inv, state uint16) []byte {
+	b := make([]byte, map[int]int{1: 152, 2: 156, 3: 164}[rev])
+	binary.NativeEndian.PutUint16(b[146:], flags)
+	binary.NativeEndian.PutUint16(b[148:], inv)
+	if rev == 1 {
+		b[150] = uint8(state)
+	} else {
+		binary.NativeEndian.PutUint16(b[150:], state)
+	}
+	return b
 }

@@ -86,6 +86,15 @@ func (t *translator) xtMatch(name string, rev uint32, info []byte) []model.Match
 			return unknown("")
 		}
 		return ms
+	case "conntrack":
+		return xtConntrack(rev, info)
+	case "state":
+		// struct xt_state_info { unsigned int statemask; }: nftables' state bits.
+		if rev != 0 || len(info) < 4 {
+			return unknown("")
+		}
+		mask := binary.NativeEndian.Uint32(info)
+		return []model.Match{model.CtState{States: uint8(mask) & model.CtStates}}
 	case "statistic":
 		// struct xt_statistic { u16 mode; ... }: mode 0 (random) draws a number per packet and
 		// keeps no state; nth counts packets.
@@ -252,4 +261,65 @@ func (t *translator) xtSet(rev uint32, info []byte) (model.Set, string) {
 // natTargets translate addresses or ports.
 var natTargets = map[string]bool{
 	"DNAT": true, "SNAT": true, "MASQUERADE": true, "REDIRECT": true, "NETMAP": true,
+}
+
+// xt_conntrack's match_flags (and invert_flags).
+const (
+	xtCtState      = 1 << 0
+	xtCtStateAlias = 1 << 13 // -m state written as conntrack: only how iptables prints it
+	// State bits beyond nftables': the connection is source or destination translated, and
+	// UNTRACKED (xt_state and nftables have it at 1 << 6, where conntrack has SNAT).
+	xtCtSNAT      = 1 << 6
+	xtCtDNAT      = 1 << 7
+	xtCtUntracked = 1 << 8
+)
+
+// xtConntrack decodes struct xt_conntrack_mtinfo1 (rev 1), 2 and 3:
+//
+//	union nf_inet_addr origsrc_addr, origsrc_mask, origdst_addr, origdst_mask,
+//	                   replsrc_addr, replsrc_mask, repldst_addr, repldst_mask; // 128 bytes
+//	u32 expires_min, expires_max; u16 l4proto; be16 origsrc_port, origdst_port,
+//	replsrc_port, repldst_port; u16 match_flags, invert_flags;
+//	rev 1: u8 state_mask, status_mask; rev 2, 3: u16 state_mask, status_mask; (rev 3: port ranges)
+//
+// conntrack_mt(): every flagged condition must hold. --ctstate becomes a CtState match (unless it
+// asks for the SNAT or DNAT pseudo-states, which read the entry's status); every other condition
+// (--ctstatus, --ctorigdst, --ctdir, --ctexpire ...) is an Unknown match, without side effects.
+func xtConntrack(rev uint32, info []byte) []model.Match {
+	const off = 146
+	need := off + 6
+	if rev >= 2 {
+		need = off + 8
+	}
+	if rev < 1 || rev > 3 || len(info) < need {
+		return []model.Match{model.Unknown{What: fmt.Sprintf("xt match conntrack rev %d", rev)}}
+	}
+	flags := binary.NativeEndian.Uint16(info[off:])
+	inv := binary.NativeEndian.Uint16(info[off+2:])
+	var state uint16
+	if rev == 1 {
+		state = uint16(info[off+4])
+	} else {
+		state = binary.NativeEndian.Uint16(info[off+4:])
+	}
+	var ms []model.Match
+	if flags&xtCtState != 0 {
+		if state&(xtCtSNAT|xtCtDNAT) != 0 {
+			ms = append(ms, model.Unknown{What: "xt match conntrack --ctstate SNAT/DNAT"})
+		} else {
+			m := model.CtState{States: uint8(state) & (model.CtStates &^ model.CtUntracked), Invert: inv&xtCtState != 0}
+			if state&xtCtUntracked != 0 {
+				m.States |= model.CtUntracked
+			}
+			ms = append(ms, m)
+		}
+	}
+	if rest := flags &^ (xtCtState | xtCtStateAlias); rest != 0 {
+		ms = append(ms, model.Unknown{What: fmt.Sprintf("xt match conntrack (flags %#x besides --ctstate)", rest)})
+	}
+	if len(ms) == 0 {
+		// No condition: conntrack_mt() is then true for a tracked packet only.
+		ms = append(ms, model.Unknown{What: "xt match conntrack without conditions"})
+	}
+	return ms
 }

@@ -192,7 +192,10 @@ func (g *Gen) matches() []model.Match {
 		}
 		add(s)
 	case 4:
-		add(model.Unknown{What: "conntrack --ctstate NEW"})
+		add(model.Unknown{What: "conntrack --ctstatus ASSURED"})
+	case 8, 9, 10:
+		add(model.CtState{States: pick(r, []uint8{model.CtEstablished | model.CtRelated, model.CtNew, model.CtInvalid,
+			model.CtEstablished, model.CtUntracked | model.CtNew, model.CtStates, 0}), Invert: inv()})
 	case 5:
 		add(model.Unknown{What: "limit", SideEffect: true})
 	case 6:
@@ -256,7 +259,7 @@ func (g *Gen) Ruleset() (*model.Ruleset, map[string]*model.IPSet) {
 		t := tbl{family: "inet", name: "lfp", verdicts: vk(C, A, D, D, R, J, G, L)}
 		for i := range n {
 			h := pick(r, []model.Hook{model.Prerouting, model.Forward, model.Forward, model.Postrouting})
-			prio := pick(r, []int32{-350, -300, -150, -120, 0, 0, 10, 50, 100, 150})
+			prio := pick(r, []int32{-350, -300, -200, -150, -120, 0, 0, 10, 50, 100, 150})
 			t.bases = append(t.bases, bc(h, prio, model.ChainFilter))
 			t.names = append(t.names, fmt.Sprintf("base%d", i))
 		}
@@ -431,5 +434,9 @@ func (g *Gen) Packet() eval.Packet {
 	if r.IntN(10) == 0 {
 		p.Mark = pick(r, []uint32{1, 0x4000, 0x2})
 	}
+	// Mostly what the fast path sees (established, new). Never 0 (not known): the evaluator's
+	// "maybe" for it would be compared with a data plane that leaves such packets to Linux.
+	p.CtState = pick(r, []uint8{model.CtEstablished, model.CtEstablished, model.CtEstablished, model.CtNew, model.CtNew,
+		model.CtRelated, model.CtInvalid, model.CtUntracked})
 	return p
 }
