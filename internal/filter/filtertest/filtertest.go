@@ -11,11 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
-
 	"github.com/linuxfp/linuxfp/internal/filter/nft"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 // Require skips the test when it cannot run here (not root, a tool missing).
@@ -73,37 +71,7 @@ func IPSetRestore(ns *nsutil.NS, script string) error { return Stdin(ns, script,
 func NFT(ns *nsutil.NS, script string) error { return Stdin(ns, script, "nft", "-f", "-") }
 
 // NFAcct creates nfacct objects (what `nfacct add NAME` does, without needing the nfacct tool).
-func NFAcct(ns *nsutil.NS, names ...string) error {
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(ns.Handle())})
-	if err != nil {
-		return fmt.Errorf("dial netfilter netlink: %w", err)
-	}
-	defer c.Close()
-	const (
-		nfnlSubsysAcct = 7
-		msgAcctNew     = 0
-		attrName       = 1
-	)
-	for _, name := range names {
-		ae := netlink.NewAttributeEncoder()
-		ae.String(attrName, name)
-		attrs, err := ae.Encode()
-		if err != nil {
-			return err
-		}
-		_, err = c.Execute(netlink.Message{
-			Header: netlink.Header{
-				Type:  netlink.HeaderType(nfnlSubsysAcct<<8 | msgAcctNew),
-				Flags: netlink.Request | netlink.Acknowledge | netlink.Create,
-			},
-			Data: append([]byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0}, attrs...),
-		})
-		if err != nil {
-			return fmt.Errorf("nfacct add %s: %w", name, err)
-		}
-	}
-	return nil
-}
+func NFAcct(ns *nsutil.NS, names ...string) error { return testbed.AddNFAcct(ns, names...) }
 
 // Read reads the namespace's ruleset.
 func Read(ns *nsutil.NS) (*nft.Snapshot, error) {
