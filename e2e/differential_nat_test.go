@@ -1,12 +1,18 @@
 package e2e
 
 import (
+	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 	"github.com/ti-mo/conntrack"
+	"golang.org/x/sys/unix"
 
+	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/packet"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -86,4 +92,196 @@ func (d *diffEnv) natCorpus() *diffCorpus {
 	// A flow's first datagram goes to Linux (ct_new).
 	c.fast = c.fast * (per - 1) / per
 	return c
+}
+
+// The same NAT rules, with connections that were opened (and became ASSURED) before linuxfp
+// started, and replies: a responder at the sink answers every datagram (the reply carries the
+// datagram's marker), so translated replies come back through out0 and are un-translated, by
+// Linux alone or by the fast path. gen has a socket for every flow (its kernel sends no port
+// unreachable about the replies); the sink has none, so its kernel answers every datagram
+// with a port unreachable about the translated flow too, which Linux translates back (the
+// fast path hands ICMP to Linux). gen and the sink must see the same bytes.
+func TestDifferentialNATReplies(t *testing.T) {
+	for _, hook := range diffHooks[:2] {
+		t.Run(hook.name, func(t *testing.T) {
+			tb := newTestbed(t, hook.opts)
+			d := newDiffEnv(t, tb, diffNATSetup)
+			d.hook = hook.name
+			if err := tb.Gen.Script(diffNoRateLimits); err != nil {
+				t.Fatal(err)
+			}
+			d.originated = func(a netip.Addr) bool { return a == testbed.SinkAddr || a == testbed.InAddr }
+			c, flows := d.natRepliesCorpus()
+			for _, f := range flows {
+				ln := listenUDP(t, tb.Gen, netip.AddrPortFrom(f.Src, f.SrcPort))
+				t.Cleanup(func() { ln.Close() })
+			}
+			stop := udpResponder(t, tb)
+			defer stop()
+			d.preRun = func(t *testing.T) {
+				if err := tb.DUT.Do(func() error {
+					c, err := conntrack.Dial(nil)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					return c.Flush()
+				}); err != nil {
+					t.Fatal(err)
+				}
+				// Each flow: a datagram and its reply (SEEN_REPLY), and after conntrack's 2 s
+				// another one, which makes the entry ASSURED (udp_packet()). Before linuxfp
+				// starts, in linuxfp's run.
+				for round := range 2 {
+					if round == 1 {
+						time.Sleep(2100 * time.Millisecond)
+					}
+					var frames [][]byte
+					for _, f := range flows {
+						s := f
+						s.Payload = []byte("warm-up")
+						frames = append(frames, s.Bytes())
+					}
+					sendFrames(t, tb.Gen, tb.GenIfindex, frames)
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			d.differential(t, c, time.Second, true)
+			st, err := testbed.StatusClientIn(tb.DUT).Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range st.Interfaces {
+				if it.Name != "out0" {
+					continue
+				}
+				t.Logf("out0 (replies): forwarded %d, passed to Linux %s", it.Forwarded.Packets, passed(it.Passed))
+				if want := uint64(len(c.frames)) * 9 / 10; it.Forwarded.Packets < want {
+					t.Errorf("out0 fast-pathed %d replies, want at least %d of the %d", it.Forwarded.Packets, want, len(c.frames))
+				}
+			}
+		})
+	}
+}
+
+// natRepliesCorpus: per datagrams of each of several flows per kind of translation; every flow
+// is established before the run (see preRun), so all its datagrams are the fast path's.
+func (d *diffEnv) natRepliesCorpus() (*diffCorpus, []packet.Spec) {
+	b := d.newBuilder(12)
+	const per = 4
+	var flows []packet.Spec
+	flow := func(name string, s packet.Spec) {
+		s.Size = 0 // the marker ends the payload: the responder's reply carries it back
+		flows = append(flows, s)
+		b.add(name, per, true, func(int) packet.Spec { return s })
+	}
+	for range 15 {
+		s := b.v4(b.route4())
+		s.DstPort = uint16(5000 + b.r.Intn(1000))
+		flow("masquerade", s)
+		s = b.v4(b.route4())
+		s.DstPort = uint16(6000 + b.r.Intn(1000))
+		flow("snat", s)
+		s = b.v4(testbed.Prefix4(40, 1+b.r.Intn(254)))
+		flow("dnat", s)
+		s = b.v4(b.route4())
+		s.DstPort = uint16(8000 + b.r.Intn(1000))
+		flow("tracked, untranslated", s)
+		// To the sink's own address: its kernel answers with a port unreachable about the
+		// masqueraded datagram as well.
+		s = b.v4(testbed.SinkAddr)
+		s.DstPort = uint16(5000 + b.r.Intn(1000))
+		flow("masquerade, port unreachable back", s)
+	}
+	return b.done(), flows
+}
+
+func listenUDP(t *testing.T, ns *nsutil.NS, a netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	if err := ns.Do(func() (err error) { c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(a)); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sendFrames sends frames out of ifindex in ns through a packet socket.
+func sendFrames(t *testing.T, ns *nsutil.NS, ifindex int, frames [][]byte) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for _, f := range frames {
+			to := &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: htons(unix.ETH_P_IP), Halen: 6}
+			copy(to.Addr[:], f[:6])
+			if err := unix.Sendto(fd, f, 0, to); err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// udpResponder answers, from the sink's eth0, every IPv4 UDP datagram that arrives there with one
+// going back: addresses and ports swapped, the same payload, TTL 64 and the datagram's IPv4 ID
+// (so that runs compare). It stops when stop is called.
+func udpResponder(t *testing.T, tb *testbed.Testbed) (stop func()) {
+	t.Helper()
+	var fd int
+	if err := tb.Sink.Do(func() (err error) {
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+		if err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: tb.SinkIfindex})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tv := unix.Timeval{Usec: 50000}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		buf := make([]byte, 4096)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			n, from, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil {
+				continue
+			}
+			if ll, ok := from.(*unix.SockaddrLinklayer); !ok || ll.Pkttype != unix.PACKET_HOST {
+				continue // not addressed to the sink (its own replies among them)
+			}
+			p := gopacket.NewPacket(buf[:n], layers.LayerTypeEthernet, gopacket.Default)
+			ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+			if ip == nil || udp == nil || ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+				continue
+			}
+			src, _ := netip.AddrFromSlice(ip.DstIP)
+			dst, _ := netip.AddrFromSlice(ip.SrcIP)
+			reply := packet.Spec{SrcMAC: tb.SinkMAC, DstMAC: tb.OutMAC, Src: src, Dst: dst, Proto: layers.IPProtocolUDP,
+				SrcPort: uint16(udp.DstPort), DstPort: uint16(udp.SrcPort), ID: ip.Id, Payload: slices.Clone(udp.Payload)}
+			f := reply.Bytes()
+			to := &unix.SockaddrLinklayer{Ifindex: tb.SinkIfindex, Protocol: htons(unix.ETH_P_IP), Halen: 6}
+			copy(to.Addr[:], f[:6])
+			unix.Sendto(fd, f, 0, to)
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		unix.Close(fd)
+	}
 }
