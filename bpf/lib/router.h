@@ -444,8 +444,8 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 			return lfp_pass(ctx, r);
 		scr->fp.ctstate = scr->ct.state;
 	}
-	/* VXLAN for a device of this host: decapsulated here, or Linux's (bpf/lib/vxlan.h). */
-	if (LFP_TC && cfg->vxlans && iph->protocol == IPPROTO_UDP && !scr->ct.nat) {
+	/* VXLAN for a device of this host: decapsulated here (tc), or Linux's (bpf/lib/vxlan.h). */
+	if (cfg->vxlans && iph->protocol == IPPROTO_UDP && !scr->ct.nat) {
 		int v;
 
 		if (vxlan_rx(ctx, cfg, iph, data_end, tot, &v))

@@ -380,7 +380,25 @@ linux:
 	*verdict = lfp_pass(ctx, LFP_PASS_VXLAN);
 	return 1;
 #else
-	return 0;
+	/* At XDP the inner frame cannot be handed to the vxlan device's ingress: Linux's (counted
+	 * as VXLAN, not as a packet the route sends up the stack). The graph puts a decapsulating
+	 * device's underlay on tc (internal/graph: vxlanUnderlay). */
+	struct {
+		__be16 sport, dport, len, check;
+		__be32 flags, vni;
+	} *h = (void *)(iph + 1);
+	struct lfp_vxlan_rx_key k = {};
+	struct lfp_vxlan_rx *rx;
+
+	if ((void *)(h + 1) > data_end)
+		return 0;
+	k.port = h->dport;
+	k.vni = bpf_ntohl(h->vni) >> 8;
+	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &k);
+	if (!rx || iph->daddr != rx->local)
+		return 0;
+	*verdict = lfp_pass(ctx, LFP_PASS_VXLAN);
+	return 1;
 #endif
 }
 

@@ -256,6 +256,9 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 			hook = dataplane.HookTC
 			notes = append(notes, "hook tc: the veth peer is a local stack that sends skbs with checksums left to offload ("+
 				peerOffloadNote(lk)+"): native XDP would lose that state, tc keeps the skb as it is")
+		case vxlanUnderlay(s, lk) != "":
+			hook = dataplane.HookTC
+			notes = append(notes, "hook tc: the underlay of "+vxlanUnderlay(s, lk)+", whose packets the VXLAN module decapsulates at tc only (it hands them to the vxlan device's ingress, which XDP cannot)")
 		default:
 			notes = append(notes, "hook xdp: the driver supports native XDP and the sender leaves checksums to nobody: frames can be forwarded before any skb is built")
 		}
@@ -348,8 +351,11 @@ func tcEgress(s *observe.Snapshot, lk *observe.Link) (dataplane.TCTx, bool) {
 		// A bond or VRF member: Linux transmits through the master, never to it directly.
 		return tx, false
 	}
+	// Straight into the peer (bpf_redirect_peer) skips this side's transmit path: only where
+	// that path does nothing to the skb (no tc egress, no netfilter egress, a passive qdisc, and
+	// checksum and segmentation offloads on: validate_xmit_skb() leaves it as it is).
 	if lk.Kind != "veth" || lk.PeerNetnsID < 0 || lk.PeerXDP || lk.PeerMTU <= 0 || lk.TCEgress ||
-		len(s.Netfilter.Egress[lk.Name]) > 0 {
+		len(s.Netfilter.Egress[lk.Name]) > 0 || lk.TxOffload != observe.OffloadOn {
 		return tx, true
 	}
 	for _, q := range lk.Qdiscs {
@@ -388,4 +394,33 @@ func egressReady(s *observe.Snapshot, lk *observe.Link) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// vxlanUnderlay names the vxlan device (the first by name) whose packets the fast path
+// decapsulates and which has lk as its underlay: its IFLA_VXLAN_LINK, or, without one, the
+// device holding its local address. "" for none.
+func vxlanUnderlay(s *observe.Snapshot, lk *observe.Link) string {
+	var names []string
+	for _, vx := range s.Links {
+		if vx.VXLAN == nil {
+			continue
+		}
+		if rx, _ := vxlanDecap(s, vx); rx == nil {
+			continue
+		}
+		under := vx.VXLAN.VtepDev == lk.Index
+		if vx.VXLAN.VtepDev == 0 {
+			for _, a := range s.Addrs {
+				under = under || (a.Index == lk.Index && a.Prefix.Addr() == vx.VXLAN.Local)
+			}
+		}
+		if under {
+			names = append(names, vx.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	return names[0]
 }

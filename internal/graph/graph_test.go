@@ -221,7 +221,7 @@ func TestData(t *testing.T) {
 func TestTCEgress(t *testing.T) {
 	pod := func(s *observe.Snapshot) {
 		lk := s.Links[3]
-		lk.PeerNetnsID, lk.PeerMTU, lk.Qdiscs = 5, 1500, []string{"noqueue"}
+		lk.PeerNetnsID, lk.PeerMTU, lk.Qdiscs, lk.TxOffload = 5, 1500, []string{"noqueue"}, observe.OffloadOn
 	}
 	cases := []struct {
 		name     string
@@ -244,6 +244,11 @@ func TestTCEgress(t *testing.T) {
 			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].Qdiscs = []string{"tbf"} }},
 		{name: "container veth with a netfilter egress chain", iface: 3, ok: true,
 			mutate: func(s *observe.Snapshot) { pod(s); s.Netfilter.Egress["veth0"] = []string{"x"} }},
+		// Its transmit path would complete checksums or cut TCP trains: not skipped.
+		{name: "container veth without transmit offloads", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].TxOffload = observe.OffloadOff }},
+		{name: "container veth whose offloads are unknown", iface: 3, ok: true,
+			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].TxOffload = observe.OffloadUnknown }},
 		{name: "container veth whose peer runs XDP", iface: 3, ok: true,
 			mutate: func(s *observe.Snapshot) { pod(s); s.Links[3].PeerXDP = true }},
 		{name: "bond member", iface: 3,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/observe"
 )
 
@@ -46,6 +47,23 @@ func TestVXLANEncap(t *testing.T) {
 				t.Fatalf("entry with its own vni and port: %+v", e)
 			}
 		}
+	}
+	// eth0 holds flannel.1's local address: its packets arrive there, and the VXLAN module
+	// decapsulates at tc only. Where Linux decapsulates anyway (learning), eth0 keeps XDP.
+	if sp := p.Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookTC ||
+		!strings.Contains(strings.Join(p.Interfaces[2].Notes, "\n"), "hook tc: the underlay of flannel.1") {
+		t.Errorf("eth0, flannel.1's underlay: %+v %q", sp, p.Interfaces[2].Notes)
+	}
+	learning := flannel()
+	learning.Links[7].VXLAN.Learning = true
+	if sp := Build(learning, Options{Hook: HookAuto}, notOwned).Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookXDP {
+		t.Errorf("eth0 under a vxlan device Linux decapsulates: %+v, want xdp", sp)
+	}
+	withLink := flannel()
+	withLink.Links[7].VXLAN.Local = netip.MustParseAddr("198.18.9.9") // not eth0's
+	withLink.Links[7].VXLAN.VtepDev = 2
+	if sp := Build(withLink, Options{Hook: HookAuto}, notOwned).Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookTC {
+		t.Errorf("eth0 as the vxlan device's link: %+v, want tc", sp)
 	}
 	for _, c := range []struct {
 		why    string

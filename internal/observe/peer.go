@@ -99,7 +99,7 @@ func (f *peerFinder) peerInfo(lk *Link) (peerInfo, error) {
 		}
 		pi.mtu = l.Attrs().MTU
 		pi.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
-		on, err := txChecksumOffload(l.Attrs().Name)
+		on, err := ethtoolFlag(l.Attrs().Name, unix.ETHTOOL_GTXCSUM)
 		if err != nil {
 			return pi, err
 		}
@@ -130,16 +130,17 @@ func (f *peerFinder) peerInfo(lk *Link) (peerInfo, error) {
 	return pi, err
 }
 
-// txChecksumOffload reads ETHTOOL_GTXCSUM: whether any of the device's IPv4/IPv6/generic
-// transmit checksum offloads is on. (A hand-written ioctl: golang.org/x/sys has no public
-// SIOCETHTOOL with data, and the ethtool netlink libraries do not read features.)
-func txChecksumOffload(name string) (bool, error) {
+// ethtoolFlag reads a legacy ethtool feature flag: ETHTOOL_GTXCSUM, whether any of the device's
+// IPv4/IPv6/generic transmit checksum offloads is on; ETHTOOL_GTSO, whether TCP segmentation
+// offload is. (A hand-written ioctl: golang.org/x/sys has no public SIOCETHTOOL with data, and
+// the ethtool netlink libraries do not read features.)
+func ethtoolFlag(name string, cmd uint32) (bool, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return false, err
 	}
 	defer unix.Close(fd)
-	v := struct{ cmd, data uint32 }{cmd: unix.ETHTOOL_GTXCSUM}
+	v := struct{ cmd, data uint32 }{cmd: cmd}
 	var ifr struct {
 		name [unix.IFNAMSIZ]byte
 		data unsafe.Pointer
@@ -169,6 +170,15 @@ func (f *peerFinder) readPeers(links map[int]*Link) {
 		lk.PeerOffloadErr = ""
 		if err != nil {
 			lk.PeerOffloadErr = err.Error()
+		}
+		lk.TxOffload = OffloadUnknown
+		csum, err1 := ethtoolFlag(lk.Name, unix.ETHTOOL_GTXCSUM)
+		tso, err2 := ethtoolFlag(lk.Name, unix.ETHTOOL_GTSO)
+		if err1 == nil && err2 == nil {
+			lk.TxOffload = OffloadOff
+			if csum && tso {
+				lk.TxOffload = OffloadOn
+			}
 		}
 	}
 }

@@ -45,6 +45,10 @@ type Link struct {
 	// PeerOffload: may the veth peer's stack send skbs with checksums left to offload?
 	PeerOffload    Offload
 	PeerOffloadErr string // why the peer could not be inspected
+	// TxOffload (veths): this side's own transmit checksum offload and TCP segmentation offload
+	// are both on. Off, its transmit path completes checksums and cuts TCP GSO trains in
+	// software (validate_xmit_skb()), which a redirect straight into the peer would skip.
+	TxOffload Offload
 	// PeerMTU and PeerXDP: the peer's MTU (0: unknown) and whether an XDP program is attached
 	// to it.
 	PeerMTU int
