@@ -76,9 +76,11 @@ func TestDifferentialPods(t *testing.T) {
 		d.differential(t, d.corpus(31), true)
 	})
 	// The underlay without transmit checksum offload (as a NIC without it): the VXLAN packets'
-	// checksums are completed in software on the way out, so their receiver has to verify them,
-	// and GSO trains are cut into segments before they cross (linuxfp then attaches native XDP
-	// to the underlay: its peer computes checksums).
+	// checksums are completed in software on the way out, so their receiver has to verify them
+	// (node2 hands them to Linux: vxlan_rx), and GSO trains are cut into segments before they
+	// cross. linuxfp keeps tc on the underlay (the VXLAN module decapsulates at tc only), and
+	// redirects into it through its transmit path, not straight into its peer (bpf_redirect_peer
+	// would skip the software checksum: the inner checksums would cross unfilled).
 	//
 	// GRO is off on flannel.1 here: its gro_cells would merge the segments of a train again after
 	// decapsulation, but only those no one else holds a reference to (skb_cloned()), and the
