@@ -262,3 +262,89 @@ func udpEcho(t *testing.T, tb *testbed.Testbed, addr string, n int, gap time.Dur
 		time.Sleep(gap)
 	}
 }
+
+// A rule before conntrack (raw PREROUTING) that drops an established connection's packets: Linux
+// drops them before nf_conntrack_in(), so their entry is not refreshed and expires on its own.
+// The fast path drops them too, and does not refresh the entry either.
+func TestConntrackRawDropNoRefresh(t *testing.T) {
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbed(t, h.opts)
+			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0")
+			sh(t, tb.DUT, flannelishNAT)
+			l := startLinuxfp(t, tb)
+			waitStatus(t, l, "in0", "ipv4 router with conntrack", func(it *status.Interface) bool {
+				return it.Program != nil && contains(it.Program.Families, "ipv4") && hasNote(it, "conntrack: netfilter tracks")
+			})
+			// An ASSURED UDP flow (replies, and a packet more than 2 s after the first).
+			var srv net.PacketConn
+			if err := tb.Sink.Do(func() (err error) { srv, err = net.ListenPacket("udp", "198.19.0.1:0"); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			go func() {
+				buf := make([]byte, 2000)
+				for {
+					k, from, err := srv.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					srv.WriteTo(buf[:k], from)
+				}
+			}()
+			var c net.Conn
+			if err := tb.Gen.Do(func() (err error) { c, err = net.Dial("udp", srv.LocalAddr().String()); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			port := uint16(srv.LocalAddr().(*net.UDPAddr).Port)
+			buf := make([]byte, 100)
+			for i := range 12 {
+				c.SetDeadline(time.Now().Add(time.Second))
+				if _, err := c.Write([]byte("assure")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Read(buf); err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			f, err := ctEntry(tb.DUT, unix.IPPROTO_UDP, "198.19.0.1", port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.Status.Assured() {
+				t.Fatalf("flow not ASSURED: %v", f.Status)
+			}
+
+			sh(t, tb.DUT, fmt.Sprintf("iptables -t raw -A PREROUTING -p udp --dport %d -j DROP", port))
+			want := "netfilter rules compiled into 1 "
+			waitStatus(t, l, "in0", want, func(it *status.Interface) bool { return hasNote(it, want) })
+			t0, err := ctEntry(tb.DUT, unix.IPPROTO_UDP, "198.19.0.1", port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, cb := droppedOf(t, l, "in0"), readCounters(t, l, "in0")
+			c.SetDeadline(time.Time{})
+			deadline, sent := time.Now().Add(2500*time.Millisecond), uint64(0)
+			for time.Now().Before(deadline) {
+				if _, err := c.Write([]byte("dropped before conntrack")); err != nil {
+					t.Fatalf("send: %v", err)
+				}
+				sent++
+				time.Sleep(20 * time.Millisecond)
+			}
+			t1, err := ctEntry(tb.DUT, unix.IPPROTO_UDP, "198.19.0.1", port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := droppedOf(t, l, "in0") - before; d < sent*9/10 {
+				t.Fatalf("the fast path dropped %d of the %d datagrams (forwarded %d, to Linux %v)", d, sent,
+					readCounters(t, l, "in0").sub(cb).forwarded, readCounters(t, l, "in0").sub(cb).passed)
+			}
+			if t1.Timeout+2 > t0.Timeout {
+				t.Fatalf("entry timeout %d s before, %d s after 2.5 s of datagrams dropped in raw: refreshed", t0.Timeout, t1.Timeout)
+			}
+		})
+	}
+}

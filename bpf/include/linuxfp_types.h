@@ -206,9 +206,15 @@ enum {
 	/* Some rule tests the conntrack state: packets conntrack did not look up go to Linux. */
 	LFP_FW_HAS_CTSTATE4 = 1 << 6,
 	LFP_FW_HAS_CTSTATE6 = 1 << 7,
+	/* A rule before conntrack (raw) drops: a packet's conntrack entry is refreshed only once
+	 * the classification says no such rule dropped it (ct_refresh()). */
+	LFP_FW_PRE_CT_DROP4 = 1 << 8,
+	LFP_FW_PRE_CT_DROP6 = 1 << 9,
 };
 
 enum { LFP_FW_ACCEPT = 0, LFP_FW_DROP = 1, LFP_FW_LINUX = 2 };
+/* With LFP_FW_DROP: the rule that dropped runs before conntrack. */
+#define LFP_FW_PRE_CT 4
 enum { LFP_FW_ACT_DROP = 1, LFP_FW_ACT_LINUX = 2, LFP_FW_ACT_SKIP = 3 };
 enum {
 	LFP_FW_TEST_SRC = 1, LFP_FW_TEST_DST, LFP_FW_TEST_PROTO, LFP_FW_TEST_SPORT, LFP_FW_TEST_DPORT,
@@ -238,7 +244,8 @@ struct lfp_fw_test {
 struct lfp_fw_rule {
 	__u8 ntests;
 	__u8 action;
-	__u16 pad;
+	__u8 pre_ct; /* the rule's chain runs before conntrack (compile.Rule.PreCT) */
+	__u8 pad;
 	__u32 skip_to;
 	struct lfp_fw_test t[LFP_FW_MAX_TESTS];
 };

@@ -119,8 +119,10 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 		l3hdr = sizeof(*iph);
 		tot = bpf_ntohs(iph->tot_len);
 	}
+	nf->scr->ct.refresh = 0;
 	if (nf->ct) {
 		ct_parse(&nf->scr->ct, fp->src, fp->dst, v6, l4proto, l4, data_end);
+		nf->scr->ct.defer = !!(nf->cfg->fw_flags & (v6 ? LFP_FW_PRE_CT_DROP6 : LFP_FW_PRE_CT_DROP4));
 		r = ct_valid(ctx, nf->cfg, &nf->scr->ct, l4, data_end, tot - l3hdr, nf->scr->buf);
 		if (r == LFP_FORWARDED)
 			r = ct_forward(ctx, nf->cfg, &nf->scr->ct);
@@ -226,6 +228,8 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	if (nf_ip && nf.fw && nf.scr) {
 		__u32 v = filter_classify(nf.cfg, &nf.scr->fp, bridge, bridge, in);
 
+		ct_refresh(ctx, &nf.scr->ct, v);
+		v &= 3;
 		if (v == LFP_FW_DROP)
 			return lfp_drop(ctx, LFP_FILTER_DROPPED);
 		if (v != LFP_FW_ACCEPT)

@@ -138,6 +138,11 @@ struct ct_pkt {
 	__u8 nat;
 	/* Out: the state conntrack gives the packet (LFP_CT_STATE_*), when LFP_FORWARDED. */
 	__u8 state;
+	/* In: defer the timeout refresh (rules before conntrack may drop the packet: Linux would
+	 * not refresh then). Out: refresh pending, with timeout (ms), for ct_refresh(). */
+	__u8 defer;
+	__u8 refresh;
+	__u32 timeout;
 	__be16 nat_sport, nat_dport;
 	__be32 nat_saddr, nat_daddr;
 };
@@ -428,10 +433,37 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		}
 		c->nat = 1;
 	}
-	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT))
-		bpf_ct_change_timeout(ct, timeout);
+	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT)) {
+		if (c->defer) {
+			c->timeout = timeout;
+			c->refresh = 1;
+		} else {
+			bpf_ct_change_timeout(ct, timeout);
+		}
+	}
 	bpf_ct_release(ct);
 	return why;
+}
+
+/* The deferred refresh (c->defer), once the filter has classified the packet: verdict says
+ * whether Linux's conntrack would have seen it. Not for a packet a rule before conntrack
+ * dropped (nf_conntrack_in() never ran), nor for one going to Linux (which refreshes it
+ * itself, or not, as its rules say). */
+static __always_inline void ct_refresh(lfp_ctx *ctx, struct ct_pkt *c, __u32 verdict)
+{
+	struct lfp_ct_opts o = {};
+	struct nf_conn *ct;
+
+	if (!c->refresh)
+		return;
+	c->refresh = 0;
+	if ((verdict & LFP_FW_PRE_CT) || (verdict & 3) == LFP_FW_LINUX)
+		return;
+	ct = ct_lookup(ctx, c, &o);
+	if (!ct)
+		return;
+	bpf_ct_change_timeout(ct, c->timeout);
+	bpf_ct_release(ct);
 }
 
 #endif

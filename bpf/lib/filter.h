@@ -213,7 +213,7 @@ static long fw_scan_one(__u64 i, void *arg)
 	}
 	switch (r->action) {
 	case LFP_FW_ACT_DROP:
-		s->verdict = LFP_FW_DROP;
+		s->verdict = LFP_FW_DROP | (r->pre_ct ? LFP_FW_PRE_CT : 0);
 		return 1;
 	case LFP_FW_ACT_SKIP:
 		if (++s->skips <= LFP_FW_MAX_SKIPS) {
@@ -270,7 +270,8 @@ static __always_inline enum lfp_reason filter_l4(struct fw_pkt *p, __u8 proto, v
 	return LFP_FORWARDED;
 }
 
-/* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP or LFP_FW_LINUX. in_ifindex and
+/* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP (with LFP_FW_PRE_CT when a rule before
+ * conntrack dropped it) or LFP_FW_LINUX. in_ifindex and
  * out_ifindex are the interfaces the rules see (for a bridged packet, the bridge both times);
  * rx_ifindex is the device the frame arrived on. */
 __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, struct fw_pkt *p,

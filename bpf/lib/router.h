@@ -240,7 +240,7 @@ static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
  * untouched). Every packet pointer is invalid afterwards. */
 static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct lfp_config *cfg,
 						    struct bpf_fib_lookup *fib, __u32 tot, __u32 l3len, int v4,
-						    int fw, struct fw_pkt *fp)
+						    int fw, struct fw_pkt *fp, struct ct_pkt *c)
 {
 	/* Read before the lookup, which overwrites them (tot_len shares a union with mtu_result,
 	 * tos with rt_metric). fib->tot_len is the length the MTU checks see: a GSO train's
@@ -259,6 +259,9 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 	if (fw) {
 		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex, ctx_ingress_ifindex(ctx));
 
+		/* Before vxlan_plan() reuses c for the outer flow. */
+		ct_refresh(ctx, c, v);
+		v &= 3;
 		if (v == LFP_FW_DROP)
 			return LFP_FILTER_DROPPED;
 		if (v != LFP_FW_ACCEPT)
@@ -434,8 +437,10 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	scr->fp.src[0] = iph->saddr;
 	scr->fp.dst[0] = iph->daddr;
 	scr->ct.nat = 0;
+	scr->ct.refresh = 0;
 	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 0, iph->protocol, (void *)(iph + 1), data_end);
+		scr->ct.defer = !!(cfg->fw_flags & LFP_FW_PRE_CT_DROP4);
 		scr->ct.nat_ok = 1;
 		r = ct_valid(ctx, cfg, &scr->ct, (void *)(iph + 1), data_end, tot - sizeof(*iph), scr->buf);
 		if (r == LFP_FORWARDED)
@@ -465,7 +470,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		scr->fp.dst[0] = scr->ct.nat_daddr;
 		scr->fp.dport = bpf_ntohs(scr->ct.nat_dport);
 	}
-	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &scr->fp);
+	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &scr->fp, &scr->ct);
 	if (r == LFP_FILTER_DROPPED)
 		return lfp_drop(ctx, r);
 	if (r != LFP_FORWARDED)
@@ -613,8 +618,10 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	__builtin_memcpy(scr->fp.src, &src, sizeof(src));
 	__builtin_memcpy(scr->fp.dst, &dst, sizeof(dst));
 	scr->fp.v6 = 1;
+	scr->ct.refresh = 0;
 	if (cfg->ct_flags & LFP_CT_ACTIVE6) {
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
+		scr->ct.defer = !!(cfg->fw_flags & LFP_FW_PRE_CT_DROP6);
 		r = ct_valid(ctx, cfg, &scr->ct, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), scr->buf);
 		if (r == LFP_FORWARDED)
 			r = ct_forward(ctx, cfg, &scr->ct);
@@ -627,7 +634,7 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
-	r = router_route(ctx, cfg, &fib, tot, l3len, 0, cfg->fw_flags & LFP_FW_ACTIVE6, &scr->fp);
+	r = router_route(ctx, cfg, &fib, tot, l3len, 0, cfg->fw_flags & LFP_FW_ACTIVE6, &scr->fp, &scr->ct);
 	if (r == LFP_FILTER_DROPPED)
 		return lfp_drop(ctx, r);
 	if (r != LFP_FORWARDED)

@@ -38,6 +38,8 @@ const (
 	// fwHasCtState4: a rule tests the conntrack state; packets the conntrack module did not
 	// look up go to Linux.
 	fwHasCtState4 = 1 << 6
+	// fwPreCTDrop4: a rule before conntrack drops: conntrack refreshes wait for the verdict.
+	fwPreCTDrop4 = 1 << 8
 
 	fwMaxRules = 16384 // LFP_FW_MAX_RULES, per bank
 )
@@ -133,6 +135,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		if p.HasCtState {
 			flags |= fwHasCtState4 << fam
 		}
+		if p.PreCTDrop {
+			flags |= fwPreCTDrop4 << fam
+		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
 		st.ruleBase[fam] = ruleBase
 		if int(ruleBase)+len(p.Rules) > fwMaxRules || int(leafBase)+len(p.Leaves) > fwMaxRules {
@@ -144,6 +149,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 				return st.flags, st.bank, errors.New("filter: rule with too many tests")
 			}
 			br.Ntests = uint8(len(r.Tests))
+			if r.PreCT {
+				br.PreCt = 1
+			}
 			br.Action = uint8(r.Action)
 			br.SkipTo = ruleBase + uint32(r.SkipTo)
 			for i, t := range r.Tests {

@@ -107,7 +107,8 @@ type linuxfpLfpFwRule struct {
 	_      structs.HostLayout
 	Ntests uint8
 	Action uint8
-	Pad    uint16
+	PreCt  uint8
+	Pad    uint8
 	SkipTo uint32
 	T      [8]struct {
 		_    structs.HostLayout
@@ -203,9 +204,11 @@ type linuxfpLfpScratch struct {
 		NatOk    uint8
 		Nat      uint8
 		State    uint8
+		Defer    uint8
+		Refresh  uint8
+		Timeout  uint32
 		NatSport uint16
 		NatDport uint16
-		_        [2]byte
 		NatSaddr uint32
 		NatDaddr uint32
 	}
@@ -229,7 +232,6 @@ type linuxfpLfpScratch struct {
 		_         [2]byte
 	}
 	Buf  [260]uint8
-	_    [4]byte
 	Ofib [8]uint64
 }
 

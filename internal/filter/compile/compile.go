@@ -89,6 +89,9 @@ func Compile(rs *model.Ruleset, sets map[string]*model.IPSet) (*Program, error) 
 	p.Empty = len(p.Rules) == 0
 	p.HasMark = c.hasMark
 	p.HasCtState = c.hasCtState
+	for _, r := range p.Rules {
+		p.PreCTDrop = p.PreCTDrop || (r.PreCT && r.Action == ActDrop)
+	}
 	p.Cut, p.Prefixes, p.Leaves = selectCut(p.Rules, p.Family)
 	return p, nil
 }
@@ -107,8 +110,10 @@ type compiler struct {
 	hasMark bool
 	// hasCtState: a test reads the conntrack state (Program.HasCtState).
 	hasCtState bool
-	visits     int
-	err        error
+	// preCT: rules emitted now belong to a base chain before conntrack (Rule.PreCT).
+	preCT  bool
+	visits int
+	err    error
 }
 
 // ctx is where a chain is being inlined.
@@ -154,7 +159,7 @@ func (c *compiler) emit(tests []Test, act Action, label int, o Origin) {
 	if act != ActSkip {
 		label = 0
 	}
-	c.rules = append(c.rules, Rule{Tests: tests, Action: act, SkipTo: label, Origin: o})
+	c.rules = append(c.rules, Rule{Tests: tests, Action: act, SkipTo: label, Origin: o, PreCT: c.preCT})
 }
 
 // group lays out base chains of equal priority. eval: Linux if any of them needs Linux, else a
@@ -224,7 +229,9 @@ func (c *compiler) pendingBlocks() {
 		for _, ch := range pd.chains {
 			c.base(pd.hook, ch, -1, true)
 		}
+		c.preCT, _ = model.CtBefore(pd.hook, pd.from.Base.Priority)
 		c.emit(nil, ActDrop, 0, Origin{Chain: pd.from, Note: "dropped by " + pd.from.Key.String() + " and no base chain of the same priority needs Linux"})
+		c.preCT = false
 	}
 	c.place(end)
 }
@@ -236,6 +243,8 @@ func (c *compiler) base(h model.Hook, ch *model.Chain, drop int, pendingDrop boo
 	end, policy := c.newLabel(), c.newLabel()
 	x := ctx{hook: h, ret: policy, accept: end, drop: drop}
 	x.ctBefore, x.ctUnsure = model.CtBefore(h, ch.Base.Priority)
+	c.preCT = x.ctBefore
+	defer func() { c.preCT = false }()
 	if pendingDrop {
 		x.drop = end
 	}

@@ -638,3 +638,32 @@ func TestLeaves(t *testing.T) {
 		}
 	}
 }
+
+// Drops by a chain before conntrack (raw) are marked: the data plane then refreshes conntrack
+// entries only for packets no such rule dropped. A conntrack state test there sees INVALID.
+func TestPreConntrack(t *testing.T) {
+	b := newBuilder(model.IPv4)
+	b.base("RAW", model.Prerouting, model.PriorityRaw, model.PolicyAccept,
+		rule(drop, src("198.18.9.0/24")),
+		rule(drop, model.CtState{States: model.CtEstablished}), // never: INVALID before conntrack
+	)
+	b.base("FORWARD", model.Forward, 0, model.PolicyAccept, rule(drop, dst("198.19.9.0/24")))
+	prog := check(t, b,
+		want{"tcp 198.18.9.1:1 > 198.19.0.1:2", D, cD},
+		want{"tcp 198.18.0.1:1 > 198.19.9.1:2", D, cD},
+		want{"tcp 198.18.0.1:1 > 198.19.0.1:2", A, cA},
+	)
+	if !prog.PreCTDrop || prog.HasCtState {
+		t.Errorf("pre-conntrack drop %v, has ct state %v\n%s", prog.PreCTDrop, prog.HasCtState, prog)
+	}
+	for _, r := range prog.Rules {
+		if r.PreCT != (r.Origin.Chain.Key.Chain == "RAW") {
+			t.Errorf("rule of %s: pre-conntrack %v", r.Origin.Chain.Key, r.PreCT)
+		}
+	}
+	b = newBuilder(model.IPv4)
+	b.base("FORWARD", model.Forward, 0, model.PolicyAccept, rule(drop, dst("198.19.9.0/24")))
+	if prog := mustCompile(t, b); prog.PreCTDrop {
+		t.Error("a forward drop marked as before conntrack")
+	}
+}

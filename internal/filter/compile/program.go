@@ -93,6 +93,10 @@ type Rule struct {
 	// Origin is the model rule (or chain policy) this flat rule comes from: per-rule counters
 	// are reported for it.
 	Origin Origin
+	// PreCT: the rule belongs to a chain that runs before conntrack (prerouting, priority below
+	// conntrack's: raw). A packet it drops never reaches conntrack, whose entry Linux then does
+	// not refresh (see Program.PreCTDrop).
+	PreCT bool
 }
 
 // Origin names where a flat rule comes from.
@@ -190,6 +194,9 @@ type Program struct {
 	// HasCtState: some test reads the packet's conntrack state; a packet whose state the data
 	// plane does not know (conntrack did not run in the fast path) goes to Linux.
 	HasCtState bool
+	// PreCTDrop: some rule before conntrack drops: the data plane refreshes a connection's
+	// conntrack entry only once the classification says no such rule dropped the packet.
+	PreCTDrop bool
 	// Empty: no rule and no drop policy anywhere: every packet is accepted (the data plane
 	// skips classification).
 	Empty bool
