@@ -18,7 +18,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks: Linux vs linuxfp in the same run"}
-	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchModulesCmd(), benchPodsCmd(), benchResponseCmd())
+	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchModulesCmd(), benchPodsCmd(), benchServicesCmd(), benchResponseCmd())
 	return cmd
 }
 
@@ -244,6 +244,70 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, ceiling (default all)")
 	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, workload and pair count")
 	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured transactions before each measurement")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
+	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
+	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	return cmd
+}
+
+func benchServicesCmd() *cobra.Command {
+	var (
+		bf        benchFlags
+		sc        bench.ServicesConfig
+		workloads []string
+	)
+	cmd := &cobra.Command{
+		Use:   "services",
+		Short: "Kubernetes services through kube-proxy's iptables rules (1, 100, 1,000 services) and pods masqueraded to an outside host, Linux vs linuxfp",
+		Long: `Builds one Kubernetes "node" (a network namespace) with kube-proxy's iptables-mode rules as
+kube-proxy 1.30 writes them (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-* with random endpoint choice,
+KUBE-MARK-MASQ, KUBE-POSTROUTING, KUBE-FORWARD ...) for --services services of 3 endpoints each (a
+TCP port 80 and a UDP port 9 per service, cluster IPs from 198.18.128.0/17), pods plugged in with
+the CNI bridge plugin's commands (cni0, 198.19.1.0/24; the endpoints spread over --pods pods, told
+apart by their ports), Flannel's masquerading rules, a client outside the cluster (198.18.0.2, on
+in0) that reaches the cluster IPs through the node, and a host outside the cluster (198.18.2.2, on
+out0). Workloads, for every service count: crr (a connection per request to random services:
+connections/s and the time to the response), rr (long-lived connections, 1 byte each way:
+transactions/s, latency), upload and download (long-lived bulk: Gbit/s), udp (the established-flow
+packet rate through the NAT: the XDP generator sends one UDP flow per service to its cluster IP
+after the first packet created the flow's conntrack entry; XDP sinks on the pods count what
+arrives: Mpps). Then the masquerade case: the same workloads from the pods to the outside host.
+Modes: Linux alone, ` + "`linuxfp run`" + ` in the node (--hook auto) and ` + "`linuxfp run --hook tc`" + `,
+alternating round by round; the report gives medians, ratios, and what linuxfp's programs
+fast-pathed and handed to Linux (` + "`linuxfp status -j`" + ` in the node). Removes its namespaces on
+exit, including on Ctrl-C.
+
+Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, s := range splitList(workloads) {
+				w, err := bench.ParseServiceWorkload(s)
+				if err != nil {
+					return fmt.Errorf("--workloads: %w", err)
+				}
+				sc.Workloads = append(sc.Workloads, w)
+			}
+			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				sc.Binary, sc.Modes, sc.Log = cfg.Binary, cfg.Modes, cfg.Log
+				sc.Duration, sc.Warmup, sc.Rounds = cfg.Duration, cfg.Warmup, cfg.Rounds
+				return bench.RunServices(ctx, sc)
+			})
+		},
+	}
+	f := cmd.Flags()
+	cfg := &bf.cfg
+	f.IntSliceVar(&sc.Services, "services", []int{1, 100, 1000}, "service counts to measure")
+	f.BoolVar(&sc.NoMasquerade, "no-masquerade", false, "skip the masquerade case (pods -> outside host)")
+	f.StringSliceVar(&workloads, "workloads", nil, "workloads: crr, rr, upload, download, udp (default all)")
+	f.IntVar(&sc.Pods, "pods", 6, "pods holding the services' endpoints")
+	f.IntVar(&sc.CRRWorkers, "crr-workers", 8, "concurrent clients of the connection-per-request workload")
+	f.IntVar(&sc.RRSessions, "rr-sessions", 8, "long-lived connections of the request/response workload")
+	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")
+	f.IntVar(&sc.GenCores, "gen-cores", 1, "generator cores of the udp workload")
+	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included")
+	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, linuxfp-tc (default all)")
+	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, case and workload")
+	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "traffic before each measurement, not counted")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")

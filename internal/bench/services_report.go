@@ -1,0 +1,435 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// ServicesResult is everything the services benchmark measured. The JSON form is for scripts.
+type ServicesResult struct {
+	Machine Machine          `json:"machine"`
+	Config  ServicesSettings `json:"config"`
+	Rows    []*ServicesRow   `json:"results"`
+	// Targets: issue 6's target for every case whose udp workload ran in Linux and linuxfp.
+	Targets []ServicesTarget `json:"targets,omitempty"`
+	Elapsed string           `json:"elapsed"`
+}
+
+// ServicesSettings is the configuration the numbers were taken with.
+type ServicesSettings struct {
+	Topology   string            `json:"topology"`
+	Modes      []Mode            `json:"modes"`
+	Workloads  []ServiceWorkload `json:"workloads"`
+	Cases      []ServicesCase    `json:"cases"`
+	Pods       int               `json:"pods"`
+	Endpoints  int               `json:"endpoints_per_service"`
+	CRRWorkers int               `json:"crr_workers"`
+	RRSessions int               `json:"rr_sessions"`
+	Streams    int               `json:"streams"`
+	GenCores   int               `json:"generator_cores"`
+	FrameSize  int               `json:"udp_frame_size"`
+	Duration   string            `json:"duration"`
+	Warmup     string            `json:"warmup"`
+	Rounds     int               `json:"rounds"`
+}
+
+// ServicesRow is one case and workload: every mode and the ratios.
+type ServicesRow struct {
+	Case     ServicesCase           `json:"case"`
+	Workload ServiceWorkload        `json:"workload"`
+	Unit     string                 `json:"unit"`
+	Modes    map[Mode]*ServicesMode `json:"modes"`
+	// OverLinux: each other mode's median value over Linux's (0: not both measured).
+	OverLinux map[Mode]float64 `json:"over_linux,omitempty"`
+}
+
+// ServicesMode is one mode's result: the medians over its rounds that completed.
+type ServicesMode struct {
+	Value  float64         `json:"value"`
+	AvgUs  float64         `json:"avg_us,omitempty"`
+	P99Us  float64         `json:"p99_us,omitempty"`
+	Failed int             `json:"failed_rounds,omitempty"`
+	Rounds []ServicesRound `json:"rounds"`
+}
+
+// ServicesRound is one measurement.
+type ServicesRound struct {
+	// Value: connections/s (crr), transactions/s (rr), Gbit/s of payload (upload, download),
+	// Mpps received by the sinks (udp).
+	Value   float64 `json:"value"`
+	Count   uint64  `json:"count"` // connections, transactions, bytes, frames
+	Seconds float64 `json:"seconds"`
+	// crr: from connect() to the response; rr: per transaction.
+	AvgUs float64 `json:"avg_us,omitempty"`
+	P99Us float64 `json:"p99_us,omitempty"`
+	// crr: connections that failed, and the first failure.
+	Errors     uint64 `json:"failed_connections,omitempty"`
+	FirstError string `json:"first_failure,omitempty"`
+	// udp: frames the generator sent in the window, and the flows' conntrack entries in the
+	// node after the warm-up (one per service; one in the masquerade case).
+	Offered     uint64  `json:"offered,omitempty"`
+	OfferedMpps float64 `json:"offered_mpps,omitempty"`
+	Flows       int     `json:"flows,omitempty"`
+	// Backends: what each endpoint pod (by address) or the outside host received during the
+	// measurement: TCP connections accepted, or the frames its sink counted.
+	Backends map[string]uint64 `json:"backends"`
+	// FastPath: what linuxfp's programs in the node did (linuxfp modes), warm-up included.
+	FastPath *NodeFastPath `json:"linuxfp,omitempty"`
+	// ControllerCPU: the CPU the `linuxfp run` process used meanwhile, in CPUs (1: one CPU
+	// all the time): the controller's own work, such as marking TCP connections liberal.
+	ControllerCPU float64 `json:"linuxfp_controller_cpus,omitempty"`
+	// Hooks: where linuxfp's programs ran, by interface ("none": no program).
+	Hooks map[string]string `json:"hooks,omitempty"`
+	Error string            `json:"error,omitempty"`
+}
+
+// ServicesTarget is issue 6's target, the established-flow packet rate through a NAT'd service
+// at least 3x Linux's, for one case.
+type ServicesTarget struct {
+	Case  ServicesCase     `json:"case"`
+	Want  float64          `json:"want"`
+	Ratio map[Mode]float64 `json:"udp_over_linux"`
+	Met   map[Mode]bool    `json:"met"`
+}
+
+const servicesTarget = 3.0
+
+func newServicesResult(cfg ServicesConfig) *ServicesResult {
+	return &ServicesResult{
+		Machine: machine(),
+		Config: ServicesSettings{
+			Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
+				"Flannel's masquerading, a client and a host outside the cluster",
+			Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods,
+			Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
+			Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
+			Duration: cfg.Duration.String(), Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds,
+		},
+	}
+}
+
+func (r *ServicesResult) row(c ServicesCase, w ServiceWorkload) *ServicesRow {
+	for _, row := range r.Rows {
+		if row.Case == c && row.Workload == w {
+			return row
+		}
+	}
+	row := &ServicesRow{Case: c, Workload: w, Unit: w.unit(), Modes: map[Mode]*ServicesMode{}}
+	r.Rows = append(r.Rows, row)
+	return row
+}
+
+func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m Mode, rd ServicesRound) {
+	row := r.row(c, w)
+	sm := row.Modes[m]
+	if sm == nil {
+		sm = &ServicesMode{}
+		row.Modes[m] = sm
+	}
+	sm.Rounds = append(sm.Rounds, rd)
+	sm.summarise()
+	row.OverLinux = nil
+	if l := row.Modes[ModeLinux]; l != nil {
+		for om, o := range row.Modes {
+			if om != ModeLinux && div(o.Value, l.Value) > 0 {
+				if row.OverLinux == nil {
+					row.OverLinux = map[Mode]float64{}
+				}
+				row.OverLinux[om] = div(o.Value, l.Value)
+			}
+		}
+	}
+}
+
+func (sm *ServicesMode) summarise() {
+	var v, avg, p99 []float64
+	sm.Failed = 0
+	for _, rd := range sm.Rounds {
+		if rd.Error != "" {
+			sm.Failed++
+			continue
+		}
+		v, avg, p99 = append(v, rd.Value), append(avg, rd.AvgUs), append(p99, rd.P99Us)
+	}
+	sm.Value, sm.AvgUs, sm.P99Us = medianOf(v), medianOf(avg), medianOf(p99)
+}
+
+func (r *ServicesResult) finish(elapsed time.Duration) {
+	r.Elapsed = elapsed.Round(time.Second).String()
+	cases := r.Config.Cases
+	slices.SortStableFunc(r.Rows, func(a, b *ServicesRow) int {
+		if a.Case != b.Case {
+			return slices.Index(cases, a.Case) - slices.Index(cases, b.Case)
+		}
+		return slices.Index(ServiceWorkloads, a.Workload) - slices.Index(ServiceWorkloads, b.Workload)
+	})
+	r.Targets = nil
+	for _, row := range r.Rows {
+		if row.Workload != SvcUDP || len(row.OverLinux) == 0 {
+			continue
+		}
+		t := ServicesTarget{Case: row.Case, Want: servicesTarget, Ratio: row.OverLinux, Met: map[Mode]bool{}}
+		for m, v := range row.OverLinux {
+			t.Met[m] = v >= servicesTarget
+		}
+		r.Targets = append(r.Targets, t)
+	}
+}
+
+// Measured: the result holds at least one measurement (false for a nil result).
+func (r *ServicesResult) Measured() bool {
+	if r == nil {
+		return false
+	}
+	for _, row := range r.Rows {
+		if len(row.Modes) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteJSON writes the result for scripts.
+func (r *ServicesResult) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the tables a person reads.
+func (r *ServicesResult) WriteTable(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "Services: one Kubernetes node with kube-proxy's iptables rules (1.30) for N services, %d endpoints each,\n"+
+		"spread over %d pods on cni0 (CNI bridge plugin, MTU %d), and Flannel's masquerading. A client outside the cluster\n"+
+		"reaches the services' cluster IPs through the node (DNAT to a random endpoint, masqueraded by kube-proxy);\n"+
+		"masquerade: the pods reach a host outside the cluster through the node (Flannel's MASQUERADE).\n"+
+		"crr: connect, %d-byte request, %d-byte response, close (%d workers, random services); rr: 1 byte each way\n"+
+		"(%s); upload/download: bulk (%s); udp: %d-byte frames from the XDP generator (%s), one flow\n"+
+		"per service to its cluster IP, counted at the endpoints by XDP sinks after the flows' conntrack entries exist\n",
+		c.Endpoints, c.Pods, testbed.PodsMTU, crrRequest, crrResponse, c.CRRWorkers, plural(c.RRSessions, "connection"),
+		plural(c.Streams, "connection"), c.FrameSize, plural(c.GenCores, "core"))
+	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
+		plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"case", "workload", "metric"}
+	for _, m := range c.Modes {
+		head = append(head, modeTitle[m])
+		if m != ModeLinux {
+			head = append(head, "vs Linux")
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	var last ServicesCase
+	for i, row := range r.Rows {
+		caseCell := row.Case.String()
+		if i > 0 && row.Case == last {
+			caseCell = ""
+		}
+		last = row.Case
+		type metric struct {
+			name  string
+			get   func(*ServicesMode) float64
+			ratio bool
+		}
+		metrics := []metric{{row.Unit, func(sm *ServicesMode) float64 { return sm.Value }, true}}
+		if row.Workload == SvcCRR || row.Workload == SvcRR {
+			metrics = append(metrics,
+				metric{"avg us", func(sm *ServicesMode) float64 { return sm.AvgUs }, false},
+				metric{"p99 us", func(sm *ServicesMode) float64 { return sm.P99Us }, false})
+		}
+		for j, mt := range metrics {
+			cells := []string{caseCell, string(row.Workload), mt.name}
+			if j > 0 {
+				cells[0], cells[1] = "", ""
+			}
+			l := row.Modes[ModeLinux]
+			for _, m := range c.Modes {
+				sm := row.Modes[m]
+				switch {
+				case sm == nil:
+					cells = append(cells, "-")
+				case sm.Failed == len(sm.Rounds):
+					cells = append(cells, "failed")
+				default:
+					cells = append(cells, svcNumber(mt.get(sm), row.Workload, mt.ratio))
+				}
+				if m == ModeLinux {
+					continue
+				}
+				switch {
+				case sm == nil || l == nil || sm.Failed == len(sm.Rounds) || l.Failed == len(l.Rounds):
+					cells = append(cells, "")
+				case mt.ratio:
+					cells = append(cells, ratio(div(mt.get(sm), mt.get(l)), "x"))
+				default:
+					cells = append(cells, percentChange(div(mt.get(sm), mt.get(l))))
+				}
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		}
+	}
+	tw.Flush()
+	if len(r.Targets) > 0 {
+		fmt.Fprintf(w, "\nEstablished-flow packet rate through a NAT'd service, target >= %.0fx Linux in the same run (issue 6):\n", servicesTarget)
+		for _, t := range r.Targets {
+			var parts []string
+			for _, m := range c.Modes {
+				if v, ok := t.Ratio[m]; ok {
+					parts = append(parts, fmt.Sprintf("%s %.2fx (%s)", modeTitle[m], v, metWord(t.Met[m])))
+				}
+			}
+			fmt.Fprintf(w, "  %s: %s\n", t.Case, strings.Join(parts, ", "))
+		}
+	}
+	r.writeFastPath(w)
+	for _, f := range r.flags() {
+		fmt.Fprintln(w, f)
+	}
+}
+
+// svcNumber formats a value of workload w: rates as integers, Gbit/s and Mpps with decimals,
+// latencies with one.
+func svcNumber(v float64, w ServiceWorkload, value bool) string {
+	switch {
+	case !value:
+		return fmt.Sprintf("%.1f", v)
+	case w == SvcUDP:
+		return fmt.Sprintf("%.3f", v)
+	case w == SvcUpload || w == SvcDownload:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// writeFastPath reports what linuxfp's programs did, per case, workload and linuxfp mode, over
+// all rounds.
+func (r *ServicesResult) writeFastPath(w io.Writer) {
+	var lines [][]string
+	var liberal []string
+	for _, row := range r.Rows {
+		for _, m := range r.Config.Modes {
+			sm := row.Modes[m]
+			if sm == nil || !m.runsLinuxfp() {
+				continue
+			}
+			total := &NodeFastPath{Interfaces: map[string]*fpCounts{}}
+			hooks := map[string][]string{}
+			var cpu []float64
+			for _, rd := range sm.Rounds {
+				if rd.FastPath == nil {
+					continue
+				}
+				cpu = append(cpu, rd.ControllerCPU)
+				total.add(rd.FastPath.fpCounts)
+				total.CTLiberal += rd.FastPath.CTLiberal
+				for role, c := range rd.FastPath.Interfaces {
+					if total.Interfaces[role] == nil {
+						total.Interfaces[role] = &fpCounts{}
+					}
+					total.Interfaces[role].add(*c)
+				}
+				for role, h := range rd.Hooks {
+					if !slices.Contains(hooks[role], h) {
+						hooks[role] = append(hooks[role], h)
+					}
+				}
+			}
+			var by []string
+			roles := slices.Sorted(maps.Keys(total.Interfaces))
+			slices.SortStableFunc(roles, func(a, b string) int { return svcRoleIndex(a) - svcRoleIndex(b) })
+			for _, role := range roles {
+				ic := total.Interfaces[role]
+				hook := strings.Join(hooks[role], ",")
+				if hook != "" {
+					hook = " " + hook
+				}
+				by = append(by, fmt.Sprintf("%s%s %s", role, hook, shareString(*ic)))
+			}
+			lines = append(lines, []string{row.Case.String(), string(row.Workload), modeTitle[m], fmt.Sprint(total.runs()),
+				fastString(total.fpCounts), passedString(total.fpCounts), fmt.Sprintf("%.2f", medianOf(cpu)), strings.Join(by, "; ")})
+			if total.CTLiberal > 0 {
+				liberal = append(liberal, fmt.Sprintf("%s %s %s %d", row.Case, row.Workload, modeTitle[m], total.CTLiberal))
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nWhat linuxfp's programs in the node did (`linuxfp status -j` before and after every measurement, warm-up")
+	fmt.Fprintln(w, "included, all rounds; a packet crossing two programs counts twice; controller: CPUs the `linuxfp run` process")
+	fmt.Fprintln(w, "used meanwhile, median; by interface: hook, program runs, share fast-pathed):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\tworkload\tmode\tprogram runs\tfast-pathed\thanded to Linux, by reason\tcontroller\tby interface\t")
+	for _, l := range lines {
+		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
+	}
+	tw.Flush()
+	if len(liberal) > 0 {
+		fmt.Fprintf(w, "TCP connections linuxfp marked liberal in conntrack: %s\n", strings.Join(liberal, ", "))
+	}
+}
+
+var svcRoles = []string{"in0", "pod veths", "out0", "cni0"}
+
+func svcRoleIndex(role string) int {
+	if i := slices.Index(svcRoles, role); i >= 0 {
+		return i
+	}
+	return len(svcRoles)
+}
+
+// shareString is "12345 runs, 99.9% fast".
+func shareString(c fpCounts) string {
+	if c.runs() == 0 {
+		return "0 runs"
+	}
+	return fmt.Sprintf("%d runs %.1f%%", c.runs(), 100*float64(c.fast())/float64(c.runs()))
+}
+
+// flags lists what a reader must know about the rounds: failures, connections that failed,
+// workloads that reached no endpoint, flows missing from conntrack, frames lost.
+func (r *ServicesResult) flags() []string {
+	var out []string
+	for _, row := range r.Rows {
+		for _, m := range r.Config.Modes {
+			sm := row.Modes[m]
+			if sm == nil {
+				continue
+			}
+			where := fmt.Sprintf("%s, %s, %s", modeTitle[m], row.Case, row.Workload)
+			for i, rd := range sm.Rounds {
+				at := fmt.Sprintf("%s, round %d", where, i+1)
+				if rd.Error != "" {
+					out = append(out, fmt.Sprintf("! %s failed: %s", at, rd.Error))
+					continue
+				}
+				if rd.Errors > 0 {
+					out = append(out, fmt.Sprintf("! %s: %d connections failed (%s)", at, rd.Errors, rd.FirstError))
+				}
+				if len(rd.Backends) == 0 {
+					out = append(out, fmt.Sprintf("! %s: no endpoint received anything", at))
+				}
+				if row.Workload == SvcUDP {
+					want := 1
+					if !row.Case.Masquerade {
+						want = row.Case.Services
+					}
+					if rd.Flows != want {
+						out = append(out, fmt.Sprintf("! %s: %d of the %d flows had a conntrack entry after the warm-up", at, rd.Flows, want))
+					}
+				}
+			}
+		}
+	}
+	return out
+}

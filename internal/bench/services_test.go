@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServicesConfigDefaults(t *testing.T) {
+	c := ServicesConfig{Binary: "linuxfp", Services: []int{1000, 1, 100, 1}, Modes: []Mode{ModeLinuxfpTC, ModeLinux},
+		Workloads: []ServiceWorkload{SvcUDP, SvcCRR}}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Services, []int{1, 100, 1000}) || !slices.Equal(c.Modes, []Mode{ModeLinux, ModeLinuxfpTC}) ||
+		!slices.Equal(c.Workloads, []ServiceWorkload{SvcCRR, SvcUDP}) {
+		t.Errorf("services %v, modes %v, workloads %v: want sorted, deduplicated, in report order", c.Services, c.Modes, c.Workloads)
+	}
+	if c.Pods != 6 || c.CRRWorkers <= 0 || c.RRSessions <= 0 || c.Streams <= 0 || c.GenCores != 1 || c.FrameSize != 64 ||
+		c.Duration <= 0 || c.Warmup <= 0 || c.Rounds <= 0 || c.Log == nil {
+		t.Errorf("defaults not set: %+v", c)
+	}
+	want := []ServicesCase{{Services: 1}, {Services: 100}, {Services: 1000}, {Services: 1000, Masquerade: true}}
+	if got := c.cases(); !slices.Equal(got, want) {
+		t.Errorf("cases %v, want %v", got, want)
+	}
+	if got := (&ServicesConfig{Services: []int{}}).cases(); !slices.Equal(got, []ServicesCase{{Masquerade: true}}) {
+		t.Errorf("masquerade alone: cases %v", got)
+	}
+	for _, bad := range []ServicesConfig{
+		{Binary: "linuxfp", Services: []int{0}},
+		{Binary: "linuxfp", Services: []int{20000}},
+		{Binary: "linuxfp", Modes: []Mode{ModeCeiling}},
+		{Binary: "linuxfp", Pods: 2},
+		{Binary: "linuxfp", FrameSize: 1500},
+		{Binary: "linuxfp", GenCores: 1000},
+		{Binary: "linuxfp", Services: []int{}, NoMasquerade: true},
+		{Modes: []Mode{ModeLinuxfp}}, // no binary to run
+	} {
+		if err := bad.defaults(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+	if _, err := ParseServiceWorkload("udp"); err != nil {
+		t.Error(err)
+	}
+	if _, err := ParseServiceWorkload("tcp"); err == nil {
+		t.Error("workload tcp accepted")
+	}
+}
+
+// The result keeps the medians of the completed rounds and their ratios to Linux, checks issue 6's
+// target per case, and flags what a reader must know.
+func TestServicesResult(t *testing.T) {
+	cfg := ServicesConfig{Modes: ServicesModes, Workloads: []ServiceWorkload{SvcCRR, SvcUDP}, Services: []int{1}, Rounds: 3}
+	r := newServicesResult(cfg)
+	one, masq := ServicesCase{Services: 1}, ServicesCase{Services: 1, Masquerade: true}
+	backends := map[string]uint64{"198.19.1.2": 10}
+	for _, v := range []float64{1, 3, 2} {
+		r.add(one, SvcUDP, ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
+		r.add(masq, SvcUDP, ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
+		r.add(one, SvcCRR, ModeLinux, ServicesRound{Value: 1000 * v, AvgUs: 100 * v, P99Us: 300 * v, Backends: backends})
+	}
+	fp := &NodeFastPath{fpCounts: fpCounts{FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}},
+		Interfaces: map[string]*fpCounts{"in0": {FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}}}}
+	r.add(one, SvcUDP, ModeLinuxfp, ServicesRound{Value: 7, Flows: 1, Backends: backends, FastPath: fp, Hooks: map[string]string{"in0": "xdp"}})
+	r.add(one, SvcUDP, ModeLinuxfp, ServicesRound{Error: "no frame reached the sinks"})
+	r.add(one, SvcUDP, ModeLinuxfpTC, ServicesRound{Value: 5, Flows: 0, Backends: backends})
+	r.add(masq, SvcUDP, ModeLinuxfp, ServicesRound{Value: 4, Flows: 1, Backends: map[string]uint64{}})
+	r.add(one, SvcCRR, ModeLinuxfp, ServicesRound{Value: 1500, AvgUs: 150, P99Us: 900, Errors: 2, FirstError: "i/o timeout", Backends: backends})
+	r.finish(time.Minute)
+
+	if len(r.Rows) != 3 || r.Rows[0].Workload != SvcCRR || r.Rows[1].Workload != SvcUDP || r.Rows[2].Case != masq {
+		t.Fatalf("rows in the wrong order: %+v", r.Rows)
+	}
+	udp := r.Rows[1]
+	if l := udp.Modes[ModeLinux]; l.Value != 2 || l.Failed != 0 {
+		t.Errorf("Linux: %+v", l)
+	}
+	if f := udp.Modes[ModeLinuxfp]; f.Value != 7 || f.Failed != 1 || len(f.Rounds) != 2 {
+		t.Errorf("linuxfp: %+v", f)
+	}
+	if udp.OverLinux[ModeLinuxfp] != 3.5 || udp.OverLinux[ModeLinuxfpTC] != 2.5 {
+		t.Errorf("ratios %v", udp.OverLinux)
+	}
+	if crr := r.Rows[0]; crr.Modes[ModeLinux].AvgUs != 200 || crr.OverLinux[ModeLinuxfp] != 0.75 {
+		t.Errorf("crr: %+v %v", crr.Modes[ModeLinux], crr.OverLinux)
+	}
+	if len(r.Targets) != 2 || r.Targets[0].Case != one || !r.Targets[0].Met[ModeLinuxfp] || r.Targets[0].Met[ModeLinuxfpTC] ||
+		r.Targets[1].Case != masq || r.Targets[1].Met[ModeLinuxfp] {
+		t.Errorf("targets %+v", r.Targets)
+	}
+	if !r.Measured() || (*ServicesResult)(nil).Measured() {
+		t.Error("Measured")
+	}
+	var out bytes.Buffer
+	r.WriteTable(&out)
+	for _, s := range []string{
+		"1 service       crr  conn/s", "0.75x", "+50.0%", "masquerade       udp    Mpps",
+		"1 service: linuxfp 3.50x (met), linuxfp-tc 2.50x (not met)", "masquerade: linuxfp 2.00x (not met)",
+		"forwarded 90", "ct_new 10", "in0 xdp 100 runs 90.0%",
+		"! linuxfp, 1 service, udp, round 2 failed: no frame reached the sinks",
+		"! linuxfp, 1 service, crr, round 1: 2 connections failed (i/o timeout)",
+		"! linuxfp-tc, 1 service, udp, round 1: 0 of the 1 flows had a conntrack entry after the warm-up",
+		"! linuxfp, masquerade, udp, round 1: no endpoint received anything",
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+func TestProcessCPU(t *testing.T) {
+	before, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for t0 := time.Now(); time.Since(t0) < 100*time.Millisecond; {
+	}
+	after, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("CPU time %s after spinning 100 ms, %s before", after, before)
+	}
+	if _, err := processCPU(-1); err == nil {
+		t.Error("no error for pid -1")
+	}
+}
+
+// The benchmark runs end to end, small and short, in every mode: every case and workload gives a
+// number in every mode, the traffic reaches the endpoints (every pod for the connections to random
+// services, one per flow's conntrack entry for udp), linuxfp's programs report what they did and
+// take the udp flows, and every namespace the benchmark created is gone afterwards.
+func TestRunServices(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		t.Skip("iptables-restore not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "linuxfp")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/linuxfp").CombinedOutput(); err != nil {
+		t.Fatalf("build linuxfp: %v\n%s", err, out)
+	}
+	// A prefix of its own: other tests may run at the same time.
+	const prefix = "lfp-svcbench"
+	before := podsNamespaces(t, prefix)
+	res, err := RunServices(context.Background(), ServicesConfig{Binary: bin, Services: []int{2}, Pods: 3,
+		CRRWorkers: 2, RRSessions: 2, Streams: 2, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Rounds: 1, Prefix: prefix})
+	for _, ns := range podsNamespaces(t, prefix) {
+		if !slices.Contains(before, ns) {
+			t.Errorf("namespace %s left behind", ns)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2*len(ServiceWorkloads) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), 2*len(ServiceWorkloads))
+	}
+	for _, row := range res.Rows {
+		for _, m := range ServicesModes {
+			sm := row.Modes[m]
+			if sm == nil || len(sm.Rounds) != 1 {
+				t.Errorf("%s, %s, %s: not measured", m, row.Case, row.Workload)
+				continue
+			}
+			rd := sm.Rounds[0]
+			where := string(m) + ", " + row.Case.String() + ", " + string(row.Workload)
+			if rd.Error != "" || sm.Value <= 0 || rd.Count == 0 {
+				t.Errorf("%s: %+v", where, rd)
+			}
+			var reached uint64
+			for _, n := range rd.Backends {
+				reached += n
+			}
+			if reached == 0 {
+				t.Errorf("%s: no endpoint received anything", where)
+			}
+			if row.Workload == SvcCRR && !row.Case.Masquerade && len(rd.Backends) != 3 {
+				t.Errorf("%s: connections to random services reached %v, want all 3 pods", where, rd.Backends)
+			}
+			if row.Workload == SvcUDP {
+				want := 2
+				if row.Case.Masquerade {
+					want = 1
+				}
+				if rd.Flows != want || rd.Offered == 0 {
+					t.Errorf("%s: %d flows in conntrack (want %d), %d frames offered", where, rd.Flows, want, rd.Offered)
+				}
+			}
+			if !m.runsLinuxfp() {
+				if rd.FastPath != nil {
+					t.Errorf("%s: linuxfp counters without linuxfp", where)
+				}
+				continue
+			}
+			if rd.FastPath == nil || rd.FastPath.runs() == 0 || len(rd.Hooks) == 0 {
+				t.Errorf("%s: linuxfp's programs report nothing: %+v, hooks %v", where, rd.FastPath, rd.Hooks)
+				continue
+			}
+			if row.Workload == SvcUDP && rd.FastPath.fast() == 0 {
+				t.Errorf("%s: linuxfp fast-pathed none of the established flows' packets (to Linux: %v)", where, rd.FastPath.Passed)
+			}
+		}
+	}
+}
