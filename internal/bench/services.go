@@ -108,15 +108,17 @@ type ServicesConfig struct {
 	// NoMasquerade skips the masquerade case.
 	NoMasquerade bool
 	Pods         int // pods holding the endpoints (default 6)
-	CRRWorkers   int // concurrent connection-per-request clients (default 8)
-	RRSessions   int // long-lived request/response connections (default 8)
-	Streams      int // bulk connections (default 4)
-	GenCores     int // generator CPUs of the udp workload (default 1)
-	FrameSize    int // udp frames, FCS included (default 64)
-	Duration     time.Duration
-	Warmup       time.Duration
-	Rounds       int
-	Log          *slog.Logger
+	// PodGRO: GRO on in the pods' eth0 (testbed.ServicesOptions.PodGRO).
+	PodGRO     bool
+	CRRWorkers int // concurrent connection-per-request clients (default 8)
+	RRSessions int // long-lived request/response connections (default 8)
+	Streams    int // bulk connections (default 4)
+	GenCores   int // generator CPUs of the udp workload (default 1)
+	FrameSize  int // udp frames, FCS included (default 64)
+	Duration   time.Duration
+	Warmup     time.Duration
+	Rounds     int
+	Log        *slog.Logger
 	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-svc").
 	Prefix string
 }
@@ -228,7 +230,7 @@ func RunServices(ctx context.Context, cfg ServicesConfig) (res *ServicesResult, 
 	res = newServicesResult(cfg)
 	defer func() { res.finish(time.Since(start)) }()
 	cfg.Log.Info("building the node, its pods, the client and the outside host", "pods", cfg.Pods)
-	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods})
+	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods, PodGRO: cfg.PodGRO})
 	if err != nil {
 		return res, fmt.Errorf("build the services topology: %w", err)
 	}

@@ -30,6 +30,7 @@ type ServicesSettings struct {
 	Workloads  []ServiceWorkload `json:"workloads"`
 	Cases      []ServicesCase    `json:"cases"`
 	Pods       int               `json:"pods"`
+	PodGRO     bool              `json:"pod_gro,omitempty"`
 	Endpoints  int               `json:"endpoints_per_service"`
 	CRRWorkers int               `json:"crr_workers"`
 	RRSessions int               `json:"rr_sessions"`
@@ -108,7 +109,7 @@ func newServicesResult(cfg ServicesConfig) *ServicesResult {
 		Config: ServicesSettings{
 			Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
 				"Flannel's masquerading, a client and a host outside the cluster",
-			Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods,
+			Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
 			Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
 			Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
 			Duration: cfg.Duration.String(), Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds,
@@ -216,6 +217,9 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 		"per service to its cluster IP, counted at the endpoints by XDP sinks after the flows' conntrack entries exist\n",
 		c.Endpoints, c.Pods, testbed.PodsMTU, crrRequest, crrResponse, c.CRRWorkers, plural(c.RRSessions, "connection"),
 		plural(c.Streams, "connection"), c.FrameSize, plural(c.GenCores, "core"))
+	if c.PodGRO {
+		fmt.Fprintln(w, "--pod-gro: GRO on in the pods' eth0 (the CNI plugin leaves it off), so XDP programs may redirect into them")
+	}
 	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
 	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
 		plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)

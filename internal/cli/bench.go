@@ -300,6 +300,8 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.BoolVar(&sc.NoMasquerade, "no-masquerade", false, "skip the masquerade case (pods -> outside host)")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: crr, rr, upload, download, udp (default all)")
 	f.IntVar(&sc.Pods, "pods", 6, "pods holding the services' endpoints")
+	f.BoolVar(&sc.PodGRO, "pod-gro", false,
+		"turn GRO on in the pods' eth0 (the CNI bridge plugin leaves it off): XDP programs in the node may then redirect into the pods")
 	f.IntVar(&sc.CRRWorkers, "crr-workers", 8, "concurrent clients of the connection-per-request workload")
 	f.IntVar(&sc.RRSessions, "rr-sessions", 8, "long-lived connections of the request/response workload")
 	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")

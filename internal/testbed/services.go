@@ -33,7 +33,7 @@ import (
 // checksums themselves (tx checksum offload off), and their eth0 has GRO on so that frames may be
 // redirected into it at XDP (a veth needs NAPI to receive them, see KERNEL-NOTES). The node's in0
 // and out0 have GRO on for the same reason (the benchmark's XDP generator sends into them). The
-// pods' veths are left as the CNI plugin leaves them.
+// pods' veths are left as the CNI plugin leaves them (unless ServicesOptions.PodGRO).
 
 // Addresses of the services topology.
 var (
@@ -61,6 +61,9 @@ const (
 type ServicesOptions struct {
 	// Pods holding the services' endpoints (default 6; at least EndpointsPerService).
 	Pods int
+	// PodGRO turns GRO on in the pods' eth0, which the CNI plugin leaves off: with NAPI there,
+	// XDP programs in the node may redirect frames into the pods' veths (see KERNEL-NOTES).
+	PodGRO bool
 }
 
 // Services is the node, its pods, the client and the outside host.
@@ -200,6 +203,11 @@ ethtool -K eth0 gro on
 			return nil, err
 		}
 		s.Pods = append(s.Pods, pod)
+		if o.PodGRO {
+			if _, err := pod.NS.Run("ethtool", "-K", "eth0", "gro", "on"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for _, l := range []struct {
 		ns   *nsutil.NS

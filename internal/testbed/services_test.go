@@ -209,3 +209,30 @@ func dial(t *testing.T, ns *nsutil.NS, a netip.AddrPort) {
 		t.Fatalf("connect to %s from %s: %v", a, ns.Name, err)
 	}
 }
+
+// PodGRO gives the pods' eth0 GRO (NAPI), which the CNI plugin leaves off.
+func TestServicesPodGRO(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	for _, on := range []bool{false, true} {
+		s, err := NewServices("lfp-test-svc", ServicesOptions{Pods: 3, PodGRO: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := s.Pods[2].NS.Run("ethtool", "-k", "eth0")
+		if cerr := s.Close(); cerr != nil {
+			t.Error(cerr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "generic-receive-offload: off"
+		if on {
+			want = "generic-receive-offload: on"
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("PodGRO %v: the pod's eth0 lacks %q:\n%s", on, want, out)
+		}
+	}
+}
