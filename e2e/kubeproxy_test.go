@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -256,4 +261,232 @@ func (s kubeSnap) sub(o kubeSnap) kubeSnap {
 		d[name] = x
 	}
 	return d
+}
+
+// Endpoint removal as kube-proxy does it (its rules re-synced without the endpoint, and for UDP
+// the endpoint's conntrack entries deleted), then the removed pods gone, with established TCP
+// connections and UDP flows to every endpoint through the cluster IP and the NodePort. The same
+// scenario runs with Linux alone and with linuxfp (at each hook), and must end the same way:
+//   - established TCP connections keep their backend, removed or not (conntrack still DNATs
+//     them), until the backend is gone: then they get no answer;
+//   - UDP flows to a removed endpoint move to a remaining one with their next datagram (their
+//     entry was deleted), the others keep theirs;
+//   - new connections and flows reach only the remaining endpoints.
+func TestKubeProxyEndpointRemoval(t *testing.T) {
+	linux := kubeRemoval(t, "tc", false)
+	for _, hook := range []string{"xdp", "tc"} {
+		t.Run(hook, func(t *testing.T) {
+			got := kubeRemoval(t, hook, true)
+			for _, key := range slices.Sorted(maps.Keys(linux)) {
+				if got[key] != linux[key] {
+					t.Errorf("%s: %s; with Linux alone: %s", key, got[key], linux[key])
+				}
+			}
+		})
+	}
+	// What Linux does, so that the comparison compares something.
+	for _, key := range slices.Sorted(maps.Keys(linux)) {
+		want := "answered by the same backend"
+		switch {
+		case strings.Contains(key, "udp") && strings.Contains(key, "established to a removed") && strings.HasSuffix(key, "endpoint removed"):
+			want = "moved to a remaining endpoint"
+		case strings.Contains(key, "tcp") && strings.Contains(key, "established to a removed") && strings.HasSuffix(key, "pod gone"):
+			want = "no answer"
+		case strings.Contains(key, "new"):
+			want = "all to remaining endpoints"
+		}
+		if linux[key] != want {
+			t.Errorf("Linux alone: %s: %s, want %s", key, linux[key], want)
+		}
+		t.Logf("%s: %s", key, linux[key])
+	}
+}
+
+// kubeRemoval builds a node for hook, runs the removal scenario, with linuxfp or not, and
+// returns what happened to each class of connection.
+func kubeRemoval(t *testing.T, hook string, withLinuxfp bool) map[string]string {
+	t.Helper()
+	k := newKubeNode(t, hook, 2, 2)
+	pod1, pod2 := k.Pods[0], k.Pods[1]
+	remote1, remote2 := k.Remotes[0], k.Remotes[1]
+	role := map[netip.Addr]string{pod1.IP: "removed local pod", remote1: "removed remote", pod2.IP: "remaining local pod", remote2: "remaining remote"}
+	svcIP := kubeServiceIP(3)
+	services := func(eps ...netip.Addr) []testbed.KubeService {
+		var tcp, udp []netip.AddrPort
+		for _, a := range eps {
+			tcp = append(tcp, netip.AddrPortFrom(a, kubeTCPPort))
+			udp = append(udp, netip.AddrPortFrom(a, kubeUDPPort))
+		}
+		return []testbed.KubeService{kubeSvc("web", "tcp", svcIP, 80, 30005, tcp...), kubeSvc("web", "udp", svcIP, 53, 30006, udp...)}
+	}
+	k.sync(t, testbed.KubeProxy{ClusterCIDR: kubeClusterNet, Services: services(pod1.IP, pod2.IP, remote1, remote2)})
+	var l *testbed.Linuxfp
+	if withLinuxfp {
+		l = k.startLinuxfp(t)
+	}
+
+	type class struct {
+		path, proto string
+		dst         netip.AddrPort
+	}
+	var classes []class
+	for _, proto := range []string{"tcp", "udp"} {
+		port, np := uint16(80), uint16(30005)
+		if proto == "udp" {
+			port, np = 53, 30006
+		}
+		classes = append(classes, class{"ClusterIP", proto, netip.AddrPortFrom(svcIP, port)}, class{"NodePort", proto, netip.AddrPortFrom(kubeNodeInIP, np)})
+	}
+	id := 1000
+	dial := func(c class) *svcConn {
+		id++
+		sc, err := dialService(k.Client, c.path, c.proto, c.dst, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sc.close)
+		if _, _, err := sc.roundTrip(1000, 5*time.Second); err != nil {
+			t.Fatalf("%s: %v", sc, err)
+		}
+		return sc
+	}
+	// Connections until each class has one to every endpoint (kube-proxy picks at random).
+	conns := map[class]map[string]*svcConn{}
+	for _, c := range classes {
+		conns[c] = map[string]*svcConn{}
+		for try := 0; len(conns[c]) < len(role); try++ {
+			if try == 300 {
+				t.Fatalf("%s %s: 300 connections reached only %v", c.path, c.proto, slices.Collect(maps.Keys(conns[c])))
+			}
+			sc := dial(c)
+			if r := role[sc.backend]; conns[c][r] == nil {
+				conns[c][r] = sc
+			} else {
+				sc.close()
+			}
+		}
+	}
+	var all []*svcConn
+	for _, c := range classes {
+		for _, sc := range conns[c] {
+			all = append(all, sc)
+		}
+	}
+	// Established: UDP entries ASSURED, and with linuxfp TCP ones marked liberal, so that the
+	// fast path has them when the endpoints go.
+	eventually(t, 6*time.Second, "established connections ready for the fast path", func() error {
+		var errs []string
+		for _, sc := range all {
+			if err := sc.exchange(1, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.fastPathReady(sc); err != nil && (sc.udp || withLinuxfp) {
+				errs = append(errs, err.Error())
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%s", strings.Join(errs, "; "))
+		}
+		return nil
+	})
+
+	out := map[string]string{}
+	// errKind is an error as the application sees it.
+	errKind := func(err error) string {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return "no answer"
+		case errors.Is(err, syscall.ECONNRESET):
+			return "reset"
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return "refused"
+		case errors.Is(err, io.EOF):
+			return "closed"
+		}
+		return err.Error()
+	}
+	// established runs n round trips on every established connection (all at once) and
+	// records, per class, what happened.
+	established := func(stage string, n int, timeout time.Duration) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, c := range classes {
+			for r, sc := range conns[c] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					first := sc.backend
+					res := "answered by the same backend"
+					moved := netip.Addr{}
+					for range n {
+						b, _, err := sc.roundTrip(1000, timeout)
+						if err != nil {
+							res = errKind(err)
+							break
+						}
+						switch {
+						case b == first && !moved.IsValid():
+						case !moved.IsValid() && strings.HasPrefix(role[b], "remaining"):
+							moved, res = b, "moved to a remaining endpoint"
+						case b != moved:
+							res = fmt.Sprintf("answered by %s, then by %s (%s)", first, b, role[b])
+						}
+					}
+					if moved.IsValid() {
+						sc.backend = moved
+					}
+					mu.Lock()
+					out[fmt.Sprintf("%s %s, established to a %s, %s", c.path, c.proto, r, stage)] = res
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	newConns := func(stage string, n int) {
+		for _, c := range classes {
+			got := map[string]int{}
+			for range n {
+				sc := dial(c)
+				got[role[sc.backend]]++
+				sc.close()
+			}
+			res := "all to remaining endpoints"
+			if got["removed local pod"]+got["removed remote"] > 0 {
+				res = fmt.Sprintf("reached %v", got)
+			}
+			out[fmt.Sprintf("%s %s, new, %s", c.path, c.proto, stage)] = res
+		}
+	}
+
+	// The endpoints of pod1 and remote1 go (the pods terminating: still there, no longer
+	// endpoints).
+	var s0 kubeSnap
+	if l != nil {
+		s0 = kubeSnapshot(t, l)
+	}
+	k.sync(t, testbed.KubeProxy{ClusterCIDR: kubeClusterNet, Services: services(pod2.IP, remote2)})
+	established("endpoint removed", 20, 5*time.Second)
+	if l != nil {
+		d := kubeSnapshot(t, l).sub(s0)
+		t.Logf("established connections after the endpoint removal: in0 %s; out0 %s", d["in0"], d["out0"])
+		// Their requests were the fast path's, but for the UDP flows that moved (new entries,
+		// not ASSURED yet) and, at XDP, those to local pods: 20 messages on each of 4 TCP
+		// connections and 2 UDP flows to remote backends, and at tc as many to local pods.
+		want := uint64(6 * 20)
+		if hook == "tc" {
+			want *= 2
+		}
+		if d["in0"].forwarded < want {
+			t.Errorf("in0 forwarded %d requests of established connections, want at least %d", d["in0"].forwarded, want)
+		}
+	}
+	newConns("endpoint removed", 10)
+
+	// The removed pods go: pod1's veth is deleted, node2 drops remote1's address.
+	k.removePod(t, pod1)
+	sh(t, k.Node2, "ip addr del "+remote1.String()+"/32 dev lo")
+	established("pod gone", 5, time.Second)
+	newConns("pod gone", 5)
+	return out
 }
