@@ -28,6 +28,7 @@ func TestShapes(t *testing.T) {
 		{"cni", []string{"eth0", "cni0", "eth1", "mynet2"}, nil},
 		{"flannel", []string{"eth0", "cni0", "eth1", "flannel.1"}, nil},
 		{"kube-proxy", []string{"eth0", "cni0", "eth1", "flannel.1"}, []string{"ct_state_invalid_dropped_pkts", "localhost_nps_accepted_pkts"}},
+		{"ufw", []string{"eth0", "wlan0", "eth1", "lxdbr0"}, nil},
 	}
 	for _, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {

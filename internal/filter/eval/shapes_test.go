@@ -45,6 +45,14 @@ func udp(src, dst, in string, sport, dport uint16) eval.Packet {
 	return l4(model.ProtoUDP, src, dst, in, sport, dport)
 }
 
+// newUDP is a UDP datagram conntrack gives the state NEW: the harness flushes conntrack and sends
+// nothing back.
+func newUDP(src, dst, in string, sport, dport uint16) eval.Packet {
+	p := udp(src, dst, in, sport, dport)
+	p.CtState = model.CtNew
+	return p
+}
+
 func tcp(src, dst, in string, sport, dport uint16) eval.Packet {
 	return l4(model.ProtoTCP, src, dst, in, sport, dport)
 }
@@ -111,6 +119,21 @@ var shapes = []shape{
 			{"pod to remote pod", udp("198.18.1.20", "198.19.128.5", "cni0", 1000, 53), eval.Accept},
 			{"pod to the outside: masqueraded", udp("198.18.0.10", "198.19.0.5", "eth0", 1000, 53), eval.Linux},
 			{"ipv6 pod to remote pod", tcp("2001:2:0:1::20", "2001:2:2::5", "cni0", 1000, 80), eval.Accept},
+		},
+	},
+	{
+		name: "ufw",
+		devs: [4]string{"eth0", "wlan0", "eth1", "lxdbr0"},
+		rules: []shapeRule{
+			{model.IPv4, "ip filter ufw-before-forward", 0, "-m conntrack --ctstate RELATED,ESTABLISHED => accept"},
+			{model.IPv4, "ip filter ufw-after-logging-forward", 0, "unknown(limit, stateful) => linux (target LOG)"},
+			{model.IPv4, "ip filter ufw-user-forward", 1, "-d 198.19.0.0/24 => drop"},
+			{model.IPv6, "ip6 filter ufw6-before-forward", 0, "-m conntrack --ctstate RELATED,ESTABLISHED => accept"},
+		},
+		pkts: []shapePacket{
+			{"wlan0 to a network ufw denies: dropped", newUDP("198.18.0.10", "198.19.0.5", "wlan0", 1000, 53), eval.Drop},
+			{"a flow ufw does not allow: logged by Linux, then the policy", newUDP("198.18.0.10", "198.19.0.5", "eth0", 1000, 53), eval.Linux},
+			{"ipv6, a flow ufw does not allow", newUDP("2001:2::10", "2001:2:1::5", "eth0", 1000, 53), eval.Linux},
 		},
 	},
 	{
