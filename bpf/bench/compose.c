@@ -115,6 +115,11 @@ volatile const __u32 cfg_lpm = 0;
  * jump; 1: the slot read from compose_next, an index known only at run time (an indirect jump). */
 volatile const __u32 cfg_next_from_map = 0;
 
+/* 1: the program is for BPF_PROG_TEST_RUN, which runs it again and again on one buffer: the TTL is
+ * left alone (decreased on every run, the frame would be a TTL-exceeded one after 63 runs). The
+ * decrement is the same few instructions after the chain in every composition. */
+volatile const __u32 cfg_test_run = 0;
+
 /* One module. Returns a verdict (the packet is decided), or -1: go on. */
 static __always_inline int compose_step(lfp_ctx *ctx, struct compose_state *st, __u32 module)
 {
@@ -186,7 +191,8 @@ static __always_inline int compose_xmit(lfp_ctx *ctx, const struct compose_state
 	r = tx_prepare(ctx, st->ifindex, bpf_ntohs(iph->tot_len), TX_PRIO_KEEP);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
-	ipv4_decrease_ttl(iph);
+	if (!cfg_test_run)
+		ipv4_decrease_ttl(iph);
 	__builtin_memcpy(eth->h_dest, st->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, st->smac, ETH_ALEN);
 	lfp_count(ctx, LFP_FORWARDED);

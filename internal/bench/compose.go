@@ -52,14 +52,32 @@ const (
 	composeDrop uint32 = 1
 )
 
+// XDP verdicts.
+const (
+	xdpVerdictDrop     = 1
+	xdpVerdictPass     = 2
+	xdpVerdictRedirect = 4
+)
+
 // composer is every composition of the chain, loaded, sharing one set of tables and counters:
 // the inline program once per chain length (its length is frozen in it), and per tail-call
-// composition the 16 module programs with a prog array of its own.
+// composition the 16 module programs with a prog array of its own. Each twice: as forwarded
+// with, and for BPF_PROG_TEST_RUN (cfg_test_run: the TTL left alone).
 type composer struct {
 	lpm    bool
 	shared map[string]*ebpf.Map // every map but the prog array and .rodata
-	inline map[int]*ebpf.Program
-	tails  map[Composition]*tailChain
+	inline map[inlineKey]*ebpf.Program
+	tails  map[tailKey]*tailChain
+}
+
+type inlineKey struct {
+	n       int
+	testRun bool
+}
+
+type tailKey struct {
+	comp    Composition
+	testRun bool
 }
 
 // tailChain is one tail-call composition: module i's program is progs[i]; chain holds the
@@ -77,7 +95,7 @@ func newComposer(comps []Composition, modules []int, lpm bool) (c *composer, err
 	if err != nil {
 		return nil, err
 	}
-	c = &composer{lpm: lpm, shared: map[string]*ebpf.Map{}, inline: map[int]*ebpf.Program{}, tails: map[Composition]*tailChain{}}
+	c = &composer{lpm: lpm, shared: map[string]*ebpf.Map{}, inline: map[inlineKey]*ebpf.Program{}, tails: map[tailKey]*tailChain{}}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -99,41 +117,53 @@ func newComposer(comps []Composition, modules []int, lpm bool) (c *composer, err
 			return nil, fmt.Errorf("fill compose_next: %w", err)
 		}
 	}
-	for _, comp := range comps {
-		if comp == ComposeInline {
-			for _, n := range modules {
-				coll, err := c.load(map[string]uint32{composeVarCfgModules: uint32(n)}, nil, composeProgComposeInline)
-				if err != nil {
-					return nil, fmt.Errorf("load the inline chain of %d modules: %w", n, err)
-				}
-				c.inline[n] = coll.DetachProgram(composeProgComposeInline)
-				coll.Close()
+	for _, testRun := range []bool{false, true} {
+		for _, comp := range comps {
+			if err := c.loadComposition(comp, modules, testRun); err != nil {
+				return nil, err
 			}
-			continue
 		}
-		t := &tailChain{}
-		spec, err := loadCompose()
-		if err != nil {
-			return nil, err
-		}
-		if t.chain, err = ebpf.NewMap(spec.Maps[composeMapComposeChain]); err != nil {
-			return nil, fmt.Errorf("create the %s prog array: %w", comp, err)
-		}
-		c.tails[comp] = t
-		names := make([]string, ComposeMaxModules)
-		for i := range names {
-			names[i] = fmt.Sprintf("compose_tail%d", i)
-		}
-		coll, err := c.load(map[string]uint32{composeVarCfgNextFromMap: boolU32(comp == ComposeTailMap)}, t.chain, names...)
-		if err != nil {
-			return nil, fmt.Errorf("load the %s chain: %w", comp, err)
-		}
-		for _, name := range names {
-			t.progs = append(t.progs, coll.DetachProgram(name))
-		}
-		coll.Close()
 	}
 	return c, nil
+}
+
+func (c *composer) loadComposition(comp Composition, modules []int, testRun bool) error {
+	vars := map[string]uint32{composeVarCfgLpm: boolU32(c.lpm), composeVarCfgTestRun: boolU32(testRun)}
+	if comp == ComposeInline {
+		for _, n := range modules {
+			vars[composeVarCfgModules] = uint32(n)
+			coll, err := c.load(vars, nil, composeProgComposeInline)
+			if err != nil {
+				return fmt.Errorf("load the inline chain of %d modules: %w", n, err)
+			}
+			c.inline[inlineKey{n, testRun}] = coll.DetachProgram(composeProgComposeInline)
+			coll.Close()
+		}
+		return nil
+	}
+	spec, err := loadCompose()
+	if err != nil {
+		return err
+	}
+	t := &tailChain{}
+	if t.chain, err = ebpf.NewMap(spec.Maps[composeMapComposeChain]); err != nil {
+		return fmt.Errorf("create the %s prog array: %w", comp, err)
+	}
+	c.tails[tailKey{comp, testRun}] = t
+	names := make([]string, ComposeMaxModules)
+	for i := range names {
+		names[i] = fmt.Sprintf("compose_tail%d", i)
+	}
+	vars[composeVarCfgNextFromMap] = boolU32(comp == ComposeTailMap)
+	coll, err := c.load(vars, t.chain, names...)
+	if err != nil {
+		return fmt.Errorf("load the %s chain: %w", comp, err)
+	}
+	for _, name := range names {
+		t.progs = append(t.progs, coll.DetachProgram(name))
+	}
+	coll.Close()
+	return nil
 }
 
 // load loads the programs named progs with the constants in vars, the shared maps, and chain as
@@ -143,7 +173,6 @@ func (c *composer) load(vars map[string]uint32, chain *ebpf.Map, progs ...string
 	if err != nil {
 		return nil, err
 	}
-	vars[composeVarCfgLpm] = boolU32(c.lpm)
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
@@ -182,23 +211,35 @@ func (c *composer) Close() error {
 	return errors.Join(errs...)
 }
 
-// program is the program to run for comp's chain of n modules. A tail-call chain is set to n
-// modules first (its prog array refilled), so only one length of it can be in use at a time.
-func (c *composer) program(comp Composition, n int) (*ebpf.Program, error) {
+// programs are the programs of comp's chain of n modules: for a tail-call chain, the n module
+// programs; testRun: the variant for BPF_PROG_TEST_RUN.
+func (c *composer) programs(comp Composition, n int, testRun bool) ([]*ebpf.Program, error) {
 	if n < 1 || n > ComposeMaxModules {
 		return nil, fmt.Errorf("%d modules: want 1 to %d", n, ComposeMaxModules)
 	}
 	if comp == ComposeInline {
-		p := c.inline[n]
+		p := c.inline[inlineKey{n, testRun}]
 		if p == nil {
 			return nil, fmt.Errorf("the inline chain of %d modules was not loaded", n)
 		}
-		return p, nil
+		return []*ebpf.Program{p}, nil
 	}
-	t := c.tails[comp]
+	t := c.tails[tailKey{comp, testRun}]
 	if t == nil {
 		return nil, fmt.Errorf("composition %q was not loaded", comp)
 	}
+	return t.progs[:n], nil
+}
+
+// program is the program to run for comp's chain of n modules (testRun: the variant for
+// BPF_PROG_TEST_RUN). A tail-call chain is set to n modules first (its prog array refilled), so
+// only one length of it can be in use at a time.
+func (c *composer) program(comp Composition, n int, testRun bool) (*ebpf.Program, error) {
+	progs, err := c.programs(comp, n, testRun)
+	if err != nil || comp == ComposeInline {
+		return progs[0], err
+	}
+	t := c.tails[tailKey{comp, testRun}]
 	if t.n != n {
 		for i := 1; i < ComposeMaxModules; i++ {
 			var err error
@@ -265,6 +306,9 @@ func nativeU32(b [4]byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
+// lfpMaxSlots is LFP_MAX_SLOTS (bpf/include/linuxfp_types.h): the rows of lfp_stats.
+const lfpMaxSlots = 256
+
 // composeCounters is what the chain counted: per module the packets it matched, and per
 // reason (linuxfp's lfp_stats, interface slot 0) the packets forwarded, dropped or handed to
 // Linux.
@@ -288,7 +332,7 @@ func (c *composer) counters() (composeCounters, error) {
 	}
 	// Slot 0's row: the first LFP_REASON_MAX entries (the map has LFP_MAX_SLOTS rows).
 	stats := c.shared[composeMapLfpStats]
-	for r := range stats.MaxEntries() / 256 {
+	for r := range stats.MaxEntries() / lfpMaxSlots {
 		var per []composeLfpCounter
 		if err := stats.Lookup(r, &per); err != nil {
 			return out, fmt.Errorf("read lfp_stats: %w", err)

@@ -96,6 +96,7 @@ const (
 	composeVarCfgModules      = "cfg_modules"
 	composeVarCfgNextFromMap  = "cfg_next_from_map"
 	composeVarCfgSlot         = "cfg_slot"
+	composeVarCfgTestRun      = "cfg_test_run"
 )
 
 // loadCompose returns the embedded CollectionSpec for compose.
@@ -182,6 +183,7 @@ type composeVariableSpecs struct {
 	CfgModules     *ebpf.VariableSpec `ebpf:"cfg_modules"`
 	CfgNextFromMap *ebpf.VariableSpec `ebpf:"cfg_next_from_map"`
 	CfgSlot        *ebpf.VariableSpec `ebpf:"cfg_slot"`
+	CfgTestRun     *ebpf.VariableSpec `ebpf:"cfg_test_run"`
 }
 
 // composeObjects contains all objects after they have been loaded into the kernel.
@@ -237,6 +239,7 @@ type composeVariables struct {
 	CfgModules     *ebpf.Variable `ebpf:"cfg_modules"`
 	CfgNextFromMap *ebpf.Variable `ebpf:"cfg_next_from_map"`
 	CfgSlot        *ebpf.Variable `ebpf:"cfg_slot"`
+	CfgTestRun     *ebpf.Variable `ebpf:"cfg_test_run"`
 }
 
 // composePrograms contains all programs after they have been loaded into the kernel.

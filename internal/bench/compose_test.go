@@ -18,13 +18,6 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// XDP verdicts.
-const (
-	xdpDrop     = 1
-	xdpPass     = 2
-	xdpRedirect = 4
-)
-
 // composeMAC is module i's MAC for the test's routes (role 0xd: destination, 0x5: source).
 func composeMAC(role, i int) net.HardwareAddr {
 	return net.HardwareAddr{0x02, 0, 0, byte(role), 0, byte(i)}
@@ -32,8 +25,8 @@ func composeMAC(role, i int) net.HardwareAddr {
 
 // The inline chain (linuxfp's composition) and the tail-call chains must do the same thing to
 // every packet, for every chain length and both lookups: the same verdict, the same bytes out,
-// the same counters. The expected outcome is written down too, so three equally wrong chains
-// fail.
+// the same counters; and so must their BPF_PROG_TEST_RUN variants, but for the TTL they leave
+// alone. The expected outcome is written down, so chains that are all equally wrong fail too.
 func TestComposeSameBehaviour(t *testing.T) {
 	needRoot(t)
 	pinThread(t)
@@ -117,11 +110,9 @@ func TestComposeSameBehaviour(t *testing.T) {
 			verdict uint32
 			modules int    // modules 0..modules-1 counted the packet
 			reason  string // lfp_stats
-			out     []byte // nil: the frame unchanged
+			via     int    // forwarded with module via's egress and MACs (-1: the frame unchanged)
 		}
-		fwd := func(in []byte, m int) want {
-			return want{xdpRedirect, -1, "forwarded", packet.Forwarded(in, composeMAC(0x5, m), composeMAC(0xd, m))}
-		}
+		fwd := func(m int) want { return want{xdpVerdictRedirect, -1, "forwarded", m} }
 		for _, n := range lengths {
 			cases := []struct {
 				name string
@@ -131,41 +122,46 @@ func TestComposeSameBehaviour(t *testing.T) {
 				{"every module chooses, the last wins", udp(testbed.Prefix4(0, 7)).Bytes(), want{}},
 				{"a module drops", udp(testbed.Prefix4(1, 7)).Bytes(), want{}},
 				{"a module has no entry", udp(testbed.Prefix4(2, 7)).Bytes(), want{}},
-				{"egress not ready", udp(testbed.Prefix4(3, 7)).Bytes(), want{xdpPass, n, "egress_not_ready", nil}},
+				{"egress not ready", udp(testbed.Prefix4(3, 7)).Bytes(), want{xdpVerdictPass, n, "egress_not_ready", -1}},
 				{"the first module's choice kept", udp(testbed.Prefix4(4, 7)).Bytes(), want{}},
-				{"no module has an entry", udp(testbed.Prefix4(5, 7)).Bytes(), want{xdpPass, 0, "fib_not_forwarded", nil}},
-				{"TTL 1", withTTL(udp(testbed.Prefix4(0, 7)), 1).Bytes(), want{xdpPass, n, "ttl_exceeded", nil}},
-				{"IPv4 options", withOpts(udp(testbed.Prefix4(0, 7))).Bytes(), want{xdpPass, 0, "ip_options", nil}},
-				{"ARP", arp, want{xdpPass, 0, "not_ip", nil}},
-				{"truncated", udp(testbed.Prefix4(0, 7)).Bytes()[:30], want{xdpPass, 0, "malformed", nil}},
+				{"no module has an entry", udp(testbed.Prefix4(5, 7)).Bytes(), want{xdpVerdictPass, 0, "fib_not_forwarded", -1}},
+				{"TTL 1", withTTL(udp(testbed.Prefix4(0, 7)), 1).Bytes(), want{xdpVerdictPass, n, "ttl_exceeded", -1}},
+				{"IPv4 options", withOpts(udp(testbed.Prefix4(0, 7))).Bytes(), want{xdpVerdictPass, 0, "ip_options", -1}},
+				{"ARP", arp, want{xdpVerdictPass, 0, "not_ip", -1}},
+				{"truncated", udp(testbed.Prefix4(0, 7)).Bytes()[:30], want{xdpVerdictPass, 0, "malformed", -1}},
 			}
-			cases[0].want = fwd(cases[0].in, n-1)
+			cases[0].want = fwd(n - 1)
 			if n <= 3 {
-				cases[1].want = fwd(cases[1].in, n-1)
+				cases[1].want = fwd(n - 1)
 			} else {
-				cases[1].want = want{xdpDrop, 4, "filter_dropped", nil}
+				cases[1].want = want{xdpVerdictDrop, 4, "filter_dropped", -1}
 			}
 			if n <= 2 {
-				cases[2].want = fwd(cases[2].in, n-1)
+				cases[2].want = fwd(n - 1)
 			} else {
-				cases[2].want = want{xdpPass, 2, "fib_not_forwarded", nil}
+				cases[2].want = want{xdpVerdictPass, 2, "fib_not_forwarded", -1}
 			}
-			cases[4].want = fwd(cases[4].in, 0)
+			cases[4].want = fwd(0)
 			for _, tc := range cases {
 				if tc.want.modules < 0 {
 					tc.want.modules = n
-				}
-				wantOut := tc.want.out
-				if wantOut == nil {
-					wantOut = tc.in
 				}
 				wantModules := make([]uint64, ComposeMaxModules)
 				for i := range tc.want.modules {
 					wantModules[i] = 1
 				}
-				for _, comp := range Compositions {
-					name := fmt.Sprintf("lpm=%v/%d modules/%s/%s", lpm, n, comp, tc.name)
-					verdict, out, got := runCompose(t, c, comp, n, tc.in)
+				for _, v := range composeVariants {
+					// As forwarded: the router's rewrite. For BPF_PROG_TEST_RUN: the same but the TTL.
+					wantOut := tc.in
+					if m := tc.want.via; m >= 0 && v.testRun {
+						wantOut = slices.Clone(tc.in)
+						copy(wantOut[0:6], composeMAC(0xd, m))
+						copy(wantOut[6:12], composeMAC(0x5, m))
+					} else if m >= 0 {
+						wantOut = packet.Forwarded(tc.in, composeMAC(0x5, m), composeMAC(0xd, m))
+					}
+					name := fmt.Sprintf("lpm=%v/%d modules/%s/%s", lpm, n, v, tc.name)
+					verdict, out, got := runCompose(t, c, v.comp, n, v.testRun, tc.in)
 					if verdict != tc.want.verdict {
 						t.Errorf("%s: verdict %d, want %d", name, verdict, tc.want.verdict)
 					}
@@ -184,11 +180,33 @@ func TestComposeSameBehaviour(t *testing.T) {
 	}
 }
 
+// composeVariants are every composition, as forwarded with and as test-run.
+var composeVariants = func() (out []composeVariant) {
+	for _, testRun := range []bool{false, true} {
+		for _, comp := range Compositions {
+			out = append(out, composeVariant{comp, testRun})
+		}
+	}
+	return out
+}()
+
+type composeVariant struct {
+	comp    Composition
+	testRun bool
+}
+
+func (v composeVariant) String() string {
+	if v.testRun {
+		return string(v.comp) + " (test run)"
+	}
+	return string(v.comp)
+}
+
 // runCompose runs comp's chain of n modules once on in: the verdict, the frame out and what the
 // counters counted.
-func runCompose(t *testing.T, c *composer, comp Composition, n int, in []byte) (uint32, []byte, composeCounters) {
+func runCompose(t *testing.T, c *composer, comp Composition, n int, testRun bool, in []byte) (uint32, []byte, composeCounters) {
 	t.Helper()
-	prog, err := c.program(comp, n)
+	prog, err := c.program(comp, n, testRun)
 	if err != nil {
 		t.Fatal(err)
 	}

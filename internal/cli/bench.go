@@ -18,7 +18,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks: Linux vs linuxfp in the same run"}
-	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchModulesCmd(), benchPodsCmd(), benchServicesCmd(), benchResponseCmd())
+	cmd.AddCommand(benchRouterCmd(), benchBridgeCmd(), benchGatewayCmd(), benchModulesCmd(), benchPodsCmd(), benchServicesCmd(), benchResponseCmd(), benchComposeCmd())
 	return cmd
 }
 
@@ -311,6 +311,75 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, case and workload")
 	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "traffic before each measurement, not counted")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
+	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
+	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	return cmd
+}
+
+func benchComposeCmd() *cobra.Command {
+	var (
+		bf        benchFlags
+		cc        bench.ComposeConfig
+		comps     []string
+		lookup    string
+		noTestRun bool
+		noForward bool
+	)
+	cmd := &cobra.Command{
+		Use:   "compose",
+		Short: "The paper's Figure 10: a chain of N modules composed with inline calls (linuxfp's) vs tail calls",
+		Long: `A chain of N simple modules, each what a linuxfp module does per packet: a bounds-checked
+Ethernet + IPv4 parse, a lookup of the destination in its own table (a hash of the /24, or with
+--lookup lpm an LPM trie), a per-CPU counter; after the last, the router's transmit step (TTL,
+MACs, redirect through linuxfp's devmap of ready egress devices). Composed three ways from one
+source (bpf/bench/compose.c): inline (one program, the steps inlined one after the other, N a
+frozen .rodata constant the verifier prunes by: linuxfp's composition), tail (one program per
+module in a prog array, each tail-calling the next slot, a constant the kernel turns into a
+direct jump; the egress carried in a per-CPU map) and tail-map (the same, the next slot read
+from a map: an indirect jump).
+Two measurements per composition and N, round by round: BPF_PROG_TEST_RUN of one frame
+(the kernel's ns per run), and forwarding: the router benchmark's namespaces gen -> DUT -> sink
+(veth, 50 routed prefixes), the chain attached to the DUT's in0 (native XDP) forwarding the XDP
+generator's frames (1 core) to out0, counted by the XDP sink. Prints ns per packet and Mpps vs N
+side by side with the spread over rounds, and the fitted cost per module of each composition.
+Removes its namespaces on exit, including on Ctrl-C.
+
+Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, s := range splitList(comps) {
+				c, err := bench.ParseComposition(s)
+				if err != nil {
+					return fmt.Errorf("--compositions: %w", err)
+				}
+				cc.Compositions = append(cc.Compositions, c)
+			}
+			switch lookup {
+			case "hash":
+			case "lpm":
+				cc.LPM = true
+			default:
+				return fmt.Errorf("--lookup %q: want hash or lpm", lookup)
+			}
+			cc.TestRun, cc.Live = !noTestRun, !noForward
+			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+				cc.Duration, cc.Warmup, cc.Rounds, cc.Log = cfg.Duration, cfg.Warmup, cfg.Rounds, cfg.Log
+				return bench.RunCompose(ctx, cc)
+			})
+		},
+	}
+	f := cmd.Flags()
+	cfg := &bf.cfg
+	f.IntSliceVar(&cc.Modules, "modules", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "chain lengths N to measure (1 to 16)")
+	f.StringSliceVar(&comps, "compositions", nil, "compositions: inline, tail, tail-map (default all)")
+	f.StringVar(&lookup, "lookup", "hash", "each module's table: hash (of the destination's /24) or lpm")
+	f.IntVar(&cc.Size, "size", 64, "frame size in bytes including FCS")
+	f.DurationVar(&cc.TestRunTime, "test-run-time", 200*time.Millisecond, "time per BPF_PROG_TEST_RUN measurement")
+	f.BoolVar(&noTestRun, "no-test-run", false, "skip the BPF_PROG_TEST_RUN measurement")
+	f.BoolVar(&noForward, "no-forwarding", false, "skip the forwarding measurement")
+	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured forwarding time per round, composition and N")
+	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each forwarding measurement")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds (the report gives medians and the spread)")
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
 	return cmd

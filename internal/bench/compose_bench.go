@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/packet"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// ComposeConfig configures bench compose: chains of Modules modules in each of Compositions,
+// measured with BPF_PROG_TEST_RUN and forwarding the generator's frames on the DUT's in0,
+// round by round.
+type ComposeConfig struct {
+	Modules      []int         // chain lengths (default 1..10)
+	Compositions []Composition // default: all
+	LPM          bool          // the modules look up an LPM trie instead of a hash
+	Size         int           // frame size in bytes, FCS included (default 64)
+
+	TestRun     bool          // the BPF_PROG_TEST_RUN measurement
+	TestRunTime time.Duration // time per test run (default 200 ms)
+
+	Live     bool          // the forwarding measurement
+	Duration time.Duration // measured time per round, composition and length
+	Warmup   time.Duration // traffic before each measurement, not counted
+	Rounds   int           // the report gives the median and the spread
+
+	Log *slog.Logger
+}
+
+func (c *ComposeConfig) defaults() error {
+	if len(c.Modules) == 0 {
+		c.Modules = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	}
+	c.Modules = slices.Compact(slices.Sorted(slices.Values(c.Modules)))
+	for _, n := range c.Modules {
+		if n < 1 || n > ComposeMaxModules {
+			return fmt.Errorf("--modules %d: want 1 to %d", n, ComposeMaxModules)
+		}
+	}
+	if len(c.Compositions) == 0 {
+		c.Compositions = Compositions
+	}
+	c.Compositions = inOrder(Compositions, c.Compositions)
+	if c.Size == 0 {
+		c.Size = 64
+	}
+	if c.Size < 64 || c.Size > 1518 {
+		return fmt.Errorf("--size %d: want 64 to 1518 bytes (an Ethernet frame with FCS)", c.Size)
+	}
+	if !c.TestRun && !c.Live {
+		return errors.New("nothing to measure: both the test-run and the forwarding measurements are off")
+	}
+	if c.TestRunTime <= 0 {
+		c.TestRunTime = 200 * time.Millisecond
+	}
+	if c.Duration <= 0 {
+		c.Duration = time.Second
+	}
+	if c.Warmup <= 0 {
+		c.Warmup = 200 * time.Millisecond
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 3
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// composeTopology is the router benchmark's gen -> DUT -> sink under names of its own: the
+// composed chain on in0 forwards to out0 what the generator sends to the 50 routed prefixes.
+var composeTopology = func() *topology {
+	t := *routerTopology
+	t.name = "compose"
+	t.build = func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New("lfp-compose", o) }
+	t.startLinuxfp = nil
+	return &t
+}()
+
+// RunCompose runs bench compose. It returns what it measured even when ctx is cancelled
+// half-way (with ctx's error); every namespace it created is gone when it returns.
+func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	res := newComposeResult(cfg)
+	c, err := newComposer(cfg.Compositions, cfg.Modules, cfg.LPM)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	for _, cell := range res.Cells {
+		if err := cell.programSize(c); err != nil {
+			return nil, err
+		}
+	}
+	err = withTestbed(composeTopology, 1, func(tb *testbed.Testbed) error {
+		// Every module (all 16, whatever the length run) routes the generator's prefixes to
+		// the sink through out0.
+		for m := range ComposeMaxModules {
+			for p := range tb.Prefixes {
+				r := composeRoute{module: m, pfx: netip.PrefixFrom(testbed.Prefix4(p, 0), 24),
+					ifindex: tb.OutIfindex, dst: tb.SinkMAC, src: tb.OutMAC}
+				if err := c.addRoute(r); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tb.DUT.Do(func() error { return c.addTx(tb.OutIfindex) }); err != nil {
+			return err
+		}
+		pcfg := Config{Duration: cfg.Duration, Warmup: cfg.Warmup, Rounds: cfg.Rounds, Log: cfg.Log}
+		b, err := newPipeline(ctx, pcfg, composeTopology, tb, nil)
+		if err != nil {
+			return err
+		}
+		defer b.close()
+		cpus, err := usableCPUs()
+		if err != nil {
+			return err
+		}
+		cpus = cpus[:1]
+		frame := packet.Spec{SrcMAC: tb.GenMAC, DstMAC: tb.InMAC, Src: tb.GenIP, Dst: testbed.Prefix4(0, 1),
+			SrcPort: 1024, DstPort: 9, Size: cfg.Size - fcsLen}.Bytes()
+		for r := range cfg.Rounds {
+			if cfg.TestRun {
+				err := onCPU(cpus[0], func() error {
+					for _, cell := range rotated(res.Cells, r) {
+						if err := ctx.Err(); err != nil {
+							return err
+						}
+						if err := cell.testRun(c, frame, cfg.TestRunTime); err != nil {
+							return err
+						}
+						cfg.Log.Info("test run", "round", r+1, "composition", cell.Composition, "modules", cell.Modules,
+							"ns", cell.TestRun.Rounds[len(cell.TestRun.Rounds)-1])
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			if cfg.Live {
+				for _, cell := range rotated(res.Cells, r) {
+					if err := cell.forward(b, c, cpus, cfg.Size); err != nil {
+						return err
+					}
+					rd := cell.Live.Rounds[len(cell.Live.Rounds)-1]
+					cfg.Log.Info("forwarded", "round", r+1, "composition", cell.Composition, "modules", cell.Modules,
+						"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))
+				}
+			}
+		}
+		return nil
+	})
+	res.finish(time.Since(start))
+	return res, err
+}
+
+// testRun runs the cell's program on frame with BPF_PROG_TEST_RUN for about d and records the
+// kernel's time per run. The first call also picks the repeat count.
+func (cell *ComposeCell) testRun(c *composer, frame []byte, d time.Duration) error {
+	prog, err := c.program(cell.Composition, cell.Modules, true)
+	if err != nil {
+		return err
+	}
+	tr := cell.TestRun
+	run := func(repeat int) (time.Duration, error) {
+		c0, err := c.counters()
+		if err != nil {
+			return 0, err
+		}
+		ret, per, err := prog.Benchmark(frame, repeat, nil)
+		if err != nil {
+			return 0, fmt.Errorf("%s, %d modules: %w", cell.Composition, cell.Modules, err)
+		}
+		// Every run must have gone all the way through the chain.
+		if ret != xdpVerdictRedirect {
+			c1, _ := c.counters()
+			return 0, fmt.Errorf("%s, %d modules: verdict %d on the benchmark's frame, want XDP_REDIRECT (counted %v)",
+				cell.Composition, cell.Modules, ret, c1.since(c0).Reasons)
+		}
+		return per, nil
+	}
+	if tr.Repeat == 0 {
+		const probe = 20000
+		per, err := run(probe)
+		if err != nil {
+			return err
+		}
+		tr.Repeat = int(min(max(float64(d)/float64(max(per, 1)), probe), 1<<28))
+	}
+	per, err := run(tr.Repeat)
+	if err != nil {
+		return err
+	}
+	tr.Rounds = append(tr.Rounds, float64(per.Nanoseconds()))
+	return nil
+}
+
+// forward attaches the cell's program to the DUT's in0 and measures what reaches the sink.
+func (cell *ComposeCell) forward(b *pipeline, c *composer, cpus []int, size int) error {
+	prog, err := c.program(cell.Composition, cell.Modules, false)
+	if err != nil {
+		return err
+	}
+	if on, err := attached(b.tb.DUT, "in0"); err != nil {
+		return err
+	} else if on != "" {
+		return fmt.Errorf("%s is still attached to the DUT's in0", on)
+	}
+	l, err := attachXDP(b.tb.DUT, "in0", prog)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	c0, err := c.counters()
+	if err != nil {
+		return err
+	}
+	rd, err := b.measureFull(size, cpus, 0)
+	if err != nil {
+		return fmt.Errorf("%s, %d modules: %w", cell.Composition, cell.Modules, err)
+	}
+	c1, err := c.counters()
+	if err != nil {
+		return err
+	}
+	cell.Live.Rounds = append(cell.Live.Rounds, ComposeRound{Round: rd, Counted: c1.since(c0)})
+	return nil
+}
+
+// programSize records what the kernel made of the cell's programs as forwarded with: for a
+// tail-call chain, the sum over its n programs (what a packet runs through).
+func (cell *ComposeCell) programSize(c *composer) error {
+	progs, err := c.programs(cell.Composition, cell.Modules, false)
+	if err != nil {
+		return err
+	}
+	for _, p := range progs {
+		info, err := p.Info()
+		if err != nil {
+			return fmt.Errorf("program info: %w", err)
+		}
+		n, err := info.TranslatedSize()
+		if err != nil {
+			return fmt.Errorf("program info: %w", err)
+		}
+		cell.Insns += n / asm.InstructionSize // TranslatedSize is in bytes
+		if j, err := info.JitedSize(); err == nil {
+			cell.JitedBytes += int(j)
+		}
+	}
+	return nil
+}
+
+// onCPU runs fn on a thread pinned to cpu: the test runs are timed on the CPU the generator
+// and the DUT's softirq work use in the forwarding measurement.
+func onCPU(cpu int, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return fmt.Errorf("get cpu affinity: %w", err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("pin to cpu %d: %w", cpu, err)
+	}
+	defer unix.SchedSetaffinity(0, &old)
+	return fn()
+}
