@@ -137,7 +137,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 		for r := range cfg.Rounds {
 			if cfg.TestRun {
 				err := onCPU(cpus[0], func() error {
-					for _, cell := range rotated(res.Cells, r) {
+					for _, cell := range res.roundOrder(r) {
 						if err := ctx.Err(); err != nil {
 							return err
 						}
@@ -154,7 +154,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 				}
 			}
 			if cfg.Live {
-				for _, cell := range rotated(res.Cells, r) {
+				for _, cell := range res.roundOrder(r) {
 					if err := cell.forward(b, c, cpus, cfg.Size); err != nil {
 						return err
 					}

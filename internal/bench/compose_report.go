@@ -53,6 +53,8 @@ type ComposeTestRun struct {
 	Repeat int       `json:"repeat"`
 	Rounds []float64 `json:"rounds_ns"`
 	Spread           // of Rounds
+	// OverInline: ns more than the inline chain of the same length in the same round.
+	OverInline *Spread `json:"ns_over_inline,omitempty"`
 }
 
 // ComposeLive is the forwarding measurement: the rate the sink received, once per round.
@@ -62,6 +64,8 @@ type ComposeLive struct {
 	// NsPerPacket is 1000 / the median Mpps: the time one generator core spends per packet on
 	// generating, forwarding (the chain) and sinking it.
 	NsPerPacket float64 `json:"ns_per_packet"`
+	// OverInline: the rate over the inline chain's of the same length in the same round.
+	OverInline *Spread `json:"over_inline,omitempty"`
 }
 
 // ComposeRound is one forwarding round and what the chain counted meanwhile.
@@ -75,6 +79,14 @@ type Spread struct {
 	Median float64 `json:"median"`
 	Min    float64 `json:"min"`
 	Max    float64 `json:"max"`
+}
+
+func spreadPtr(v []float64) *Spread {
+	if len(v) == 0 {
+		return nil
+	}
+	s := spreadOf(v)
+	return &s
 }
 
 func spreadOf(v []float64) Spread {
@@ -130,6 +142,19 @@ func newComposeResult(cfg ComposeConfig) *ComposeResult {
 	return r
 }
 
+// roundOrder is the order of the cells in round r: chain length by chain length (the
+// compositions of one length back to back, so the comparisons between them see the same
+// machine), lengths and compositions each starting at round r's turn.
+func (r *ComposeResult) roundOrder(round int) []*ComposeCell {
+	var out []*ComposeCell
+	for i, n := range rotated(r.Config.Modules, round) {
+		for _, comp := range rotated(r.Config.Compositions, round+i) {
+			out = append(out, r.cell(comp, n))
+		}
+	}
+	return out
+}
+
 func (r *ComposeResult) finish(elapsed time.Duration) {
 	r.Elapsed = elapsed.Round(time.Second).String()
 	for _, c := range r.Cells {
@@ -145,6 +170,29 @@ func (r *ComposeResult) finish(elapsed time.Duration) {
 			if l.Median > 0 {
 				l.NsPerPacket = 1000 / l.Median
 			}
+		}
+	}
+	// Each composition against the inline chain of the same length in the same round.
+	for _, c := range r.Cells {
+		in := r.cell(ComposeInline, c.Modules)
+		if c.Composition == ComposeInline || in == nil {
+			continue
+		}
+		if t := c.TestRun; t != nil && in.TestRun != nil {
+			var d []float64
+			for i := range min(len(t.Rounds), len(in.TestRun.Rounds)) {
+				d = append(d, t.Rounds[i]-in.TestRun.Rounds[i])
+			}
+			t.OverInline = spreadPtr(d)
+		}
+		if l := c.Live; l != nil && in.Live != nil {
+			var q []float64
+			for i := range min(len(l.Rounds), len(in.Live.Rounds)) {
+				if m := in.Live.Rounds[i].Mpps; m > 0 {
+					q = append(q, l.Rounds[i].Mpps/m)
+				}
+			}
+			l.OverInline = spreadPtr(q)
 		}
 	}
 	r.PerModule = nil
@@ -249,25 +297,35 @@ func (r *ComposeResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "%d-byte frames; median of %d rounds (min-max); took %s\n\n", c.FrameSize, c.Rounds, r.Elapsed)
 
 	if r.has(func(cell *ComposeCell) bool { return cell.TestRun != nil && len(cell.TestRun.Rounds) > 0 }) {
-		fmt.Fprintf(w, "BPF_PROG_TEST_RUN, ns per packet (the kernel's average over ~%s of runs, whole ns)\n", c.TestRunTime)
+		fmt.Fprintf(w, "BPF_PROG_TEST_RUN, ns per packet (the kernel's average over ~%s of runs, whole ns); then ns over inline\n", c.TestRunTime)
+		fmt.Fprintln(w, "(median of the differences within a round)")
 		r.writeTable(w, func(cell *ComposeCell) string {
 			t := cell.TestRun
 			if t == nil || len(t.Rounds) == 0 {
 				return "-"
 			}
-			return fmt.Sprintf("%.0f (%.0f-%.0f)", t.Median, t.Min, t.Max)
+			s := fmt.Sprintf("%.0f (%.0f-%.0f)", t.Median, t.Min, t.Max)
+			if o := t.OverInline; o != nil {
+				s += fmt.Sprintf(" %+.0f", o.Median)
+			}
+			return s
 		}, func(f ComposeFit) *Line { return f.TestRun })
 		fmt.Fprintln(w)
 	}
 	if r.has(func(cell *ComposeCell) bool { return cell.Live != nil && len(cell.Live.Rounds) > 0 }) {
 		fmt.Fprintf(w, "Forwarding gen -> DUT in0 (native XDP, the chain) -> out0 -> sink, %d routed /24s, 1 generator core:\n", c.Prefixes)
-		fmt.Fprintln(w, "Mpps received at the sink (min-max), and ns per packet = 1/rate (generator + chain + sink on one core)")
+		fmt.Fprintln(w, "Mpps received at the sink (min-max), ns per packet = 1/rate (generator + chain + sink on one core),")
+		fmt.Fprintln(w, "then the rate over inline's (median of the ratios within a round)")
 		r.writeTable(w, func(cell *ComposeCell) string {
 			l := cell.Live
 			if l == nil || len(l.Rounds) == 0 {
 				return "-"
 			}
-			return fmt.Sprintf("%.2f (%.2f-%.2f) %.0f ns", l.Median, l.Min, l.Max, l.NsPerPacket)
+			s := fmt.Sprintf("%.2f (%.2f-%.2f) %.0f ns", l.Median, l.Min, l.Max, l.NsPerPacket)
+			if o := l.OverInline; o != nil {
+				s += fmt.Sprintf(" %.2fx", o.Median)
+			}
+			return s
 		}, func(f ComposeFit) *Line { return f.Live })
 		for _, s := range r.flags() {
 			fmt.Fprintln(w, s)
