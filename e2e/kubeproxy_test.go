@@ -38,10 +38,11 @@ type kubeFlow struct {
 	// in: the interface the requests enter the node by; back: the answers'.
 	in, back string
 	// inLinux, backLinux: "" where the fast path must forward every established packet, else
-	// the one reason for which all go to Linux.
+	// the one reason for which it may hand them to Linux instead.
 	inLinux, backLinux string
-	// ttl: the TTL a datagram must reach the backend with (UDP).
-	ttl byte
+	// ttl, backTTL: the TTL a datagram must reach the backend with, and its answer the client
+	// (UDP), as with Linux alone: one less when routed, the same when bridged.
+	ttl, backTTL byte
 }
 
 // kube-proxy's rules for services with a local pod as endpoint and with a remote one, reached
@@ -53,7 +54,8 @@ type kubeFlow struct {
 // is one the fast path takes (TCP: marked liberal; UDP: ASSURED), every packet of both
 // directions is forwarded by the fast path, translated as the entry says, and none goes to Linux.
 //
-// The exceptions, checked as such (every established packet to Linux, for that one reason):
+// The exceptions, checked as such (an established packet the fast path does not forward goes
+// to Linux for that one reason, and no other):
 //   - at XDP, a packet from in0 or out0 into a pod's veth cannot be redirected (the pod's eth0
 //     has neither GRO nor an XDP program, so the veth would drop the frame; see KERNEL-NOTES):
 //     the client's requests to local pods and remote backends' answers to pods go to Linux as
@@ -61,10 +63,12 @@ type kubeFlow struct {
 //     fast-pathed;
 //   - a pod reaching a pod on its own bridge through a cluster IP (itself included): Linux
 //     bridges these DNAT'd packets rather than routing them (see below), and the fast path
-//     takes neither direction (hairpin, ct_nat).
+//     leaves the requests to Linux (hairpin); the answers, bridged with their source
+//     translated back, it takes where it translates bridged packets (else ct_nat), but for a
+//     pod reaching itself (hairpin).
 //
-// Datagrams reach the backend with the TTL Linux gives them: one less when routed, unchanged
-// when br_netfilter bridges them.
+// Datagrams reach the backend, and their answers the client, with the TTL Linux gives them:
+// one less when routed, unchanged when br_netfilter bridges them.
 func TestKubeProxyServices(t *testing.T) {
 	for _, hook := range []string{"xdp", "tc"} {
 		t.Run(hook, func(t *testing.T) {
@@ -106,27 +110,28 @@ func TestKubeProxyServices(t *testing.T) {
 				// KUBE-EXT's KUBE-MARK-MASQ), to cni0's address towards a local pod, out0's
 				// towards the other node.
 				add(k.Client, "client -> ClusterIP -> local pod", proto, ap(localIP, port),
-					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: "in0", back: pod1.HostVeth, inLinux: toPod, ttl: 63})
+					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: "in0", back: pod1.HostVeth, inLinux: toPod, ttl: 63, backTTL: 63})
 				add(k.Client, "client -> NodePort -> local pod", proto, ap(kubeNodeInIP, np),
-					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: "in0", back: pod1.HostVeth, inLinux: toPod, ttl: 63})
+					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: "in0", back: pod1.HostVeth, inLinux: toPod, ttl: 63, backTTL: 63})
 				add(k.Client, "client -> ClusterIP -> remote", proto, ap(remoteIP, port),
-					kubeFlow{backend: remote, peer: kubeNodeOutIP, in: "in0", back: "out0", ttl: 63})
+					kubeFlow{backend: remote, peer: kubeNodeOutIP, in: "in0", back: "out0", ttl: 63, backTTL: 63})
 				add(k.Client, "client -> NodePort -> remote", proto, ap(kubeNodeInIP, np+2),
-					kubeFlow{backend: remote, peer: kubeNodeOutIP, in: "in0", back: "out0", ttl: 63})
+					kubeFlow{backend: remote, peer: kubeNodeOutIP, in: "in0", back: "out0", ttl: 63, backTTL: 63})
 				// From a pod: not masqueraded, but for a pod reaching itself through its service
 				// (KUBE-SEP's `-s <endpoint>` rule). A pod's packets to a pod on the same bridge
 				// through a cluster IP are not routed by Linux: br_netfilter sees the DNAT to an
 				// address behind the bridge they came from and bridges them there (TTL unchanged,
 				// no IP forwarding: br_nf_pre_routing_finish_bridge); the fast path, which would
 				// route them back out of cni0, hands them to Linux (hairpin). The answers go from
-				// pod to pod on the bridge, and the fast path does not translate bridged packets
-				// (ct_nat).
+				// pod to pod on the bridge, their source translated back to the cluster IP at
+				// br_netfilter's postrouting: the fast path bridges and translates them (a data
+				// plane that does not translate bridged packets hands them to Linux: ct_nat).
 				add(pod2.NS, "pod -> ClusterIP -> local pod", proto, ap(localIP, port),
-					kubeFlow{backend: pod1.IP, peer: pod2.IP, in: pod2.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", backLinux: "ct_nat", ttl: 64})
+					kubeFlow{backend: pod1.IP, peer: pod2.IP, in: pod2.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", backLinux: "ct_nat", ttl: 64, backTTL: 64})
 				add(pod2.NS, "pod -> ClusterIP -> remote", proto, ap(remoteIP, port),
-					kubeFlow{backend: remote, peer: pod2.IP, in: pod2.HostVeth, back: "out0", backLinux: toPod, ttl: 63})
+					kubeFlow{backend: remote, peer: pod2.IP, in: pod2.HostVeth, back: "out0", backLinux: toPod, ttl: 63, backTTL: 63})
 				add(pod1.NS, "pod -> ClusterIP -> itself", proto, ap(localIP, port),
-					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: pod1.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", backLinux: "hairpin", ttl: 64})
+					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: pod1.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", backLinux: "hairpin", ttl: 64, backTTL: 64})
 			}
 
 			// Exchange until every entry is one the fast path takes: a UDP flow is ASSURED once
@@ -158,7 +163,7 @@ func TestKubeProxyServices(t *testing.T) {
 					t.Errorf("%s: no packet handed to Linux as ct_new while the connections started: %s", in, warm[in])
 				}
 			}
-			time.Sleep(250 * time.Millisecond) // the last delayed ACKs
+			kubeQuiet(t, l) // the last delayed ACKs
 
 			// Established: one flow at a time, 200 messages of up to 1000 bytes (one segment
 			// each way), counted where they enter the node.
@@ -168,19 +173,21 @@ func TestKubeProxyServices(t *testing.T) {
 				if err := f.c.exchange(n, 1000); err != nil {
 					t.Fatal(err)
 				}
-				if !f.c.udp {
-					// The client's delayed ACK of the last answer, counted with its flow.
-					time.Sleep(250 * time.Millisecond)
+				// TCP: the client's delayed ACK of the last answer, counted with its flow.
+				s1 := kubeQuiet(t, l)
+				if f.c.udp {
+					s1 = kubeSnapshot(t, l)
 				}
-				d := kubeSnapshot(t, l).sub(s0)
+				d := s1.sub(s0)
 				in, back := d[f.in], d[f.back]
 				want, wantBack := uint64(n), uint64(n)
 				if f.in == f.back { // a pod reaching itself: both directions enter at its veth
 					want, wantBack = 2*n, 0
 				}
 				t.Logf("%s: requests at %s: %s; answers at %s: %s", f.c, f.in, in, f.back, back)
-				if f.c.udp && f.c.ttl != f.ttl {
-					t.Errorf("%s: the last datagram reached the backend with TTL %d; with Linux, %d", f.c, f.c.ttl, f.ttl)
+				if f.c.udp && (f.c.ttl != f.ttl || f.c.backTTL != f.backTTL) {
+					t.Errorf("%s: the last datagram reached the backend with TTL %d, its answer the client with %d; with Linux, %d and %d",
+						f.c, f.c.ttl, f.c.backTTL, f.ttl, f.backTTL)
 				}
 				for _, x := range []struct {
 					what, iface, reason string
@@ -191,14 +198,32 @@ func TestKubeProxyServices(t *testing.T) {
 						t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded",
 							f.c, x.c.forwarded, x.what, x.iface, x.c.passed, x.n)
 					}
-					if x.reason != "" && (x.c.forwarded > 0 || x.c.passed[x.reason] < x.n || x.c.linux() != x.c.passed[x.reason]) {
-						t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d to Linux as %s",
+					if x.reason != "" && (x.c.forwarded+x.c.passed[x.reason] < x.n || x.c.linux() != x.c.passed[x.reason]) {
+						t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded or to Linux as %s",
 							f.c, x.c.forwarded, x.what, x.iface, x.c.passed, x.n, x.reason)
 					}
 				}
 			}
 		})
 	}
+}
+
+// kubeQuiet waits until the counters have stopped moving (at least 250 ms, more than the
+// longest delayed ACK, and two looks 100 ms apart alike) and returns them.
+func kubeQuiet(t *testing.T, l *testbed.Linuxfp) kubeSnap {
+	t.Helper()
+	time.Sleep(150 * time.Millisecond)
+	last := kubeSnapshot(t, l)
+	for range 30 {
+		time.Sleep(100 * time.Millisecond)
+		s := kubeSnapshot(t, l)
+		if maps.EqualFunc(s, last, func(a, b kubeCounters) bool { return a.forwarded == b.forwarded && maps.Equal(a.passed, b.passed) }) {
+			return s
+		}
+		last = s
+	}
+	t.Fatal("the fast path's counters kept moving with no traffic")
+	return nil
 }
 
 // kubeCounters is one interface's fast-path counters (routed and bridged packets together).

@@ -120,15 +120,26 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 		tot = bpf_ntohs(iph->tot_len);
 	}
 	nf->scr->ct.refresh = 0;
+	nf->scr->ct.nat = 0;
 	if (nf->ct) {
-		ct_parse(&nf->scr->ct, fp->src, fp->dst, v6, l4proto, l4, data_end);
-		nf->scr->ct.defer = !!(nf->cfg->fw_flags & (v6 ? LFP_FW_PRE_CT_DROP6 : LFP_FW_PRE_CT_DROP4));
-		r = ct_valid(ctx, nf->cfg, &nf->scr->ct, l4, data_end, tot - l3hdr, nf->scr->buf);
+		struct ct_pkt *c = &nf->scr->ct;
+
+		ct_parse(c, fp->src, fp->dst, v6, l4proto, l4, data_end);
+		c->defer = !!(nf->cfg->fw_flags & (v6 ? LFP_FW_PRE_CT_DROP6 : LFP_FW_PRE_CT_DROP4));
+		/* A translated connection's bridged packets (br_netfilter runs nf_nat too): those
+		 * whose destination stays are translated here, after the rules (the source is
+		 * postrouting's manip: the reply of a DNAT'd connection, from a pod to a pod on the
+		 * same bridge through a service address). A new destination makes br_netfilter
+		 * route the packet again (br_nf_pre_routing_finish()): Linux's. */
+		c->nat_ok = 1;
+		r = ct_valid(ctx, nf->cfg, c, l4, data_end, tot - l3hdr, nf->scr->buf);
 		if (r == LFP_FORWARDED)
-			r = ct_forward(ctx, nf->cfg, &nf->scr->ct);
+			r = ct_forward(ctx, nf->cfg, c);
+		if (r == LFP_FORWARDED && c->nat && (c->nat_daddr != fp->dst[0] || c->nat_dport != c->t.ipv4.dport))
+			r = LFP_PASS_CT_NAT;
 		if (r != LFP_FORWARDED)
 			return r;
-		fp->ctstate = nf->scr->ct.state;
+		fp->ctstate = c->state;
 	}
 	if (nf->fw)
 		return filter_l4(fp, l4proto, l4, data_end, tot - l3hdr, tot);
@@ -242,6 +253,10 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	if (l3len < ctx_len(ctx) - sizeof(struct ethhdr) &&
 	    ctx_trim(ctx, ctx_len(ctx) - sizeof(struct ethhdr) - l3len))
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	/* The redirect is set up: a rewrite that fails (none for a linear header) cannot hand the
+	 * packet to Linux half rewritten. */
+	if (nf_ip && nf.scr && nf.scr->ct.nat && nat_rewrite4(ctx, &nf.scr->ct))
+		return CTX_DROP;
 	if (port->flags & LFP_L2_LEARNING)
 		bridge_refresh(src, bridge, in, smac);
 	lfp_count(ctx, LFP_BRIDGED);
