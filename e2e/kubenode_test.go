@@ -503,14 +503,7 @@ func serveIdentity(t *testing.T, ns *nsutil.NS, addr netip.Addr) {
 			if err != nil {
 				return
 			}
-			ttl := byte(0)
-			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			for _, m := range msgs {
-				if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TTL && len(m.Data) >= 4 {
-					ttl = byte(binary.NativeEndian.Uint32(m.Data))
-				}
-			}
-			udp.WriteToUDPAddrPort(append(append(head(from), ttl), buf[:n]...), from)
+			udp.WriteToUDPAddrPort(append(append(head(from), recvTTL(oob[:oobn])), buf[:n]...), from)
 		}
 	}()
 	go func() {
@@ -575,8 +568,10 @@ type svcConn struct {
 	// backend and peer: the first answer's backend, and the client address it saw.
 	backend netip.Addr
 	peer    netip.AddrPort
-	// ttl: the TTL the last datagram reached the backend with (UDP).
-	ttl byte
+	// ttl: the TTL the last datagram reached the backend with (UDP); backTTL, the TTL its answer
+	// came back with.
+	ttl, backTTL byte
+	oob          []byte
 }
 
 func (c *svcConn) String() string { return c.name }
@@ -595,7 +590,29 @@ func dialService(ns *nsutil.NS, name, proto string, dst netip.AddrPort, id int) 
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect: %w", c.name, err)
 	}
+	if c.udp {
+		c.oob = make([]byte, 128)
+		raw, err := c.c.(*net.UDPConn).SyscallConn()
+		if err == nil {
+			raw.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTTL, 1) })
+		}
+		if err != nil {
+			c.c.Close()
+			return nil, fmt.Errorf("%s: IP_RECVTTL: %w", c.name, err)
+		}
+	}
 	return c, nil
+}
+
+// recvTTL is the TTL in a received datagram's control messages (0: none).
+func recvTTL(oob []byte) byte {
+	msgs, _ := unix.ParseSocketControlMessage(oob)
+	for _, m := range msgs {
+		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TTL && len(m.Data) >= 4 {
+			return byte(binary.NativeEndian.Uint32(m.Data))
+		}
+	}
+	return 0
 }
 
 // roundTrip sends the next message (1 to maxLen bytes, at most 1400 for UDP) and reads the
@@ -609,11 +626,12 @@ func (c *svcConn) roundTrip(maxLen int, timeout time.Duration) (netip.Addr, neti
 		if _, err := c.c.Write(msg); err != nil {
 			return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("message %d: write: %w", c.n, err)
 		}
-		n, err := c.c.Read(c.buf)
+		n, oobn, _, _, err := c.c.(*net.UDPConn).ReadMsgUDPAddrPort(c.buf, c.oob)
 		if err != nil {
 			return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("message %d: read: %w", c.n, err)
 		}
 		ans = c.buf[:n]
+		c.backTTL = recvTTL(c.oob[:oobn])
 	} else {
 		out := binary.BigEndian.AppendUint16(nil, uint16(len(msg)))
 		if _, err := c.c.Write(append(out, msg...)); err != nil {
