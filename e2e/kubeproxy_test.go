@@ -64,8 +64,7 @@ type kubeFlow struct {
 //   - a pod reaching a pod on its own bridge through a cluster IP (itself included): Linux
 //     bridges these DNAT'd packets rather than routing them (see below), and the fast path
 //     leaves the requests to Linux (hairpin); the answers, bridged with their source
-//     translated back, it takes where it translates bridged packets (else ct_nat), but for a
-//     pod reaching itself (hairpin).
+//     translated back, it takes, but for a pod reaching itself (hairpin).
 //
 // Datagrams reach the backend, and their answers the client, with the TTL Linux gives them:
 // one less when routed, unchanged when br_netfilter bridges them.
@@ -124,10 +123,9 @@ func TestKubeProxyServices(t *testing.T) {
 				// no IP forwarding: br_nf_pre_routing_finish_bridge); the fast path, which would
 				// route them back out of cni0, hands them to Linux (hairpin). The answers go from
 				// pod to pod on the bridge, their source translated back to the cluster IP at
-				// br_netfilter's postrouting: the fast path bridges and translates them (a data
-				// plane that does not translate bridged packets hands them to Linux: ct_nat).
+				// br_netfilter's postrouting: the fast path bridges and translates them.
 				add(pod2.NS, "pod -> ClusterIP -> local pod", proto, ap(localIP, port),
-					kubeFlow{backend: pod1.IP, peer: pod2.IP, in: pod2.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", backLinux: "ct_nat", ttl: 64, backTTL: 64})
+					kubeFlow{backend: pod1.IP, peer: pod2.IP, in: pod2.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", ttl: 64, backTTL: 64})
 				add(pod2.NS, "pod -> ClusterIP -> remote", proto, ap(remoteIP, port),
 					kubeFlow{backend: remote, peer: pod2.IP, in: pod2.HostVeth, back: "out0", backLinux: toPod, ttl: 63, backTTL: 63})
 				add(pod1.NS, "pod -> ClusterIP -> itself", proto, ap(localIP, port),
