@@ -187,11 +187,16 @@ func (cell *ComposeCell) testRun(c *composer, frame []byte, d time.Duration) err
 		if err != nil {
 			return 0, fmt.Errorf("%s, %d modules: %w", cell.Composition, cell.Modules, err)
 		}
-		// Every run must have gone all the way through the chain.
-		if ret != xdpVerdictRedirect {
-			c1, _ := c.counters()
-			return 0, fmt.Errorf("%s, %d modules: verdict %d on the benchmark's frame, want XDP_REDIRECT (counted %v)",
-				cell.Composition, cell.Modules, ret, c1.since(c0).Reasons)
+		c1, err := c.counters()
+		if err != nil {
+			return 0, err
+		}
+		// Every run must have gone all the way through the chain (a run interrupted by a
+		// signal starts again, so there may be more runs than asked for).
+		got := c1.since(c0).Reasons
+		if ret != xdpVerdictRedirect || len(got) != 1 || got["forwarded"] < uint64(repeat) {
+			return 0, fmt.Errorf("%s, %d modules: %d runs on the benchmark's frame counted %v, last verdict %d: want every run forwarded",
+				cell.Composition, cell.Modules, repeat, got, ret)
 		}
 		return per, nil
 	}
