@@ -50,12 +50,16 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 SEC("tc")
 int linuxfp_tc(struct __sk_buff *ctx)
 {
+	/* After the interface's XDP program: only what it marked for tc; the rest it has counted
+	 * and handed to Linux already. */
+	if (cfg_tc_companion && !lfp_marked_for_tc(ctx))
+		return CTX_PASS;
 	return linuxfp_rx(ctx);
 }
 #else
 SEC("xdp")
 int linuxfp_xdp(struct xdp_md *ctx)
 {
-	return linuxfp_rx(ctx);
+	return lfp_xdp_finish(ctx, linuxfp_rx(ctx));
 }
 #endif

@@ -1164,3 +1164,26 @@ func (d *diffEnv) routeMTUCorpus() *diffCorpus {
 	}
 	return b.done()
 }
+
+// XDP with a tc program after it: the sink's eth0 has neither GRO nor an XDP program, so out0
+// takes no XDP frames (nor in0, from the sink's side); in0's XDP program marks what it would
+// route there and the tc program after it forwards it as skb. The same bytes as Linux alone.
+func TestDifferentialTCAfterXDP(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{TxChecksumOff: true, NoGRO: true})
+	d := newDiffEnv(t, tb, diffDUTSetup)
+	d.hook = "xdp"
+	d.differential(t, d.mainCorpus(), 4*time.Second, false)
+	in0, err := testbed.StatusClientIn(tb.DUT).Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range in0.Interfaces {
+		if it.Name != "in0" {
+			continue
+		}
+		if it.Program == nil || !it.Program.TCAfterXDP || it.ToTC.Packets == 0 {
+			t.Fatalf("in0: program %+v, to tc %d: want XDP with a tc program after it, handed the routed packets", it.Program, it.ToTC.Packets)
+		}
+		t.Logf("in0: handed to tc %d, forwarded %d", it.ToTC.Packets, it.Forwarded.Packets)
+	}
+}

@@ -193,8 +193,8 @@ var hookTestbeds = []struct {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// startLinuxfpWaitingFor runs linuxfp and waits only until iface has a program.
-func startLinuxfpWaitingFor(t *testing.T, tb *testbed.Testbed, iface string) *testbed.Linuxfp {
+// startLinuxfpWaitingFor runs linuxfp (with args) and waits only until iface has a program.
+func startLinuxfpWaitingFor(t *testing.T, tb *testbed.Testbed, iface string, args ...string) *testbed.Linuxfp {
 	t.Helper()
 	l, err := tb.StartLinuxfpUntil(linuxfpBin, func(st *status.Status) bool {
 		for _, it := range st.Interfaces {
@@ -203,7 +203,7 @@ func startLinuxfpWaitingFor(t *testing.T, tb *testbed.Testbed, iface string) *te
 			}
 		}
 		return false
-	})
+	}, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

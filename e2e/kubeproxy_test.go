@@ -56,11 +56,9 @@ type kubeFlow struct {
 //
 // The exceptions, checked as such (an established packet the fast path does not forward goes
 // to Linux for that one reason, and no other):
-//   - at XDP, a packet from in0 or out0 into a pod's veth cannot be redirected (the pod's eth0
-//     has neither GRO nor an XDP program, so the veth would drop the frame; see KERNEL-NOTES):
-//     the client's requests to local pods and remote backends' answers to pods go to Linux as
-//     egress_not_ready, while the pods' own packets, entering at their veths' tc hook, are
-//     fast-pathed;
+//   - (none at XDP: a packet from in0 or out0 into a pod's veth cannot be redirected as an XDP
+//     frame, the pod's eth0 having neither GRO nor an XDP program, so XDP hands it, marked, to
+//     the tc program after it, which forwards it as skb: checked as forwarded too;)
 //   - a pod reaching a pod on its own bridge through a cluster IP (itself included): Linux
 //     bridges these DNAT'd packets rather than routing them (see below), and the fast path
 //     leaves the requests to Linux (hairpin); the answers, bridged with their source
@@ -85,10 +83,8 @@ func TestKubeProxyServices(t *testing.T) {
 
 			ap := netip.AddrPortFrom
 			// At XDP, nothing can be redirected into a pod's veth.
+			// At XDP, packets into a pod's veth go through the tc program after XDP: forwarded.
 			toPod := ""
-			if hook == "xdp" {
-				toPod = "egress_not_ready"
-			}
 			var flows []*kubeFlow
 			add := func(ns *nsutil.NS, name, proto string, dst netip.AddrPort, f kubeFlow) {
 				c, err := dialService(ns, name, proto, dst, 100+len(flows))

@@ -316,25 +316,52 @@ func TestForeignXDPProgramKept(t *testing.T) {
 	}
 }
 
-// A veth whose peer cannot receive XDP frames (no XDP program, no GRO) is never a redirect
-// target: packets for it go to Linux and none is lost. When the peer gains GRO, the kernel's
-// XDP-feature event makes it a target.
+// A veth whose peer cannot receive XDP frames (no XDP program, no GRO) is never an XDP redirect
+// target. With --hook xdp its packets go to Linux and none is lost; with the default hook they
+// are marked and forwarded by the tc program that follows XDP (a tc redirect needs no NAPI at the
+// egress). When the peer gains GRO, the kernel's XDP-feature event makes it a target.
 func TestEgressWithoutNAPI(t *testing.T) {
-	tb := newTestbed(t, testbed.Options{NoGRO: true, TxChecksumOff: true})
-	l := startLinuxfpWaitingFor(t, tb, "in0")
-	waitStatus(t, l, "out0", "out0 not an egress", func(it *status.Interface) bool {
-		return !it.Egress && strings.Contains(it.EgressNote, "GRO")
-	})
-	if out, err := tb.Gen.Run("ping", "-c", "20", "-i", "0.01", "-W", "2", "198.18.1.2"); err != nil || !strings.Contains(out, " 0% packet loss") {
-		t.Fatalf("packets lost with a non-NAPI egress: %v\n%s", err, out)
+	for _, hook := range []string{"xdp", "auto"} {
+		t.Run(hook, func(t *testing.T) {
+			tb := newTestbed(t, testbed.Options{NoGRO: true, TxChecksumOff: true})
+			l := startLinuxfpWaitingFor(t, tb, "in0", "--hook", hook)
+			waitStatus(t, l, "out0", "out0 not an egress", func(it *status.Interface) bool {
+				return !it.Egress && strings.Contains(it.EgressNote, "GRO")
+			})
+			if hook == "auto" {
+				waitStatus(t, l, "in0", "in0 XDP with tc after it", func(it *status.Interface) bool {
+					return it.Program != nil && it.Program.Hook == "xdp" && it.Program.TCAfterXDP
+				})
+			}
+			if out, err := tb.Gen.Run("ping", "-c", "20", "-i", "0.01", "-W", "2", "198.18.1.2"); err != nil || !strings.Contains(out, " 0% packet loss") {
+				t.Fatalf("packets lost with a non-NAPI egress: %v\n%s", err, out)
+			}
+			in0, err := l.Interface("in0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			toTC := in0.ToTC.Packets
+			d := trafficDelta(t, tb, l, "198.19.10.1", 5)
+			switch hook {
+			case "xdp":
+				if d.forwarded != 0 || d.passed["egress_not_ready"] == 0 {
+					t.Fatalf("fast-pathed %d, to Linux %v; want all egress_not_ready", d.forwarded, d.passed)
+				}
+			case "auto":
+				in0, err = l.Interface("in0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.forwarded != 5 || len(d.passed) != 0 || in0.ToTC.Packets-toTC != 5 {
+					t.Fatalf("forwarded %d, to Linux %v, handed to tc %d; want all 5 handed to tc and forwarded there",
+						d.forwarded, d.passed, in0.ToTC.Packets-toTC)
+				}
+			}
+			sh(t, tb.Sink, "ethtool -K eth0 gro on")
+			waitStatus(t, l, "out0", "out0 an egress once the sink has GRO", func(it *status.Interface) bool { return it.Egress })
+			waitFastPath(t, tb, l, "198.19.10.1")
+		})
 	}
-	d := trafficDelta(t, tb, l, "198.19.10.1", 5)
-	if d.forwarded != 0 || d.passed["egress_not_ready"] == 0 {
-		t.Fatalf("fast-pathed %d, to Linux %v; want all egress_not_ready", d.forwarded, d.passed)
-	}
-	sh(t, tb.Sink, "ethtool -K eth0 gro on")
-	waitStatus(t, l, "out0", "out0 an egress once the sink has GRO", func(it *status.Interface) bool { return it.Egress })
-	waitFastPath(t, tb, l, "198.19.10.1")
 }
 
 // A tc redirect hands the skb to the egress device's transmit path: no NAPI needed there.

@@ -96,6 +96,8 @@ const (
 	composeVarCfgModules      = "cfg_modules"
 	composeVarCfgNextFromMap  = "cfg_next_from_map"
 	composeVarCfgSlot         = "cfg_slot"
+	composeVarCfgTcAfter      = "cfg_tc_after"
+	composeVarCfgTcCompanion  = "cfg_tc_companion"
 	composeVarCfgTestRun      = "cfg_test_run"
 )
 
@@ -183,6 +185,8 @@ type composeVariableSpecs struct {
 	CfgModules     *ebpf.VariableSpec `ebpf:"cfg_modules"`
 	CfgNextFromMap *ebpf.VariableSpec `ebpf:"cfg_next_from_map"`
 	CfgSlot        *ebpf.VariableSpec `ebpf:"cfg_slot"`
+	CfgTcAfter     *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
+	CfgTcCompanion *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 	CfgTestRun     *ebpf.VariableSpec `ebpf:"cfg_test_run"`
 }
 
@@ -239,6 +243,8 @@ type composeVariables struct {
 	CfgModules     *ebpf.Variable `ebpf:"cfg_modules"`
 	CfgNextFromMap *ebpf.Variable `ebpf:"cfg_next_from_map"`
 	CfgSlot        *ebpf.Variable `ebpf:"cfg_slot"`
+	CfgTcAfter     *ebpf.Variable `ebpf:"cfg_tc_after"`
+	CfgTcCompanion *ebpf.Variable `ebpf:"cfg_tc_companion"`
 	CfgTestRun     *ebpf.Variable `ebpf:"cfg_test_run"`
 }
 

@@ -92,6 +92,7 @@ func (c *Controller) status() *status.Status {
 			si.Program = &status.Program{
 				ID: uint32(in.ProgramID), Hook: string(in.Spec.Hook), Modules: in.Spec.Modules(),
 				Families: families(in.Spec), InstalledAt: in.InstalledAt,
+				TCAfterXDP: in.TCProgramID != 0, TCID: uint32(in.TCProgramID),
 			}
 			if cs, err := c.dp.Counters(in.Slot); err == nil {
 				si.Forwarded = status.Counter(cs[dataplane.Forwarded])
@@ -99,9 +100,10 @@ func (c *Controller) status() *status.Status {
 				si.Encapsulated = status.Counter(cs[dataplane.Encapsulated])
 				si.Decapsulated = status.Counter(cs[dataplane.Decapsulated])
 				si.Dropped = status.Counter(cs[dataplane.FilterDropped])
+				si.ToTC = status.Counter(cs[dataplane.ToTC])
 				si.Passed = map[string]status.Counter{}
 				for r, cn := range cs {
-					if !dataplane.Reason(r).FastPathed() && cn.Packets > 0 {
+					if !dataplane.Reason(r).FastPathed() && dataplane.Reason(r) != dataplane.ToTC && cn.Packets > 0 {
 						si.Passed[dataplane.Reason(r).String()] = status.Counter(cn)
 					}
 				}

@@ -54,13 +54,17 @@ type Spec struct {
 	// then the bridge's, and Router4/Router6 route frames sent to it (bridge -> router).
 	Bridge    bool
 	L3Ifindex int
+	// TCAfterXDP (native or generic XDP): a tc program of the same modules runs after the XDP
+	// one, for the packets XDP marks because only an skb can go where they go (a veth whose
+	// peer takes no XDP frames, a vxlan device); XDP counts them as to_tc.
+	TCAfterXDP bool
 }
 
 // Equal: the two specs make the same program.
 func (s Spec) Equal(o Spec) bool {
 	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
 		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6 && s.SkbSender == o.SkbSender &&
-		s.Bridge == o.Bridge && s.L3Ifindex == o.L3Ifindex
+		s.Bridge == o.Bridge && s.L3Ifindex == o.L3Ifindex && s.TCAfterXDP == o.TCAfterXDP
 }
 
 // Modules lists the fast-path modules the program runs, in order.
@@ -77,9 +81,11 @@ func (s Spec) Modules() []string {
 
 // Installed describes a program attached to an interface.
 type Installed struct {
-	Spec        Spec
-	Slot        int
-	ProgramID   ebpf.ProgramID
+	Spec      Spec
+	Slot      int
+	ProgramID ebpf.ProgramID
+	// TCProgramID: the tc program after XDP (Spec.TCAfterXDP), 0 for none.
+	TCProgramID ebpf.ProgramID
 	InstalledAt time.Time
 }
 
@@ -87,6 +93,9 @@ type iface struct {
 	Installed
 	prog *ebpf.Program
 	link link.Link
+	// tcProg, tcLink: the tc program after XDP, if any.
+	tcProg *ebpf.Program
+	tcLink link.Link
 }
 
 // Dataplane owns the shared maps and the per-interface programs.
@@ -182,9 +191,16 @@ func (d *Dataplane) Close() error {
 // LoadProgram loads (without attaching) a program specialised for spec, counting into slot.
 // Tests use it with BPF_PROG_TEST_RUN.
 func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
+	return d.loadProgram(s, slot, false)
+}
+
+// loadProgram loads s's program; companion: the tc program that runs after s's XDP program.
+func (d *Dataplane) loadProgram(s Spec, slot int, companion bool) (*ebpf.Program, error) {
 	cs, progName := d.spec.Copy(), linuxfpProgLinuxfpXdp
-	if s.Hook == HookTC {
+	tcAfter := s.TCAfterXDP && s.Hook.XDP()
+	if s.Hook == HookTC || companion {
 		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
+		tcAfter = false
 	}
 	var mac [6]byte
 	copy(mac[:], s.MAC)
@@ -196,10 +212,13 @@ func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
 		{linuxfpVarCfgRouter4, boolU32(s.Router4)},
 		{linuxfpVarCfgRouter6, boolU32(s.Router6)},
 		{linuxfpVarCfgSlot, uint32(slot)},
-		{linuxfpVarCfgSkbSender, boolU32(s.SkbSender)},
+		// After native XDP, the tc program sees skbs built from XDP frames: no offload state.
+		{linuxfpVarCfgSkbSender, boolU32(s.SkbSender && !(companion && s.Hook == HookXDP))},
 		{linuxfpVarCfgBridge, boolU32(s.Bridge)},
 		{linuxfpVarCfgL3Ifindex, uint32(s.L3Ifindex)},
 		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
+		{linuxfpVarCfgTcAfter, boolU32(tcAfter)},
+		{linuxfpVarCfgTcCompanion, boolU32(companion)},
 	}
 	for _, v := range sets {
 		if err := cs.Variables[v.name].Set(v.val); err != nil {
@@ -296,17 +315,71 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 			d.slots[slot] = false
 			return Installed{}, err
 		}
+		next := &iface{link: l, prog: prog}
 		if cur != nil {
 			if _, still := d.ifaces[s.Ifindex]; still {
 				cur.link.Close()
 				cur.prog.Close()
 			}
+			// A tc program after the old XDP one: kept for syncCompanion to replace or remove.
+			next.tcLink, next.tcProg = cur.tcLink, cur.tcProg
 		}
-		cur = &iface{link: l, prog: prog}
+		cur = next
 		d.ifaces[s.Ifindex] = cur
 	}
 	cur.Installed = Installed{Spec: s, Slot: slot, ProgramID: id, InstalledAt: time.Now()}
+	if err := d.syncCompanion(cur, s, slot); err != nil {
+		// The XDP program runs; what it marks for tc goes to Linux (the mark is harmless).
+		// A spec no install equals makes the next one try again.
+		cur.Spec = Spec{}
+		return Installed{}, err
+	}
 	return cur.Installed, nil
+}
+
+// syncCompanion attaches, replaces or detaches the tc program that runs after cur's XDP
+// program. It is attached after the XDP program and detached after it is replaced: while XDP
+// marks packets for tc, a tc program is there (a marked packet without one goes to Linux, which
+// is correct too). Called with d.mu held.
+func (d *Dataplane) syncCompanion(cur *iface, s Spec, slot int) error {
+	if !s.TCAfterXDP || !s.Hook.XDP() {
+		if cur.tcLink != nil {
+			cur.tcLink.Close()
+			cur.tcProg.Close()
+			cur.tcLink, cur.tcProg = nil, nil
+		}
+		cur.TCProgramID = 0
+		return nil
+	}
+	prog, err := d.loadProgram(s, slot, true)
+	if err != nil {
+		return err
+	}
+	info, err := prog.Info()
+	if err != nil {
+		prog.Close()
+		return err
+	}
+	id, _ := info.ID()
+	if cur.tcLink != nil {
+		if err := cur.tcLink.Update(prog); err != nil {
+			prog.Close()
+			return fmt.Errorf("replace the tc program after XDP on %s: %w", s.Name, err)
+		}
+		cur.tcProg.Close()
+		cur.tcProg = prog
+	} else {
+		ts := s
+		ts.Hook = HookTC
+		l, err := attach(ts, prog)
+		if err != nil {
+			prog.Close()
+			return err
+		}
+		cur.tcLink, cur.tcProg = l, prog
+	}
+	cur.TCProgramID = id
+	return nil
 }
 
 // attach attaches prog at s's hook. A tc program goes last among the tcx ingress programs: it
@@ -352,6 +425,10 @@ func (d *Dataplane) removeLocked(ifindex int) error {
 	d.slots[cur.Slot] = false
 	err := cur.link.Close()
 	cur.prog.Close()
+	if cur.tcLink != nil {
+		cur.tcLink.Close()
+		cur.tcProg.Close()
+	}
 	return err
 }
 
@@ -364,6 +441,10 @@ func (d *Dataplane) Forget(ifindex int) {
 		d.slots[cur.Slot] = false
 		cur.link.Close()
 		cur.prog.Close()
+		if cur.tcLink != nil {
+			cur.tcLink.Close()
+			cur.tcProg.Close()
+		}
 	}
 }
 

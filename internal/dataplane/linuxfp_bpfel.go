@@ -328,6 +328,8 @@ const (
 	linuxfpVarCfgRouter6      = "cfg_router6"
 	linuxfpVarCfgSkbSender    = "cfg_skb_sender"
 	linuxfpVarCfgSlot         = "cfg_slot"
+	linuxfpVarCfgTcAfter      = "cfg_tc_after"
+	linuxfpVarCfgTcCompanion  = "cfg_tc_companion"
 )
 
 // loadLinuxfp returns the embedded CollectionSpec for linuxfp.
@@ -418,6 +420,8 @@ type linuxfpVariableSpecs struct {
 	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
 	CfgSlot         *ebpf.VariableSpec `ebpf:"cfg_slot"`
+	CfgTcAfter      *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
+	CfgTcCompanion  *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpObjects contains all objects after they have been loaded into the kernel.
@@ -509,6 +513,8 @@ type linuxfpVariables struct {
 	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
 	CfgSlot         *ebpf.Variable `ebpf:"cfg_slot"`
+	CfgTcAfter      *ebpf.Variable `ebpf:"cfg_tc_after"`
+	CfgTcCompanion  *ebpf.Variable `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpPrograms contains all programs after they have been loaded into the kernel.

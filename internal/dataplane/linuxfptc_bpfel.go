@@ -328,6 +328,8 @@ const (
 	linuxfpTcVarCfgRouter6      = "cfg_router6"
 	linuxfpTcVarCfgSkbSender    = "cfg_skb_sender"
 	linuxfpTcVarCfgSlot         = "cfg_slot"
+	linuxfpTcVarCfgTcAfter      = "cfg_tc_after"
+	linuxfpTcVarCfgTcCompanion  = "cfg_tc_companion"
 )
 
 // loadLinuxfpTc returns the embedded CollectionSpec for linuxfpTc.
@@ -418,6 +420,8 @@ type linuxfpTcVariableSpecs struct {
 	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
 	CfgSlot         *ebpf.VariableSpec `ebpf:"cfg_slot"`
+	CfgTcAfter      *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
+	CfgTcCompanion  *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpTcObjects contains all objects after they have been loaded into the kernel.
@@ -509,6 +513,8 @@ type linuxfpTcVariables struct {
 	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
 	CfgSlot         *ebpf.Variable `ebpf:"cfg_slot"`
+	CfgTcAfter      *ebpf.Variable `ebpf:"cfg_tc_after"`
+	CfgTcCompanion  *ebpf.Variable `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpTcPrograms contains all programs after they have been loaded into the kernel.

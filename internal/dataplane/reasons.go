@@ -57,6 +57,7 @@ const (
 	PassVXLAN
 	PassCTInvalid
 	PassCTChecksum
+	ToTC
 	numReasons
 )
 
@@ -114,6 +115,7 @@ var reasonNames = [numReasons]string{
 	"vxlan_rx",
 	"ct_invalid",
 	"ct_checksum",
+	"to_tc",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

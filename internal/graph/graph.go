@@ -146,7 +146,41 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	}
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
+	tcAfterXDP(p, o)
 	return p
+}
+
+// tcAfterXDP gives every XDP program a tc program after it (--hook auto) where some destination
+// takes skbs only: a veth whose peer takes no XDP frames (no XDP program, no GRO: a container's,
+// as CNI plugins leave it), a vxlan device the VXLAN module encapsulates into or decapsulates
+// for. What XDP cannot redirect there it marks and hands on; the tc program forwards it as skb.
+func tcAfterXDP(p *Plan, o Options) {
+	if o.Hook != HookAuto && o.Hook != "" {
+		return
+	}
+	var only []string
+	for _, it := range p.Interfaces {
+		if it.TCEgress && !it.Egress {
+			only = append(only, it.Name)
+		}
+	}
+	if len(p.Data.VXLAN)+len(p.Data.VXLANRx) > 0 {
+		only = append(only, "vxlan devices")
+	}
+	if len(only) == 0 {
+		return
+	}
+	slices.Sort(only)
+	if len(only) > 3 {
+		only = append(only[:3], fmt.Sprintf("%d more", len(only)-3))
+	}
+	for _, it := range p.Interfaces {
+		if it.Spec != nil && it.Spec.Hook.XDP() {
+			it.Spec.TCAfterXDP = true
+			it.Notes = append(it.Notes, "tc after xdp: what XDP cannot redirect because only an skb goes there ("+
+				strings.Join(only, ", ")+") is marked and fast-pathed by a tc program of the same modules")
+		}
+	}
 }
 
 const nudStale = 0x04 // NUD_STALE

@@ -276,3 +276,28 @@ func TestTCEgress(t *testing.T) {
 		})
 	}
 }
+
+// An XDP program gets a tc program after it (--hook auto) when some destination takes skbs only.
+func TestTCAfterXDP(t *testing.T) {
+	pod := func(s *observe.Snapshot) {
+		lk := s.Links[3] // a container's veth: its peer has no XDP program and no GRO
+		lk.PeerNetnsID, lk.PeerMTU, lk.Qdiscs, lk.TxOffload = 5, 1500, []string{"noqueue"}, observe.OffloadOn
+		lk.XDPFeatures = observe.XDPActBasic
+	}
+	s := snapshot()
+	pod(s)
+	p := Build(s, Options{Hook: HookAuto}, notOwned)
+	eth0 := p.Interfaces[2]
+	if eth0.Spec == nil || eth0.Spec.Hook != dataplane.HookXDP || !eth0.Spec.TCAfterXDP ||
+		!strings.Contains(strings.Join(eth0.Notes, "\n"), "tc after xdp: ") {
+		t.Fatalf("eth0 with a container veth beside it: %+v %q", eth0.Spec, eth0.Notes)
+	}
+	if sp := Build(s, Options{Hook: HookXDP}, notOwned).Interfaces[2].Spec; sp == nil || sp.TCAfterXDP {
+		t.Errorf("--hook xdp: %+v, want XDP alone", sp)
+	}
+	plain := snapshot()
+	plain.Links[3].XDPFeatures |= observe.XDPActNdoXmit // the veth takes XDP frames
+	if sp := Build(plain, Options{Hook: HookAuto}, notOwned).Interfaces[2].Spec; sp == nil || sp.TCAfterXDP {
+		t.Errorf("every destination takes XDP frames: %+v, want XDP alone", sp)
+	}
+}

@@ -83,8 +83,11 @@ type Interface struct {
 	Decapsulated Counter `json:"decapsulated"`
 	// Dropped counts packets the filter module dropped at XDP (a netfilter rule or policy
 	// would have dropped them; iptables -v does not count them).
-	Dropped Counter            `json:"filter_dropped"`
-	Passed  map[string]Counter `json:"passed,omitempty"`
+	Dropped Counter `json:"filter_dropped"`
+	// ToTC counts packets the XDP program handed, marked, to the tc program after it (see
+	// Program.TCAfterXDP): the tc program's own outcome for them is counted as well, above.
+	ToTC   Counter            `json:"to_tc,omitempty"`
+	Passed map[string]Counter `json:"passed,omitempty"`
 }
 
 // Program is the program attached to an interface.
@@ -94,6 +97,10 @@ type Program struct {
 	Modules     []string  `json:"modules"`
 	Families    []string  `json:"families"`
 	InstalledAt time.Time `json:"installed_at"`
+	// TCAfterXDP: the XDP program has a tc program after it, id TCID, for what only an skb can
+	// take.
+	TCAfterXDP bool   `json:"tc_after_xdp,omitempty"`
+	TCID       uint32 `json:"tc_id,omitempty"`
 }
 
 // Counter is packets and bytes.

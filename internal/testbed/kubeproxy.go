@@ -170,7 +170,10 @@ func (k KubeProxy) Rules() string {
 }
 
 // Apply loads the rules into ns (creating the nfacct object they count with first), as
-// kube-proxy does with iptables-restore --noflush.
+// kube-proxy's first sync does with iptables-restore --noflush. It is for a first load: the
+// rules include the jumps from the built-in chains, which kube-proxy ensures separately (once),
+// so applying again would append them again, and chains of services gone are not deleted (see
+// e2e's kubeNode.sync for a re-sync as kube-proxy makes it).
 func (k KubeProxy) Apply(ns *nsutil.NS) error {
 	if err := AddNFAcct(ns, "ct_state_invalid_dropped_pkts"); err != nil {
 		return err
