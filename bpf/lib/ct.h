@@ -112,16 +112,29 @@ extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout) __ksym;
 #endif
 
 /* Requests to make a TCP connection's tracking liberal (see ct_tcp), at most one per second
- * per connection. */
+ * per connection and direction, and only from its LFP_CT_LIBERAL_AFTER-th segment on that
+ * would have been fast-pathed. A short connection (connect, one request, one response, close:
+ * two or three such segments each way) is over before it could gain anything from the fast
+ * path, while a ctnetlink update per connection costs the controller a CPU's fraction at a few
+ * thousand connections per second; its segments stay with Linux, as every segment is until
+ * the marking is done. */
+#define LFP_CT_LIBERAL_AFTER 4
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
 } lfp_ct_requests SEC(".maps");
 
+struct lfp_ct_asked {
+	__u64 last;   /* when the controller was last asked (ns, coarse clock), 0: never */
+	__u32 seen;   /* segments seen not liberal (approximate: CPUs race on it, harmlessly) */
+	__u32 pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct lfp_ct_req);
-	__type(value, __u64);
+	__type(value, struct lfp_ct_asked);
 	__uint(max_entries, 16384);
 } lfp_ct_requested SEC(".maps");
 
@@ -198,7 +211,8 @@ static __always_inline struct nf_conn *ct_lookup(lfp_ctx *ctx, struct ct_pkt *c,
 static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
 {
 	struct lfp_ct_req r = {};
-	__u64 now = bpf_ktime_get_coarse_ns(), *last;
+	__u64 now = bpf_ktime_get_coarse_ns();
+	struct lfp_ct_asked *a;
 
 	r.family = c->v6 ? AF_INET6 : AF_INET;
 	r.proto = c->proto;
@@ -214,10 +228,22 @@ static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
 		r.sport = c->t.ipv4.sport;
 		r.dport = c->t.ipv4.dport;
 	}
-	last = bpf_map_lookup_elem(&lfp_ct_requested, &r);
-	if (last && now - *last < 1000000000ULL)
+	a = bpf_map_lookup_elem(&lfp_ct_requested, &r);
+	if (!a) {
+		struct lfp_ct_asked first = { .seen = 1 };
+
+		bpf_map_update_elem(&lfp_ct_requested, &r, &first, BPF_NOEXIST);
+		if (LFP_CT_LIBERAL_AFTER > 1)
+			return;
+		a = bpf_map_lookup_elem(&lfp_ct_requested, &r);
+		if (!a)
+			return;
+	} else if (a->seen < LFP_CT_LIBERAL_AFTER) {
+		a->seen++;
+	}
+	if (a->seen < LFP_CT_LIBERAL_AFTER || (a->last && now - a->last < 1000000000ULL))
 		return;
-	bpf_map_update_elem(&lfp_ct_requested, &r, &now, BPF_ANY);
+	a->last = now;
 	bpf_ringbuf_output(&lfp_ct_requests, &r, sizeof(r), 0);
 }
 

@@ -17,6 +17,10 @@ import (
 // The conntrack module against entries of the kernel's own table, created through ctnetlink in
 // the test namespace: which connections the fast path takes, that it refreshes their timeout as
 // Linux would, and that it asks for TCP connections to be made liberal.
+// liberalAfter is LFP_CT_LIBERAL_AFTER (bpf/lib/ct.h): the segment of a not-liberal TCP
+// connection that makes the fast path ask for it to be marked liberal.
+const liberalAfter = 4
+
 func TestConntrack(t *testing.T) {
 	env := newTestEnv(t)
 	var ct *conntrack.Conn
@@ -82,6 +86,7 @@ func TestConntrack(t *testing.T) {
 		udpFlow(2001, conntrack.StatusSeenReply|conntrack.StatusAssured),
 		udpFlow(2002, conntrack.StatusSeenReply),
 		udpFlow(2003, 0),
+		tcpFlow(src, dst, 1005, tcpEstablished, 0),
 	}
 	for _, f := range flows {
 		create(f)
@@ -127,6 +132,7 @@ func TestConntrack(t *testing.T) {
 		want    Reason
 		output  []byte          // when forwarded (default: to out0's nexthop)
 		refresh *conntrack.Flow // its timeout must be the established one afterwards
+		repeat  int             // times the packet is sent (default 1)
 	}{
 		{name: "tcp established, liberal", pkt: tcp(src, dst, 1001, 80, ack), want: Forwarded, refresh: &flows[0]},
 		{name: "tcp established, reply direction", pkt: reply, out: true, want: Forwarded,
@@ -135,7 +141,8 @@ func TestConntrack(t *testing.T) {
 		{name: "tcp fin", pkt: tcp(src, dst, 1001, 80, ack|fin), want: PassCTState},
 		{name: "tcp rst", pkt: tcp(src, dst, 1001, 80, rst), want: PassCTState},
 		{name: "tcp syn", pkt: tcp(src, dst, 1001, 80, syn), want: PassCTState},
-		{name: "tcp not liberal: asks, Linux meanwhile", pkt: tcp(src, dst, 1002, 80, ack), want: PassCTLiberal},
+		// The request comes with the connection's LFP_CT_LIBERAL_AFTER-th such segment (ct.h).
+		{name: "tcp not liberal: asks, Linux meanwhile", pkt: tcp(src, dst, 1002, 80, ack), want: PassCTLiberal, repeat: liberalAfter},
 		{name: "tcp not established", pkt: tcp(src, dst, 1003, 80, ack), want: PassCTState},
 		{name: "tcp unknown connection", pkt: tcp(src, dst, 1009, 80, ack), want: PassCTNew},
 		{name: "udp assured", pkt: udp(2001, 53), want: Forwarded, refresh: &flows[4]},
@@ -157,6 +164,13 @@ func TestConntrack(t *testing.T) {
 		}(), want: PassCTInvalid},
 		{name: "icmp", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolICMPv4, ICMPType: 8, Size: 60}.Bytes(), want: PassCTProto},
 	}
+	// A short connection (fewer segments than LFP_CT_LIBERAL_AFTER) is not asked for: it would
+	// be over before the marking could help. Were it asked for, its request would come first.
+	env.hook = HookXDP
+	short := env.prog(t, true, true)
+	for i := 0; i < liberalAfter-1; i++ {
+		env.checkRoutedOn(t, short, tcp(src, dst, 1005, 80, ack), env.in, PassCTLiberal, nil)
+	}
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)
@@ -174,7 +188,9 @@ func TestConntrack(t *testing.T) {
 				if c.out {
 					in = env.out
 				}
-				env.checkRoutedOn(t, prog, c.pkt, in, c.want, c.output)
+				for i := 0; i < max(c.repeat, 1); i++ {
+					env.checkRoutedOn(t, prog, c.pkt, in, c.want, c.output)
+				}
 				if c.refresh != nil {
 					want := uint32(120)
 					switch {
@@ -216,6 +232,11 @@ func TestConntrack(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("no request to make the connection liberal")
+	}
+	select {
+	case r := <-requests:
+		t.Fatalf("a second request %+v: one per connection and second", r)
+	case <-time.After(100 * time.Millisecond):
 	}
 	env.hook = HookXDP
 	env.checkRouted(t, env.prog(t, true, true), tcp(src, dst, 1002, 80, ack), Forwarded, nil)

@@ -50,6 +50,13 @@ type linuxfpLfpCounter struct {
 	Bytes   uint64
 }
 
+type linuxfpLfpCtAsked struct {
+	_    structs.HostLayout
+	Last uint64
+	Seen uint32
+	Pad  uint32
+}
+
 type linuxfpLfpCtReq struct {
 	_      structs.HostLayout
 	Family uint8

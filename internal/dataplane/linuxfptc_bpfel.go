@@ -50,6 +50,13 @@ type linuxfpTcLfpCounter struct {
 	Bytes   uint64
 }
 
+type linuxfpTcLfpCtAsked struct {
+	_    structs.HostLayout
+	Last uint64
+	Seen uint32
+	Pad  uint32
+}
+
 type linuxfpTcLfpCtReq struct {
 	_      structs.HostLayout
 	Family uint8
