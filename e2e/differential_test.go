@@ -139,6 +139,8 @@ type diffEnv struct {
 	// set, runs before every run, after the neighbour reset.
 	originated func(netip.Addr) bool
 	preRun     func(t *testing.T)
+	// started, if set, runs once linuxfp is running, before its run.
+	started func(t *testing.T, l *testbed.Linuxfp)
 }
 
 func newDiffEnv(t *testing.T, tb *testbed.Testbed, dutSetup string) *diffEnv {
@@ -268,6 +270,9 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 	}
 	d.resetNeighbours(t)
 	l := startLinuxfp(t, d.tb, d.args...)
+	if d.started != nil {
+		d.started(t, l)
+	}
 	fp := d.run(t, c, settle)
 	in0, err := l.Interface("in0")
 	if err != nil {
@@ -1172,6 +1177,15 @@ func TestDifferentialTCAfterXDP(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{TxChecksumOff: true, NoGRO: true})
 	d := newDiffEnv(t, tb, diffDUTSetup)
 	d.hook = "xdp"
+	// The tc program is attached when the first packet for it arrives (until then such packets
+	// go to Linux): a few datagrams through out0 (dropped by the sink, which forwards nothing)
+	// before the corpus, then wait for it.
+	d.started = func(t *testing.T, l *testbed.Linuxfp) {
+		sendUDP(t, tb, "198.19.10.1", 3)
+		waitStatus(t, l, "in0", "the tc program after in0's XDP program", func(it *status.Interface) bool {
+			return it.Program != nil && it.Program.TCAfterXDP
+		})
+	}
 	d.differential(t, d.mainCorpus(), 4*time.Second, false)
 	in0, err := testbed.StatusClientIn(tb.DUT).Status()
 	if err != nil {

@@ -178,6 +178,19 @@ enum {
 	LFP_CT_CHECKSUM    = 1 << 4, /* nf_conntrack_checksum=1: conntrack verifies L4 checksums */
 };
 
+/* The tc program after an interface's XDP program (bpf/lib/stats.h): attached or not, and when
+ * the XDP program last asked for it (ring buffer record lfp_tc_request). */
+struct lfp_tc_companion {
+	__u32 attached;
+	__u32 pad;
+	__u64 asked;
+};
+
+struct lfp_tc_request {
+	__u32 ifindex;
+	__u32 slot;
+};
+
 /* Ring buffer record (and rate-limit key): make this TCP connection's tracking liberal. The
  * tuple is the packet's, in direction dir of the entry (0 original, 1 reply). */
 struct lfp_ct_req {

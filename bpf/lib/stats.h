@@ -26,15 +26,34 @@ static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason
 	}
 }
 
-/* XDP with a tc program after it on the same interface (the controller attaches one where some
- * destination takes skbs only: a veth whose peer has neither XDP nor GRO, a vxlan device): a
- * packet XDP hands on for such a reason is marked in its metadata, which the skb carries to the
- * tc program; that one runs the same modules for marked packets only (cfg_tc_companion). */
+/* XDP with a tc program after it on the same interface (--hook auto): a packet XDP hands on
+ * because only an skb can go where it is routed or bridged (a veth whose peer has neither XDP nor
+ * GRO, a vxlan device) is marked in its metadata, which the skb carries to the tc program; that
+ * one runs the same modules for marked packets only (cfg_tc_companion). The tc program is
+ * attached on demand: the first such packet asks the controller for it (lfp_tc_requests) and,
+ * like every one until it is attached, goes to Linux unmarked, counted under its own reason. An
+ * interface that never sees such packets costs no second program, and a new destination of
+ * that kind changes no XDP program. */
 volatile const __u32 cfg_tc_after = 0;
 volatile const __u32 cfg_tc_companion = 0;
 
 #define LFP_META_TC 0x6c667063 /* "lfpc" */
 #define LFP_XDP_TO_TC 0x10000 /* lfp_pass()'s verdict for the tc program, with the reason */
+#define LFP_TC_ASK_NS 100000000ULL /* at most one request per interface per 100 ms */
+
+/* Per slot: is the tc program attached (set by the controller after attaching it, cleared
+ * before detaching it), and when was it last asked for. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_tc_companion);
+	__uint(max_entries, LFP_MAX_SLOTS);
+} lfp_tc_companions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} lfp_tc_requests SEC(".maps");
 
 /* Hand the packet to Linux, untouched, and say why; at XDP with a tc program after it, hand
  * what only an skb can take to that program instead. */
@@ -51,13 +70,31 @@ static __always_inline int lfp_pass(const lfp_ctx *ctx, enum lfp_reason reason)
 
 #if !LFP_TC
 /* The XDP entry point's last step: a packet lfp_pass() meant for the tc program gets the mark
- * (or, where the driver gives no room for metadata, goes to Linux as it would have). */
+ * when that program is attached; otherwise (or where the driver gives no room for metadata) it
+ * goes to Linux as it would have, and the controller is asked for the tc program. */
 static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 {
-	__u32 *meta;
+	enum lfp_reason reason = (enum lfp_reason)(verdict & 0xff);
+	__u32 key = cfg_slot, *meta;
+	struct lfp_tc_companion *c;
 
 	if (!(verdict & LFP_XDP_TO_TC))
 		return verdict;
+	c = bpf_map_lookup_elem(&lfp_tc_companions, &key);
+	if (!c)
+		goto linux;
+	if (!c->attached) {
+		__u64 now = bpf_ktime_get_coarse_ns();
+
+		/* Racing CPUs may both ask: the controller attaches once. */
+		if (now - c->asked >= LFP_TC_ASK_NS) {
+			struct lfp_tc_request r = { .ifindex = ctx->ingress_ifindex, .slot = cfg_slot };
+
+			c->asked = now;
+			bpf_ringbuf_output(&lfp_tc_requests, &r, sizeof(r), 0);
+		}
+		goto linux;
+	}
 	if (!bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32))) {
 		meta = (void *)(long)ctx->data_meta;
 		if ((void *)(meta + 1) <= (void *)(long)ctx->data) {
@@ -66,7 +103,8 @@ static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 			return XDP_PASS;
 		}
 	}
-	lfp_count(ctx, (enum lfp_reason)(verdict & 0xff));
+linux:
+	lfp_count(ctx, reason);
 	return XDP_PASS;
 }
 #endif

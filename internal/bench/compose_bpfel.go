@@ -56,6 +56,13 @@ type composeLfpCounter struct {
 	Bytes   uint64
 }
 
+type composeLfpTcCompanion struct {
+	_        structs.HostLayout
+	Attached uint32
+	Pad      uint32
+	Asked    uint64
+}
+
 type composeLfpTcTx struct {
 	_       structs.HostLayout
 	Flags   uint32
@@ -73,6 +80,8 @@ const (
 	composeMapComposeNext     = "compose_next"
 	composeMapComposeStateMap = "compose_state_map"
 	composeMapLfpStats        = "lfp_stats"
+	composeMapLfpTcCompanions = "lfp_tc_companions"
+	composeMapLfpTcRequests   = "lfp_tc_requests"
 	composeMapLfpTcTxDevs     = "lfp_tc_tx_devs"
 	composeMapLfpTxDevs       = "lfp_tx_devs"
 	composeProgComposeInline  = "compose_inline"
@@ -173,6 +182,8 @@ type composeMapSpecs struct {
 	ComposeNext     *ebpf.MapSpec `ebpf:"compose_next"`
 	ComposeStateMap *ebpf.MapSpec `ebpf:"compose_state_map"`
 	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
+	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs     *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
 	LfpTxDevs       *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
@@ -217,6 +228,8 @@ type composeMaps struct {
 	ComposeNext     *ebpf.Map `ebpf:"compose_next"`
 	ComposeStateMap *ebpf.Map `ebpf:"compose_state_map"`
 	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
+	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs     *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
 	LfpTxDevs       *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
@@ -230,6 +243,8 @@ func (m *composeMaps) Close() error {
 		m.ComposeNext,
 		m.ComposeStateMap,
 		m.LfpStats,
+		m.LfpTcCompanions,
+		m.LfpTcRequests,
 		m.LfpTcTxDevs,
 		m.LfpTxDevs,
 	)

@@ -282,7 +282,9 @@ func (rc *responseRun) setupBridgePath() error {
 		"ethtool -K bgen gro on\nethtool -K bsink gro on"); err != nil {
 		return err
 	}
-	if err := tb.Sink.Script("ip link set bs0 up\nethtool -K bs0 gro on tx off\nip addr add 198.18.20.3/24 dev bs0"); err != nil {
+	// No IPv6 on bs0: its router solicitations and MLD reports would teach the bridge the sink's
+	// MAC by themselves (and `bridge fdb add` would then fail with EEXIST).
+	if err := tb.Sink.Script("sysctl -qw net.ipv6.conf.bs0.disable_ipv6=1\nip link set bs0 up\nethtool -K bs0 gro on tx off\nip addr add 198.18.20.3/24 dev bs0"); err != nil {
 		return err
 	}
 	out, err := tb.Sink.Run("cat", "/sys/class/net/bs0/address")

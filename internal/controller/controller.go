@@ -132,6 +132,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := c.dp.ReadCTRequests(c.setLiberal); err != nil {
 		return err
 	}
+	if err := c.dp.ReadTCRequests(func(ifindex int) { go c.attachCompanion(ifindex) }); err != nil {
+		return err
+	}
 
 	srv := &http.Server{Handler: c.handler()}
 	go srv.Serve(ln)
@@ -264,7 +267,25 @@ func (e *readError) Error() string { return "read state: " + e.err.Error() }
 func (e *readError) Unwrap() error { return e.err }
 
 func (c *Controller) ownedProgram(ifindex int, id uint32) bool {
-	return slices.Contains(c.owned[ifindex], id)
+	return slices.Contains(c.owned[ifindex], id) || c.dp.OwnsCompanion(ifindex, id)
+}
+
+// attachCompanion attaches the tc program after an XDP program that asked for one (a packet
+// only an skb can take arrived; see dataplane/companion.go).
+func (c *Controller) attachCompanion(ifindex int) {
+	t0 := time.Now()
+	id, err := c.dp.AttachCompanion(ifindex)
+	name := ""
+	if in, ok := c.dp.Installed()[ifindex]; ok {
+		name = in.Spec.Name
+	}
+	switch {
+	case err != nil:
+		c.log.Warn("tc program after XDP not attached: the packets it would take go to Linux", "interface", name, "err", err)
+	case id != 0:
+		c.log.Info("attached tc program after XDP: packets only an skb can take are fast-pathed there",
+			"interface", name, "program", id, "took", time.Since(t0).Round(time.Millisecond))
+	}
 }
 
 func (c *Controller) apply(dirty observe.Dirty) (int, error) {

@@ -84,7 +84,8 @@ type Installed struct {
 	Spec      Spec
 	Slot      int
 	ProgramID ebpf.ProgramID
-	// TCProgramID: the tc program after XDP (Spec.TCAfterXDP), 0 for none.
+	// TCProgramID: the tc program after XDP, 0 for none (Spec.TCAfterXDP: attached on demand,
+	// see companion.go).
 	TCProgramID ebpf.ProgramID
 	InstalledAt time.Time
 }
@@ -93,9 +94,10 @@ type iface struct {
 	Installed
 	prog *ebpf.Program
 	link link.Link
-	// tcProg, tcLink: the tc program after XDP, if any.
-	tcProg *ebpf.Program
-	tcLink link.Link
+	// tcProg, tcLink: the tc program after XDP, if any; attaching: one is being loaded.
+	tcProg    *ebpf.Program
+	tcLink    link.Link
+	attaching bool
 }
 
 // Dataplane owns the shared maps and the per-interface programs.
@@ -108,6 +110,9 @@ type Dataplane struct {
 	ifaces map[int]*iface
 	slots  []bool
 	log    *slog.Logger
+	// companions: every tc program id attached after XDP, per ifindex (the controller's
+	// ownership check: a snapshot may still show one just replaced).
+	companions map[int][]uint32
 
 	txDevs  map[uint32]linuxfpBpfDevmapVal
 	tcTx    map[uint32]linuxfpLfpTcTx
@@ -138,23 +143,24 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{
-		spec:   spec,
-		tcSpec: tcSpec,
-		tcTx:   map[uint32]linuxfpLfpTcTx{},
-		vxlan:  map[uint32]linuxfpLfpVxlanDev{},
-		vxfdb:  map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
-		vxrx:   map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
-		ifaces: map[int]*iface{},
-		slots:  make([]bool, maxSlots),
-		log:    log,
-		txDevs: map[uint32]linuxfpBpfDevmapVal{},
-		stale:  map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{},
-		local4: map[uint32]uint8{},
-		local6: map[linuxfpLfpIn6]uint8{},
-		pfx4:   map[linuxfpLfpLpm4Key]uint8{},
-		pfx6:   map[linuxfpLfpLpm6Key]uint8{},
-		fdb:    map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
-		l2:     map[uint32]linuxfpLfpL2Dev{},
+		spec:       spec,
+		tcSpec:     tcSpec,
+		tcTx:       map[uint32]linuxfpLfpTcTx{},
+		vxlan:      map[uint32]linuxfpLfpVxlanDev{},
+		vxfdb:      map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
+		vxrx:       map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
+		ifaces:     map[int]*iface{},
+		companions: map[int][]uint32{},
+		slots:      make([]bool, maxSlots),
+		log:        log,
+		txDevs:     map[uint32]linuxfpBpfDevmapVal{},
+		stale:      map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{},
+		local4:     map[uint32]uint8{},
+		local6:     map[linuxfpLfpIn6]uint8{},
+		pfx4:       map[linuxfpLfpLpm4Key]uint8{},
+		pfx6:       map[linuxfpLfpLpm6Key]uint8{},
+		fdb:        map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
+		l2:         map[uint32]linuxfpLfpL2Dev{},
 	}
 	// Only the maps: programs are loaded per interface in Install.
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
@@ -264,12 +270,31 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 			return Installed{}, err
 		}
 	}
+	// An attached tc program after XDP is replaced with the XDP program: loaded meanwhile.
+	var (
+		tcNext *ebpf.Program
+		tcErr  error
+		tcDone chan struct{}
+	)
+	if cur != nil && cur.tcLink != nil && s.TCAfterXDP && s.Hook.XDP() {
+		tcDone = make(chan struct{})
+		go func() {
+			defer close(tcDone)
+			tcNext, tcErr = d.loadProgram(s, slot, true)
+		}()
+	}
 	d.mu.Unlock()
 
 	prog, err := d.LoadProgram(s, slot)
+	if tcDone != nil {
+		<-tcDone
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {
+		if tcNext != nil {
+			tcNext.Close()
+		}
 		if cur == nil {
 			d.slots[slot] = false
 		}
@@ -322,64 +347,27 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 				cur.prog.Close()
 			}
 			// A tc program after the old XDP one: kept for syncCompanion to replace or remove.
-			next.tcLink, next.tcProg = cur.tcLink, cur.tcProg
+			next.tcLink, next.tcProg, next.TCProgramID = cur.tcLink, cur.tcProg, cur.TCProgramID
 		}
 		cur = next
 		d.ifaces[s.Ifindex] = cur
 	}
-	cur.Installed = Installed{Spec: s, Slot: slot, ProgramID: id, InstalledAt: time.Now()}
-	if err := d.syncCompanion(cur, s, slot); err != nil {
-		// The XDP program runs; what it marks for tc goes to Linux (the mark is harmless).
-		// A spec no install equals makes the next one try again.
-		cur.Spec = Spec{}
-		return Installed{}, err
+	tcID := cur.TCProgramID
+	cur.Installed = Installed{Spec: s, Slot: slot, ProgramID: id, InstalledAt: time.Now(), TCProgramID: tcID}
+	switch {
+	case !s.TCAfterXDP || !s.Hook.XDP():
+		d.detachCompanion(cur)
+	case tcNext != nil && cur.tcLink != nil:
+		d.replaceCompanion(cur, tcNext)
+	case tcNext != nil:
+		tcNext.Close()
+	case tcErr != nil:
+		// The old tc program would run modules the new XDP program no longer matches: gone;
+		// the next marked packet asks again.
+		d.log.Warn("tc program after XDP not reloaded; detached until asked again", "interface", s.Name, "err", tcErr)
+		d.detachCompanion(cur)
 	}
 	return cur.Installed, nil
-}
-
-// syncCompanion attaches, replaces or detaches the tc program that runs after cur's XDP
-// program. It is attached after the XDP program and detached after it is replaced: while XDP
-// marks packets for tc, a tc program is there (a marked packet without one goes to Linux, which
-// is correct too). Called with d.mu held.
-func (d *Dataplane) syncCompanion(cur *iface, s Spec, slot int) error {
-	if !s.TCAfterXDP || !s.Hook.XDP() {
-		if cur.tcLink != nil {
-			cur.tcLink.Close()
-			cur.tcProg.Close()
-			cur.tcLink, cur.tcProg = nil, nil
-		}
-		cur.TCProgramID = 0
-		return nil
-	}
-	prog, err := d.loadProgram(s, slot, true)
-	if err != nil {
-		return err
-	}
-	info, err := prog.Info()
-	if err != nil {
-		prog.Close()
-		return err
-	}
-	id, _ := info.ID()
-	if cur.tcLink != nil {
-		if err := cur.tcLink.Update(prog); err != nil {
-			prog.Close()
-			return fmt.Errorf("replace the tc program after XDP on %s: %w", s.Name, err)
-		}
-		cur.tcProg.Close()
-		cur.tcProg = prog
-	} else {
-		ts := s
-		ts.Hook = HookTC
-		l, err := attach(ts, prog)
-		if err != nil {
-			prog.Close()
-			return err
-		}
-		cur.tcLink, cur.tcProg = l, prog
-	}
-	cur.TCProgramID = id
-	return nil
 }
 
 // attach attaches prog at s's hook. A tc program goes last among the tcx ingress programs: it
@@ -423,12 +411,9 @@ func (d *Dataplane) removeLocked(ifindex int) error {
 	}
 	delete(d.ifaces, ifindex)
 	d.slots[cur.Slot] = false
+	d.detachCompanion(cur)
 	err := cur.link.Close()
 	cur.prog.Close()
-	if cur.tcLink != nil {
-		cur.tcLink.Close()
-		cur.tcProg.Close()
-	}
 	return err
 }
 
@@ -439,12 +424,9 @@ func (d *Dataplane) Forget(ifindex int) {
 	if cur := d.ifaces[ifindex]; cur != nil {
 		delete(d.ifaces, ifindex)
 		d.slots[cur.Slot] = false
+		d.detachCompanion(cur)
 		cur.link.Close()
 		cur.prog.Close()
-		if cur.tcLink != nil {
-			cur.tcLink.Close()
-			cur.tcProg.Close()
-		}
 	}
 }
 
@@ -472,8 +454,12 @@ func (d *Dataplane) allocSlot() (int, error) {
 	return 0, fmt.Errorf("more than %d accelerated interfaces", maxSlots)
 }
 
-// resetSlot zeroes a reused slot's counters so a new interface starts from 0.
+// resetSlot zeroes a reused slot's counters so a new interface starts from 0, and its tc
+// program state (none attached, never asked).
 func (d *Dataplane) resetSlot(slot int) error {
+	if err := d.maps.LfpTcCompanions.Put(uint32(slot), linuxfpLfpTcCompanion{}); err != nil {
+		return fmt.Errorf("reset tc program state: %w", err)
+	}
 	zero := make([]linuxfpLfpCounter, ebpf.MustPossibleCPU())
 	for r := 0; r < NumReasons; r++ {
 		if err := d.maps.LfpStats.Put(uint32(slot*NumReasons+r), zero); err != nil {

@@ -247,6 +247,13 @@ type linuxfpTcLfpStaleVal struct {
 	Kicked uint32
 }
 
+type linuxfpTcLfpTcCompanion struct {
+	_        structs.HostLayout
+	Attached uint32
+	Pad      uint32
+	Asked    uint64
+}
+
 type linuxfpTcLfpTcTx struct {
 	_       structs.HostLayout
 	Flags   uint32
@@ -321,6 +328,8 @@ const (
 	linuxfpTcMapLfpScratchMap   = "lfp_scratch_map"
 	linuxfpTcMapLfpStale        = "lfp_stale"
 	linuxfpTcMapLfpStats        = "lfp_stats"
+	linuxfpTcMapLfpTcCompanions = "lfp_tc_companions"
+	linuxfpTcMapLfpTcRequests   = "lfp_tc_requests"
 	linuxfpTcMapLfpTcTxDevs     = "lfp_tc_tx_devs"
 	linuxfpTcMapLfpTxDevs       = "lfp_tx_devs"
 	linuxfpTcMapLfpVxfdb        = "lfp_vxfdb"
@@ -388,31 +397,33 @@ type linuxfpTcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpTcMapSpecs struct {
-	LfpConfigMap   *ebpf.MapSpec `ebpf:"lfp_config_map"`
-	LfpCtRequested *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
-	LfpCtRequests  *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
-	LfpFdb         *ebpf.MapSpec `ebpf:"lfp_fdb"`
-	LfpFdbRefresh  *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
-	LfpFwHosts     *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
-	LfpFwIfs       *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves    *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm       *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
-	LfpFwRules     *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
-	LfpFwSets      *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
-	LfpFwStats     *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
-	LfpL2          *ebpf.MapSpec `ebpf:"lfp_l2"`
-	LfpLocal4      *ebpf.MapSpec `ebpf:"lfp_local4"`
-	LfpLocal6      *ebpf.MapSpec `ebpf:"lfp_local6"`
-	LfpLocalPfx4   *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6   *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
-	LfpScratchMap  *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
-	LfpStale       *ebpf.MapSpec `ebpf:"lfp_stale"`
-	LfpStats       *ebpf.MapSpec `ebpf:"lfp_stats"`
-	LfpTcTxDevs    *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs      *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
-	LfpVxfdb       *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
-	LfpVxlan       *ebpf.MapSpec `ebpf:"lfp_vxlan"`
-	LfpVxlanRxMap  *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
+	LfpConfigMap    *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpCtRequested  *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
+	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
+	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
+	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm        *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
+	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpLocal4       *ebpf.MapSpec `ebpf:"lfp_local4"`
+	LfpLocal6       *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalPfx4    *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6    *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
+	LfpScratchMap   *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
+	LfpStale        *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
+	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs     *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs       *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	LfpVxfdb        *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
+	LfpVxlan        *ebpf.MapSpec `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap   *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
 }
 
 // linuxfpTcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -451,31 +462,33 @@ func (o *linuxfpTcObjects) Close() error {
 //
 // It can be passed to loadLinuxfpTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpTcMaps struct {
-	LfpConfigMap   *ebpf.Map `ebpf:"lfp_config_map"`
-	LfpCtRequested *ebpf.Map `ebpf:"lfp_ct_requested"`
-	LfpCtRequests  *ebpf.Map `ebpf:"lfp_ct_requests"`
-	LfpFdb         *ebpf.Map `ebpf:"lfp_fdb"`
-	LfpFdbRefresh  *ebpf.Map `ebpf:"lfp_fdb_refresh"`
-	LfpFwHosts     *ebpf.Map `ebpf:"lfp_fw_hosts"`
-	LfpFwIfs       *ebpf.Map `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves    *ebpf.Map `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm       *ebpf.Map `ebpf:"lfp_fw_lpm"`
-	LfpFwRules     *ebpf.Map `ebpf:"lfp_fw_rules"`
-	LfpFwSets      *ebpf.Map `ebpf:"lfp_fw_sets"`
-	LfpFwStats     *ebpf.Map `ebpf:"lfp_fw_stats"`
-	LfpL2          *ebpf.Map `ebpf:"lfp_l2"`
-	LfpLocal4      *ebpf.Map `ebpf:"lfp_local4"`
-	LfpLocal6      *ebpf.Map `ebpf:"lfp_local6"`
-	LfpLocalPfx4   *ebpf.Map `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6   *ebpf.Map `ebpf:"lfp_local_pfx6"`
-	LfpScratchMap  *ebpf.Map `ebpf:"lfp_scratch_map"`
-	LfpStale       *ebpf.Map `ebpf:"lfp_stale"`
-	LfpStats       *ebpf.Map `ebpf:"lfp_stats"`
-	LfpTcTxDevs    *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs      *ebpf.Map `ebpf:"lfp_tx_devs"`
-	LfpVxfdb       *ebpf.Map `ebpf:"lfp_vxfdb"`
-	LfpVxlan       *ebpf.Map `ebpf:"lfp_vxlan"`
-	LfpVxlanRxMap  *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
+	LfpConfigMap    *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpCtRequested  *ebpf.Map `ebpf:"lfp_ct_requested"`
+	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
+	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
+	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm        *ebpf.Map `ebpf:"lfp_fw_lpm"`
+	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
+	LfpLocal4       *ebpf.Map `ebpf:"lfp_local4"`
+	LfpLocal6       *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalPfx4    *ebpf.Map `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6    *ebpf.Map `ebpf:"lfp_local_pfx6"`
+	LfpScratchMap   *ebpf.Map `ebpf:"lfp_scratch_map"`
+	LfpStale        *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
+	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs     *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs       *ebpf.Map `ebpf:"lfp_tx_devs"`
+	LfpVxfdb        *ebpf.Map `ebpf:"lfp_vxfdb"`
+	LfpVxlan        *ebpf.Map `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap   *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
 }
 
 func (m *linuxfpTcMaps) Close() error {
@@ -500,6 +513,8 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpScratchMap,
 		m.LfpStale,
 		m.LfpStats,
+		m.LfpTcCompanions,
+		m.LfpTcRequests,
 		m.LfpTcTxDevs,
 		m.LfpTxDevs,
 		m.LfpVxfdb,

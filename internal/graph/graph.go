@@ -150,10 +150,12 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	return p
 }
 
-// tcAfterXDP gives every XDP program a tc program after it (--hook auto) where some destination
-// takes skbs only: a veth whose peer takes no XDP frames (no XDP program, no GRO: a container's,
-// as CNI plugins leave it), a vxlan device the VXLAN module encapsulates into or decapsulates
-// for. What XDP cannot redirect there it marks and hands on; the tc program forwards it as skb.
+// tcAfterXDP lets every XDP program (--hook auto) hand to a tc program of the same modules on
+// the same interface what it cannot redirect because only an skb can go there: a veth whose peer
+// takes no XDP frames (no XDP program, no GRO: a container's, as CNI plugins leave it), a vxlan
+// device the VXLAN module encapsulates into. The tc program is attached when the first such
+// packet arrives (dataplane/companion.go), so the XDP programs need no change when such a
+// destination appears or goes; the note names the ones there are now.
 func tcAfterXDP(p *Plan, o Options) {
 	if o.Hook != HookAuto && o.Hook != "" {
 		return
@@ -164,21 +166,22 @@ func tcAfterXDP(p *Plan, o Options) {
 			only = append(only, it.Name)
 		}
 	}
-	if len(p.Data.VXLAN)+len(p.Data.VXLANRx) > 0 {
+	if len(p.Data.VXLAN) > 0 {
 		only = append(only, "vxlan devices")
-	}
-	if len(only) == 0 {
-		return
 	}
 	slices.Sort(only)
 	if len(only) > 3 {
 		only = append(only[:3], fmt.Sprintf("%d more", len(only)-3))
 	}
+	now := "none now"
+	if len(only) > 0 {
+		now = "now " + strings.Join(only, ", ")
+	}
 	for _, it := range p.Interfaces {
 		if it.Spec != nil && it.Spec.Hook.XDP() {
 			it.Spec.TCAfterXDP = true
-			it.Notes = append(it.Notes, "tc after xdp: what XDP cannot redirect because only an skb goes there ("+
-				strings.Join(only, ", ")+") is marked and fast-pathed by a tc program of the same modules")
+			it.Notes = append(it.Notes, "tc after xdp: packets XDP cannot redirect because only an skb goes there ("+now+
+				") are fast-pathed by a tc program of the same modules, attached when the first one arrives")
 		}
 	}
 }

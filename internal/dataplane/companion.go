@@ -1,0 +1,140 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// The tc program after an XDP program (Spec.TCAfterXDP, bpf/lib/stats.h): the XDP program marks
+// the packets it cannot redirect because only an skb can go where they are routed or bridged,
+// and a tc program of the same modules on the same interface forwards them. It is attached on
+// demand: the XDP program asks for it through the lfp_tc_requests ring when such a packet
+// arrives and none is attached (that packet, and every one until the tc program is attached,
+// goes to Linux unmarked). So an interface whose traffic never needs one costs no second
+// program, and a new interface that only takes skbs changes no XDP program elsewhere.
+
+// ReadTCRequests delivers the XDP programs' requests for a tc program (their ingress ifindex)
+// to fn until Close. fn runs on the reader's goroutine.
+func (d *Dataplane) ReadTCRequests(fn func(ifindex int)) error {
+	rd, err := ringbuf.NewReader(d.maps.LfpTcRequests)
+	if err != nil {
+		return fmt.Errorf("tc program request ring: %w", err)
+	}
+	d.mu.Lock()
+	d.closers = append(d.closers, func() { rd.Close() })
+	d.mu.Unlock()
+	go func() {
+		for {
+			rec, err := rd.Read()
+			if err != nil {
+				if !errors.Is(err, os.ErrClosed) {
+					d.log.Error("tc program request ring", "err", err)
+				}
+				return
+			}
+			// struct lfp_tc_request: ifindex u32, slot u32
+			if len(rec.RawSample) >= 8 {
+				fn(int(binary.NativeEndian.Uint32(rec.RawSample)))
+			}
+		}
+	}()
+	return nil
+}
+
+// AttachCompanion attaches the tc program after ifindex's XDP program, if that program marks
+// packets for one and none is attached or being attached. It returns the new program's id, or
+// 0 when there was nothing to do.
+func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
+	d.mu.Lock()
+	cur := d.ifaces[ifindex]
+	if cur == nil || !cur.Spec.TCAfterXDP || !cur.Spec.Hook.XDP() || cur.tcLink != nil || cur.attaching {
+		d.mu.Unlock()
+		return 0, nil
+	}
+	cur.attaching = true
+	s, slot := cur.Spec, cur.Slot
+	d.mu.Unlock()
+
+	prog, err := d.loadProgram(s, slot, true)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur.attaching = false
+	if err != nil {
+		return 0, err
+	}
+	// Replaced or removed meanwhile: the program was loaded for a spec no longer in force.
+	if d.ifaces[ifindex] != cur || !cur.Spec.Equal(s) || cur.Slot != slot || cur.tcLink != nil {
+		prog.Close()
+		return 0, nil
+	}
+	info, err := prog.Info()
+	if err != nil {
+		prog.Close()
+		return 0, err
+	}
+	id, _ := info.ID()
+	ts := s
+	ts.Hook = HookTC
+	l, err := attach(ts, prog)
+	if err != nil {
+		prog.Close()
+		return 0, err
+	}
+	cur.tcLink, cur.tcProg, cur.TCProgramID = l, prog, id
+	d.companions[ifindex] = append(d.companions[ifindex], uint32(id))
+	// Only now may the XDP program mark packets for it.
+	if err := d.maps.LfpTcCompanions.Put(uint32(slot), linuxfpLfpTcCompanion{Attached: 1}); err != nil {
+		d.detachCompanion(cur)
+		return 0, fmt.Errorf("tc program state: %w", err)
+	}
+	return id, nil
+}
+
+// OwnsCompanion reports whether id is a tc program linuxfp attached after ifindex's XDP program.
+func (d *Dataplane) OwnsCompanion(ifindex int, id uint32) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.companions[ifindex] {
+		if c == id {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceCompanion swaps cur's tc program for prog (bpf_link update). Called with d.mu held.
+func (d *Dataplane) replaceCompanion(cur *iface, prog *ebpf.Program) {
+	info, err := prog.Info()
+	if err == nil {
+		err = cur.tcLink.Update(prog)
+	}
+	if err != nil {
+		prog.Close()
+		d.log.Warn("tc program after XDP not replaced; detached until asked again", "interface", cur.Spec.Name, "err", err)
+		d.detachCompanion(cur)
+		return
+	}
+	id, _ := info.ID()
+	cur.tcProg.Close()
+	cur.tcProg, cur.TCProgramID = prog, id
+	d.companions[cur.Spec.Ifindex] = append(d.companions[cur.Spec.Ifindex], uint32(id))
+}
+
+// detachCompanion removes cur's tc program, if any: the XDP program stops marking first (a
+// packet marked just before goes to Linux, which is correct too). Called with d.mu held.
+func (d *Dataplane) detachCompanion(cur *iface) {
+	if cur.tcLink == nil {
+		return
+	}
+	if err := d.maps.LfpTcCompanions.Put(uint32(cur.Slot), linuxfpLfpTcCompanion{}); err != nil {
+		d.log.Warn("clear tc program state", "interface", cur.Spec.Name, "err", err)
+	}
+	cur.tcLink.Close()
+	cur.tcProg.Close()
+	cur.tcLink, cur.tcProg, cur.TCProgramID = nil, nil, 0
+}
