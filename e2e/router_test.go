@@ -342,7 +342,7 @@ func TestEgressWithoutNAPI(t *testing.T) {
 				t.Fatal(err)
 			}
 			toTC := in0.ToTC.Packets
-			d := trafficDelta(t, tb, l, "198.19.10.1", 5)
+			d := trafficDelta(t, tb, l, "198.19.10.1", 5).ownOnly()
 			switch hook {
 			case "xdp":
 				if d.forwarded != 0 || d.passed["egress_not_ready"] == 0 {

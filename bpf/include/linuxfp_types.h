@@ -61,6 +61,7 @@ enum lfp_reason {
 	LFP_PASS_CT_INVALID,      /* conntrack would find the packet INVALID (bad header, flags, length) */
 	LFP_PASS_CT_CHECKSUM,     /* conntrack would verify its L4 checksum (nf_conntrack_checksum) */
 	LFP_TO_TC,                /* XDP: handed, marked, to the interface's tc program (an skb can go where it goes) */
+	LFP_PASS_RELOADING,       /* built without a module the configuration now needs; its replacement is loading */
 	LFP_REASON_MAX,
 };
 

@@ -82,6 +82,9 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 	if (!nf->cfg)
 		return LFP_PASS_FIB_OTHER;
 	nf->ct = nf->cfg->ct_flags & (v6 ? LFP_CT_ACTIVE6 : LFP_CT_ACTIVE4);
+	/* Built without the conntrack module (ct.h: cfg_ct4/cfg_ct6), being replaced. */
+	if (nf->ct && !(v6 ? cfg_ct6 : cfg_ct4))
+		return LFP_PASS_RELOADING;
 	nf->fw = nf->cfg->fw_flags & (v6 ? LFP_FW_ACTIVE6 : LFP_FW_ACTIVE4);
 	if (!nf->ct && !nf->fw)
 		return LFP_FORWARDED;
@@ -121,7 +124,7 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 	}
 	nf->scr->ct.refresh = 0;
 	nf->scr->ct.nat = 0;
-	if (nf->ct) {
+	if ((v6 ? cfg_ct6 : cfg_ct4) && nf->ct) {
 		struct ct_pkt *c = &nf->scr->ct;
 
 		ct_parse(c, fp->src, fp->dst, v6, l4proto, l4, data_end);
@@ -239,7 +242,8 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	if (nf_ip && nf.fw && nf.scr) {
 		__u32 v = filter_classify(nf.cfg, &nf.scr->fp, bridge, bridge, in);
 
-		ct_refresh(ctx, &nf.scr->ct, v);
+		if (cfg_ct4 || cfg_ct6)
+			ct_refresh(ctx, &nf.scr->ct, v);
 		v &= 3;
 		if (v == LFP_FW_DROP)
 			return lfp_drop(ctx, LFP_FILTER_DROPPED);
@@ -255,7 +259,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
 	/* The redirect is set up: a rewrite that fails (none for a linear header) cannot hand the
 	 * packet to Linux half rewritten. */
-	if (nf_ip && nf.scr && nf.scr->ct.nat && nat_rewrite4(ctx, &nf.scr->ct))
+	if (cfg_ct4 && nf_ip && nf.scr && nf.scr->ct.nat && nat_rewrite4(ctx, &nf.scr->ct))
 		return CTX_DROP;
 	if (port->flags & LFP_L2_LEARNING)
 		bridge_refresh(src, bridge, in, smac);

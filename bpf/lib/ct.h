@@ -138,6 +138,14 @@ struct {
 	__uint(max_entries, 16384);
 } lfp_ct_requested SEC(".maps");
 
+/* Frozen per program: the conntrack module is built in for IPv4 / IPv6 (the controller sets them
+ * where netfilter tracks that family's connections, so a host without conntrack users loads
+ * programs without it, verified in half the time). The runtime flags (lfp_config ct_flags) say
+ * whether it runs; a program built without it that finds it must run (the configuration
+ * changed, its replacement is being loaded) hands the packet to Linux (LFP_PASS_RELOADING). */
+volatile const __u32 cfg_ct4 = 0;
+volatile const __u32 cfg_ct6 = 0;
+
 /* The packet's connection, as the conntrack lookup and the controller's request see it. */
 struct ct_pkt {
 	struct bpf_sock_tuple t;

@@ -260,7 +260,8 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex, ctx_ingress_ifindex(ctx));
 
 		/* Before vxlan_plan() reuses c for the outer flow. */
-		ct_refresh(ctx, c, v);
+		if (v4 ? cfg_ct4 : cfg_ct6)
+			ct_refresh(ctx, c, v);
 		v &= 3;
 		if (v == LFP_FW_DROP)
 			return LFP_FILTER_DROPPED;
@@ -439,6 +440,8 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	scr->ct.nat = 0;
 	scr->ct.refresh = 0;
 	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
+		if (!cfg_ct4)
+			return lfp_pass(ctx, LFP_PASS_RELOADING);
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 0, iph->protocol, (void *)(iph + 1), data_end);
 		scr->ct.defer = !!(cfg->fw_flags & LFP_FW_PRE_CT_DROP4);
 		scr->ct.nat_ok = 1;
@@ -461,7 +464,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
-	if (scr->ct.nat) {
+	if (cfg_ct4 && scr->ct.nat) {
 		/* A translated connection: prerouting's translation (the destination, or for a reply
 		 * the un-SNAT'd destination) comes before routing and the forward rules; postrouting's
 		 * (the source) after them (bpf/lib/nat.h). */
@@ -483,7 +486,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		return CTX_DROP; /* cannot happen: a trim keeps tot >= 20 bytes */
 	if (scr->vx_on)
 		return vxlan_push(ctx, &scr->vx);
-	if (scr->ct.nat) {
+	if (cfg_ct4 && scr->ct.nat) {
 		/* The redirect is set up: a failure here (none for a linear header) cannot hand the
 		 * packet to Linux half rewritten. */
 		if (nat_rewrite4(ctx, &scr->ct))
@@ -620,6 +623,8 @@ static __always_inline int router_ipv6(lfp_ctx *ctx)
 	scr->fp.v6 = 1;
 	scr->ct.refresh = 0;
 	if (cfg->ct_flags & LFP_CT_ACTIVE6) {
+		if (!cfg_ct6)
+			return lfp_pass(ctx, LFP_PASS_RELOADING);
 		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
 		scr->ct.defer = !!(cfg->fw_flags & LFP_FW_PRE_CT_DROP6);
 		r = ct_valid(ctx, cfg, &scr->ct, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), scr->buf);

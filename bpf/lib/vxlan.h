@@ -154,6 +154,8 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	 * established, untranslated entry, refreshed as Linux would; a new flow takes the driver's
 	 * path, which creates the entry. */
 	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
+		if (!cfg_ct4)
+			return 0; /* built without conntrack, being replaced */
 		__builtin_memset(c, 0, sizeof(*c));
 		c->proto = IPPROTO_UDP;
 		c->t.ipv4.saddr = p->saddr;

@@ -110,7 +110,7 @@ func (e *bridgeEnv) sync(t *testing.T, f func(d *Data)) {
 }
 
 func (e *bridgeEnv) portProg(t *testing.T, r4 bool) *ebpf.Program {
-	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", Hook: e.hook, Router4: r4, Router6: true,
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", Hook: e.hook, Conntrack4: true, Conntrack6: true, Router4: r4, Router6: true,
 		Bridge: true, L3Ifindex: e.br}, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -276,3 +276,37 @@ func TestConntrack(t *testing.T) {
 	sync(CT{})
 	env.checkRouted(t, env.prog(t, true, true), tcp(src, dst, 1011, 80, ack), Forwarded, nil)
 }
+
+// A program built without the conntrack module (Spec.Conntrack4/6 off: no conntrack users when it
+// was loaded) forwards as long as the configuration says conntrack does not run; once it says it
+// does (a first rule that tracks connections), that program hands every packet of the family to
+// Linux until its replacement, built with the module, is installed.
+func TestConntrackBuiltOut(t *testing.T) {
+	env := newTestEnv(t)
+	for _, hook := range hooks {
+		env.hook = hook
+		t.Run(string(hook), func(t *testing.T) {
+			prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: hook, Router4: true, Router6: true}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prog.Close()
+			for _, c := range []struct {
+				ct   CT
+				want Reason
+			}{
+				{CT{}, Forwarded},
+				{CT{Active4: true, Active6: true, UDP: 30 * time.Second, UDPStream: 120 * time.Second}, PassReloading},
+			} {
+				err := env.ns.Do(func() error {
+					return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in), CT: c.ct})
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				env.checkRouted(t, prog, v4("198.18.0.2", "198.19.0.9").Bytes(), c.want, nil)
+				env.checkRouted(t, prog, v6("2001:2::2", "2001:2:1::9").Bytes(), c.want, nil)
+			}
+		})
+	}
+}

@@ -58,13 +58,19 @@ type Spec struct {
 	// one, for the packets XDP marks because only an skb can go where they go (a veth whose
 	// peer takes no XDP frames, a vxlan device); XDP counts them as to_tc.
 	TCAfterXDP bool
+	// Conntrack4, Conntrack6: the conntrack module is built in for the family (netfilter
+	// tracks its connections). Built out, the verifier has half the work; a program built
+	// without it whose configuration says it must run hands the packet to Linux (reloading).
+	Conntrack4 bool
+	Conntrack6 bool
 }
 
 // Equal: the two specs make the same program.
 func (s Spec) Equal(o Spec) bool {
 	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
 		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6 && s.SkbSender == o.SkbSender &&
-		s.Bridge == o.Bridge && s.L3Ifindex == o.L3Ifindex && s.TCAfterXDP == o.TCAfterXDP
+		s.Bridge == o.Bridge && s.L3Ifindex == o.L3Ifindex && s.TCAfterXDP == o.TCAfterXDP &&
+		s.Conntrack4 == o.Conntrack4 && s.Conntrack6 == o.Conntrack6
 }
 
 // Modules lists the fast-path modules the program runs, in order.
@@ -72,6 +78,9 @@ func (s Spec) Modules() []string {
 	var m []string
 	if s.Bridge {
 		m = append(m, "bridge")
+	}
+	if s.Conntrack4 || s.Conntrack6 {
+		m = append(m, "conntrack")
 	}
 	if s.Router4 || s.Router6 {
 		m = append(m, "router")
@@ -225,6 +234,8 @@ func (d *Dataplane) loadProgram(s Spec, slot int, companion bool) (*ebpf.Program
 		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
 		{linuxfpVarCfgTcAfter, boolU32(tcAfter)},
 		{linuxfpVarCfgTcCompanion, boolU32(companion)},
+		{linuxfpVarCfgCt4, boolU32(s.Conntrack4)},
+		{linuxfpVarCfgCt6, boolU32(s.Conntrack6)},
 	}
 	for _, v := range sets {
 		if err := cs.Variables[v.name].Set(v.val); err != nil {

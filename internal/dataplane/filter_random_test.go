@@ -69,7 +69,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.dp.Close() })
-	prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: inMAC, Hook: HookXDP, Router4: true, Router6: true}, 0)
+	prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: inMAC, Hook: HookXDP, Router4: true, Router6: true, Conntrack4: true, Conntrack6: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

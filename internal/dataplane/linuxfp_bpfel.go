@@ -337,6 +337,8 @@ const (
 	linuxfpMapLfpVxlanRxMap   = "lfp_vxlan_rx_map"
 	linuxfpProgLinuxfpXdp     = "linuxfp_xdp"
 	linuxfpVarCfgBridge       = "cfg_bridge"
+	linuxfpVarCfgCt4          = "cfg_ct4"
+	linuxfpVarCfgCt6          = "cfg_ct6"
 	linuxfpVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
 	linuxfpVarCfgL3Ifindex    = "cfg_l3_ifindex"
 	linuxfpVarCfgMac          = "cfg_mac"
@@ -431,6 +433,8 @@ type linuxfpMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpVariableSpecs struct {
 	CfgBridge       *ebpf.VariableSpec `ebpf:"cfg_bridge"`
+	CfgCt4          *ebpf.VariableSpec `ebpf:"cfg_ct4"`
+	CfgCt6          *ebpf.VariableSpec `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
 	CfgL3Ifindex    *ebpf.VariableSpec `ebpf:"cfg_l3_ifindex"`
 	CfgMac          *ebpf.VariableSpec `ebpf:"cfg_mac"`
@@ -528,6 +532,8 @@ func (m *linuxfpMaps) Close() error {
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpVariables struct {
 	CfgBridge       *ebpf.Variable `ebpf:"cfg_bridge"`
+	CfgCt4          *ebpf.Variable `ebpf:"cfg_ct4"`
+	CfgCt6          *ebpf.Variable `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
 	CfgL3Ifindex    *ebpf.Variable `ebpf:"cfg_l3_ifindex"`
 	CfgMac          *ebpf.Variable `ebpf:"cfg_mac"`

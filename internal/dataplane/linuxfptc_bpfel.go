@@ -337,6 +337,8 @@ const (
 	linuxfpTcMapLfpVxlanRxMap   = "lfp_vxlan_rx_map"
 	linuxfpTcProgLinuxfpTc      = "linuxfp_tc"
 	linuxfpTcVarCfgBridge       = "cfg_bridge"
+	linuxfpTcVarCfgCt4          = "cfg_ct4"
+	linuxfpTcVarCfgCt6          = "cfg_ct6"
 	linuxfpTcVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
 	linuxfpTcVarCfgL3Ifindex    = "cfg_l3_ifindex"
 	linuxfpTcVarCfgMac          = "cfg_mac"
@@ -431,6 +433,8 @@ type linuxfpTcMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpTcVariableSpecs struct {
 	CfgBridge       *ebpf.VariableSpec `ebpf:"cfg_bridge"`
+	CfgCt4          *ebpf.VariableSpec `ebpf:"cfg_ct4"`
+	CfgCt6          *ebpf.VariableSpec `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
 	CfgL3Ifindex    *ebpf.VariableSpec `ebpf:"cfg_l3_ifindex"`
 	CfgMac          *ebpf.VariableSpec `ebpf:"cfg_mac"`
@@ -528,6 +532,8 @@ func (m *linuxfpTcMaps) Close() error {
 // It can be passed to loadLinuxfpTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpTcVariables struct {
 	CfgBridge       *ebpf.Variable `ebpf:"cfg_bridge"`
+	CfgCt4          *ebpf.Variable `ebpf:"cfg_ct4"`
+	CfgCt6          *ebpf.Variable `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
 	CfgL3Ifindex    *ebpf.Variable `ebpf:"cfg_l3_ifindex"`
 	CfgMac          *ebpf.Variable `ebpf:"cfg_mac"`

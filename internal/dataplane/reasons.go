@@ -58,6 +58,7 @@ const (
 	PassCTInvalid
 	PassCTChecksum
 	ToTC
+	PassReloading
 	numReasons
 )
 
@@ -116,6 +117,7 @@ var reasonNames = [numReasons]string{
 	"ct_invalid",
 	"ct_checksum",
 	"to_tc",
+	"reloading",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

@@ -164,7 +164,7 @@ func (e *testEnv) prog(t testing.TB, r4, r6 bool) *ebpf.Program {
 	if p := e.progs[key]; p != nil {
 		return p
 	}
-	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: macIn, Hook: e.hook, Router4: r4, Router6: r6}, 0)
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: macIn, Hook: e.hook, Router4: r4, Router6: r6, Conntrack4: true, Conntrack6: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func TestVXLANEncapMatchesDriver(t *testing.T) {
 func TestVXLANDecapMatchesDriver(t *testing.T) {
 	env := newVXLANEnv(t)
 	load := func(s Spec) *ebpf.Program {
-		s.Hook, s.Router4, s.Router6 = HookTC, true, true
+		s.Hook, s.Router4, s.Router6, s.Conntrack4, s.Conntrack6 = HookTC, true, true, true, true
 		p, err := env.dp.LoadProgram(s, 0)
 		if err != nil {
 			t.Fatal(err)

@@ -147,6 +147,12 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	tcAfterXDP(p, o)
+	// The conntrack module is built into the programs where it may run (see Spec.Conntrack4).
+	for _, it := range p.Interfaces {
+		if it.Spec != nil {
+			it.Spec.Conntrack4, it.Spec.Conntrack6 = p.Data.CT.Active4, p.Data.CT.Active6
+		}
+	}
 	return p
 }
 
