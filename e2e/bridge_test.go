@@ -115,8 +115,29 @@ brctl addif br0 out0`)
 
 	// A flush: Linux forgets both hosts; gen's next frame is relearned by Linux, the sink's
 	// address only when it speaks again. Meanwhile Linux floods (and the sink still gets them).
-	sh(t, tb.DUT, "ip link set br0 type bridge fdb_flush")
-	waitL2Passed(t, tb, l, "bridge_destination_unknown", 10)
+	// The sink may still speak on its own (the echo's last TCP segments, IPv6 neighbour
+	// discovery) and be learned again at once: if the fast path still bridges to it after the
+	// controller has had time to follow the flush, flush again (at most three times).
+	var err error
+	for try := 0; try < 3; try++ {
+		sh(t, tb.DUT, "ip link set br0 type bridge fdb_flush")
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			b, passed, arrived := l2Delta(t, tb, l, sinkL2, 10)
+			if b == 0 && passed["bridge_destination_unknown"] > 0 && arrived == 10 {
+				err = nil
+				break
+			}
+			err = fmt.Errorf("bridged %d, arrived %d (want 10); to Linux %v", b, arrived, passed)
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("to Linux (bridge_destination_unknown) after a flush: %v", err)
+	}
 	sinkSpeaks(t, tb)
 	waitBridged(t, tb, l)
 
