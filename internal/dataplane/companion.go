@@ -21,9 +21,19 @@ import (
 // ReadTCRequests delivers the XDP programs' requests for a tc program (their ingress ifindex)
 // to fn until Close. fn runs on the reader's goroutine.
 func (d *Dataplane) ReadTCRequests(fn func(ifindex int)) error {
-	rd, err := ringbuf.NewReader(d.maps.LfpTcRequests)
+	return d.readRing(d.maps.LfpTcRequests, "tc program request ring", func(b []byte) {
+		// struct lfp_tc_request: ifindex u32, slot u32
+		if len(b) >= 8 {
+			fn(int(binary.NativeEndian.Uint32(b)))
+		}
+	})
+}
+
+// readRing hands each record of the ring buffer m to fn, on a goroutine of its own, until Close.
+func (d *Dataplane) readRing(m *ebpf.Map, what string, fn func([]byte)) error {
+	rd, err := ringbuf.NewReader(m)
 	if err != nil {
-		return fmt.Errorf("tc program request ring: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	d.mu.Lock()
 	d.closers = append(d.closers, func() { rd.Close() })
@@ -33,14 +43,11 @@ func (d *Dataplane) ReadTCRequests(fn func(ifindex int)) error {
 			rec, err := rd.Read()
 			if err != nil {
 				if !errors.Is(err, os.ErrClosed) {
-					d.log.Error("tc program request ring", "err", err)
+					d.log.Error(what, "err", err)
 				}
 				return
 			}
-			// struct lfp_tc_request: ifindex u32, slot u32
-			if len(rec.RawSample) >= 8 {
-				fn(int(binary.NativeEndian.Uint32(rec.RawSample)))
-			}
+			fn(rec.RawSample)
 		}
 	}()
 	return nil

@@ -2,12 +2,8 @@ package dataplane
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"net/netip"
-	"os"
 
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/conntrack"
@@ -22,28 +18,11 @@ type CTRequest struct {
 
 // ReadCTRequests delivers the data plane's conntrack requests to fn until Close.
 func (d *Dataplane) ReadCTRequests(fn func(CTRequest)) error {
-	rd, err := ringbuf.NewReader(d.maps.LfpCtRequests)
-	if err != nil {
-		return fmt.Errorf("conntrack request ring: %w", err)
-	}
-	d.mu.Lock()
-	d.closers = append(d.closers, func() { rd.Close() })
-	d.mu.Unlock()
-	go func() {
-		for {
-			rec, err := rd.Read()
-			if err != nil {
-				if !errors.Is(err, os.ErrClosed) {
-					d.log.Error("conntrack request ring", "err", err)
-				}
-				return
-			}
-			if r, ok := parseCTRequest(rec.RawSample); ok {
-				fn(r)
-			}
+	return d.readRing(d.maps.LfpCtRequests, "conntrack request ring", func(b []byte) {
+		if r, ok := parseCTRequest(b); ok {
+			fn(r)
 		}
-	}()
-	return nil
+	})
 }
 
 // parseCTRequest decodes a struct lfp_ct_req.

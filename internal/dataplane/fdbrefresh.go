@@ -2,13 +2,8 @@ package dataplane
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"net"
-	"os"
 	"time"
-
-	"github.com/cilium/ebpf/ringbuf"
 )
 
 // FDBRefreshInterval is how often, at most, the data plane asks for one learned address to be
@@ -24,33 +19,15 @@ type FDBRefresh struct {
 
 // ReadFDBRefreshes delivers the data plane's refresh requests to fn until Close.
 func (d *Dataplane) ReadFDBRefreshes(fn func(FDBRefresh)) error {
-	rd, err := ringbuf.NewReader(d.maps.LfpFdbRefresh)
-	if err != nil {
-		return fmt.Errorf("fdb refresh ring: %w", err)
-	}
-	d.mu.Lock()
-	d.closers = append(d.closers, func() { rd.Close() })
-	d.mu.Unlock()
-	go func() {
-		for {
-			rec, err := rd.Read()
-			if err != nil {
-				if !errors.Is(err, os.ErrClosed) {
-					d.log.Error("fdb refresh ring", "err", err)
-				}
-				return
-			}
-			// struct lfp_fdb_refresh_ev: bridge u32, port u32, mac[6], pad u16.
-			if len(rec.RawSample) < 14 {
-				continue
-			}
-			b := rec.RawSample
-			fn(FDBRefresh{
-				Bridge: int(binary.NativeEndian.Uint32(b[0:])),
-				Port:   int(binary.NativeEndian.Uint32(b[4:])),
-				MAC:    append(net.HardwareAddr(nil), b[8:14]...),
-			})
+	return d.readRing(d.maps.LfpFdbRefresh, "fdb refresh ring", func(b []byte) {
+		// struct lfp_fdb_refresh_ev: bridge u32, port u32, mac[6], pad u16.
+		if len(b) < 14 {
+			return
 		}
-	}()
-	return nil
+		fn(FDBRefresh{
+			Bridge: int(binary.NativeEndian.Uint32(b[0:])),
+			Port:   int(binary.NativeEndian.Uint32(b[4:])),
+			MAC:    append(net.HardwareAddr(nil), b[8:14]...),
+		})
+	})
 }
