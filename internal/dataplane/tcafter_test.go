@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/linuxfp/linuxfp/internal/packet"
 )
@@ -82,5 +86,77 @@ func TestTCAfterXDP(t *testing.T) {
 	ret, out, reason = env.runSkb(t, tcProg, packet.Spec(good4).Bytes(), skbMD{Ifindex: uint32(env.in)})
 	if ret != xdpPass || reason != Reason(1<<30) || !bytes.Equal(out[:len(pkt)], good4.Bytes()) {
 		t.Fatalf("unmarked packet at the tc program after XDP: verdict %d, reason %v", ret, reason)
+	}
+}
+
+// The tc program after XDP through its life: attached when asked (and then marked as attached
+// for the XDP program), replaced with the XDP program when its spec changes, detached when the
+// spec no longer has one or the interface's program goes; asking for a second one is a no-op.
+func TestCompanionLifecycle(t *testing.T) {
+	env := newTestEnv(t)
+	state := func() linuxfpLfpTcCompanion {
+		var c linuxfpLfpTcCompanion
+		if err := env.dp.maps.LfpTcCompanions.Lookup(uint32(0), &c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	tcxIDs := func() []ebpf.ProgramID {
+		var ids []ebpf.ProgramID
+		err := env.ns.Do(func() error {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: env.in, Attach: ebpf.AttachTCXIngress})
+			if err != nil {
+				return err
+			}
+			for _, p := range res.Programs {
+				ids = append(ids, p.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	do := func(f func() error) {
+		t.Helper()
+		if err := env.ns.Do(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}
+	var inst Installed
+	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	if inst.TCProgramID != 0 || state().Attached != 0 || len(tcxIDs()) != 0 {
+		t.Fatalf("installed: tc program %d, attached %d, tcx %v: want none until asked", inst.TCProgramID, state().Attached, tcxIDs())
+	}
+	var id ebpf.ProgramID
+	do(func() (err error) { id, err = env.dp.AttachCompanion(env.in); return err })
+	if id == 0 || state().Attached != 1 || !slices.Equal(tcxIDs(), []ebpf.ProgramID{id}) || !env.dp.OwnsCompanion(env.in, uint32(id)) {
+		t.Fatalf("asked: id %d, attached %d, tcx %v", id, state().Attached, tcxIDs())
+	}
+	var again ebpf.ProgramID
+	do(func() (err error) { again, err = env.dp.AttachCompanion(env.in); return err })
+	if again != 0 || !slices.Equal(tcxIDs(), []ebpf.ProgramID{id}) {
+		t.Fatalf("asked again: id %d, tcx %v: want nothing new", again, tcxIDs())
+	}
+	s.Router6 = false
+	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	if inst.TCProgramID == 0 || inst.TCProgramID == id || state().Attached != 1 ||
+		!slices.Equal(tcxIDs(), []ebpf.ProgramID{inst.TCProgramID}) {
+		t.Fatalf("spec changed: tc program %d (was %d), attached %d, tcx %v: want a new one in its place",
+			inst.TCProgramID, id, state().Attached, tcxIDs())
+	}
+	s.TCAfterXDP = false
+	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	if inst.TCProgramID != 0 || state().Attached != 0 || len(tcxIDs()) != 0 {
+		t.Fatalf("no tc after XDP: tc program %d, attached %d, tcx %v: want it gone", inst.TCProgramID, state().Attached, tcxIDs())
+	}
+	s.TCAfterXDP = true
+	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	do(func() (err error) { id, err = env.dp.AttachCompanion(env.in); return err })
+	do(func() error { return env.dp.Remove(env.in) })
+	if state().Attached != 0 || len(tcxIDs()) != 0 {
+		t.Fatalf("removed: attached %d, tcx %v", state().Attached, tcxIDs())
 	}
 }
