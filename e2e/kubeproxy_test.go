@@ -59,10 +59,10 @@ type kubeFlow struct {
 //   - (none at XDP: a packet from in0 or out0 into a pod's veth cannot be redirected as an XDP
 //     frame, the pod's eth0 having neither GRO nor an XDP program, so XDP hands it, marked, to
 //     the tc program after it, which forwards it as skb: checked as forwarded too;)
-//   - a pod reaching a pod on its own bridge through a cluster IP (itself included): Linux
-//     bridges these DNAT'd packets rather than routing them (see below), and the fast path
-//     leaves the requests to Linux (hairpin); the answers, bridged with their source
-//     translated back, it takes, but for a pod reaching itself (hairpin).
+//   - a pod reaching itself through a cluster IP: back out of its own port, where the port's
+//     hairpin mode decides: requests and answers are Linux's (hairpin). (A pod reaching another
+//     pod on its bridge that way is bridged by Linux after the DNAT, not routed, and so by the
+//     fast path: see below, and TestKubeProxyBridgedDNATBytes for the bytes.)
 //
 // Datagrams reach the backend, and their answers the client, with the TTL Linux gives them:
 // one less when routed, unchanged when br_netfilter bridges them.
@@ -116,12 +116,12 @@ func TestKubeProxyServices(t *testing.T) {
 				// (KUBE-SEP's `-s <endpoint>` rule). A pod's packets to a pod on the same bridge
 				// through a cluster IP are not routed by Linux: br_netfilter sees the DNAT to an
 				// address behind the bridge they came from and bridges them there (TTL unchanged,
-				// no IP forwarding: br_nf_pre_routing_finish_bridge); the fast path, which would
-				// route them back out of cni0, hands them to Linux (hairpin). The answers go from
-				// pod to pod on the bridge, their source translated back to the cluster IP at
-				// br_netfilter's postrouting: the fast path bridges and translates them.
+				// no IP forwarding: br_nf_pre_routing_finish_bridge), and so does the fast path.
+				// The answers go from pod to pod on the bridge, their source translated back to
+				// the cluster IP at br_netfilter's postrouting: the fast path bridges and
+				// translates them. A pod reaching itself goes back out of its own port: Linux's.
 				add(pod2.NS, "pod -> ClusterIP -> local pod", proto, ap(localIP, port),
-					kubeFlow{backend: pod1.IP, peer: pod2.IP, in: pod2.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", ttl: 64, backTTL: 64})
+					kubeFlow{backend: pod1.IP, peer: pod2.IP, in: pod2.HostVeth, back: pod1.HostVeth, ttl: 64, backTTL: 64})
 				add(pod2.NS, "pod -> ClusterIP -> remote", proto, ap(remoteIP, port),
 					kubeFlow{backend: remote, peer: pod2.IP, in: pod2.HostVeth, back: "out0", backLinux: toPod, ttl: 63, backTTL: 63})
 				add(pod1.NS, "pod -> ClusterIP -> itself", proto, ap(localIP, port),

@@ -23,6 +23,9 @@ struct lfp_scratch {
 	struct ct_pkt ct;
 	/* The router's packet leaves through a vxlan device and is encapsulated here (vxlan.h). */
 	__u32 vx_on;
+	/* The router's packet is bridged back out of the bridge it came from, as br_netfilter does
+	 * after a DNAT (router_bridged_dnat). */
+	__u32 br_dnat;
 	struct vxlan_plan vx;
 	/* ct_l4_csum()'s buffer; vxlan_plan()'s outer route lookup. */
 	__u8 buf[CT_CSUM_CHUNK + 4];
@@ -173,6 +176,48 @@ static __always_inline enum lfp_reason fib_reason(int rc)
 	return LFP_PASS_FIB_OTHER;
 }
 
+/* A frame to the bridge's MAC whose destination address prerouting's DNAT changed, to an address
+ * routed out of that same bridge: with br_netfilter, Linux does not route it but bridges it there
+ * (br_nf_pre_routing_finish(): "bridged_dnat", then br_nf_pre_routing_finish_bridge()): the
+ * destination MAC becomes the neighbour's, the source MAC and the TTL stay, no ICMP redirect, no
+ * priority from the TOS; br_handle_frame_finish() then forwards it to the port the FDB names,
+ * through the forward and postrouting hooks with the bridge as input and output device (the same
+ * rules the caller classified it with). Only for neighbours Linux would send to without a state
+ * change (a STALE one goes to Linux, as for routed packets); IPv4 only (NAT is). Returns
+ * LFP_FORWARDED with the redirect set up and scr->br_dnat set. */
+static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const struct lfp_config *cfg,
+							   const struct bpf_fib_lookup *fib, __u32 l3len)
+{
+	struct lfp_scratch *scr = lfp_scratch();
+	__u32 in = ctx_ingress_ifindex(ctx), out = 0;
+	struct lfp_fdb_val *dst;
+	struct lfp_l2_dev *port;
+	enum lfp_reason r;
+
+	/* Not translated, or its destination stays: Linux routes it back out (a hairpin). */
+	if (!scr || !scr->ct.nat || scr->ct.nat_daddr == scr->ct.t.ipv4.daddr)
+		return LFP_PASS_HAIRPIN;
+	/* Without br_netfilter's IPv4 hooks the frame goes up to IP, whose DNAT and forwarding
+	 * route it back out of the bridge (TTL, redirects): Linux's. */
+	port = l2_dev(in);
+	if (!port || port->bridge != cfg_l3_ifindex || !(port->flags & LFP_L2_NF4))
+		return LFP_PASS_HAIRPIN;
+	if (neigh_stale(cfg, fib))
+		return LFP_PASS_NEIGH_STALE;
+	/* Back out of the port it came in by (a pod reaching itself through its service): the
+	 * port's hairpin mode decides, Linux's. */
+	dst = fdb_lookup(cfg_l3_ifindex, fib->dmac);
+	if (dst && dst->port == in)
+		return LFP_PASS_HAIRPIN;
+	r = bridge_out_port(cfg_l3_ifindex, fib->dmac, in, port->flags, l3len, &out);
+	if (r != LFP_FORWARDED)
+		return r;
+	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
+	if (r == LFP_FORWARDED)
+		scr->br_dnat = 1;
+	return r;
+}
+
 /* Checks on the routing decision shared by both families; the last one sets up the redirect.
  * Returns LFP_FORWARDED when the packet may be rewritten and redirected to fib->ifindex. */
 static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
@@ -184,8 +229,11 @@ static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 	 * the full source validation for this case. */
 	__u32 out = fib->ifindex;
 
-	if (fib->ifindex == router_in_ifindex(ctx))
+	if (fib->ifindex == router_in_ifindex(ctx)) {
+		if (v4 && cfg_ct4 && cfg_l3_ifindex)
+			return router_bridged_dnat(ctx, cfg, fib, l3len);
 		return LFP_PASS_HAIRPIN;
+	}
 
 	/* ip_forward() and ip6_forward() honour an unlocked route MTU metric; bpf_fib_lookup() checks
 	 * only the device MTU, locked metrics and PMTU exceptions (found by the differential test
@@ -434,6 +482,7 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 	if (!scr)
 		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
 	scr->vx_on = 0;
+	scr->br_dnat = 0;
 	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
 	scr->fp.src[0] = iph->saddr;
 	scr->fp.dst[0] = iph->daddr;
@@ -497,6 +546,12 @@ static __always_inline int router_ipv4(lfp_ctx *ctx)
 		iph = data + sizeof(*eth);
 		if ((void *)(iph + 1) > data_end)
 			return CTX_DROP;
+		if (scr->br_dnat) {
+			/* Bridged, not routed (router_bridged_dnat): the neighbour's MAC, nothing else. */
+			__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+			lfp_count(ctx, LFP_BRIDGED);
+			return CTX_REDIRECT;
+		}
 	}
 	ipv4_decrease_ttl(iph);
 	return router_xmit(ctx, eth, &fib);

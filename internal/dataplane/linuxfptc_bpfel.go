@@ -219,8 +219,9 @@ type linuxfpTcLfpScratch struct {
 		NatSaddr uint32
 		NatDaddr uint32
 	}
-	VxOn uint32
-	Vx   struct {
+	VxOn   uint32
+	BrDnat uint32
+	Vx     struct {
 		_         structs.HostLayout
 		Saddr     uint32
 		Daddr     uint32
@@ -239,6 +240,7 @@ type linuxfpTcLfpScratch struct {
 		_         [2]byte
 	}
 	Buf  [260]uint8
+	_    [4]byte
 	Ofib [8]uint64
 }
 
