@@ -296,10 +296,13 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 	}
 	d.mu.Unlock()
 
+	t0 := time.Now()
 	prog, err := d.LoadProgram(s, slot)
 	if tcDone != nil {
 		<-tcDone
 	}
+	d.log.Debug("program loaded (verified)", "interface", s.Name, "hook", s.Hook, "with_tc_after", tcDone != nil,
+		"took", time.Since(t0).Round(100*time.Microsecond))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {
