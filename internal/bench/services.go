@@ -89,11 +89,32 @@ type ServicesCase struct {
 	// Masquerade: pods -> outside host, masqueraded by Flannel's rule; otherwise client ->
 	// services' cluster IPs.
 	Masquerade bool `json:"masquerade,omitempty"`
+	// FromPods: the pods are the clients of the services (those of the last services case):
+	// an endpoint on another pod is reached through the bridge (br_netfilter bridges the DNAT'd
+	// packets), one on the client pod itself back out of its own port.
+	FromPods bool `json:"from_pods,omitempty"`
+}
+
+// podClients: the case's clients (and udp generator) are the pods.
+func (c ServicesCase) podClients() bool { return c.Masquerade || c.FromPods }
+
+// genKey names the generator a case uses (its flows differ by case).
+func (c ServicesCase) genKey() string {
+	switch {
+	case c.Masquerade:
+		return "masquerade"
+	case c.FromPods:
+		return "pods"
+	}
+	return "client"
 }
 
 func (c ServicesCase) String() string {
 	if c.Masquerade {
 		return "masquerade"
+	}
+	if c.FromPods {
+		return "from pods"
 	}
 	return plural(c.Services, "service")
 }
@@ -105,8 +126,9 @@ type ServicesConfig struct {
 	Workloads []ServiceWorkload // default: all
 	// Services: the service counts measured (default 1, 100, 1000), in increasing order.
 	Services []int
-	// NoMasquerade skips the masquerade case.
+	// NoMasquerade skips the masquerade case; NoFromPods the pods-as-clients case.
 	NoMasquerade bool
+	NoFromPods   bool
 	Pods         int // pods holding the endpoints (default 6)
 	// PodGRO: GRO on in the pods' eth0 (testbed.ServicesOptions.PodGRO).
 	PodGRO     bool
@@ -207,11 +229,14 @@ func (c *ServicesConfig) cases() []ServicesCase {
 	for _, n := range c.Services {
 		out = append(out, ServicesCase{Services: n})
 	}
+	last := 0
+	if len(c.Services) > 0 {
+		last = c.Services[len(c.Services)-1]
+	}
+	if !c.NoFromPods && last > 0 {
+		out = append(out, ServicesCase{Services: last, FromPods: true})
+	}
 	if !c.NoMasquerade {
-		last := 0
-		if len(c.Services) > 0 {
-			last = c.Services[len(c.Services)-1]
-		}
 		out = append(out, ServicesCase{Services: last, Masquerade: true})
 	}
 	return out
@@ -245,7 +270,7 @@ func RunServices(ctx context.Context, cfg ServicesConfig) (res *ServicesResult, 
 		return res, err
 	}
 	for _, c := range cfg.cases() {
-		if !c.Masquerade || c.Services != r.loaded {
+		if !c.podClients() || c.Services != r.loaded {
 			t := time.Now()
 			if err := topo.SetServices(c.Services); err != nil {
 				return res, err
@@ -274,7 +299,7 @@ type svcRun struct {
 	loaded  int                 // services whose rules are loaded
 	servers []*svcServer        // the pods', in topo.Pods order
 	outside *svcServer          // the outside host's
-	gens    map[bool]*generator // by ServicesCase.Masquerade
+	gens    map[string]*generator // by ServicesCase.genKey
 	podMAC  net.HardwareAddr    // pod 0's eth0 (the masquerade case's generator)
 	podIdx  int
 	sinks   map[string]*sink // udp: by endpoint pod address, or "outside"
@@ -329,7 +354,7 @@ func (r *svcRun) setup() error {
 	if r.podMAC, r.podIdx, err = testbed.LinkOf(r.topo.Pods[0].NS, "eth0"); err != nil {
 		return err
 	}
-	r.gens = map[bool]*generator{}
+	r.gens = map[string]*generator{}
 	return nil
 }
 
@@ -607,6 +632,9 @@ func (r *svcRun) backends(c ServicesCase, w ServiceWorkload) map[string]uint64 {
 // the outside host.
 func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error {
 	clients := []*nsutil.NS{r.topo.Client}
+	if c.FromPods {
+		clients = podNamespaces(r.topo)
+	}
 	var targets []netip.AddrPort
 	if c.Masquerade {
 		clients = podNamespaces(r.topo)

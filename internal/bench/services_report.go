@@ -211,6 +211,8 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Services: one Kubernetes node with kube-proxy's iptables rules (1.30) for N services, %d endpoints each,\n"+
 		"spread over %d pods on cni0 (CNI bridge plugin, MTU %d), and Flannel's masquerading. A client outside the cluster\n"+
 		"reaches the services' cluster IPs through the node (DNAT to a random endpoint, masqueraded by kube-proxy);\n"+
+		"from pods: the pods are the clients of the same services (udp from pod 0), an endpoint on another pod reached\n"+
+		"across cni0 (br_netfilter bridges the DNAT'd packets), one on the client pod itself back out of its own port;\n"+
 		"masquerade: the pods reach a host outside the cluster through the node (Flannel's MASQUERADE).\n"+
 		"crr: connect, %d-byte request, %d-byte response, close (%d workers, random services); rr: 1 byte each way\n"+
 		"(%s); upload/download: bulk (%s); udp: %d-byte frames from the XDP generator (%s), one flow\n"+

@@ -26,7 +26,7 @@ func TestServicesConfigDefaults(t *testing.T) {
 		c.Duration <= 0 || c.Warmup <= 0 || c.Rounds <= 0 || c.Log == nil {
 		t.Errorf("defaults not set: %+v", c)
 	}
-	want := []ServicesCase{{Services: 1}, {Services: 100}, {Services: 1000}, {Services: 1000, Masquerade: true}}
+	want := []ServicesCase{{Services: 1}, {Services: 100}, {Services: 1000}, {Services: 1000, FromPods: true}, {Services: 1000, Masquerade: true}}
 	if got := c.cases(); !slices.Equal(got, want) {
 		t.Errorf("cases %v, want %v", got, want)
 	}
@@ -162,8 +162,8 @@ func TestRunServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 2*len(ServiceWorkloads) {
-		t.Fatalf("%d rows, want %d", len(res.Rows), 2*len(ServiceWorkloads))
+	if len(res.Rows) != 3*len(ServiceWorkloads) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), 3*len(ServiceWorkloads))
 	}
 	for _, row := range res.Rows {
 		for _, m := range ServicesModes {
@@ -206,7 +206,13 @@ func TestRunServices(t *testing.T) {
 				t.Errorf("%s: linuxfp's programs report nothing: %+v, hooks %v", where, rd.FastPath, rd.Hooks)
 				continue
 			}
-			if row.Workload == SvcUDP && rd.FastPath.fast() == 0 {
+			// From pod 0, a flow whose endpoint is pod 0 itself goes back out of its own port:
+			// Linux's (hairpin); both flows may have drawn it.
+			onlyHairpin := len(rd.FastPath.Passed) > 0
+			for r := range rd.FastPath.Passed {
+				onlyHairpin = onlyHairpin && (r == "hairpin" || r == "ct_new")
+			}
+			if row.Workload == SvcUDP && rd.FastPath.fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
 				t.Errorf("%s: linuxfp fast-pathed none of the established flows' packets (to Linux: %v)", where, rd.FastPath.Passed)
 			}
 		}

@@ -59,6 +59,15 @@ func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 		if err := sinkAt("outside", r.topo.Outside); err != nil {
 			return nil, err
 		}
+	} else {
+		for _, p := range r.topo.Pods {
+			if err := sinkAt(p.IP.String(), p.NS); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if c.podClients() {
+		// The generator's XDP frames leave pod 0's eth0: its host end must take them (NAPI).
 		hv := r.topo.Pods[0].HostVeth
 		if _, err := r.topo.Node.Run("ethtool", "-K", hv, "gro", "on"); err != nil {
 			return nil, err
@@ -67,12 +76,6 @@ func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 			_, err := r.topo.Node.Run("ethtool", "-K", hv, "gro", "off")
 			return err
 		})
-	} else {
-		for _, p := range r.topo.Pods {
-			if err := sinkAt(p.IP.String(), p.NS); err != nil {
-				return nil, err
-			}
-		}
 	}
 	if _, err := r.generator(c); err != nil {
 		return nil, err
@@ -85,16 +88,34 @@ func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 
 // generator is case c's generator, loaded on first use.
 func (r *svcRun) generator(c ServicesCase) (*generator, error) {
-	if g := r.gens[c.Masquerade]; g != nil {
+	if g := r.gens[c.genKey()]; g != nil {
 		return g, nil
+	}
+	// Pod 0 holds one generator at a time (its parking veth has a fixed name): the other
+	// pod case's goes first.
+	if c.podClients() {
+		for _, k := range []string{"masquerade", "pods"} {
+			if g := r.gens[k]; g != nil && k != c.genKey() {
+				err := g.Close()
+				delete(r.gens, k)
+				if _, derr := r.topo.Pods[0].NS.Run("ip", "link", "del", parkDev); derr != nil || err != nil {
+					return nil, fmt.Errorf("remove pod 0's other generator: %w", errors.Join(err, derr))
+				}
+			}
+		}
 	}
 	var ns *nsutil.NS
 	var f genFlow
-	if c.Masquerade {
+	switch {
+	case c.Masquerade:
 		pod := r.topo.Pods[0]
 		ns = pod.NS
 		f = genFlow{src: r.podMAC, dst: r.topo.BridgeMAC, srcIP: pod.IP, dstIP: testbed.ServicesOutsideIP, ifindex: r.podIdx}
-	} else {
+	case c.FromPods:
+		pod := r.topo.Pods[0]
+		ns = pod.NS
+		f = genFlow{src: r.podMAC, dst: r.topo.BridgeMAC, srcIP: pod.IP, dstIP: netip.IPv4Unspecified(), list: true, ifindex: r.podIdx}
+	default:
 		ns = r.topo.Client
 		f = genFlow{src: r.topo.ClientMAC, dst: r.topo.InMAC, srcIP: testbed.ServicesClientIP, dstIP: netip.IPv4Unspecified(),
 			list: true, ifindex: r.topo.ClientIfindex}
@@ -107,18 +128,19 @@ func (r *svcRun) generator(c ServicesCase) (*generator, error) {
 		g.Close()
 		return nil, err
 	}
-	r.gens[c.Masquerade] = g
+	r.gens[c.genKey()] = g
 	return g, nil
 }
 
 // udp runs the generator at full speed on cfg.GenCores CPUs: the warm-up creates the flows'
 // conntrack entries, then the window counts what the sinks received.
 func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
-	g := r.gens[c.Masquerade]
+	g := r.gens[c.genKey()]
 	src := testbed.ServicesClientIP
-	if c.Masquerade {
+	if c.podClients() {
 		src = r.topo.Pods[0].IP
-	} else {
+	}
+	if !c.Masquerade {
 		dsts := make([]netip.Addr, c.Services)
 		for i := range dsts {
 			dsts[i] = testbed.ServiceIP(i)

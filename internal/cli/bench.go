@@ -271,7 +271,9 @@ connections/s and the time to the response), rr (long-lived connections, 1 byte 
 transactions/s, latency), upload and download (long-lived bulk: Gbit/s), udp (the established-flow
 packet rate through the NAT: the XDP generator sends one UDP flow per service to its cluster IP
 after the first packet created the flow's conntrack entry; XDP sinks on the pods count what
-arrives: Mpps). Then the masquerade case: the same workloads from the pods to the outside host.
+arrives: Mpps). Then the pods as the clients of the last count's services (an endpoint on another
+pod is reached across the bridge, one on the client pod back out of its own port; udp from pod
+0), and the masquerade case: the same workloads from the pods to the outside host.
 Modes: Linux alone, ` + "`linuxfp run`" + ` in the node (--hook auto) and ` + "`linuxfp run --hook tc`" + `,
 alternating round by round; the report gives medians, ratios, and what linuxfp's programs
 fast-pathed and handed to Linux (` + "`linuxfp status -j`" + ` in the node). Removes its namespaces on
@@ -298,6 +300,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	cfg := &bf.cfg
 	f.IntSliceVar(&sc.Services, "services", []int{1, 100, 1000}, "service counts to measure")
 	f.BoolVar(&sc.NoMasquerade, "no-masquerade", false, "skip the masquerade case (pods -> outside host)")
+	f.BoolVar(&sc.NoFromPods, "no-from-pods", false, "skip the case where the pods are the services' clients")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: crr, rr, upload, download, udp (default all)")
 	f.IntVar(&sc.Pods, "pods", 6, "pods holding the services' endpoints")
 	f.BoolVar(&sc.PodGRO, "pod-gro", false,
