@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,18 +26,7 @@ func TestKubeProxyBridgedDNATBytes(t *testing.T) {
 	k.sync(t, testbed.KubeProxy{ClusterCIDR: kubeClusterNet, Services: []testbed.KubeService{
 		kubeSvc("local", "udp", svc, 53, 30002, netip.AddrPortFrom(pod1.IP, kubeUDPPort)),
 	}})
-	mac := func(run func(...string) (string, error), dev string) net.HardwareAddr {
-		out, err := run("cat", "/sys/class/net/"+dev+"/address")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := net.ParseMAC(strings.TrimSpace(out))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	podMAC, gwMAC := mac(pod2.NS.Run, "eth0"), mac(k.Node.Run, "cni0")
+	podMAC, gwMAC := nsMAC(t, pod2.NS, "eth0"), nsMAC(t, k.Node, "cni0")
 
 	// The flow, from a socket in the client pod: answered, and ASSURED after 2 s of traffic.
 	const sport = 40053

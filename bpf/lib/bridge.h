@@ -242,8 +242,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	if (nf_ip && nf.fw && nf.scr) {
 		__u32 v = filter_classify(nf.cfg, &nf.scr->fp, bridge, bridge, in);
 
-		if (cfg_ct4 || cfg_ct6)
-			ct_refresh(ctx, &nf.scr->ct, v);
+		ct_refresh(ctx, &nf.scr->ct, v);
 		v &= 3;
 		if (v == LFP_FW_DROP)
 			return lfp_drop(ctx, LFP_FILTER_DROPPED);

@@ -488,7 +488,9 @@ static __always_inline void ct_refresh(lfp_ctx *ctx, struct ct_pkt *c, __u32 ver
 	struct lfp_ct_opts o = {};
 	struct nf_conn *ct;
 
-	if (!c->refresh)
+	/* Built without the conntrack module for the family: nothing can be pending (and the
+	 * verifier drops the rest). */
+	if (!(c->v6 ? cfg_ct6 : cfg_ct4) || !c->refresh)
 		return;
 	c->refresh = 0;
 	if ((verdict & LFP_FW_PRE_CT) || (verdict & 3) == LFP_FW_LINUX)

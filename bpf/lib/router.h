@@ -308,8 +308,7 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex, ctx_ingress_ifindex(ctx));
 
 		/* Before vxlan_plan() reuses c for the outer flow. */
-		if (v4 ? cfg_ct4 : cfg_ct6)
-			ct_refresh(ctx, c, v);
+		ct_refresh(ctx, c, v);
 		v &= 3;
 		if (v == LFP_FW_DROP)
 			return LFP_FILTER_DROPPED;

@@ -296,11 +296,11 @@ type svcRun struct {
 	topo    *testbed.Services
 	res     *ServicesResult
 	log     *slog.Logger
-	loaded  int                 // services whose rules are loaded
-	servers []*svcServer        // the pods', in topo.Pods order
-	outside *svcServer          // the outside host's
+	loaded  int                   // services whose rules are loaded
+	servers []*svcServer          // the pods', in topo.Pods order
+	outside *svcServer            // the outside host's
 	gens    map[string]*generator // by ServicesCase.genKey
-	podMAC  net.HardwareAddr    // pod 0's eth0 (the masquerade case's generator)
+	podMAC  net.HardwareAddr      // pod 0's eth0 (the masquerade case's generator)
 	podIdx  int
 	sinks   map[string]*sink // udp: by endpoint pod address, or "outside"
 	ct      *netlink.Handle  // netlink in the node (conntrack)

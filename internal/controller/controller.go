@@ -380,9 +380,6 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			continue
 		}
 		c.owned[j.idx] = append(c.owned[j.idx], uint32(j.inst.ProgramID))
-		if j.inst.TCProgramID != 0 {
-			c.owned[j.idx] = append(c.owned[j.idx], uint32(j.inst.TCProgramID))
-		}
 		verb := "installed"
 		if j.had {
 			verb = "replaced (atomic link update)"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -75,16 +76,15 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 		return 0, err
 	}
 	// Replaced or removed meanwhile: the program was loaded for a spec no longer in force.
-	if d.ifaces[ifindex] != cur || !cur.Spec.Equal(s) || cur.Slot != slot || cur.tcLink != nil {
+	if d.ifaces[ifindex] != cur || !cur.Spec.Equal(s) || cur.tcLink != nil {
 		prog.Close()
 		return 0, nil
 	}
-	info, err := prog.Info()
+	id, err := programID(prog)
 	if err != nil {
 		prog.Close()
 		return 0, err
 	}
-	id, _ := info.ID()
 	ts := s
 	ts.Hook = HookTC
 	l, err := attach(ts, prog)
@@ -106,17 +106,12 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 func (d *Dataplane) OwnsCompanion(ifindex int, id uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, c := range d.companions[ifindex] {
-		if c == id {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(d.companions[ifindex], id)
 }
 
 // replaceCompanion swaps cur's tc program for prog (bpf_link update). Called with d.mu held.
 func (d *Dataplane) replaceCompanion(cur *iface, prog *ebpf.Program) {
-	info, err := prog.Info()
+	id, err := programID(prog)
 	if err == nil {
 		err = cur.tcLink.Update(prog)
 	}
@@ -126,7 +121,6 @@ func (d *Dataplane) replaceCompanion(cur *iface, prog *ebpf.Program) {
 		d.detachCompanion(cur)
 		return
 	}
-	id, _ := info.ID()
 	cur.tcProg.Close()
 	cur.tcProg, cur.TCProgramID = prog, id
 	d.companions[cur.Spec.Ifindex] = append(d.companions[cur.Spec.Ifindex], uint32(id))

@@ -254,6 +254,16 @@ func (d *Dataplane) loadProgram(s Spec, slot int, companion bool) (*ebpf.Program
 	return coll.DetachProgram(progName), nil
 }
 
+// programID is prog's kernel id.
+func programID(prog *ebpf.Program) (ebpf.ProgramID, error) {
+	info, err := prog.Info()
+	if err != nil {
+		return 0, err
+	}
+	id, _ := info.ID()
+	return id, nil
+}
+
 func boolU32(b bool) uint32 {
 	if b {
 		return 1
@@ -314,12 +324,11 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 		}
 		return Installed{}, err
 	}
-	info, err := prog.Info()
+	id, err := programID(prog)
 	if err != nil {
 		prog.Close()
 		return Installed{}, err
 	}
-	id, _ := info.ID()
 
 	switch {
 	case cur != nil && cur.Spec.Hook == s.Hook:
@@ -360,7 +369,7 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 				cur.link.Close()
 				cur.prog.Close()
 			}
-			// A tc program after the old XDP one: kept for syncCompanion to replace or remove.
+			// A tc program after the old XDP one: kept, replaced or removed below.
 			next.tcLink, next.tcProg, next.TCProgramID = cur.tcLink, cur.tcProg, cur.TCProgramID
 		}
 		cur = next
