@@ -1,5 +1,6 @@
-/* linuxfp data plane entry point: one program per interface, specialised by the frozen .rodata
- * constants of the modules it includes; the verifier removes what an interface does not use.
+/* linuxfp data plane entry point: one program per kind of interface, specialised by the frozen
+ * .rodata constants of the modules it includes (the verifier removes what the interface does not
+ * use); what differs between interfaces of a kind (MAC, counters, bridge) is data (lib/iface.h).
  * Compiled twice from this source: for XDP, and with -DLFP_HOOK_TC for tc (tcx) ingress.
  * The graph: a bridge port runs bridge -> (router for frames to the bridge's MAC); any other
  * interface runs router; the router's egress may continue into a bridge's FDB (router -> bridge). */
@@ -17,6 +18,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 {
+	const struct lfp_if *iface;
 	void *data, *data_end;
 	struct ethhdr *eth;
 
@@ -33,7 +35,10 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
-	if (!mac_equal(eth->h_dest, cfg_mac))
+	iface = lfp_iface(ctx);
+	if (!iface)
+		return CTX_PASS;
+	if (!mac_equal(eth->h_dest, iface->mac))
 		return lfp_pass(ctx, LFP_PASS_NOT_FOR_US);
 
 	switch (eth->h_proto) {

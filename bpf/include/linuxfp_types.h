@@ -359,4 +359,16 @@ struct lfp_tc_tx {
 
 #define LFP_MAX_SLOTS 256
 
+/* An interface's own data (bpf/lib/iface.h): what is not the same for every interface whose
+ * program has the same modules, so that one verified program serves all of them. */
+#define LFP_IF_VALID 1
+
+struct lfp_if {
+	__u8 mac[6];     /* the MAC Linux routes frames for: the device's (not used on a bridge port) */
+	__u8 flags;      /* LFP_IF_* */
+	__u8 pad;
+	__u32 slot;      /* row of lfp_stats and lfp_tc_companions */
+	__u32 l3_ifindex;/* bridge port: the bridge (br_pass_frame_up() hands frames up from it) */
+};
+
 #endif

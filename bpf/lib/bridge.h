@@ -12,9 +12,8 @@
 #include "fdb.h"
 #include "router.h"
 
-/* Frozen per interface: this interface is a bridge port (its program runs this module). The
- * bridge's ifindex is cfg_l3_ifindex; its MAC is in the port's lfp_l2 entry. */
-volatile const __u32 cfg_bridge = 0;
+/* cfg_bridge (iface.h): the interface is a bridge port; the bridge's ifindex is its lfp_if's
+ * l3_ifindex, the bridge's MAC in the port's lfp_l2 entry. */
 
 /* br_validate_ipv4() / br_validate_ipv6(): with bridge-nf-call-iptables (or -ip6tables) on, a
  * bridged IP packet is checked (and dropped if bad) and trimmed to its IP length before the
@@ -152,7 +151,7 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 static __always_inline int bridge_rx(lfp_ctx *ctx)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
-	__u32 in = ctx_ingress_ifindex(ctx), bridge = cfg_l3_ifindex, out = 0, l3len;
+	__u32 in = ctx_ingress_ifindex(ctx), bridge = lfp_l3_ifindex(ctx), out = 0, l3len;
 	struct lfp_fdb_val *src, *dst;
 	struct ethhdr *eth = data;
 	struct lfp_l2_dev *port;

@@ -37,9 +37,12 @@ static __always_inline __u32 ctx_len(const lfp_ctx *ctx)
 	return ctx->len;
 }
 
-/* At tc ingress skb->dev is the device the frame arrived on. */
+/* At tc ingress skb->dev is the device the frame arrived on. The context pointer is made opaque
+ * first: read in several places, the compiler would keep &ctx->ifindex in a register, and the
+ * verifier refuses a context access through a modified pointer. */
 static __always_inline __u32 ctx_ingress_ifindex(const lfp_ctx *ctx)
 {
+	asm volatile("" : "+r"(ctx));
 	return ctx->ifindex;
 }
 
@@ -143,6 +146,7 @@ static __always_inline __u32 ctx_len(const lfp_ctx *ctx)
 
 static __always_inline __u32 ctx_ingress_ifindex(const lfp_ctx *ctx)
 {
+	asm volatile("" : "+r"(ctx)); /* see the tc version */
 	return ctx->ingress_ifindex;
 }
 

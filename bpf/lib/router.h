@@ -46,10 +46,6 @@ static __always_inline struct lfp_scratch *lfp_scratch(void)
 	return bpf_map_lookup_elem(&lfp_scratch_map, &key);
 }
 
-/* The MAC Linux routes frames for: the ingress device's (on a bridge port, the bridge's MAC is
- * data: see lfp_l2_dev). */
-volatile const __u8 cfg_mac[ETH_ALEN] = {};
-
 /* Frozen per interface: which families this interface forwards in the fast path (the controller
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
 volatile const __u32 cfg_router4 = 0;
@@ -58,13 +54,13 @@ volatile const __u32 cfg_router6 = 0;
  * there only if the peer has no TCP/UDP checksum offload (otherwise generic XDP, which keeps the
  * skb's CHECKSUM_PARTIAL state); SCTP's CRC offload is a separate feature, so SCTP goes to Linux. */
 volatile const __u32 cfg_skb_sender = 0;
-/* The device Linux routes the packet from: 0 for the ingress device itself; on a bridge port,
- * the bridge (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
-volatile const __u32 cfg_l3_ifindex = 0;
-
+/* The device Linux routes the packet from: the ingress device, or on a bridge port the bridge
+ * (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
 static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)
 {
-	return cfg_l3_ifindex ? cfg_l3_ifindex : ctx_ingress_ifindex(ctx);
+	__u32 l3 = lfp_l3_ifindex(ctx);
+
+	return l3 ? l3 : ctx_ingress_ifindex(ctx);
 }
 
 /* Host addresses Linux treats as local or broadcast (sources it rejects as martian). */
@@ -189,7 +185,7 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 							   const struct bpf_fib_lookup *fib, __u32 l3len)
 {
 	struct lfp_scratch *scr = lfp_scratch();
-	__u32 in = ctx_ingress_ifindex(ctx), out = 0;
+	__u32 in = ctx_ingress_ifindex(ctx), bridge = lfp_l3_ifindex(ctx), out = 0;
 	struct lfp_fdb_val *dst;
 	struct lfp_l2_dev *port;
 	enum lfp_reason r;
@@ -200,16 +196,16 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	/* Without br_netfilter's IPv4 hooks the frame goes up to IP, whose DNAT and forwarding
 	 * route it back out of the bridge (TTL, redirects): Linux's. */
 	port = l2_dev(in);
-	if (!port || port->bridge != cfg_l3_ifindex || !(port->flags & LFP_L2_NF4))
+	if (!bridge || !port || port->bridge != bridge || !(port->flags & LFP_L2_NF4))
 		return LFP_PASS_HAIRPIN;
 	if (neigh_stale(cfg, fib))
 		return LFP_PASS_NEIGH_STALE;
 	/* Back out of the port it came in by (a pod reaching itself through its service): the
 	 * port's hairpin mode decides, Linux's. */
-	dst = fdb_lookup(cfg_l3_ifindex, fib->dmac);
+	dst = fdb_lookup(bridge, fib->dmac);
 	if (dst && dst->port == in)
 		return LFP_PASS_HAIRPIN;
-	r = bridge_out_port(cfg_l3_ifindex, fib->dmac, in, port->flags, l3len, &out);
+	r = bridge_out_port(bridge, fib->dmac, in, port->flags, l3len, &out);
 	if (r != LFP_FORWARDED)
 		return r;
 	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
@@ -230,7 +226,7 @@ static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
 	__u32 out = fib->ifindex;
 
 	if (fib->ifindex == router_in_ifindex(ctx)) {
-		if (v4 && cfg_ct4 && cfg_l3_ifindex)
+		if (v4 && cfg_ct4 && cfg_bridge)
 			return router_bridged_dnat(ctx, cfg, fib, l3len);
 		return LFP_PASS_HAIRPIN;
 	}

@@ -3,6 +3,7 @@
 #define LFP_STATS_H
 
 #include "ctx.h"
+#include "iface.h"
 #include "linuxfp_types.h"
 
 struct {
@@ -12,14 +13,18 @@ struct {
 	__uint(max_entries, LFP_MAX_SLOTS * LFP_REASON_MAX);
 } lfp_stats SEC(".maps");
 
-/* Which row of lfp_stats this interface's program counts into (set by the controller). */
-volatile const __u32 cfg_slot = 0;
-
+/* Counts into the ingress interface's row (lfp_if.slot). A packet of an interface without data
+ * (racing its detach) is not counted. */
 static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason)
 {
-	__u32 idx = cfg_slot * LFP_REASON_MAX + reason;
-	struct lfp_counter *c = bpf_map_lookup_elem(&lfp_stats, &idx);
+	const struct lfp_if *i = lfp_iface(ctx);
+	struct lfp_counter *c;
+	__u32 idx;
 
+	if (!i)
+		return;
+	idx = i->slot * LFP_REASON_MAX + reason;
+	c = bpf_map_lookup_elem(&lfp_stats, &idx);
 	if (c) {
 		c->packets++;
 		c->bytes += ctx_len(ctx);
@@ -75,11 +80,16 @@ static __always_inline int lfp_pass(const lfp_ctx *ctx, enum lfp_reason reason)
 static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 {
 	enum lfp_reason reason = (enum lfp_reason)(verdict & 0xff);
-	__u32 key = cfg_slot, *meta;
+	const struct lfp_if *i;
 	struct lfp_tc_companion *c;
+	__u32 key, *meta;
 
 	if (!(verdict & LFP_XDP_TO_TC))
 		return verdict;
+	i = lfp_iface(ctx);
+	if (!i)
+		return XDP_PASS;
+	key = i->slot;
 	c = bpf_map_lookup_elem(&lfp_tc_companions, &key);
 	if (!c)
 		goto linux;
@@ -88,7 +98,7 @@ static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 
 		/* Racing CPUs may both ask: the controller attaches once. */
 		if (now - c->asked >= LFP_TC_ASK_NS) {
-			struct lfp_tc_request r = { .ifindex = ctx->ingress_ifindex, .slot = cfg_slot };
+			struct lfp_tc_request r = { .ifindex = ctx->ingress_ifindex, .slot = key };
 
 			c->asked = now;
 			bpf_ringbuf_output(&lfp_tc_requests, &r, sizeof(r), 0);

@@ -117,6 +117,10 @@ func newComposer(comps []Composition, modules []int, lpm bool) (c *composer, err
 			return nil, fmt.Errorf("fill compose_next: %w", err)
 		}
 	}
+	// BPF_PROG_TEST_RUN without a context runs a program as received on the loopback device.
+	if err := c.addIngress(1); err != nil {
+		return nil, err
+	}
 	for _, testRun := range []bool{false, true} {
 		for _, comp := range comps {
 			if err := c.loadComposition(comp, modules, testRun); err != nil {
@@ -296,6 +300,15 @@ func (c *composer) addTx(ifindex int) error {
 	err := c.shared[composeMapLfpTxDevs].Put(uint32(ifindex), composeBpfDevmapVal{Ifindex: uint32(ifindex)})
 	if err != nil {
 		return fmt.Errorf("add ifindex %d to lfp_tx_devs: %w", ifindex, err)
+	}
+	return nil
+}
+
+// addIngress gives ifindex the interface data linuxfp's counting needs (lfp_ifs, see
+// bpf/lib/iface.h): the chain's packets received there count in slot 0.
+func (c *composer) addIngress(ifindex int) error {
+	if err := c.shared[composeMapLfpIfs].Put(uint32(ifindex), composeLfpIf{Flags: 1 /* LFP_IF_VALID */}); err != nil {
+		return fmt.Errorf("add ifindex %d to lfp_ifs: %w", ifindex, err)
 	}
 	return nil
 }

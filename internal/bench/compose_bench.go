@@ -118,7 +118,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 				}
 			}
 		}
-		if err := tb.DUT.Do(func() error { return c.addTx(tb.OutIfindex) }); err != nil {
+		if err := tb.DUT.Do(func() error { return errors.Join(c.addTx(tb.OutIfindex), c.addIngress(tb.InIfindex)) }); err != nil {
 			return err
 		}
 		pcfg := Config{Duration: cfg.Duration, Warmup: cfg.Warmup, Rounds: cfg.Rounds, Log: cfg.Log}

@@ -56,6 +56,15 @@ type composeLfpCounter struct {
 	Bytes   uint64
 }
 
+type composeLfpIf struct {
+	_         structs.HostLayout
+	Mac       [6]uint8
+	Flags     uint8
+	Pad       uint8
+	Slot      uint32
+	L3Ifindex uint32
+}
+
 type composeLfpTcCompanion struct {
 	_        structs.HostLayout
 	Attached uint32
@@ -79,6 +88,8 @@ const (
 	composeMapComposeModules  = "compose_modules"
 	composeMapComposeNext     = "compose_next"
 	composeMapComposeStateMap = "compose_state_map"
+	composeMapLfpIfs          = "lfp_ifs"
+	composeMapLfpIfsHi        = "lfp_ifs_hi"
 	composeMapLfpStats        = "lfp_stats"
 	composeMapLfpTcCompanions = "lfp_tc_companions"
 	composeMapLfpTcRequests   = "lfp_tc_requests"
@@ -101,10 +112,10 @@ const (
 	composeProgComposeTail7   = "compose_tail7"
 	composeProgComposeTail8   = "compose_tail8"
 	composeProgComposeTail9   = "compose_tail9"
+	composeVarCfgBridge       = "cfg_bridge"
 	composeVarCfgLpm          = "cfg_lpm"
 	composeVarCfgModules      = "cfg_modules"
 	composeVarCfgNextFromMap  = "cfg_next_from_map"
-	composeVarCfgSlot         = "cfg_slot"
 	composeVarCfgTcAfter      = "cfg_tc_after"
 	composeVarCfgTcCompanion  = "cfg_tc_companion"
 	composeVarCfgTestRun      = "cfg_test_run"
@@ -181,6 +192,8 @@ type composeMapSpecs struct {
 	ComposeModules  *ebpf.MapSpec `ebpf:"compose_modules"`
 	ComposeNext     *ebpf.MapSpec `ebpf:"compose_next"`
 	ComposeStateMap *ebpf.MapSpec `ebpf:"compose_state_map"`
+	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
+	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -192,10 +205,10 @@ type composeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type composeVariableSpecs struct {
+	CfgBridge      *ebpf.VariableSpec `ebpf:"cfg_bridge"`
 	CfgLpm         *ebpf.VariableSpec `ebpf:"cfg_lpm"`
 	CfgModules     *ebpf.VariableSpec `ebpf:"cfg_modules"`
 	CfgNextFromMap *ebpf.VariableSpec `ebpf:"cfg_next_from_map"`
-	CfgSlot        *ebpf.VariableSpec `ebpf:"cfg_slot"`
 	CfgTcAfter     *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
 	CfgTcCompanion *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 	CfgTestRun     *ebpf.VariableSpec `ebpf:"cfg_test_run"`
@@ -227,6 +240,8 @@ type composeMaps struct {
 	ComposeModules  *ebpf.Map `ebpf:"compose_modules"`
 	ComposeNext     *ebpf.Map `ebpf:"compose_next"`
 	ComposeStateMap *ebpf.Map `ebpf:"compose_state_map"`
+	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
+	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -242,6 +257,8 @@ func (m *composeMaps) Close() error {
 		m.ComposeModules,
 		m.ComposeNext,
 		m.ComposeStateMap,
+		m.LfpIfs,
+		m.LfpIfsHi,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
@@ -254,10 +271,10 @@ func (m *composeMaps) Close() error {
 //
 // It can be passed to loadComposeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type composeVariables struct {
+	CfgBridge      *ebpf.Variable `ebpf:"cfg_bridge"`
 	CfgLpm         *ebpf.Variable `ebpf:"cfg_lpm"`
 	CfgModules     *ebpf.Variable `ebpf:"cfg_modules"`
 	CfgNextFromMap *ebpf.Variable `ebpf:"cfg_next_from_map"`
-	CfgSlot        *ebpf.Variable `ebpf:"cfg_slot"`
 	CfgTcAfter     *ebpf.Variable `ebpf:"cfg_tc_after"`
 	CfgTcCompanion *ebpf.Variable `ebpf:"cfg_tc_companion"`
 	CfgTestRun     *ebpf.Variable `ebpf:"cfg_test_run"`

@@ -43,6 +43,9 @@ type ResponseResult struct {
 	EventToDP      Distribution  `json:"event_to_dataplane_ms"`
 	ExitToFast     *Distribution `json:"exit_to_fastpath_ms,omitempty"`
 	ExitToFastNote string        `json:"exit_to_fastpath_note,omitempty"`
+	// Verifying: samples in which linuxfp had the kernel verify a program (a kind of program no
+	// interface had yet); in the others it reused a verified one or changed only maps.
+	Verifying int `json:"samples_verifying"`
 }
 
 // Distribution summarises samples in milliseconds.
@@ -349,7 +352,7 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	}
 	fmt.Fprintf(w, "Response time (paper Table VI: 0.5-1.0 s), %d changes per command, ms\n", o.Repeats)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "command\tevent->dataplane p50\tp99\tmax\texit->fast path p50\tp99\tmax\t")
+	fmt.Fprintln(tw, "command\tevent->dataplane p50\tp99\tmax\texit->fast path p50\tp99\tmax\tverifying\t")
 	var notes []string
 	for _, r := range results {
 		if r.ExitToFastNote != "" {
@@ -359,10 +362,12 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 		if r.ExitToFast != nil {
 			fast = fmt.Sprintf("%.2f\t%.2f\t%.2f", r.ExitToFast.P50, r.ExitToFast.P99, r.ExitToFast.Max)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Command, r.EventToDP.P50, r.EventToDP.P99, r.EventToDP.Max, fast)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n", r.Command, r.EventToDP.P50, r.EventToDP.P99, r.EventToDP.Max, fast, r.Verifying)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "exit->fast path includes what Linux must do first (e.g. resolve the neighbour by ARP).")
+	fmt.Fprintln(w, "verifying: changes for which the kernel verified a program (a kind no interface had yet); the others")
+	fmt.Fprintln(w, "reused a verified program of the same kind, or changed only maps.")
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -497,6 +502,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			return res, err
 		}
 		var first, applied time.Time
+		verifying := false
 		for _, ch := range changes {
 			if ch.FirstEvent.Before(start) || ch.FirstEvent.After(exit.Add(50*time.Millisecond)) {
 				continue // not caused by the command
@@ -505,6 +511,10 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 				first = ch.FirstEvent
 			}
 			applied = ch.Applied
+			verifying = verifying || ch.Verified > 0
+		}
+		if verifying {
+			res.Verifying++
 		}
 		if !first.IsZero() {
 			evDP = append(evDP, applied.Sub(first))

@@ -207,11 +207,13 @@ func TestRunServices(t *testing.T) {
 				continue
 			}
 			// From pod 0, a flow whose endpoint is pod 0 itself goes back out of its own port:
-			// Linux's (hairpin); both flows may have drawn it.
-			onlyHairpin := len(rd.FastPath.Passed) > 0
-			for r := range rd.FastPath.Passed {
-				onlyHairpin = onlyHairpin && (r == "hairpin" || r == "ct_new")
+			// Linux's (hairpin); both flows may have drawn it (1 in 9). Around them, a few
+			// packets meet other reasons (conntrack states Linux moves, a stray multicast).
+			var passed uint64
+			for _, n := range rd.FastPath.Passed {
+				passed += n
 			}
+			onlyHairpin := passed > 0 && rd.FastPath.Passed["hairpin"] >= passed*99/100
 			if row.Workload == SvcUDP && rd.FastPath.fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
 				t.Errorf("%s: linuxfp fast-pathed none of the established flows' packets (to Linux: %v)", where, rd.FastPath.Passed)
 			}

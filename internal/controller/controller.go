@@ -219,9 +219,11 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 		}
 	}
 	ch := status.Change{FirstEvent: first, LastEvent: last, Events: n, Dirty: dirty.String()}
+	verified := c.dp.Verified()
 	programs, err := c.apply(dirty)
 	ch.Applied = time.Now()
 	ch.Programs = programs
+	ch.Verified = int(c.dp.Verified() - verified)
 	var readErr *readError
 	switch {
 	case errors.As(err, &readErr):
@@ -255,7 +257,7 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 		c.changes = slices.Clone(c.changes[len(c.changes)-keepChanges/2:])
 	}
 	c.mu.Unlock()
-	c.log.Debug("applied", "dirty", ch.Dirty, "events", n, "programs", programs,
+	c.log.Debug("applied", "dirty", ch.Dirty, "events", n, "programs", programs, "verified", ch.Verified,
 		"latency", ch.Applied.Sub(first))
 	return nil
 }

@@ -68,7 +68,7 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 	s, slot := cur.Spec, cur.Slot
 	d.mu.Unlock()
 
-	prog, err := d.loadProgram(s, slot, true)
+	prog, _, err := d.loadProgram(s, true)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur.attaching = false

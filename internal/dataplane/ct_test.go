@@ -125,6 +125,7 @@ func TestConntrack(t *testing.T) {
 	}
 	const ack, syn, fin, rst = 0x10, 0x02, 0x01, 0x04
 	reply := tcp(dst, src, 80, 1001, ack)
+	copy(reply, macOut) // received on out0
 	cases := []struct {
 		name    string
 		pkt     []byte
@@ -148,7 +149,7 @@ func TestConntrack(t *testing.T) {
 		{name: "udp assured", pkt: udp(2001, 53), want: Forwarded, refresh: &flows[4]},
 		{name: "udp not assured yet", pkt: udp(2002, 53), want: PassCTState},
 		{name: "udp unreplied, original direction", pkt: udp(2003, 53), want: Forwarded, refresh: &flows[6]},
-		{name: "udp unreplied, a first reply", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: dst, Dst: src,
+		{name: "udp unreplied, a first reply", pkt: packet.Spec{SrcMAC: macPeer, DstMAC: macOut, Src: dst, Dst: src,
 			SrcPort: 53, DstPort: 2003, Size: 60}.Bytes(), out: true, want: PassCTState},
 		{name: "udp unknown", pkt: udp(2009, 53), want: PassCTNew},
 		{name: "tcp without ack: invalid", pkt: tcp(src, dst, 1001, 80, 0x08), want: PassCTInvalid},
@@ -174,6 +175,13 @@ func TestConntrack(t *testing.T) {
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)
+		// out0 runs the same kind of program, with its own MAC (counting into the same slot).
+		outProg, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: hook, Router4: true, Router6: true,
+			Conntrack4: true, Conntrack6: true}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outProg.Close()
 		for _, c := range cases {
 			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
 				// Every packet of a known connection refreshes it, forwarded or not: start from

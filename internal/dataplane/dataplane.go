@@ -18,9 +18,11 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
@@ -117,8 +119,13 @@ type Dataplane struct {
 	maps   linuxfpMaps
 	shared map[string]*ebpf.Map
 	ifaces map[int]*iface
-	slots  []bool
-	log    *slog.Logger
+	// progs: verified programs by kind, shared by the interfaces of that kind (programs.go).
+	progs    map[progKind]*cachedProg
+	verified atomic.Uint64 // programs verified (programs.go)
+	// btfCache: the kernel's BTF, parsed once for all program loads.
+	btfCache *btf.Cache
+	slots    []bool
+	log      *slog.Logger
 	// companions: every tc program id attached after XDP, per ifindex (the controller's
 	// ownership check: a snapshot may still show one just replaced).
 	companions map[int][]uint32
@@ -159,6 +166,8 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		vxfdb:      map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
 		vxrx:       map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
 		ifaces:     map[int]*iface{},
+		progs:      map[progKind]*cachedProg{},
+		btfCache:   btf.NewCache(),
 		companions: map[int][]uint32{},
 		slots:      make([]bool, maxSlots),
 		log:        log,
@@ -199,59 +208,29 @@ func (d *Dataplane) Close() error {
 	for idx := range d.ifaces {
 		errs = append(errs, d.removeLocked(idx))
 	}
+	d.closeProgramsLocked()
 	errs = append(errs, d.maps.Close())
 	return errors.Join(errs...)
 }
 
-// LoadProgram loads (without attaching) a program specialised for spec, counting into slot.
-// Tests use it with BPF_PROG_TEST_RUN.
+// LoadProgram returns (without attaching) the program for spec, with spec.Ifindex's data
+// (lfp_ifs) written for slot. Tests use it with BPF_PROG_TEST_RUN.
 func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
-	return d.loadProgram(s, slot, false)
+	if err := d.putIface(s, slot); err != nil {
+		return nil, err
+	}
+	prog, _, err := d.loadProgram(s, false)
+	return prog, err
 }
 
-// loadProgram loads s's program; companion: the tc program that runs after s's XDP program.
-func (d *Dataplane) loadProgram(s Spec, slot int, companion bool) (*ebpf.Program, error) {
-	cs, progName := d.spec.Copy(), linuxfpProgLinuxfpXdp
-	tcAfter := s.TCAfterXDP && s.Hook.XDP()
-	if s.Hook == HookTC || companion {
-		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
-		tcAfter = false
-	}
-	var mac [6]byte
-	copy(mac[:], s.MAC)
-	sets := []struct {
-		name string
-		val  any
-	}{
-		{linuxfpVarCfgMac, mac},
-		{linuxfpVarCfgRouter4, boolU32(s.Router4)},
-		{linuxfpVarCfgRouter6, boolU32(s.Router6)},
-		{linuxfpVarCfgSlot, uint32(slot)},
-		// After native XDP, the tc program sees skbs built from XDP frames: no offload state.
-		{linuxfpVarCfgSkbSender, boolU32(s.SkbSender && !(companion && s.Hook == HookXDP))},
-		{linuxfpVarCfgBridge, boolU32(s.Bridge)},
-		{linuxfpVarCfgL3Ifindex, uint32(s.L3Ifindex)},
-		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
-		{linuxfpVarCfgTcAfter, boolU32(tcAfter)},
-		{linuxfpVarCfgTcCompanion, boolU32(companion)},
-		{linuxfpVarCfgCt4, boolU32(s.Conntrack4)},
-		{linuxfpVarCfgCt6, boolU32(s.Conntrack6)},
-	}
-	for _, v := range sets {
-		if err := cs.Variables[v.name].Set(v.val); err != nil {
-			return nil, fmt.Errorf("set %s: %w", v.name, err)
-		}
-	}
-	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: d.shared})
+// loadProgram returns s's program (the caller closes it); companion: the tc program that runs
+// after s's XDP program. verified: the kernel verified it now (no interface of its kind had one).
+func (d *Dataplane) loadProgram(s Spec, companion bool) (prog *ebpf.Program, verified bool, err error) {
+	prog, verified, err = d.program(keyOf(s, companion))
 	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load program for %s: %w (verifier log: %+v)", s.Name, err, ve)
-		}
-		return nil, fmt.Errorf("load program for %s: %w", s.Name, err)
+		return nil, verified, fmt.Errorf("load program for %s: %w", s.Name, err)
 	}
-	defer coll.Close()
-	return coll.DetachProgram(progName), nil
+	return prog, verified, nil
 }
 
 // programID is prog's kernel id.
@@ -291,6 +270,15 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 			return Installed{}, err
 		}
 	}
+	// Same kind of program, only the interface's data changed (MAC, bridge): a map update.
+	if cur != nil && cur.Spec.Hook == s.Hook && keyOf(cur.Spec, false) == keyOf(s, false) {
+		defer d.mu.Unlock()
+		if err := d.putIface(s, slot); err != nil {
+			return Installed{}, err
+		}
+		cur.Spec = s
+		return cur.Installed, nil
+	}
 	// An attached tc program after XDP is replaced with the XDP program: loaded meanwhile.
 	var (
 		tcNext *ebpf.Program
@@ -301,17 +289,17 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 		tcDone = make(chan struct{})
 		go func() {
 			defer close(tcDone)
-			tcNext, tcErr = d.loadProgram(s, slot, true)
+			tcNext, _, tcErr = d.loadProgram(s, true)
 		}()
 	}
 	d.mu.Unlock()
 
 	t0 := time.Now()
-	prog, err := d.LoadProgram(s, slot)
+	prog, verified, err := d.loadProgram(s, false)
 	if tcDone != nil {
 		<-tcDone
 	}
-	d.log.Debug("program loaded (verified)", "interface", s.Name, "hook", s.Hook, "with_tc_after", tcDone != nil,
+	d.log.Debug("program ready", "interface", s.Name, "hook", s.Hook, "verified", verified, "with_tc_after", tcDone != nil,
 		"took", time.Since(t0).Round(100*time.Microsecond))
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -328,6 +316,26 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 	if err != nil {
 		prog.Close()
 		return Installed{}, err
+	}
+
+	// The interface's data: a new interface's is written before its program is attached. An
+	// interface changing kind has none while its program is swapped (its packets go to Linux
+	// for that moment): neither program ever runs with the other one's data.
+	if cur == nil {
+		if err := d.putIface(s, slot); err != nil {
+			prog.Close()
+			d.slots[slot] = false
+			return Installed{}, err
+		}
+	} else {
+		d.clearIface(s.Ifindex)
+		defer func() {
+			if _, still := d.ifaces[s.Ifindex]; still {
+				if err := d.putIface(d.ifaces[s.Ifindex].Spec, slot); err != nil {
+					d.log.Warn("interface data not written: its packets go to Linux", "interface", s.Name, "err", err)
+				}
+			}
+		}()
 	}
 
 	switch {
@@ -361,6 +369,7 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 				}
 			}
 			d.slots[slot] = false
+			d.clearIface(s.Ifindex)
 			return Installed{}, err
 		}
 		next := &iface{link: l, prog: prog}
@@ -437,6 +446,7 @@ func (d *Dataplane) removeLocked(ifindex int) error {
 	d.detachCompanion(cur)
 	err := cur.link.Close()
 	cur.prog.Close()
+	d.clearIface(ifindex)
 	return err
 }
 
@@ -450,6 +460,7 @@ func (d *Dataplane) Forget(ifindex int) {
 		d.detachCompanion(cur)
 		cur.link.Close()
 		cur.prog.Close()
+		d.clearIface(ifindex)
 	}
 }
 

@@ -139,6 +139,15 @@ type linuxfpLfpFwSetKey struct {
 	Addr      [4]uint32
 }
 
+type linuxfpLfpIf struct {
+	_         structs.HostLayout
+	Mac       [6]uint8
+	Flags     uint8
+	Pad       uint8
+	Slot      uint32
+	L3Ifindex uint32
+}
+
 type linuxfpLfpIn6 struct {
 	_ structs.HostLayout
 	A [4]uint32
@@ -322,6 +331,8 @@ const (
 	linuxfpMapLfpFwRules      = "lfp_fw_rules"
 	linuxfpMapLfpFwSets       = "lfp_fw_sets"
 	linuxfpMapLfpFwStats      = "lfp_fw_stats"
+	linuxfpMapLfpIfs          = "lfp_ifs"
+	linuxfpMapLfpIfsHi        = "lfp_ifs_hi"
 	linuxfpMapLfpL2           = "lfp_l2"
 	linuxfpMapLfpLocal4       = "lfp_local4"
 	linuxfpMapLfpLocal6       = "lfp_local6"
@@ -342,12 +353,9 @@ const (
 	linuxfpVarCfgCt4          = "cfg_ct4"
 	linuxfpVarCfgCt6          = "cfg_ct6"
 	linuxfpVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
-	linuxfpVarCfgL3Ifindex    = "cfg_l3_ifindex"
-	linuxfpVarCfgMac          = "cfg_mac"
 	linuxfpVarCfgRouter4      = "cfg_router4"
 	linuxfpVarCfgRouter6      = "cfg_router6"
 	linuxfpVarCfgSkbSender    = "cfg_skb_sender"
-	linuxfpVarCfgSlot         = "cfg_slot"
 	linuxfpVarCfgTcAfter      = "cfg_tc_after"
 	linuxfpVarCfgTcCompanion  = "cfg_tc_companion"
 )
@@ -413,6 +421,8 @@ type linuxfpMapSpecs struct {
 	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
+	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
 	LfpLocal4       *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6       *ebpf.MapSpec `ebpf:"lfp_local6"`
@@ -438,12 +448,9 @@ type linuxfpVariableSpecs struct {
 	CfgCt4          *ebpf.VariableSpec `ebpf:"cfg_ct4"`
 	CfgCt6          *ebpf.VariableSpec `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
-	CfgL3Ifindex    *ebpf.VariableSpec `ebpf:"cfg_l3_ifindex"`
-	CfgMac          *ebpf.VariableSpec `ebpf:"cfg_mac"`
 	CfgRouter4      *ebpf.VariableSpec `ebpf:"cfg_router4"`
 	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
-	CfgSlot         *ebpf.VariableSpec `ebpf:"cfg_slot"`
 	CfgTcAfter      *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
 	CfgTcCompanion  *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 }
@@ -480,6 +487,8 @@ type linuxfpMaps struct {
 	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
+	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
 	LfpLocal4       *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6       *ebpf.Map `ebpf:"lfp_local6"`
@@ -511,6 +520,8 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFwRules,
 		m.LfpFwSets,
 		m.LfpFwStats,
+		m.LfpIfs,
+		m.LfpIfsHi,
 		m.LfpL2,
 		m.LfpLocal4,
 		m.LfpLocal6,
@@ -537,12 +548,9 @@ type linuxfpVariables struct {
 	CfgCt4          *ebpf.Variable `ebpf:"cfg_ct4"`
 	CfgCt6          *ebpf.Variable `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
-	CfgL3Ifindex    *ebpf.Variable `ebpf:"cfg_l3_ifindex"`
-	CfgMac          *ebpf.Variable `ebpf:"cfg_mac"`
 	CfgRouter4      *ebpf.Variable `ebpf:"cfg_router4"`
 	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
-	CfgSlot         *ebpf.Variable `ebpf:"cfg_slot"`
 	CfgTcAfter      *ebpf.Variable `ebpf:"cfg_tc_after"`
 	CfgTcCompanion  *ebpf.Variable `ebpf:"cfg_tc_companion"`
 }

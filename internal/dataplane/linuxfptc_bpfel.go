@@ -139,6 +139,15 @@ type linuxfpTcLfpFwSetKey struct {
 	Addr      [4]uint32
 }
 
+type linuxfpTcLfpIf struct {
+	_         structs.HostLayout
+	Mac       [6]uint8
+	Flags     uint8
+	Pad       uint8
+	Slot      uint32
+	L3Ifindex uint32
+}
+
 type linuxfpTcLfpIn6 struct {
 	_ structs.HostLayout
 	A [4]uint32
@@ -322,6 +331,8 @@ const (
 	linuxfpTcMapLfpFwRules      = "lfp_fw_rules"
 	linuxfpTcMapLfpFwSets       = "lfp_fw_sets"
 	linuxfpTcMapLfpFwStats      = "lfp_fw_stats"
+	linuxfpTcMapLfpIfs          = "lfp_ifs"
+	linuxfpTcMapLfpIfsHi        = "lfp_ifs_hi"
 	linuxfpTcMapLfpL2           = "lfp_l2"
 	linuxfpTcMapLfpLocal4       = "lfp_local4"
 	linuxfpTcMapLfpLocal6       = "lfp_local6"
@@ -342,12 +353,9 @@ const (
 	linuxfpTcVarCfgCt4          = "cfg_ct4"
 	linuxfpTcVarCfgCt6          = "cfg_ct6"
 	linuxfpTcVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
-	linuxfpTcVarCfgL3Ifindex    = "cfg_l3_ifindex"
-	linuxfpTcVarCfgMac          = "cfg_mac"
 	linuxfpTcVarCfgRouter4      = "cfg_router4"
 	linuxfpTcVarCfgRouter6      = "cfg_router6"
 	linuxfpTcVarCfgSkbSender    = "cfg_skb_sender"
-	linuxfpTcVarCfgSlot         = "cfg_slot"
 	linuxfpTcVarCfgTcAfter      = "cfg_tc_after"
 	linuxfpTcVarCfgTcCompanion  = "cfg_tc_companion"
 )
@@ -413,6 +421,8 @@ type linuxfpTcMapSpecs struct {
 	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
+	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
 	LfpLocal4       *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6       *ebpf.MapSpec `ebpf:"lfp_local6"`
@@ -438,12 +448,9 @@ type linuxfpTcVariableSpecs struct {
 	CfgCt4          *ebpf.VariableSpec `ebpf:"cfg_ct4"`
 	CfgCt6          *ebpf.VariableSpec `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
-	CfgL3Ifindex    *ebpf.VariableSpec `ebpf:"cfg_l3_ifindex"`
-	CfgMac          *ebpf.VariableSpec `ebpf:"cfg_mac"`
 	CfgRouter4      *ebpf.VariableSpec `ebpf:"cfg_router4"`
 	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
-	CfgSlot         *ebpf.VariableSpec `ebpf:"cfg_slot"`
 	CfgTcAfter      *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
 	CfgTcCompanion  *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 }
@@ -480,6 +487,8 @@ type linuxfpTcMaps struct {
 	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
+	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
 	LfpLocal4       *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6       *ebpf.Map `ebpf:"lfp_local6"`
@@ -511,6 +520,8 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFwRules,
 		m.LfpFwSets,
 		m.LfpFwStats,
+		m.LfpIfs,
+		m.LfpIfsHi,
 		m.LfpL2,
 		m.LfpLocal4,
 		m.LfpLocal6,
@@ -537,12 +548,9 @@ type linuxfpTcVariables struct {
 	CfgCt4          *ebpf.Variable `ebpf:"cfg_ct4"`
 	CfgCt6          *ebpf.Variable `ebpf:"cfg_ct6"`
 	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
-	CfgL3Ifindex    *ebpf.Variable `ebpf:"cfg_l3_ifindex"`
-	CfgMac          *ebpf.Variable `ebpf:"cfg_mac"`
 	CfgRouter4      *ebpf.Variable `ebpf:"cfg_router4"`
 	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
 	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
-	CfgSlot         *ebpf.Variable `ebpf:"cfg_slot"`
 	CfgTcAfter      *ebpf.Variable `ebpf:"cfg_tc_after"`
 	CfgTcCompanion  *ebpf.Variable `ebpf:"cfg_tc_companion"`
 }

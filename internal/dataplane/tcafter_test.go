@@ -78,7 +78,7 @@ func TestTCAfterXDP(t *testing.T) {
 	env.checkRouted(t, prog, s.Bytes(), PassTTL, nil) // Linux's, not the tc program's
 
 	// The tc program after it: an unmarked packet is passed on, uncounted.
-	tcProg, err := env.dp.loadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, 0, true)
+	tcProg, _, err := env.dp.loadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

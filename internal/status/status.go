@@ -118,7 +118,10 @@ type Change struct {
 	Dirty      string    `json:"dirty"`
 	Applied    time.Time `json:"applied"`  // when the data plane reflected them
 	Programs   int       `json:"programs"` // programs installed, replaced or removed
-	Err        string    `json:"error,omitempty"`
+	// Verified: programs the kernel verified for it; the others reused a verified program of
+	// the same kind (see internal/dataplane/programs.go).
+	Verified int    `json:"verified"`
+	Err      string `json:"error,omitempty"`
 }
 
 // Client talks to the controller of the current network namespace. Create it in the namespace

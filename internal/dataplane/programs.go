@@ -1,0 +1,210 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// Programs are specialised by what an interface's graph contains (modules, families, hook:
+// frozen .rodata), not by the interface: its MAC, counter slot and bridge are data in lfp_ifs
+// (bpf/lib/iface.h). So one verified program serves every interface of a kind, and a new
+// interface like an existing one (a container's veth, a bridge port) is attached without the
+// kernel verifying anything: the verifier is the slow part of a change (tens of ms here).
+
+// progKind is what a program is specialised for: interfaces of one kind share a program.
+type progKind struct {
+	tc         bool // the tc object (the tc hook, or the tc program after XDP)
+	router4    bool
+	router6    bool
+	skbSender  bool
+	bridge     bool
+	tcAfter    bool // XDP: marks packets for a tc program after it
+	companion  bool // tc: the program after XDP (runs on marked packets only)
+	conntrack4 bool
+	conntrack6 bool
+}
+
+func keyOf(s Spec, companion bool) progKind {
+	k := progKind{
+		router4: s.Router4, router6: s.Router6, bridge: s.Bridge,
+		conntrack4: s.Conntrack4, conntrack6: s.Conntrack6,
+		tc: s.Hook == HookTC || companion, companion: companion,
+		// After native XDP, the tc program sees skbs built from XDP frames: no offload state.
+		skbSender: s.SkbSender && !(companion && s.Hook == HookXDP),
+	}
+	k.tcAfter = s.TCAfterXDP && s.Hook.XDP() && !k.tc
+	return k
+}
+
+// maxIdlePrograms: verified programs kept for kinds no interface runs at the moment (an
+// interface of that kind may come back: a container restarted, a port re-added).
+const maxIdlePrograms = 8
+
+type cachedProg struct {
+	prog     *ebpf.Program // the cache's own reference; interfaces hold clones
+	lastUsed time.Time
+	// loading: closed when prog (or err) is set; a concurrent request for the key waits.
+	loading chan struct{}
+	err     error
+}
+
+// program returns a program for key (the caller owns it and closes it), verifying one only
+// when none of that kind was loaded before. Called without d.mu.
+func (d *Dataplane) program(k progKind) (prog *ebpf.Program, verified bool, err error) {
+	d.mu.Lock()
+	c := d.progs[k]
+	if c == nil {
+		c = &cachedProg{loading: make(chan struct{})}
+		d.progs[k] = c
+		d.mu.Unlock()
+		c.prog, c.err = d.verify(k)
+		d.verified.Add(1)
+		d.mu.Lock()
+		close(c.loading)
+		if c.err != nil {
+			// Not cached: the next request tries again (a transient ENOMEM, say).
+			delete(d.progs, k)
+		}
+		verified = true
+	}
+	d.mu.Unlock()
+	<-c.loading
+	if c.err != nil {
+		return nil, verified, c.err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c.prog == nil {
+		return nil, verified, errors.New("program cache closed")
+	}
+	c.lastUsed = time.Now()
+	clone, err := c.prog.Clone()
+	if err != nil {
+		return nil, verified, err
+	}
+	d.evictIdleLocked()
+	return clone, verified, nil
+}
+
+// Verified counts the programs the kernel verified since New (each kind once, while cached).
+func (d *Dataplane) Verified() uint64 { return d.verified.Load() }
+
+// evictIdleLocked closes the least recently used cached programs of kinds no interface runs,
+// beyond maxIdlePrograms.
+func (d *Dataplane) evictIdleLocked() {
+	inUse := map[progKind]bool{}
+	for _, i := range d.ifaces {
+		inUse[keyOf(i.Spec, false)] = true
+		if i.tcProg != nil {
+			inUse[keyOf(i.Spec, true)] = true
+		}
+	}
+	for {
+		var (
+			oldest   progKind
+			found    bool
+			idle     int
+			oldestAt time.Time
+		)
+		for k, c := range d.progs {
+			if inUse[k] || c.prog == nil {
+				continue
+			}
+			idle++
+			if !found || c.lastUsed.Before(oldestAt) {
+				oldest, oldestAt, found = k, c.lastUsed, true
+			}
+		}
+		if idle <= maxIdlePrograms {
+			return
+		}
+		d.progs[oldest].prog.Close()
+		delete(d.progs, oldest)
+	}
+}
+
+// closeProgramsLocked releases the cache (Close).
+func (d *Dataplane) closeProgramsLocked() {
+	for k, c := range d.progs {
+		if c.prog != nil {
+			c.prog.Close()
+			c.prog = nil
+		}
+		delete(d.progs, k)
+	}
+}
+
+// verify loads (the kernel verifies) a program for k.
+func (d *Dataplane) verify(k progKind) (*ebpf.Program, error) {
+	cs, progName := d.spec.Copy(), linuxfpProgLinuxfpXdp
+	if k.tc {
+		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
+	}
+	sets := []struct {
+		name string
+		val  any
+	}{
+		{linuxfpVarCfgRouter4, boolU32(k.router4)},
+		{linuxfpVarCfgRouter6, boolU32(k.router6)},
+		{linuxfpVarCfgSkbSender, boolU32(k.skbSender)},
+		{linuxfpVarCfgBridge, boolU32(k.bridge)},
+		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
+		{linuxfpVarCfgTcAfter, boolU32(k.tcAfter)},
+		{linuxfpVarCfgTcCompanion, boolU32(k.companion)},
+		{linuxfpVarCfgCt4, boolU32(k.conntrack4)},
+		{linuxfpVarCfgCt6, boolU32(k.conntrack6)},
+	}
+	for _, v := range sets {
+		if err := cs.Variables[v.name].Set(v.val); err != nil {
+			return nil, fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	// One btf.Cache for every load: without it, each load parses the kernel's BTF again (for
+	// the CO-RE relocations and the conntrack kfuncs: ~10 ms here, a quarter of a load).
+	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: d.shared, Cache: d.btfCache})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("%w (verifier log: %+v)", err, ve)
+		}
+		return nil, err
+	}
+	defer coll.Close()
+	return coll.DetachProgram(progName), nil
+}
+
+// putIface writes an interface's data (lfp_ifs) for slot: before a program runs there.
+func (d *Dataplane) putIface(s Spec, slot int) error {
+	v := linuxfpLfpIf{Flags: 1 /* LFP_IF_VALID */, Slot: uint32(slot), L3Ifindex: uint32(s.L3Ifindex)}
+	copy(v.Mac[:], s.MAC)
+	if err := d.ifsMap(s.Ifindex).Put(uint32(s.Ifindex), v); err != nil {
+		return fmt.Errorf("interface data of %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// clearIface removes an interface's data: after its programs are detached.
+func (d *Dataplane) clearIface(ifindex int) {
+	m := d.ifsMap(ifindex)
+	var err error
+	if m == d.maps.LfpIfs {
+		err = m.Put(uint32(ifindex), linuxfpLfpIf{})
+	} else if err = m.Delete(uint32(ifindex)); errors.Is(err, ebpf.ErrKeyNotExist) {
+		err = nil
+	}
+	if err != nil {
+		d.log.Warn("clear interface data", "ifindex", ifindex, "err", err)
+	}
+}
+
+func (d *Dataplane) ifsMap(ifindex int) *ebpf.Map {
+	if ifindex < ifsDirect {
+		return d.maps.LfpIfs
+	}
+	return d.maps.LfpIfsHi
+}
+
+const ifsDirect = 65536 // LFP_IFS_DIRECT

@@ -1,0 +1,112 @@
+package dataplane
+
+import (
+	"net"
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// Interfaces of one kind share one verified program; what differs between them (MAC, counter
+// slot) is data: each interface's packets are judged by its own MAC and counted in its own slot.
+func TestProgramsSharedByKind(t *testing.T) {
+	const none = Reason(1 << 30) // counted nowhere
+	env := newTestEnv(t)
+	do := func(f func() error) {
+		t.Helper()
+		if err := env.ns.Do(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install := func(s Spec) (inst Installed) {
+		t.Helper()
+		do(func() (err error) { inst, err = env.dp.Install(s); return err })
+		return inst
+	}
+	// reason runs pkt through program id as received on ifindex and returns the verdict and the
+	// reason counted in slot (-1: none).
+	reason := func(id ebpf.ProgramID, pkt []byte, ifindex, slot int) (uint32, Reason) {
+		t.Helper()
+		prog, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+		before, _ := env.dp.Counters(slot)
+		out := make([]byte, len(pkt)+256)
+		var ret uint32
+		do(func() (err error) {
+			ret, err = prog.Run(&ebpf.RunOptions{Data: pkt, DataOut: out,
+				Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(ifindex)}})
+			return err
+		})
+		after, _ := env.dp.Counters(slot)
+		r := Reason(none)
+		for i := range after {
+			if after[i].Packets != before[i].Packets {
+				r = Reason(i)
+			}
+		}
+		return ret, r
+	}
+	good4 := v4("198.18.0.2", "198.19.0.9")
+	to := func(mac net.HardwareAddr) []byte {
+		s := good4
+		s.DstMAC = mac
+		return s.Bytes()
+	}
+
+	in := install(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
+	out := install(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
+	if in.ProgramID != out.ProgramID || in.Slot == out.Slot {
+		t.Fatalf("same kind: programs %d and %d, slots %d and %d: want one program, two slots", in.ProgramID, out.ProgramID, in.Slot, out.Slot)
+	}
+	if _, r := reason(out.ProgramID, to(macIn), env.out, out.Slot); r != PassNotForUs {
+		t.Fatalf("in0's MAC received on out0: %v, want %v", r, PassNotForUs)
+	}
+	if _, r := reason(out.ProgramID, to(macOut), env.out, out.Slot); r == PassNotForUs || r == none {
+		t.Fatalf("out0's MAC received on out0: %v", r)
+	}
+	if _, r := reason(out.ProgramID, to(macOut), env.in, in.Slot); r != PassNotForUs {
+		t.Fatalf("out0's MAC received on in0: %v, want %v", r, PassNotForUs)
+	}
+
+	// A new MAC is data: the same program, judging by the new MAC.
+	macNew := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x42}
+	moved := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true, Router6: true})
+	if moved.ProgramID != out.ProgramID || moved.Slot != out.Slot {
+		t.Fatalf("MAC changed: program %d slot %d, want %d %d", moved.ProgramID, moved.Slot, out.ProgramID, out.Slot)
+	}
+	if _, r := reason(out.ProgramID, to(macOut), env.out, out.Slot); r != PassNotForUs {
+		t.Fatalf("out0's old MAC: %v, want %v", r, PassNotForUs)
+	}
+	if _, r := reason(out.ProgramID, to(macNew), env.out, out.Slot); r == PassNotForUs || r == none {
+		t.Fatalf("out0's new MAC: %v", r)
+	}
+
+	// Another kind: another program; in0's is untouched.
+	v4 := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
+	if v4.ProgramID == out.ProgramID {
+		t.Fatalf("IPv4 only: still program %d", v4.ProgramID)
+	}
+	if cur := env.dp.Installed()[env.in]; cur.ProgramID != in.ProgramID {
+		t.Fatalf("in0's program changed with out0's kind: %d, was %d", cur.ProgramID, in.ProgramID)
+	}
+
+	// Removed, out0 has no data: its packets go to Linux untouched, counted nowhere.
+	do(func() error { return env.dp.Remove(env.out) })
+	pkt := to(macNew)
+	before, _ := env.dp.Counters(v4.Slot)
+	if ret, r := reason(v4.ProgramID, pkt, env.out, v4.Slot); ret != xdpPass || r != none {
+		t.Fatalf("after removal: verdict %d, reason %v: want XDP_PASS, uncounted", ret, r)
+	}
+	if after, _ := env.dp.Counters(v4.Slot); !slices.Equal(before, after) {
+		t.Fatal("after removal: counted")
+	}
+	// The program of a kind no interface runs is kept (not verified again when one comes back).
+	back := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
+	if back.ProgramID != v4.ProgramID {
+		t.Fatalf("same kind again: program %d, want the kept %d", back.ProgramID, v4.ProgramID)
+	}
+}
