@@ -30,6 +30,13 @@ struct {
 /* Frozen per program: the interface is a bridge port (the program runs the bridge module). */
 volatile const __u32 cfg_bridge = 0;
 
+/* Out of line, so the compiler cannot merge it with the lfp_ifs lookup into one call on a map
+ * chosen at run time: the verifier inlines an array lookup only where the map is known. */
+static __attribute__((noinline)) const struct lfp_if *lfp_iface_hi(__u32 ifindex)
+{
+	return bpf_map_lookup_elem(&lfp_ifs_hi, &ifindex);
+}
+
 /* The ingress interface's data; NULL when the controller has none for it (written before a
  * program is attached, cleared after it is detached: only a packet racing a detach sees NULL). */
 static __always_inline const struct lfp_if *lfp_iface(const lfp_ctx *ctx)
@@ -40,7 +47,7 @@ static __always_inline const struct lfp_if *lfp_iface(const lfp_ctx *ctx)
 	if (ifindex < LFP_IFS_DIRECT)
 		i = bpf_map_lookup_elem(&lfp_ifs, &ifindex);
 	else
-		i = bpf_map_lookup_elem(&lfp_ifs_hi, &ifindex);
+		i = lfp_iface_hi(ifindex);
 	if (!i || !(i->flags & LFP_IF_VALID))
 		return NULL;
 	return i;
