@@ -110,3 +110,31 @@ func TestProgramsSharedByKind(t *testing.T) {
 		t.Fatalf("same kind again: program %d, want the kept %d", back.ProgramID, v4.ProgramID)
 	}
 }
+
+// An interface whose ifindex is beyond the lfp_ifs array (a host that has created many) has its
+// data in lfp_ifs_hi, and is judged by it as any other.
+func TestProgramsLargeIfindex(t *testing.T) {
+	env := newTestEnv(t)
+	const big = 70000
+	if err := env.ns.Script("ip link add huge0 index 70000 type veth peer name huge1\nip link set huge0 up\nip link set huge1 up"); err != nil {
+		t.Fatal(err)
+	}
+	mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x70}
+	prog, err := env.dp.LoadProgram(Spec{Ifindex: big, Name: "huge0", MAC: mac, Hook: HookXDP, Router4: true, Router6: true}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	s := v4("198.18.0.2", "198.19.0.9")
+	if _, _, r := env.runOn(t, prog, s.Bytes(), big); r != PassNotForUs {
+		t.Fatalf("in0's MAC received on ifindex %d: %v, want %v", big, r, PassNotForUs)
+	}
+	s.DstMAC = mac
+	if _, _, r := env.runOn(t, prog, s.Bytes(), big); r == PassNotForUs || r == Reason(1<<30) {
+		t.Fatalf("its own MAC received on ifindex %d: %v", big, r)
+	}
+	env.dp.clearIface(big)
+	if _, _, r := env.runOn(t, prog, s.Bytes(), big); r != Reason(1<<30) {
+		t.Fatalf("ifindex %d without data: %v, want uncounted", big, r)
+	}
+}
