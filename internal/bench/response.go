@@ -34,6 +34,9 @@ type ResponseOptions struct {
 	Binary  string // the linuxfp binary to run in the DUT
 	Repeats int    // changes per command (>= 50 for the p99 to mean something)
 	Only    []string
+	// NoLinux skips the baseline: the routed commands again without linuxfp, timing from the
+	// command's exit to the first packet Linux delivers through the DUT.
+	NoLinux bool
 }
 
 // ResponseResult is one command's distribution.
@@ -43,6 +46,9 @@ type ResponseResult struct {
 	EventToDP      Distribution  `json:"event_to_dataplane_ms"`
 	ExitToFast     *Distribution `json:"exit_to_fastpath_ms,omitempty"`
 	ExitToFastNote string        `json:"exit_to_fastpath_note,omitempty"`
+	// LinuxExitToDelivered: the same command with Linux alone (no linuxfp), from its exit to the
+	// first packet of the stream reaching the sink: what Linux itself needs before traffic flows.
+	LinuxExitToDelivered *Distribution `json:"linux_exit_to_delivered_ms,omitempty"`
 	// Verifying: samples in which linuxfp had the kernel verify a program (a kind of program no
 	// interface had yet); in the others it reused a verified one or changed only maps.
 	Verifying int `json:"samples_verifying"`
@@ -81,6 +87,9 @@ type responseCase struct {
 	// is then the time until the first packet dropped at XDP, i.e. the window during which a
 	// packet the new rule drops could still be forwarded.
 	drops bool
+	// routed: the stream is routed to the sink's eth0 (not bridged, not dropped): the Linux
+	// baseline times it too.
+	routed bool
 }
 
 type responseRun struct {
@@ -97,7 +106,8 @@ func (rc *responseRun) dut(cmd string) error {
 func responseCases() []responseCase {
 	return []responseCase{
 		{
-			name: "ip route add",
+			name:   "ip route add",
+			routed: true,
 			do: func(rc *responseRun, i int) error {
 				return rc.dut(fmt.Sprintf("ip route add 198.19.%d.0/24 via 198.18.1.2", 100+i%100))
 			},
@@ -109,6 +119,7 @@ func responseCases() []responseCase {
 		{
 			// The sink owns 198.18.9.2/24 on its side; the DUT's address makes it reachable.
 			name:   "ip addr add",
+			routed: true,
 			do:     func(rc *responseRun, i int) error { return rc.dut("ip addr add 198.18.9.1/24 dev out0") },
 			undo:   func(rc *responseRun, i int) error { return rc.dut("ip addr del 198.18.9.1/24 dev out0") },
 			stream: func(i int) (string, string) { return "198.18.9.2", "in0" },
@@ -123,6 +134,7 @@ func responseCases() []responseCase {
 		},
 		{
 			name:    "ip link set up",
+			routed:  true,
 			prepare: func(rc *responseRun, i int) error { return rc.dut("ip link set out0 down") },
 			do:      func(rc *responseRun, i int) error { return rc.dut("ip link set out0 up") },
 			undo:    func(rc *responseRun, i int) error { return nil },
@@ -132,7 +144,8 @@ func responseCases() []responseCase {
 		{
 			// A new interface towards gen, created, addressed and brought up by one
 			// `ip -batch` in the DUT; its program is what is timed, then packets arriving on it.
-			name: "ip link add",
+			name:   "ip link add",
+			routed: true,
 			do: func(rc *responseRun, i int) error {
 				cmd := exec.Command("ip", "netns", "exec", rc.tb.DUT.Name, "ip", "-batch", "-")
 				cmd.Stdin = strings.NewReader("link add new0 type veth peer name new0 netns " + rc.tb.Gen.Name +
@@ -345,6 +358,24 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 			return ctx.Err()
 		}
 	}
+	if !o.NoLinux && ctx.Err() == nil {
+		// The baseline: the same routed commands with Linux alone.
+		if err := l.Stop(); err != nil {
+			return fmt.Errorf("stop linuxfp for the Linux baseline: %w", err)
+		}
+		for i := range results {
+			for _, c := range cases {
+				if c.name != results[i].Command || !c.routed {
+					continue
+				}
+				d, err := rc.linuxBaseline(ctx, c, o.Repeats)
+				if err != nil {
+					return fmt.Errorf("%s, Linux alone: %w", c.name, err)
+				}
+				results[i].LinuxExitToDelivered = &d
+			}
+		}
+	}
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -368,6 +399,23 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	fmt.Fprintln(w, "exit->fast path includes what Linux must do first (e.g. resolve the neighbour by ARP).")
 	fmt.Fprintln(w, "verifying: changes for which the kernel verified a program (a kind no interface had yet); the others")
 	fmt.Fprintln(w, "reused a verified program of the same kind, or changed only maps.")
+	var linux []ResponseResult
+	for _, r := range results {
+		if r.LinuxExitToDelivered != nil {
+			linux = append(linux, r)
+		}
+	}
+	if len(linux) > 0 {
+		fmt.Fprintln(w, "\nLinux alone (no linuxfp), the routed commands again: from the command's exit to the first packet of")
+		fmt.Fprintln(w, "the stream delivered to the sink, ms (what Linux itself needs before any traffic flows)")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "command\texit->delivered p50\tp99\tmax\t")
+		for _, r := range linux {
+			d := r.LinuxExitToDelivered
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t\n", r.Command, d.P50, d.P99, d.Max)
+		}
+		tw.Flush()
+	}
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -534,6 +582,61 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 		}
 	}
 	return res, nil
+}
+
+// linuxBaseline times c with Linux alone (linuxfp stopped): from the command's exit to the first
+// frame of the stream the sink counts (an XDP counter on its eth0: UDP to port 9 only). A sample
+// that sees none within 3 s counts as 3 s.
+func (rc *responseRun) linuxBaseline(ctx context.Context, c responseCase, n int) (Distribution, error) {
+	sk, err := attachSink(rc.tb.Sink, "eth0")
+	if err != nil {
+		return Distribution{}, err
+	}
+	defer sk.Close()
+	var samples []time.Duration
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if c.prepare != nil {
+			if err := c.prepare(rc, i); err != nil {
+				return Distribution{}, err
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // the previous sample's packets are gone
+		dst, _ := c.stream(i)
+		stop := func() {}
+		if c.genEnd == nil {
+			stop = startStream(rc.tb.Gen, dst)
+			time.Sleep(2 * time.Millisecond) // streaming before the command
+		}
+		base, err := sk.read()
+		if err != nil {
+			stop()
+			return Distribution{}, err
+		}
+		if err := c.do(rc, i); err != nil {
+			stop()
+			return Distribution{}, err
+		}
+		exit := time.Now()
+		if c.genEnd != nil {
+			if err := c.genEnd(rc); err != nil {
+				return Distribution{}, err
+			}
+			stop = startStream(rc.tb.Gen, dst)
+		}
+		took := 3 * time.Second
+		for deadline := exit.Add(took); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+			if got, err := sk.read(); err == nil && got.Packets > base.Packets {
+				took = time.Since(exit)
+				break
+			}
+		}
+		samples = append(samples, took)
+		stop()
+		if err := c.undo(rc, i); err != nil {
+			return Distribution{}, err
+		}
+	}
+	return distribution(samples), nil
 }
 
 // startStream sends a UDP datagram to dst:9 every 100us from gen until stopped.

@@ -21,7 +21,9 @@ func benchResponseCmd() *cobra.Command {
 command (ip route add, ip addr add, ip link set down/up, ip link add; brctl addbr, brctl addif,
 bridge fdb add, brctl delif), the time from the
 command's netlink event to the data plane reflecting it, and from the command's exit to the first
-packet that depends on it being fast-pathed. p50/p99/max over --repeats changes each.`,
+packet that depends on it being fast-pathed. p50/p99/max over --repeats changes each. Then, as a
+baseline, the routed commands again with Linux alone: from the command's exit to the first packet
+delivered through the DUT (--no-linux skips it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := bench.Executable()
@@ -36,6 +38,7 @@ packet that depends on it being fast-pathed. p50/p99/max over --repeats changes 
 	}
 	cmd.Flags().IntVar(&o.Repeats, "repeats", 50, "changes per command")
 	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "run only these commands (e.g. \"ip route add\")")
+	cmd.Flags().BoolVar(&o.NoLinux, "no-linux", false, "skip the Linux-alone baseline (the routed commands again without linuxfp)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
 }
