@@ -222,14 +222,8 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	}
 	// The inactive bank: its counters from zero, rules and leaves by index, then its LPM (old keys out first: an LPM
 	// entry of the inactive bank is never consulted).
-	zero := make([][]linuxfpLfpCounter, len(rules))
-	for i := range zero {
-		zero[i] = make([]linuxfpLfpCounter, ebpf.MustPossibleCPU())
-	}
-	for i := range zero {
-		if err := d.maps.LfpFwStats.Put(next*fwMaxRules+uint32(i), zero[i]); err != nil {
-			return st.flags, st.bank, fmt.Errorf("filter counters: %w", err)
-		}
+	if err := zeroPerCPU(d.maps.LfpFwStats, next*fwMaxRules, len(rules)); err != nil {
+		return st.flags, st.bank, fmt.Errorf("filter counters: %w", err)
 	}
 	if err := putArray(d.maps.LfpFwRules, next*fwMaxRules, rules); err != nil {
 		return st.flags, st.bank, err
@@ -282,6 +276,30 @@ func (d *Dataplane) dropOldSets() error {
 }
 
 const setHashIP = 8 // LFP_FW_SET_HASH_IP
+
+// zeroPerCPU zeroes n per-CPU counters at consecutive indexes from base, in one batch when the
+// kernel allows (10,000 rules: one syscall, not 10,000).
+func zeroPerCPU(m *ebpf.Map, base uint32, n int) error {
+	if n == 0 {
+		return nil
+	}
+	cpus := ebpf.MustPossibleCPU()
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = base + uint32(i)
+	}
+	// Per-CPU batches take every key's values for every possible CPU, one after the other.
+	if _, err := m.BatchUpdate(keys, make([]linuxfpLfpCounter, n*cpus), nil); err == nil {
+		return nil
+	}
+	zero := make([]linuxfpLfpCounter, cpus)
+	for _, k := range keys {
+		if err := m.Put(k, zero); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // putArray writes vals at consecutive indexes from base, in one batch when the kernel allows.
 func putArray[V any](m *ebpf.Map, base uint32, vals []V) error {

@@ -37,7 +37,13 @@ type FilterState struct {
 	SetsReadTime time.Duration
 	sets         map[string]*model.IPSet
 	rulesets     [2]*model.Ruleset
+	ruleCounts   map[nft.ChainRef]int
 	usesSets     bool
+}
+
+// ruleCount is how many rules a chain held when the ruleset was read.
+func (f *FilterState) ruleCount(fam uint8, table, chain string) int {
+	return f.ruleCounts[nft.ChainRef{Family: fam, Table: table, Chain: chain}]
 }
 
 // UsesSets: the compiled rules test ipset membership (sets send no events: they are polled).
@@ -49,7 +55,7 @@ func readFilter() (*FilterState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
 	}
-	f := &FilterState{Generation: snap.Generation, sets: snap.Sets}
+	f := &FilterState{Generation: snap.Generation, sets: snap.Sets, ruleCounts: snap.RuleCounts}
 	for i, rs := range []*model.Ruleset{snap.IPv4, snap.IPv6} {
 		f.rulesets[i] = rs
 	}

@@ -16,7 +16,10 @@ import (
 // iptables on this system is iptables-nft: its rules are nf_tables rules, seen here. Legacy
 // x_tables (iptables-legacy) tables are not visible to nf_tables and send no events: a loaded
 // legacy table is treated as holding rules (see legacyTables).
-func readNetfilter() (Netfilter, error) {
+//
+// ruleCount says how many rules a chain holds, from the filter's own dump of the ruleset (one
+// dump of every rule is expensive enough: ~100 ms for 10,000 rules here).
+func readNetfilter(ruleCount func(fam uint8, table, chain string) int) (Netfilter, error) {
 	nf := Netfilter{Backend: "nf_tables", Ingress: map[string][]string{}, Egress: map[string][]string{}}
 	c, err := nftables.New()
 	if err != nil {
@@ -42,12 +45,8 @@ func readNetfilter() (Netfilter, error) {
 			why = append(why, name+": policy drop")
 		}
 		if len(why) == 0 {
-			rules, err := c.GetRules(ch.Table, ch)
-			if err != nil {
-				return nf, fmt.Errorf("list rules of %s: %w", name, err)
-			}
-			if len(rules) > 0 {
-				why = append(why, fmt.Sprintf("%s: %d rules", name, len(rules)))
+			if n := ruleCount(uint8(fam), ch.Table.Name, ch.Name); n > 0 {
+				why = append(why, fmt.Sprintf("%s: %d rules", name, n))
 			}
 		}
 		if len(why) == 0 {

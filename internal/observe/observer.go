@@ -92,16 +92,16 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.Sysctl = readSysctls(s.Links)
 	}
 	if d&DirtyNetfilter != 0 {
-		nf, err := readNetfilter()
-		if err != nil {
-			return nil, err
-		}
-		s.Netfilter = nf
 		f, err := readFilter()
 		if err != nil {
 			return nil, err
 		}
 		s.Filter = f
+		nf, err := readNetfilter(f.ruleCount)
+		if err != nil {
+			return nil, err
+		}
+		s.Netfilter = nf
 	} else if d&DirtyIPSet != 0 && s.Filter != nil {
 		f, err := s.Filter.refreshSets()
 		if err != nil {

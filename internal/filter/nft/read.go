@@ -45,6 +45,15 @@ type Snapshot struct {
 	// Elsewhere lists base chains forwarded packets may meet that the models do not cover:
 	// netdev ingress/egress, inet ingress, bridge family.
 	Elsewhere []string
+	// RuleCounts: how many rules each chain of every table holds (all families), from the same
+	// dump, so that nobody needs another dump of 10,000 rules to learn whether a chain is empty.
+	RuleCounts map[ChainRef]int
+}
+
+// ChainRef names a chain: its table's family (NFPROTO_*), table and name.
+type ChainRef struct {
+	Family       uint8
+	Table, Chain string
 }
 
 // Ruleset returns the model of family f.
@@ -122,6 +131,10 @@ func Read(o Options) (*Snapshot, error) {
 			return nil, fmt.Errorf("nftables ruleset changed during each of %d reads", tries)
 		}
 		s := build(tables, chains, rules, sets)
+		s.RuleCounts = map[ChainRef]int{}
+		for _, r := range rules {
+			s.RuleCounts[ChainRef{r.Family, r.Table, r.Chain}]++
+		}
 		users := conntrackUsers(chains, rules, objs)
 		s.IPv4.Conntrack, s.IPv6.Conntrack = users[0], users[1]
 		s.Generation = gen

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/linuxfp/linuxfp/internal/filter/filtertest"
 	"github.com/linuxfp/linuxfp/internal/filter/model"
+	"github.com/linuxfp/linuxfp/internal/filter/nft"
 )
 
 // TestScale reads a ruleset of 10,000 rules in 1,000 chains (the target size) and checks
@@ -45,6 +48,13 @@ func TestScale(t *testing.T) {
 	}
 	if c := s.IPv4.Chains[model.ChainKey{TableFamily: "ip", Table: "filter", Chain: "C999"}]; c == nil || len(c.Rules) != per-1 {
 		t.Errorf("chain C999: %v", c)
+	}
+	// The counts other readers use instead of dumping the rules again (observe's hook summary).
+	for ref, want := range map[nft.ChainRef]int{{Family: unix.NFPROTO_IPV4, Table: "filter", Chain: "FORWARD"}: chains,
+		{Family: unix.NFPROTO_IPV4, Table: "filter", Chain: "C7"}: per - 1, {Family: unix.NFPROTO_IPV4, Table: "filter", Chain: "INPUT"}: 0} {
+		if got := s.RuleCounts[ref]; got != want {
+			t.Errorf("RuleCounts[%+v] = %d, want %d", ref, got, want)
+		}
 	}
 	t.Logf("%d rules: iptables-restore %v, read and translate %v", st.Rules, loaded.Round(time.Millisecond), read.Round(time.Millisecond))
 }
