@@ -52,7 +52,10 @@ iptables -A FORWARD -i in0 -o out0 -m conntrack --ctstate NEW -j ACCEPT`)
 			// sink -> gen: NEW from out0 is not allowed; Linux sees it (no entry) and drops it.
 			before := readCounters(t, l, "out0")
 			var ln net.Listener
-			if err := tb.Gen.Do(func() (err error) { ln, err = net.Listen("tcp", net.JoinHostPort(testbed.GenAddr.String(), "0")); return err }); err != nil {
+			if err := tb.Gen.Do(func() (err error) {
+				ln, err = net.Listen("tcp", net.JoinHostPort(testbed.GenAddr.String(), "0"))
+				return err
+			}); err != nil {
 				t.Fatal(err)
 			}
 			defer ln.Close()
@@ -80,7 +83,10 @@ iptables -A FORWARD -i in0 -o out0 -m conntrack --ctstate NEW -j ACCEPT`)
 			}
 			rulesIn(4)
 			var srv net.PacketConn
-			if err := tb.Gen.Do(func() (err error) { srv, err = net.ListenPacket("udp", net.JoinHostPort(testbed.GenAddr.String(), "0")); return err }); err != nil {
+			if err := tb.Gen.Do(func() (err error) {
+				srv, err = net.ListenPacket("udp", net.JoinHostPort(testbed.GenAddr.String(), "0"))
+				return err
+			}); err != nil {
 				t.Fatal(err)
 			}
 			defer srv.Close()
