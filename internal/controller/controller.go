@@ -48,7 +48,7 @@ type Controller struct {
 	plan    *graph.Plan
 	links   map[int]observe.Link
 	backend string           // netfilter backend
-	owned   map[int][]uint32 // every program id linuxfp installed, per ifindex
+	owned   map[int][]uint32 // every program id linuxfp installed, per ifindex (until it is gone)
 	events  uint64
 	seq     uint64
 	changes []status.Change
@@ -326,6 +326,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		switch {
 		case it == nil || it.Name != in.Spec.Name:
 			c.dp.Forget(idx)
+			delete(c.owned, idx)
 			c.log.Info("interface gone; its program went with it", "interface", in.Spec.Name)
 			programs++
 		case it.Spec == nil:
@@ -381,7 +382,9 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			it.Spec = nil
 			continue
 		}
-		c.owned[j.idx] = append(c.owned[j.idx], uint32(j.inst.ProgramID))
+		if id := uint32(j.inst.ProgramID); !slices.Contains(c.owned[j.idx], id) {
+			c.owned[j.idx] = append(c.owned[j.idx], id)
+		}
 		verb := "installed"
 		if j.had {
 			verb = "replaced (atomic link update)"

@@ -93,7 +93,7 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 		return 0, err
 	}
 	cur.tcLink, cur.tcProg, cur.TCProgramID = l, prog, id
-	d.companions[ifindex] = append(d.companions[ifindex], uint32(id))
+	d.ownCompanion(ifindex, id)
 	// Only now may the XDP program mark packets for it.
 	if err := d.maps.LfpTcCompanions.Put(uint32(slot), linuxfpLfpTcCompanion{Attached: 1}); err != nil {
 		d.detachCompanion(cur)
@@ -107,6 +107,14 @@ func (d *Dataplane) OwnsCompanion(ifindex int, id uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Contains(d.companions[ifindex], id)
+}
+
+// ownCompanion records id as a tc program attached after ifindex's XDP program (programs are
+// shared by kind: each id once). Called with d.mu held.
+func (d *Dataplane) ownCompanion(ifindex int, id ebpf.ProgramID) {
+	if !slices.Contains(d.companions[ifindex], uint32(id)) {
+		d.companions[ifindex] = append(d.companions[ifindex], uint32(id))
+	}
 }
 
 // replaceCompanion swaps cur's tc program for prog (bpf_link update). Called with d.mu held.
@@ -123,7 +131,7 @@ func (d *Dataplane) replaceCompanion(cur *iface, prog *ebpf.Program) {
 	}
 	cur.tcProg.Close()
 	cur.tcProg, cur.TCProgramID = prog, id
-	d.companions[cur.Spec.Ifindex] = append(d.companions[cur.Spec.Ifindex], uint32(id))
+	d.ownCompanion(cur.Spec.Ifindex, id)
 }
 
 // detachCompanion removes cur's tc program, if any: the XDP program stops marking first (a

@@ -454,6 +454,7 @@ func (d *Dataplane) removeLocked(ifindex int) error {
 func (d *Dataplane) Forget(ifindex int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	delete(d.companions, ifindex)
 	if cur := d.ifaces[ifindex]; cur != nil {
 		delete(d.ifaces, ifindex)
 		d.slots[cur.Slot] = false
