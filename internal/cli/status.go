@@ -48,6 +48,10 @@ func printStatus(w io.Writer, st *status.Status) {
 			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),
 			st.LastApply.Applied.Sub(st.LastApply.FirstEvent).Round(10*time.Microsecond))
 	}
+	if st.ProgramKinds > 0 {
+		fmt.Fprintf(w, "programs: %d held, one per kind of interface (shared by the interfaces of that kind); %d verified since the start\n",
+			st.ProgramKinds, st.ProgramsVerified)
+	}
 	for _, r := range st.FilterRules {
 		fmt.Fprintf(w, "filter fast path: %s %s: %d packets, %d bytes\n", r.Family, r.Rule, r.Counter.Packets, r.Counter.Bytes)
 	}

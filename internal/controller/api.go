@@ -72,6 +72,7 @@ func (c *Controller) status() *status.Status {
 		st.Conntrack = append(st.Conntrack, "ipv6")
 	}
 	st.CTLiberal, st.CTLiberalFailed = c.ctLiberal.Load(), c.ctLiberalFailed.Load()
+	st.ProgramKinds, st.ProgramsVerified = c.dp.Kinds(), c.dp.Verified()
 	if rcs, err := c.dp.FilterCounters(); err == nil {
 		for _, rc := range rcs {
 			st.FilterRules = append(st.FilterRules, status.FilterRule{Family: rc.Family, Rule: rc.Rule, Counter: status.Counter(rc.Counter)})

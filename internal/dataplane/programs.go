@@ -92,6 +92,19 @@ func (d *Dataplane) program(k progKind) (prog *ebpf.Program, verified bool, err 
 // Verified counts the programs the kernel verified since New (each kind once, while cached).
 func (d *Dataplane) Verified() uint64 { return d.verified.Load() }
 
+// Kinds is how many verified programs the cache holds (one per kind of interface).
+func (d *Dataplane) Kinds() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.progs {
+		if c.prog != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // evictIdleLocked closes the least recently used cached programs of kinds no interface runs,
 // beyond maxIdlePrograms.
 func (d *Dataplane) evictIdleLocked() {

@@ -59,8 +59,9 @@ func TestProgramsSharedByKind(t *testing.T) {
 
 	in := install(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
 	out := install(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
-	if in.ProgramID != out.ProgramID || in.Slot == out.Slot {
-		t.Fatalf("same kind: programs %d and %d, slots %d and %d: want one program, two slots", in.ProgramID, out.ProgramID, in.Slot, out.Slot)
+	if in.ProgramID != out.ProgramID || in.Slot == out.Slot || env.dp.Kinds() != 1 || env.dp.Verified() != 1 {
+		t.Fatalf("same kind: programs %d and %d, slots %d and %d, %d kinds, %d verified: want one program, two slots",
+			in.ProgramID, out.ProgramID, in.Slot, out.Slot, env.dp.Kinds(), env.dp.Verified())
 	}
 	if _, r := reason(out.ProgramID, to(macIn), env.out, out.Slot); r != PassNotForUs {
 		t.Fatalf("in0's MAC received on out0: %v, want %v", r, PassNotForUs)
@@ -87,8 +88,8 @@ func TestProgramsSharedByKind(t *testing.T) {
 
 	// Another kind: another program; in0's is untouched.
 	v4 := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
-	if v4.ProgramID == out.ProgramID {
-		t.Fatalf("IPv4 only: still program %d", v4.ProgramID)
+	if v4.ProgramID == out.ProgramID || env.dp.Kinds() != 2 || env.dp.Verified() != 2 {
+		t.Fatalf("IPv4 only: program %d (was %d), %d kinds, %d verified", v4.ProgramID, out.ProgramID, env.dp.Kinds(), env.dp.Verified())
 	}
 	if cur := env.dp.Installed()[env.in]; cur.ProgramID != in.ProgramID {
 		t.Fatalf("in0's program changed with out0's kind: %d, was %d", cur.ProgramID, in.ProgramID)
@@ -106,8 +107,8 @@ func TestProgramsSharedByKind(t *testing.T) {
 	}
 	// The program of a kind no interface runs is kept (not verified again when one comes back).
 	back := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
-	if back.ProgramID != v4.ProgramID {
-		t.Fatalf("same kind again: program %d, want the kept %d", back.ProgramID, v4.ProgramID)
+	if back.ProgramID != v4.ProgramID || env.dp.Verified() != 2 {
+		t.Fatalf("same kind again: program %d, want the kept %d; %d verified", back.ProgramID, v4.ProgramID, env.dp.Verified())
 	}
 }
 

@@ -43,10 +43,15 @@ type Status struct {
 	// Conntrack: the families whose forwarded connections netfilter tracks (the conntrack
 	// module runs); CTLiberal counts TCP connections marked liberal for the fast path,
 	// CTLiberalFailed the marks that failed (the connection was gone, mostly).
-	Conntrack       []string    `json:"conntrack,omitempty"`
-	CTLiberal       uint64      `json:"ct_liberal"`
-	CTLiberalFailed uint64      `json:"ct_liberal_failed"`
-	Interfaces      []Interface `json:"interfaces"`
+	Conntrack       []string `json:"conntrack,omitempty"`
+	CTLiberal       uint64   `json:"ct_liberal"`
+	CTLiberalFailed uint64   `json:"ct_liberal_failed"`
+	// ProgramKinds: verified programs held, one per kind of interface (modules, families, hook),
+	// each shared by every interface of its kind; ProgramsVerified: programs the kernel verified
+	// since the start (a kind no interface had yet).
+	ProgramKinds     int         `json:"program_kinds"`
+	ProgramsVerified uint64      `json:"programs_verified"`
+	Interfaces       []Interface `json:"interfaces"`
 }
 
 // Interface is one interface's state.
