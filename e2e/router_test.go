@@ -100,6 +100,30 @@ func TestNewInterface(t *testing.T) {
 	})
 }
 
+// The ingress device's MAC is data, not part of its program (interfaces of one kind share one):
+// a new MAC takes effect without a new program, and frames to the old one go to Linux (which
+// drops them as PACKET_OTHERHOST) instead of being forwarded.
+func TestIngressMACChange(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.8.1")
+	before, err := l.Interface("in0")
+	if err != nil || before.Program == nil {
+		t.Fatalf("in0: %+v, %v", before, err)
+	}
+	const newMAC = "02:00:5e:00:53:42"
+	// gen keeps sending to the old MAC (no ARP of its own meanwhile).
+	sh(t, tb.Gen, "ip neigh replace 198.18.0.1 dev eth0 lladdr "+nsMAC(t, tb.DUT, "in0").String()+" nud permanent")
+	sh(t, tb.DUT, "ip link set in0 address "+newMAC)
+	waitPassed(t, tb, l, "198.19.8.1", "not_for_us")
+	sh(t, tb.Gen, "ip neigh replace 198.18.0.1 dev eth0 lladdr "+newMAC+" nud permanent")
+	waitFastPath(t, tb, l, "198.19.8.1")
+	after, err := l.Interface("in0")
+	if err != nil || after.Program == nil || after.Program.ID != before.Program.ID {
+		t.Fatalf("in0's program after the MAC change: %+v (%v), was %d: want the same program", after.Program, err, before.Program.ID)
+	}
+}
+
 type errString string
 
 func (e errString) Error() string { return string(e) }
