@@ -139,3 +139,52 @@ func TestProgramsLargeIfindex(t *testing.T) {
 		t.Fatalf("ifindex %d without data: %v, want uncounted", big, r)
 	}
 }
+
+// Programs of kinds no interface runs are kept up to maxIdlePrograms (least recently used go
+// first); a kind an interface runs is never dropped.
+func TestProgramsIdleBound(t *testing.T) {
+	env := newTestEnv(t)
+	var inst Installed
+	if err := env.ns.Do(func() (err error) {
+		inst, err = env.dp.Install(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Ten other kinds, loaded and dropped (the tc build, by families, conntrack and bridge).
+	n := 0
+	for _, r6 := range []bool{false, true} {
+		for _, ct := range []bool{false, true} {
+			for _, br := range []bool{false, true} {
+				for _, sk := range []bool{false, true} {
+					if n == 10 {
+						break
+					}
+					s := Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookTC, Router4: true, Router6: r6,
+						Conntrack4: ct, Bridge: br, SkbSender: sk}
+					p, err := env.dp.LoadProgram(s, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p.Close()
+					n++
+				}
+			}
+		}
+	}
+	if got := env.dp.Kinds(); got != 1+maxIdlePrograms {
+		t.Fatalf("%d kinds held, want in0's and %d idle", got, maxIdlePrograms)
+	}
+	verified := env.dp.Verified()
+	var again Installed
+	if err := env.ns.Do(func() (err error) {
+		again, err = env.dp.Install(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if again.ProgramID != inst.ProgramID || env.dp.Verified() != verified {
+		t.Fatalf("in0's kind on out0: program %d (in0 %d), %d verified (was %d): want in0's, none verified",
+			again.ProgramID, inst.ProgramID, env.dp.Verified(), verified)
+	}
+}
