@@ -37,6 +37,9 @@ type ResponseOptions struct {
 	// NoLinux skips the baseline: the routed commands again without linuxfp, timing from the
 	// command's exit to the first packet Linux delivers through the DUT.
 	NoLinux bool
+	// LinuxfpLog: a file for linuxfp's own debug log of the run (what it changed, and how long
+	// each step took); empty for none.
+	LinuxfpLog string
 }
 
 // ResponseResult is one command's distribution.
@@ -330,11 +333,22 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	if err := tb.ResolveNeighbours(); err != nil {
 		return err
 	}
-	l, err := tb.StartLinuxfp(o.Binary)
+	var args []string
+	if o.LinuxfpLog != "" {
+		args = []string{"--log-level", "debug"}
+	}
+	l, err := tb.StartLinuxfp(o.Binary, args...)
 	if err != nil {
 		return err
 	}
 	defer l.Stop()
+	if o.LinuxfpLog != "" {
+		defer func() {
+			if err := os.WriteFile(o.LinuxfpLog, []byte(l.Log.String()), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "linuxfp log:", err)
+			}
+		}()
+	}
 	rc := &responseRun{tb: tb, client: l.Client}
 	if err := rc.setupBridgePath(); err != nil {
 		return fmt.Errorf("bridge cases: %w", err)

@@ -39,6 +39,7 @@ delivered through the DUT (--no-linux skips it).`,
 	cmd.Flags().IntVar(&o.Repeats, "repeats", 50, "changes per command")
 	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "run only these commands (e.g. \"ip route add\")")
 	cmd.Flags().BoolVar(&o.NoLinux, "no-linux", false, "skip the Linux-alone baseline (the routed commands again without linuxfp)")
+	cmd.Flags().StringVar(&o.LinuxfpLog, "linuxfp-log", "", "write linuxfp's debug log of the run to this file (what each change did and how long its steps took)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd
 }
