@@ -330,8 +330,10 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 	} else {
 		d.clearIface(s.Ifindex)
 		defer func() {
-			if _, still := d.ifaces[s.Ifindex]; still {
-				if err := d.putIface(d.ifaces[s.Ifindex].Spec, slot); err != nil {
+			// The interface's spec after the swap: the old one where it failed and the old
+			// program still runs.
+			if in, still := d.ifaces[s.Ifindex]; still {
+				if err := d.putIface(in.Spec, slot); err != nil {
 					d.log.Warn("interface data not written: its packets go to Linux", "interface", s.Name, "err", err)
 				}
 			}
@@ -455,14 +457,8 @@ func (d *Dataplane) Forget(ifindex int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.companions, ifindex)
-	if cur := d.ifaces[ifindex]; cur != nil {
-		delete(d.ifaces, ifindex)
-		d.slots[cur.Slot] = false
-		d.detachCompanion(cur)
-		cur.link.Close()
-		cur.prog.Close()
-		d.clearIface(ifindex)
-	}
+	// The link's detach fails harmlessly: the kernel detached it with the interface.
+	d.removeLocked(ifindex)
 }
 
 // Installed lists the attached programs.
@@ -495,11 +491,8 @@ func (d *Dataplane) resetSlot(slot int) error {
 	if err := d.maps.LfpTcCompanions.Put(uint32(slot), linuxfpLfpTcCompanion{}); err != nil {
 		return fmt.Errorf("reset tc program state: %w", err)
 	}
-	zero := make([]linuxfpLfpCounter, ebpf.MustPossibleCPU())
-	for r := 0; r < NumReasons; r++ {
-		if err := d.maps.LfpStats.Put(uint32(slot*NumReasons+r), zero); err != nil {
-			return fmt.Errorf("reset counters: %w", err)
-		}
+	if err := zeroPerCPU(d.maps.LfpStats, uint32(slot*NumReasons), NumReasons); err != nil {
+		return fmt.Errorf("reset counters: %w", err)
 	}
 	return nil
 }
