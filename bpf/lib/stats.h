@@ -98,7 +98,7 @@ static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 
 		/* Racing CPUs may both ask: the controller attaches once. */
 		if (now - c->asked >= LFP_TC_ASK_NS) {
-			struct lfp_tc_request r = { .ifindex = ctx->ingress_ifindex, .slot = key };
+			struct lfp_tc_request r = { .ifindex = ctx_ingress_ifindex(ctx), .slot = key };
 
 			c->asked = now;
 			bpf_ringbuf_output(&lfp_tc_requests, &r, sizeof(r), 0);
