@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/nftables"
+
 	"github.com/linuxfp/linuxfp/internal/filter/compile"
 	"github.com/linuxfp/linuxfp/internal/filter/ipset"
 	"github.com/linuxfp/linuxfp/internal/filter/model"
@@ -37,6 +39,7 @@ type FilterState struct {
 	SetsReadTime time.Duration
 	sets         map[string]*model.IPSet
 	rulesets     [2]*model.Ruleset
+	chains       []*nftables.Chain // every chain, as read with the rules
 	ruleCounts   map[nft.ChainRef]int
 	usesSets     bool
 }
@@ -55,7 +58,7 @@ func readFilter() (*FilterState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
 	}
-	f := &FilterState{Generation: snap.Generation, sets: snap.Sets, ruleCounts: snap.RuleCounts}
+	f := &FilterState{Generation: snap.Generation, sets: snap.Sets, chains: snap.Chains, ruleCounts: snap.RuleCounts}
 	for i, rs := range []*model.Ruleset{snap.IPv4, snap.IPv6} {
 		f.rulesets[i] = rs
 	}

@@ -17,20 +17,11 @@ import (
 // x_tables (iptables-legacy) tables are not visible to nf_tables and send no events: a loaded
 // legacy table is treated as holding rules (see legacyTables).
 //
-// ruleCount says how many rules a chain holds, from the filter's own dump of the ruleset (one
-// dump of every rule is expensive enough: ~100 ms for 10,000 rules here).
-func readNetfilter(ruleCount func(fam uint8, table, chain string) int) (Netfilter, error) {
+// The chains and their rule counts are the filter's own read of the ruleset (f): reading it again
+// costs as much (~100 ms for 10,000 rules here).
+func readNetfilter(f *FilterState) Netfilter {
 	nf := Netfilter{Backend: "nf_tables", Ingress: map[string][]string{}, Egress: map[string][]string{}}
-	c, err := nftables.New()
-	if err != nil {
-		return nf, fmt.Errorf("nftables: %w", err)
-	}
-	defer c.CloseLasting()
-	chains, err := c.ListChains()
-	if err != nil {
-		return nf, fmt.Errorf("list nftables chains: %w", err)
-	}
-	for _, ch := range chains {
+	for _, ch := range f.chains {
 		if ch.Hooknum == nil {
 			continue // not a base chain: reachable only by jumps from one
 		}
@@ -45,7 +36,7 @@ func readNetfilter(ruleCount func(fam uint8, table, chain string) int) (Netfilte
 			why = append(why, name+": policy drop")
 		}
 		if len(why) == 0 {
-			if n := ruleCount(uint8(fam), ch.Table.Name, ch.Name); n > 0 {
+			if n := f.ruleCount(uint8(fam), ch.Table.Name, ch.Name); n > 0 {
 				why = append(why, fmt.Sprintf("%s: %d rules", name, n))
 			}
 		}
@@ -118,7 +109,7 @@ func readNetfilter(ruleCount func(fam uint8, table, chain string) int) (Netfilte
 	sort.Strings(nf.V4)
 	sort.Strings(nf.V6)
 	sort.Strings(nf.Bridge)
-	return nf, nil
+	return nf
 }
 
 const inetIngress = 5 // NF_INET_INGRESS

@@ -97,11 +97,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 			return nil, err
 		}
 		s.Filter = f
-		nf, err := readNetfilter(f.ruleCount)
-		if err != nil {
-			return nil, err
-		}
-		s.Netfilter = nf
+		s.Netfilter = readNetfilter(f)
 	} else if d&DirtyIPSet != 0 && s.Filter != nil {
 		f, err := s.Filter.refreshSets()
 		if err != nil {

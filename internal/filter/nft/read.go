@@ -45,8 +45,10 @@ type Snapshot struct {
 	// Elsewhere lists base chains forwarded packets may meet that the models do not cover:
 	// netdev ingress/egress, inet ingress, bridge family.
 	Elsewhere []string
-	// RuleCounts: how many rules each chain of every table holds (all families), from the same
-	// dump, so that nobody needs another dump of 10,000 rules to learn whether a chain is empty.
+	// Chains and RuleCounts: every chain of every table (all families) and how many rules each
+	// holds, from the same read, so that nobody needs another dump (of 10,000 rules, say) to learn
+	// which hooks hold something.
+	Chains     []*nftables.Chain
 	RuleCounts map[ChainRef]int
 }
 
@@ -131,6 +133,7 @@ func Read(o Options) (*Snapshot, error) {
 			return nil, fmt.Errorf("nftables ruleset changed during each of %d reads", tries)
 		}
 		s := build(tables, chains, rules, sets)
+		s.Chains = chains
 		s.RuleCounts = map[ChainRef]int{}
 		for _, r := range rules {
 			s.RuleCounts[ChainRef{r.Family, r.Table, r.Chain}]++
