@@ -541,17 +541,9 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			base = 0
 		}
 		if dst != "" {
-			deadline := exit.Add(3 * time.Second)
-			got := false
-			for time.Now().Before(deadline) {
-				if f, ok := rc.forwarded(iface, c.drops); ok && f > base {
-					exitFast = append(exitFast, time.Since(exit))
-					got = true
-					break
-				}
-				time.Sleep(200 * time.Microsecond)
-			}
-			if !got {
+			if took, ok := waitAbove(exit, base, func() (uint64, bool) { return rc.forwarded(iface, c.drops) }); ok {
+				exitFast = append(exitFast, took)
+			} else {
 				timeouts++
 			}
 			stop()
@@ -592,7 +584,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 		d := distribution(exitFast)
 		res.ExitToFast = &d
 		if timeouts > 0 {
-			res.ExitToFastNote = fmt.Sprintf("%d of %d samples saw no fast-pathed packet within 3s", timeouts, n)
+			res.ExitToFastNote = fmt.Sprintf("%d of %d samples saw no fast-pathed packet within %s", timeouts, n, responseWait)
 		}
 	}
 	return res, nil
@@ -637,12 +629,12 @@ func (rc *responseRun) linuxBaseline(ctx context.Context, c responseCase, n int)
 			}
 			stop = startStream(rc.tb.Gen, dst)
 		}
-		took := 3 * time.Second
-		for deadline := exit.Add(took); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
-			if got, err := sk.read(); err == nil && got.Packets > base.Packets {
-				took = time.Since(exit)
-				break
-			}
+		took, ok := waitAbove(exit, base.Packets, func() (uint64, bool) {
+			got, err := sk.read()
+			return got.Packets, err == nil
+		})
+		if !ok {
+			took = responseWait
 		}
 		samples = append(samples, took)
 		stop()
@@ -651,6 +643,21 @@ func (rc *responseRun) linuxBaseline(ctx context.Context, c responseCase, n int)
 		}
 	}
 	return distribution(samples), nil
+}
+
+// responseWait: how long a sample waits for its stream's first packet after the command.
+const responseWait = 3 * time.Second
+
+// waitAbove polls read every 0.2 ms until it gives more than base, for up to responseWait after
+// exit: how long after exit that was, and whether it was.
+func waitAbove(exit time.Time, base uint64, read func() (uint64, bool)) (time.Duration, bool) {
+	for time.Now().Before(exit.Add(responseWait)) {
+		if n, ok := read(); ok && n > base {
+			return time.Since(exit), true
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return 0, false
 }
 
 // startStream sends a UDP datagram to dst:9 every 100us from gen until stopped.
