@@ -19,11 +19,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	install := func(s Spec) (inst Installed) {
-		t.Helper()
-		do(func() (err error) { inst, err = env.dp.Install(s); return err })
-		return inst
-	}
+	install := func(s Spec) Installed { return env.install(t, s) }
 	// reason runs pkt through program id as received on ifindex and returns the verdict and the
 	// reason counted in slot (-1: none).
 	reason := func(id ebpf.ProgramID, pkt []byte, ifindex, slot int) (uint32, Reason) {
@@ -144,13 +140,7 @@ func TestProgramsLargeIfindex(t *testing.T) {
 // first); a kind an interface runs is never dropped.
 func TestProgramsIdleBound(t *testing.T) {
 	env := newTestEnv(t)
-	var inst Installed
-	if err := env.ns.Do(func() (err error) {
-		inst, err = env.dp.Install(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	inst := env.install(t, Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
 	// Ten other kinds, loaded and dropped (the tc build, by families, conntrack and bridge).
 	n := 0
 	for _, r6 := range []bool{false, true} {
@@ -176,15 +166,19 @@ func TestProgramsIdleBound(t *testing.T) {
 		t.Fatalf("%d kinds held, want in0's and %d idle", got, maxIdlePrograms)
 	}
 	verified := env.dp.Verified()
-	var again Installed
-	if err := env.ns.Do(func() (err error) {
-		again, err = env.dp.Install(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	again := env.install(t, Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
 	if again.ProgramID != inst.ProgramID || env.dp.Verified() != verified {
 		t.Fatalf("in0's kind on out0: program %d (in0 %d), %d verified (was %d): want in0's, none verified",
 			again.ProgramID, inst.ProgramID, env.dp.Verified(), verified)
 	}
+}
+
+// install attaches s's program in the test namespace.
+func (e *testEnv) install(t *testing.T, s Spec) Installed {
+	t.Helper()
+	var inst Installed
+	if err := e.ns.Do(func() (err error) { inst, err = e.dp.Install(s); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return inst
 }

@@ -126,7 +126,7 @@ func TestCompanionLifecycle(t *testing.T) {
 	}
 	s := Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}
 	var inst Installed
-	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	inst = env.install(t, s)
 	if inst.TCProgramID != 0 || state().Attached != 0 || len(tcxIDs()) != 0 {
 		t.Fatalf("installed: tc program %d, attached %d, tcx %v: want none until asked", inst.TCProgramID, state().Attached, tcxIDs())
 	}
@@ -141,19 +141,19 @@ func TestCompanionLifecycle(t *testing.T) {
 		t.Fatalf("asked again: id %d, tcx %v: want nothing new", again, tcxIDs())
 	}
 	s.Router6 = false
-	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	inst = env.install(t, s)
 	if inst.TCProgramID == 0 || inst.TCProgramID == id || state().Attached != 1 ||
 		!slices.Equal(tcxIDs(), []ebpf.ProgramID{inst.TCProgramID}) {
 		t.Fatalf("spec changed: tc program %d (was %d), attached %d, tcx %v: want a new one in its place",
 			inst.TCProgramID, id, state().Attached, tcxIDs())
 	}
 	s.TCAfterXDP = false
-	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	inst = env.install(t, s)
 	if inst.TCProgramID != 0 || state().Attached != 0 || len(tcxIDs()) != 0 {
 		t.Fatalf("no tc after XDP: tc program %d, attached %d, tcx %v: want it gone", inst.TCProgramID, state().Attached, tcxIDs())
 	}
 	s.TCAfterXDP = true
-	do(func() (err error) { inst, err = env.dp.Install(s); return err })
+	inst = env.install(t, s)
 	do(func() (err error) { id, err = env.dp.AttachCompanion(env.in); return err })
 	do(func() error { return env.dp.Remove(env.in) })
 	if state().Attached != 0 || len(tcxIDs()) != 0 {
