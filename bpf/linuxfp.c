@@ -7,6 +7,7 @@
 #include "lib/ctx.h"
 #include "lib/parse.h"
 #include "lib/stats.h"
+#include "lib/gate.h"
 #include "lib/router.h"
 #include "lib/bridge.h"
 
@@ -26,14 +27,16 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	if (ctx_vlan_tagged(ctx))
 		return lfp_pass(ctx, LFP_PASS_NOT_IP);
 	ctx_pull(ctx, LFP_PULL_LEN);
-	if (cfg_bridge)
-		return bridge_rx(ctx);
-
 	data = ctx_data(ctx);
 	data_end = ctx_data_end(ctx);
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+	if (gate_closed(eth->h_proto))
+		return lfp_pass(ctx, LFP_PASS_APPLY_FAILED);
+	if (cfg_bridge)
+		return bridge_rx(ctx);
+
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
 	iface = lfp_iface(ctx);
 	if (!iface)

@@ -62,6 +62,7 @@ enum lfp_reason {
 	LFP_PASS_CT_CHECKSUM,     /* conntrack would verify its L4 checksum (nf_conntrack_checksum) */
 	LFP_TO_TC,                /* XDP: handed, marked, to the interface's tc program (an skb can go where it goes) */
 	LFP_PASS_RELOADING,       /* built without a module the configuration now needs; its replacement is loading */
+	LFP_PASS_APPLY_FAILED,    /* the data plane could not be brought to Linux's configuration for this family */
 	LFP_REASON_MAX,
 };
 
@@ -121,6 +122,9 @@ struct lfp_config {
 	__u32 vxlans;
 	__u32 vx_flags;
 	__u32 default_ttl;
+	/* Filter module: index of the active bank's first rule and leaf in lfp_fw_rules,
+	 * lfp_fw_leaves and lfp_fw_stats (fw_bank times the capacity the maps were made with). */
+	__u32 fw_base;
 };
 
 enum {
@@ -208,7 +212,7 @@ struct lfp_ct_req {
 /* Filter module (bpf/lib/filter.h, internal/filter/compile): limits, test kinds, actions. */
 #define LFP_FW_MAX_TESTS 8
 #define LFP_FW_MAX_LEAF  64
-#define LFP_FW_MAX_RULES 16384 /* per bank, both families */
+#define LFP_FW_MAX_RULES 16384 /* per bank, both families, unless the controller sizes the maps */
 #define LFP_FW_MAX_SKIPS 16
 
 enum {
@@ -369,6 +373,17 @@ struct lfp_if {
 	__u8 pad;
 	__u32 slot;      /* row of lfp_stats and lfp_tc_companions */
 	__u32 l3_ifindex;/* bridge port: the bridge (br_pass_frame_up() hands frames up from it) */
+};
+
+/* The gate (lib/gate.h): families whose packets all go to Linux because the controller could
+ * not bring the data plane to Linux's configuration for them. */
+enum {
+	LFP_GATE_IPV4 = 1 << 0,
+	LFP_GATE_IPV6 = 1 << 1,
+};
+
+struct lfp_gate {
+	__u32 failed; /* LFP_GATE_* */
 };
 
 #endif

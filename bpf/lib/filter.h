@@ -59,7 +59,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__type(key, struct lfp_fw_set_key);
 	__type(value, __u8);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 1 << 24); /* entries are allocated as they are added */
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } lfp_fw_sets SEC(".maps");
 
@@ -94,7 +94,7 @@ struct fw_pkt {
 struct fw_scan {
 	const struct fw_pkt *p;
 	const struct lfp_fw_leaf *leaf;
-	__u32 base;  /* bank * LFP_FW_MAX_RULES */
+	__u32 base;  /* the active bank's first rule (lfp_config.fw_base) */
 	__u32 next;  /* rules below this index are skipped */
 	__u32 skips;
 	__u32 verdict;
@@ -319,12 +319,12 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk);
 	if (!leaf_idx)
 		return LFP_FW_LINUX;
-	key = bank * LFP_FW_MAX_RULES + *leaf_idx;
+	key = cfg->fw_base + *leaf_idx;
 	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
 	if (!s.leaf || s.leaf->overflow)
 		return LFP_FW_LINUX;
 	s.p = p;
-	s.base = bank * LFP_FW_MAX_RULES;
+	s.base = cfg->fw_base;
 	s.verdict = LFP_FW_ACCEPT;
 	bpf_loop(LFP_FW_MAX_LEAF, fw_scan_one, &s, 0);
 	return s.verdict;

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/linuxfp/linuxfp/internal/controller"
+	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/graph"
 )
 
@@ -38,6 +39,7 @@ func Main(args []string) int {
 func runCmd() *cobra.Command {
 	var hook, level, format string
 	var ifaces, exclude []string
+	var filterRules int
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Accelerate the current network namespace until stopped (SIGINT/SIGTERM)",
@@ -57,6 +59,9 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			default:
 				return fmt.Errorf("--hook %q: want auto, xdp, xdp-generic or tc", hook)
 			}
+			if filterRules < 1 || filterRules > maxFilterRules {
+				return fmt.Errorf("--filter-rules %d: want 1 to %d", filterRules, maxFilterRules)
+			}
 			if os.Geteuid() != 0 {
 				return errors.New("run needs root (CAP_NET_ADMIN and CAP_BPF)")
 			}
@@ -64,8 +69,9 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return controller.Run(ctx, controller.Config{
-				Options: graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude)},
-				Log:     log,
+				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude)},
+				Dataplane: dataplane.Options{FilterRules: filterRules},
+				Log:       log,
 			})
 		},
 	}
@@ -75,8 +81,12 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	f.StringSliceVar(&exclude, "exclude", nil, "interfaces never to touch (names or globs)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&format, "log-format", "text", "text or json")
+	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "netfilter rules (flattened) the filter module holds; a larger ruleset sends its family's forwarded packets to Linux (each 1,000 cost about 1.2 MB)")
 	return cmd
 }
+
+// maxFilterRules: the filter's rule indexes are 32-bit and two banks must fit.
+const maxFilterRules = 1 << 24
 
 func splitList(v []string) []string {
 	var out []string

@@ -48,6 +48,12 @@ func printStatus(w io.Writer, st *status.Status) {
 			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),
 			st.LastApply.Applied.Sub(st.LastApply.FirstEvent).Round(10*time.Microsecond))
 	}
+	if st.ApplyError != "" {
+		fmt.Fprintf(w, "APPLY FAILED %s ago, retrying: %s\n", time.Since(*st.ApplyErrorSince).Round(time.Second), st.ApplyError)
+	}
+	if len(st.FamiliesToLinux) > 0 {
+		fmt.Fprintf(w, "to Linux until an apply succeeds: every %s packet (apply_failed)\n", strings.Join(st.FamiliesToLinux, " and "))
+	}
 	if st.ProgramKinds > 0 {
 		fmt.Fprintf(w, "programs: %d held, one per kind of interface (shared by the interfaces of that kind); %d verified since the start\n",
 			st.ProgramKinds, st.ProgramsVerified)

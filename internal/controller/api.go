@@ -55,6 +55,11 @@ func (c *Controller) status() *status.Status {
 		Busy:        c.busy.Load(),
 		Interfaces:  []status.Interface{},
 	}
+	if c.applyErr != "" {
+		since := c.applyErrSince
+		st.ApplyError, st.ApplyErrorSince = c.applyErr, &since
+	}
+	st.FamiliesToLinux = c.dp.Failed().Names()
 	if n := len(c.changes); n > 0 {
 		last := c.changes[n-1]
 		st.LastApply = &last

@@ -27,8 +27,9 @@ import (
 
 // Config configures Run.
 type Config struct {
-	Options graph.Options
-	Log     *slog.Logger
+	Options   graph.Options
+	Dataplane dataplane.Options
+	Log       *slog.Logger
 	// Quiet and MaxDelay coalesce bursts of events: the data plane is rebuilt once no event
 	// arrived for Quiet, or MaxDelay after the first one, whichever is first.
 	Quiet    time.Duration
@@ -54,6 +55,12 @@ type Controller struct {
 	changes []status.Change
 
 	readFailures int
+	// applyErr: the last apply failed (applyErrSince: since when); what it could not do is in
+	// status, logged once per distinct error, and retried after applyRetry (doubling).
+	applyErr      string
+	applyErrSince time.Time
+	applyRetry    time.Duration
+	retryTimer    *time.Timer
 
 	fdb          map[fdbKey]int // learned FDB entries the data plane may refresh (see refreshFDB)
 	fdbRefreshes uint64
@@ -110,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.obs.Close()
-	c.dp, err = dataplane.New(log)
+	c.dp, err = dataplane.New(log, cfg.Dataplane)
 	if err != nil {
 		return fmt.Errorf("create data plane: %w (is this root, with BPF available?)", err)
 	}
@@ -241,9 +248,10 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 		})
 	case err != nil:
 		c.readFailures = 0
-		c.log.Error("apply", "err", err)
+		c.applyFailed(err)
 	default:
 		c.readFailures = 0
+		c.applySucceeded()
 	}
 	if err != nil {
 		ch.Err = err.Error()
@@ -380,6 +388,12 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			errs = append(errs, j.err)
 			it.Notes = append(it.Notes, "install failed: "+j.err.Error())
 			it.Spec = nil
+			// The program it ran was made for a configuration Linux no longer has.
+			if j.had {
+				if err := c.dp.Remove(j.idx); err != nil {
+					errs = append(errs, err)
+				}
+			}
 			continue
 		}
 		if id := uint32(j.inst.ProgramID); !slices.Contains(c.owned[j.idx], id) {
@@ -437,4 +451,53 @@ func families(s dataplane.Spec) []string {
 		f = append(f, "ipv6")
 	}
 	return f
+}
+
+// Retries of a failed apply: from applyRetryMin, doubling up to applyRetryMax. An event retries
+// at once.
+const (
+	applyRetryMin = time.Second
+	applyRetryMax = time.Minute
+)
+
+// applyFailed records an apply that did not bring the data plane to Linux's configuration. The
+// data plane has already handed what it could not apply to Linux (the gate, a removed
+// program); the error is logged when it is new, and the apply is retried later.
+func (c *Controller) applyFailed(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if msg := err.Error(); msg != c.applyErr {
+		if c.applyErr == "" {
+			c.applyErrSince = time.Now()
+		}
+		c.applyErr = msg
+		c.log.Error("apply failed: what it governs goes to Linux until an apply succeeds",
+			"families_to_linux", c.dp.Failed().String(), "err", err)
+	}
+	c.applyRetry = min(max(2*c.applyRetry, applyRetryMin), applyRetryMax)
+	if c.retryTimer != nil {
+		c.retryTimer.Stop()
+	}
+	c.retryTimer = time.AfterFunc(c.applyRetry, func() {
+		select {
+		case c.w.C <- observe.Event{Dirty: observe.DirtyAll, At: time.Now()}:
+		default:
+		}
+	})
+}
+
+// applySucceeded: the data plane follows Linux's configuration again.
+func (c *Controller) applySucceeded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.retryTimer != nil {
+		c.retryTimer.Stop()
+		c.retryTimer = nil
+	}
+	c.applyRetry = 0
+	if c.applyErr != "" {
+		c.log.Info("applied after a failure: the fast path follows Linux's configuration again",
+			"failed_for", time.Since(c.applyErrSince).Round(time.Millisecond))
+		c.applyErr = ""
+	}
 }

@@ -141,15 +141,26 @@ type Dataplane struct {
 	pfx4    map[linuxfpLfpLpm4Key]uint8
 	pfx6    map[linuxfpLfpLpm6Key]uint8
 	closers []func()
-	fw      filterState
-	fdb     map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
-	l2      map[uint32]linuxfpLfpL2Dev
+	// failed: the families the gate holds (gate.go); gateWritten: the gate map has been written.
+	failed      Families
+	gateWritten bool
+	fwCap       int // filter rules (and leaves) per bank: Options.FilterRules
+	fw          filterState
+	fdb         map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
+	l2          map[uint32]linuxfpLfpL2Dev
 }
 
 const maxSlots = 256 // LFP_MAX_SLOTS
 
+// Options size the data plane.
+type Options struct {
+	// FilterRules is how many flat rules (and leaves) of the filter module the maps hold, per
+	// bank (a ruleset beyond it sends its families' packets to Linux); 0: DefaultFilterRules.
+	FilterRules int
+}
+
 // New creates the shared maps. Nothing is attached yet.
-func New(log *slog.Logger) (*Dataplane, error) {
+func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	spec, err := loadLinuxfp()
 	if err != nil {
 		return nil, err
@@ -157,6 +168,15 @@ func New(log *slog.Logger) (*Dataplane, error) {
 	tcSpec, err := loadLinuxfpTc()
 	if err != nil {
 		return nil, err
+	}
+	if o.FilterRules <= 0 {
+		o.FilterRules = DefaultFilterRules
+	}
+	// Two banks of the capacity; both objects' specs, so that every program accepts the maps.
+	for _, cs := range []*ebpf.CollectionSpec{spec, tcSpec} {
+		for _, name := range filterMaps {
+			cs.Maps[name].MaxEntries = uint32(2 * o.FilterRules)
+		}
 	}
 	d := &Dataplane{
 		spec:       spec,
@@ -179,6 +199,7 @@ func New(log *slog.Logger) (*Dataplane, error) {
 		pfx6:       map[linuxfpLfpLpm6Key]uint8{},
 		fdb:        map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
 		l2:         map[uint32]linuxfpLfpL2Dev{},
+		fwCap:      o.FilterRules,
 	}
 	// Only the maps: programs are loaded per interface in Install.
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {

@@ -41,8 +41,15 @@ const (
 	// fwPreCTDrop4: a rule before conntrack drops: conntrack refreshes wait for the verdict.
 	fwPreCTDrop4 = 1 << 8
 
-	fwMaxRules = 16384 // LFP_FW_MAX_RULES, per bank
+	// DefaultFilterRules is the filter maps' capacity per bank when none is given (LFP_FW_MAX_RULES).
+	DefaultFilterRules = 16384
 )
+
+// filterMaps are the maps whose size is the filter's capacity: two banks of it.
+var filterMaps = []string{"lfp_fw_rules", "lfp_fw_leaves", "lfp_fw_lpm", "lfp_fw_hosts", "lfp_fw_stats"}
+
+// ErrFilterCapacity: a ruleset has more flat rules or leaves than the filter maps hold.
+var ErrFilterCapacity = errors.New("ruleset exceeds the filter's capacity")
 
 // filterState is what the data plane last wrote for the filter module.
 type filterState struct {
@@ -140,8 +147,8 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
 		st.ruleBase[fam] = ruleBase
-		if int(ruleBase)+len(p.Rules) > fwMaxRules || int(leafBase)+len(p.Leaves) > fwMaxRules {
-			return st.flags, st.bank, fmt.Errorf("filter: %d rules / %d leaves exceed the data plane's %d", len(rules)+len(p.Rules), len(leaves)+len(p.Leaves), fwMaxRules)
+		if n, l := int(ruleBase)+len(p.Rules), int(leafBase)+len(p.Leaves); n > d.fwCap || l > d.fwCap {
+			return st.flags, st.bank, fmt.Errorf("filter: %d flat rules and %d leaves: %w of %d (linuxfp run --filter-rules)", n, l, ErrFilterCapacity, d.fwCap)
 		}
 		for _, r := range p.Rules {
 			var br linuxfpLfpFwRule
@@ -222,13 +229,13 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	}
 	// The inactive bank: its counters from zero, rules and leaves by index, then its LPM (old keys out first: an LPM
 	// entry of the inactive bank is never consulted).
-	if err := zeroPerCPU(d.maps.LfpFwStats, next*fwMaxRules, len(rules)); err != nil {
+	if err := zeroPerCPU(d.maps.LfpFwStats, next*uint32(d.fwCap), len(rules)); err != nil {
 		return st.flags, st.bank, fmt.Errorf("filter counters: %w", err)
 	}
-	if err := putArray(d.maps.LfpFwRules, next*fwMaxRules, rules); err != nil {
+	if err := putArray(d.maps.LfpFwRules, next*uint32(d.fwCap), rules); err != nil {
 		return st.flags, st.bank, err
 	}
-	if err := putArray(d.maps.LfpFwLeaves, next*fwMaxRules, leaves); err != nil {
+	if err := putArray(d.maps.LfpFwLeaves, next*uint32(d.fwCap), leaves); err != nil {
 		return st.flags, st.bank, err
 	}
 	for _, k := range st.lpm[next] {
@@ -261,6 +268,19 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	st.prog4, st.prog6 = f.Prog4, f.Prog6
 	st.flags, st.bank = flags, next
 	return flags, next, nil
+}
+
+// behind: the families whose ruleset in f differs from the one written (after a failed
+// syncFilter, the ones still classified by a ruleset Linux has replaced).
+func (st *filterState) behind(f FilterData) Families {
+	var b Families
+	if f.Prog4 != st.prog4 {
+		b |= IPv4
+	}
+	if f.Prog6 != st.prog6 {
+		b |= IPv6
+	}
+	return b
 }
 
 // dropOldSets removes the set entries of the bank that is no longer active (after the flip).
@@ -344,7 +364,7 @@ func (d *Dataplane) FilterCounters() ([]RuleCounter, error) {
 		sums := map[string]*Counter{}
 		var order []string
 		for i, r := range p.Rules {
-			key := st.bank*fwMaxRules + st.ruleBase[fam] + uint32(i)
+			key := st.bank*uint32(d.fwCap) + st.ruleBase[fam] + uint32(i)
 			if err := d.maps.LfpFwStats.Lookup(key, &per); err != nil {
 				return nil, fmt.Errorf("filter counters: %w", err)
 			}

@@ -55,7 +55,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 	env := &testEnv{ns: ns, progs: map[progKey]*ebpf.Program{}, hook: HookXDP}
 	var inMAC []byte
 	if err := ns.Do(func() error {
-		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 		if err != nil {
 			return err
 		}

@@ -42,6 +42,7 @@ type linuxfpLfpConfig struct {
 	Vxlans             uint32
 	VxFlags            uint32
 	DefaultTtl         uint32
+	FwBase             uint32
 }
 
 type linuxfpLfpCounter struct {
@@ -137,6 +138,11 @@ type linuxfpLfpFwSetKey struct {
 	Pad       uint8
 	Port      uint16
 	Addr      [4]uint32
+}
+
+type linuxfpLfpGate struct {
+	_      structs.HostLayout
+	Failed uint32
 }
 
 type linuxfpLfpIf struct {
@@ -331,6 +337,7 @@ const (
 	linuxfpMapLfpFwRules      = "lfp_fw_rules"
 	linuxfpMapLfpFwSets       = "lfp_fw_sets"
 	linuxfpMapLfpFwStats      = "lfp_fw_stats"
+	linuxfpMapLfpGateMap      = "lfp_gate_map"
 	linuxfpMapLfpIfs          = "lfp_ifs"
 	linuxfpMapLfpIfsHi        = "lfp_ifs_hi"
 	linuxfpMapLfpL2           = "lfp_l2"
@@ -421,6 +428,7 @@ type linuxfpMapSpecs struct {
 	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpGateMap      *ebpf.MapSpec `ebpf:"lfp_gate_map"`
 	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
@@ -487,6 +495,7 @@ type linuxfpMaps struct {
 	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpGateMap      *ebpf.Map `ebpf:"lfp_gate_map"`
 	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
@@ -520,6 +529,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFwRules,
 		m.LfpFwSets,
 		m.LfpFwStats,
+		m.LfpGateMap,
 		m.LfpIfs,
 		m.LfpIfsHi,
 		m.LfpL2,

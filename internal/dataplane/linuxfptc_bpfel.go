@@ -42,6 +42,7 @@ type linuxfpTcLfpConfig struct {
 	Vxlans             uint32
 	VxFlags            uint32
 	DefaultTtl         uint32
+	FwBase             uint32
 }
 
 type linuxfpTcLfpCounter struct {
@@ -137,6 +138,11 @@ type linuxfpTcLfpFwSetKey struct {
 	Pad       uint8
 	Port      uint16
 	Addr      [4]uint32
+}
+
+type linuxfpTcLfpGate struct {
+	_      structs.HostLayout
+	Failed uint32
 }
 
 type linuxfpTcLfpIf struct {
@@ -331,6 +337,7 @@ const (
 	linuxfpTcMapLfpFwRules      = "lfp_fw_rules"
 	linuxfpTcMapLfpFwSets       = "lfp_fw_sets"
 	linuxfpTcMapLfpFwStats      = "lfp_fw_stats"
+	linuxfpTcMapLfpGateMap      = "lfp_gate_map"
 	linuxfpTcMapLfpIfs          = "lfp_ifs"
 	linuxfpTcMapLfpIfsHi        = "lfp_ifs_hi"
 	linuxfpTcMapLfpL2           = "lfp_l2"
@@ -421,6 +428,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpGateMap      *ebpf.MapSpec `ebpf:"lfp_gate_map"`
 	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
@@ -487,6 +495,7 @@ type linuxfpTcMaps struct {
 	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
 	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpGateMap      *ebpf.Map `ebpf:"lfp_gate_map"`
 	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
@@ -520,6 +529,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFwRules,
 		m.LfpFwSets,
 		m.LfpFwStats,
+		m.LfpGateMap,
 		m.LfpIfs,
 		m.LfpIfsHi,
 		m.LfpL2,

@@ -303,9 +303,22 @@ func (d *Dataplane) Sync(data Data) error {
 	// sources, STALE neighbours) go in before the ones that let it forward (egress devices), and
 	// the STALE set before the count that makes the data plane look at it.
 	fwFlags, fwBank, fwErr := d.syncFilter(data.Filter)
+	var failed Families
+	if fwErr != nil {
+		// The families whose ruleset changed keep the one written before, which Linux has
+		// replaced: the gate holds them before anything else is written.
+		// A failure that changed no ruleset (the interfaces' pattern bits) may be stale for both.
+		if failed = d.fw.behind(data.Filter); failed == 0 {
+			failed = BothFamilies
+		}
+		if err := d.setGateLocked(d.failed | failed); err != nil {
+			return errors.Join(fwErr, err)
+		}
+	}
 	cfg := linuxfpLfpConfig{
 		FwFlags:        fwFlags,
 		FwBank:         fwBank,
+		FwBase:         fwBank * uint32(d.fwCap),
 		RouteMtu4:      data.RouteMTU4,
 		RouteMtu6:      data.RouteMTU6,
 		LocalPrefixes4: boolU32(len(p4) > 0),
@@ -344,6 +357,14 @@ func (d *Dataplane) Sync(data Data) error {
 		syncMap(d.maps.LfpVxlan, d.vxlan, vx),
 		syncMap(d.maps.LfpVxlanRxMap, d.vxrx, vxrx),
 	}
+	for _, err := range errs {
+		// Whatever else failed may decide packets of either family.
+		if err != nil && err != fwErr {
+			failed = BothFamilies
+		}
+	}
+	// Only now, with everything written, is a family the gate held let through again.
+	errs = append(errs, d.setGateLocked(failed))
 	return errors.Join(errs...)
 }
 

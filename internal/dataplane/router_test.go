@@ -110,7 +110,7 @@ func newTestEnv(t testing.TB) *testEnv {
 	}
 	env := &testEnv{ns: ns, hook: HookXDP, progs: map[progKey]*ebpf.Program{}}
 	err = ns.Do(func() error {
-		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 		if err != nil {
 			return err
 		}

@@ -59,7 +59,7 @@ func newVXLANEnv(t *testing.T) *testEnv {
 	env := &testEnv{ns: ns, hook: HookTC, progs: map[progKey]*ebpf.Program{}}
 	var in, out, vx int
 	err = ns.Do(func() error {
-		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		dp, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 		if err != nil {
 			return err
 		}

@@ -33,6 +33,13 @@ type Status struct {
 	LastApply        *Change   `json:"last_apply,omitempty"`
 	// Busy: the controller is applying a change right now.
 	Busy bool `json:"busy"`
+	// ApplyError: the last apply could not bring the data plane to Linux's configuration
+	// (since ApplyErrorSince); it is retried. FamiliesToLinux: the families whose packets all
+	// go to Linux meanwhile (counted as apply_failed), because what governs them could not be
+	// written.
+	ApplyError      string     `json:"apply_error,omitempty"`
+	ApplyErrorSince *time.Time `json:"apply_error_since,omitempty"`
+	FamiliesToLinux []string   `json:"families_to_linux,omitempty"`
 	// FilterRules: per netfilter rule (or chain policy), the packets the fast path matched with
 	// it (rules of a jump's path included); iptables -v counts only what Linux saw.
 	FilterRules []FilterRule `json:"filter_rules,omitempty"`

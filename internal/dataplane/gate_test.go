@@ -1,0 +1,125 @@
+package dataplane
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
+)
+
+// A configuration the data plane cannot take must not leave the old data deciding: the
+// families it governs go to Linux (apply_failed) until a Sync succeeds.
+
+// dropAll is a ruleset of n rules whose last drops everything (the others match nothing the
+// tests send).
+func dropAll(n int) *compile.Program {
+	p := &compile.Program{Family: model.IPv4, Cut: compile.CutDst}
+	var idx []int
+	for i := 0; i < n-1; i++ {
+		p.Rules = append(p.Rules, compile.Rule{Tests: []compile.Test{{Kind: compile.TestDst, Prefix: pfx("198.19.200.0/24")}}, Action: compile.ActDrop})
+		idx = append(idx, i)
+	}
+	p.Rules = append(p.Rules, compile.Rule{Action: compile.ActDrop})
+	p.Leaves = []compile.Leaf{{Rules: append(idx, n-1)}}
+	p.Prefixes = []compile.LeafPrefix{{Prefix: pfx("0.0.0.0/0"), Leaf: 0}}
+	return p
+}
+
+func TestGateFilterOverCapacity(t *testing.T) {
+	env := newTestEnv(t)
+	// A test-only capacity: the same check and the same path as a ruleset larger than the maps.
+	env.dp.fwCap = 8
+	ifs := []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}
+	data := func(p *compile.Program) Data {
+		return Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
+			Filter: FilterData{Prog4: p, Ifaces: ifs}}
+	}
+	sync := func(p *compile.Program) error {
+		return env.ns.Do(func() error { return env.dp.Sync(data(p)) })
+	}
+	pkt4 := v4("198.18.0.2", "198.19.0.9").Bytes()
+	pkt6 := v6("2001:2::2", "2001:2:1::9").Bytes()
+	for _, hook := range hooks {
+		env.hook = hook
+		prog := env.prog(t, true, true)
+		check := func(step string, pkt []byte, wantRet uint32, want Reason) {
+			t.Helper()
+			ret, _, reason := env.run(t, prog, pkt)
+			if ret != wantRet || reason != want {
+				t.Fatalf("%s %s: verdict %d reason %v, want %d %v", hook, step, ret, reason, wantRet, want)
+			}
+		}
+		// Linux drops everything: so does the fast path.
+		if err := sync(dropAll(3)); err != nil {
+			t.Fatal(err)
+		}
+		check("3-rule drop", pkt4, xdpDrop, FilterDropped)
+		// Linux now has 9 rules, more than the data plane holds, and the last accepts: the
+		// old ruleset (which drops) must not decide, nor may IPv4 be forwarded unfiltered.
+		bigger := dropAll(9)
+		bigger.Rules[8].Action = compile.ActSkip
+		bigger.Rules[8].SkipTo = 9
+		err := sync(bigger)
+		if !errors.Is(err, ErrFilterCapacity) {
+			t.Fatalf("sync of 9 rules: %v, want ErrFilterCapacity", err)
+		}
+		if f := env.dp.Failed(); f != IPv4 {
+			t.Fatalf("failed families %v, want ipv4", f)
+		}
+		check("over capacity", pkt4, xdpPass, PassApplyFailed)
+		// IPv6's configuration was applied: its packets stay fast.
+		check("over capacity, ipv6", pkt6, xdpRedirect, Forwarded)
+		// A ruleset that fits again: the gate opens, the new ruleset decides.
+		if err := sync(dropAll(2)); err != nil {
+			t.Fatal(err)
+		}
+		if f := env.dp.Failed(); f != 0 {
+			t.Fatalf("failed families %v after a good sync", f)
+		}
+		check("fits again", pkt4, xdpDrop, FilterDropped)
+		if err := sync(nil); err != nil {
+			t.Fatal(err)
+		}
+		check("no rules", pkt4, xdpRedirect, Forwarded)
+	}
+}
+
+func TestGateFailedUpdate(t *testing.T) {
+	env := newTestEnv(t)
+	// More local addresses than lfp_local4 holds: a map update fails. Those addresses decide
+	// which sources are martian, for either family's packets as far as the gate knows.
+	var hosts []netip.Addr
+	for i := 0; i < 16385; i++ {
+		hosts = append(hosts, netip.AddrFrom4([4]byte{198, 18, byte(128 + i>>8), byte(i)}))
+	}
+	data := Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in)}
+	pkt4 := v4("198.18.0.2", "198.19.0.9").Bytes()
+	pkt6 := v6("2001:2::2", "2001:2:1::9").Bytes()
+	for _, hook := range hooks {
+		env.hook = hook
+		prog := env.prog(t, true, true)
+		bad := data
+		bad.LocalHosts = hosts
+		if err := env.ns.Do(func() error { return env.dp.Sync(bad) }); err == nil {
+			t.Fatal("sync of 16385 local addresses succeeded; the test needs a failing update")
+		}
+		if f := env.dp.Failed(); f != BothFamilies {
+			t.Fatalf("failed families %v, want both", f)
+		}
+		for _, pkt := range [][]byte{pkt4, pkt6} {
+			if ret, _, reason := env.run(t, prog, pkt); ret != xdpPass || reason != PassApplyFailed {
+				t.Fatalf("%s after a failed update: verdict %d reason %v, want pass apply_failed", hook, ret, reason)
+			}
+		}
+		if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
+			t.Fatal(err)
+		}
+		for _, pkt := range [][]byte{pkt4, pkt6} {
+			if ret, _, reason := env.run(t, prog, pkt); ret != xdpRedirect || reason != Forwarded {
+				t.Fatalf("%s after a good sync: verdict %d reason %v, want forwarded", hook, ret, reason)
+			}
+		}
+	}
+}
