@@ -81,7 +81,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	f.StringSliceVar(&exclude, "exclude", nil, "interfaces never to touch (names or globs)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&format, "log-format", "text", "text or json")
-	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "netfilter rules (flattened) the filter module holds; a larger ruleset sends its family's forwarded packets to Linux (each 1,000 cost about 1.2 MB)")
+	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "the most netfilter rules (flattened) the filter module takes: its maps start at 16,384 and follow the ruleset up to this (each 1,000 about 1.2 MB); a larger ruleset sends its family's forwarded packets to Linux")
 	return cmd
 }
 

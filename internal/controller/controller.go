@@ -48,15 +48,14 @@ type Controller struct {
 	mu      sync.Mutex
 	plan    *graph.Plan
 	links   map[int]observe.Link
-	backend string           // netfilter backend
-	owned   map[int][]uint32 // every program id linuxfp installed, per ifindex (until it is gone)
+	backend string // netfilter backend
 	events  uint64
 	seq     uint64
 	changes []status.Change
 
 	readFailures int
 	// applyErr: the last apply failed (applyErrSince: since when); what it could not do is in
-	// status, logged once per distinct error, and retried after applyRetry (doubling).
+	// status, logged once per failure, and retried after applyRetry (doubling).
 	applyErr      string
 	applyErrSince time.Time
 	applyRetry    time.Duration
@@ -105,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ln.Close()
 
-	c := &Controller{cfg: cfg, log: log, started: time.Now(), owned: map[int][]uint32{}}
+	c := &Controller{cfg: cfg, log: log, started: time.Now()}
 	// Subscribe before the first read, so no change in between is missed.
 	c.w, err = observe.NewWatcher(ctx, log)
 	if err != nil {
@@ -276,10 +275,6 @@ type readError struct{ err error }
 func (e *readError) Error() string { return "read state: " + e.err.Error() }
 func (e *readError) Unwrap() error { return e.err }
 
-func (c *Controller) ownedProgram(ifindex int, id uint32) bool {
-	return slices.Contains(c.owned[ifindex], id) || c.dp.OwnsCompanion(ifindex, id)
-}
-
 // attachCompanion attaches the tc program after an XDP program that asked for one (a packet
 // only an skb can take arrived; see dataplane/companion.go).
 func (c *Controller) attachCompanion(ifindex int) {
@@ -308,7 +303,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	defer func() {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
-	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram)
+	plan := graph.Build(snap, c.cfg.Options, c.dp.Owns)
 	c.lastFilter = snap.Filter
 	c.pollSets.Store(snap.Filter.UsesSets())
 	if snap.Filter != nil {
@@ -334,7 +329,6 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		switch {
 		case it == nil || it.Name != in.Spec.Name:
 			c.dp.Forget(idx)
-			delete(c.owned, idx)
 			c.log.Info("interface gone; its program went with it", "interface", in.Spec.Name)
 			programs++
 		case it.Spec == nil:
@@ -395,9 +389,6 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 				}
 			}
 			continue
-		}
-		if id := uint32(j.inst.ProgramID); !slices.Contains(c.owned[j.idx], id) {
-			c.owned[j.idx] = append(c.owned[j.idx], id)
 		}
 		verb := "installed"
 		if j.had {
@@ -462,18 +453,19 @@ const (
 
 // applyFailed records an apply that did not bring the data plane to Linux's configuration. The
 // data plane has already handed what it could not apply to Linux (the gate, a removed
-// program); the error is logged when it is new, and the apply is retried later.
+// program); the error is logged when the failure starts, and the apply is retried later.
 func (c *Controller) applyFailed(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if msg := err.Error(); msg != c.applyErr {
-		if c.applyErr == "" {
-			c.applyErrSince = time.Now()
-		}
-		c.applyErr = msg
+	// Logged once per failure; status shows the latest error (a retry may fail differently).
+	if c.applyErr == "" {
+		c.applyErrSince = time.Now()
 		c.log.Error("apply failed: what it governs goes to Linux until an apply succeeds",
 			"families_to_linux", c.dp.Failed().String(), "err", err)
+	} else if msg := err.Error(); msg != c.applyErr {
+		c.log.Debug("apply failed again", "families_to_linux", c.dp.Failed().String(), "err", err)
 	}
+	c.applyErr = err.Error()
 	c.applyRetry = min(max(2*c.applyRetry, applyRetryMin), applyRetryMax)
 	if c.retryTimer != nil {
 		c.retryTimer.Stop()

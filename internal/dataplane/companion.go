@@ -68,10 +68,14 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 	s, slot := cur.Spec, cur.Slot
 	d.mu.Unlock()
 
-	prog, _, err := d.loadProgram(s, true)
+	prog, _, gen, err := d.loadProgram(s, true)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur.attaching = false
+	if err == nil && d.staleLocked(gen) {
+		prog.Close()
+		err = errMapsReplaced
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -93,7 +97,7 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 		return 0, err
 	}
 	cur.tcLink, cur.tcProg, cur.TCProgramID = l, prog, id
-	d.ownCompanion(ifindex, id)
+	d.own(ifindex, id)
 	// Only now may the XDP program mark packets for it.
 	if err := d.maps.LfpTcCompanions.Put(uint32(slot), linuxfpLfpTcCompanion{Attached: 1}); err != nil {
 		d.detachCompanion(cur)
@@ -102,18 +106,19 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 	return id, nil
 }
 
-// OwnsCompanion reports whether id is a tc program linuxfp attached after ifindex's XDP program.
-func (d *Dataplane) OwnsCompanion(ifindex int, id uint32) bool {
+// Owns reports whether id is a program linuxfp attached to ifindex (at XDP, at tc, or at tc
+// after XDP), now or before: a snapshot of the interface may still show one just replaced.
+func (d *Dataplane) Owns(ifindex int, id uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Contains(d.companions[ifindex], id)
+	return slices.Contains(d.owned[ifindex], id)
 }
 
-// ownCompanion records id as a tc program attached after ifindex's XDP program (programs are
-// shared by kind: each id once). Called with d.mu held.
-func (d *Dataplane) ownCompanion(ifindex int, id ebpf.ProgramID) {
-	if !slices.Contains(d.companions[ifindex], uint32(id)) {
-		d.companions[ifindex] = append(d.companions[ifindex], uint32(id))
+// own records id as a program attached to ifindex (programs are shared by kind: each id
+// once). Called with d.mu held.
+func (d *Dataplane) own(ifindex int, id ebpf.ProgramID) {
+	if !slices.Contains(d.owned[ifindex], uint32(id)) {
+		d.owned[ifindex] = append(d.owned[ifindex], uint32(id))
 	}
 }
 
@@ -131,7 +136,7 @@ func (d *Dataplane) replaceCompanion(cur *iface, prog *ebpf.Program) {
 	}
 	cur.tcProg.Close()
 	cur.tcProg, cur.TCProgramID = prog, id
-	d.ownCompanion(cur.Spec.Ifindex, id)
+	d.own(cur.Spec.Ifindex, id)
 }
 
 // detachCompanion removes cur's tc program, if any: the XDP program stops marking first (a

@@ -126,9 +126,8 @@ type Dataplane struct {
 	btfCache *btf.Cache
 	slots    []bool
 	log      *slog.Logger
-	// companions: every tc program id attached after XDP, per ifindex (the controller's
-	// ownership check: a snapshot may still show one just replaced).
-	companions map[int][]uint32
+	// owned: every program id attached, per ifindex, until the interface is gone (Owns).
+	owned map[int][]uint32
 
 	txDevs  map[uint32]linuxfpBpfDevmapVal
 	tcTx    map[uint32]linuxfpLfpTcTx
@@ -144,18 +143,22 @@ type Dataplane struct {
 	// failed: the families the gate holds (gate.go); gateWritten: the gate map has been written.
 	failed      Families
 	gateWritten bool
-	fwCap       int // filter rules (and leaves) per bank: Options.FilterRules
-	fw          filterState
-	fdb         map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
-	l2          map[uint32]linuxfpLfpL2Dev
+	fwCap       int // filter rules (and leaves) per bank the maps hold now (filter_capacity.go)
+	fwMax       int // the most it may grow to: Options.FilterRules
+	// mapsGen counts the times the maps were replaced (a program loaded with older ones must
+	// not be attached).
+	mapsGen uint64
+	fw      filterState
+	fdb     map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
+	l2      map[uint32]linuxfpLfpL2Dev
 }
 
 const maxSlots = 256 // LFP_MAX_SLOTS
 
 // Options size the data plane.
 type Options struct {
-	// FilterRules is how many flat rules (and leaves) of the filter module the maps hold, per
-	// bank (a ruleset beyond it sends its families' packets to Linux); 0: DefaultFilterRules.
+	// FilterRules is the most flat rules (and leaves) of the filter module the maps may grow
+	// to (a ruleset beyond it sends its families' packets to Linux); 0: DefaultFilterRules.
 	FilterRules int
 }
 
@@ -172,34 +175,31 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	if o.FilterRules <= 0 {
 		o.FilterRules = DefaultFilterRules
 	}
-	// Two banks of the capacity; both objects' specs, so that every program accepts the maps.
-	for _, cs := range []*ebpf.CollectionSpec{spec, tcSpec} {
-		for _, name := range filterMaps {
-			cs.Maps[name].MaxEntries = uint32(2 * o.FilterRules)
-		}
-	}
+	fwCap := min(initialFilterRules, o.FilterRules)
+	setFilterCapacity([]*ebpf.CollectionSpec{spec, tcSpec}, fwCap)
 	d := &Dataplane{
-		spec:       spec,
-		tcSpec:     tcSpec,
-		tcTx:       map[uint32]linuxfpLfpTcTx{},
-		vxlan:      map[uint32]linuxfpLfpVxlanDev{},
-		vxfdb:      map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
-		vxrx:       map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
-		ifaces:     map[int]*iface{},
-		progs:      map[progKind]*cachedProg{},
-		btfCache:   btf.NewCache(),
-		companions: map[int][]uint32{},
-		slots:      make([]bool, maxSlots),
-		log:        log,
-		txDevs:     map[uint32]linuxfpBpfDevmapVal{},
-		stale:      map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{},
-		local4:     map[uint32]uint8{},
-		local6:     map[linuxfpLfpIn6]uint8{},
-		pfx4:       map[linuxfpLfpLpm4Key]uint8{},
-		pfx6:       map[linuxfpLfpLpm6Key]uint8{},
-		fdb:        map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
-		l2:         map[uint32]linuxfpLfpL2Dev{},
-		fwCap:      o.FilterRules,
+		spec:     spec,
+		tcSpec:   tcSpec,
+		tcTx:     map[uint32]linuxfpLfpTcTx{},
+		vxlan:    map[uint32]linuxfpLfpVxlanDev{},
+		vxfdb:    map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
+		vxrx:     map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
+		ifaces:   map[int]*iface{},
+		progs:    map[progKind]*cachedProg{},
+		btfCache: btf.NewCache(),
+		owned:    map[int][]uint32{},
+		slots:    make([]bool, maxSlots),
+		log:      log,
+		txDevs:   map[uint32]linuxfpBpfDevmapVal{},
+		stale:    map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{},
+		local4:   map[uint32]uint8{},
+		local6:   map[linuxfpLfpIn6]uint8{},
+		pfx4:     map[linuxfpLfpLpm4Key]uint8{},
+		pfx6:     map[linuxfpLfpLpm6Key]uint8{},
+		fdb:      map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
+		l2:       map[uint32]linuxfpLfpL2Dev{},
+		fwCap:    fwCap,
+		fwMax:    o.FilterRules,
 	}
 	// Only the maps: programs are loaded per interface in Install.
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
@@ -240,18 +240,18 @@ func (d *Dataplane) LoadProgram(s Spec, slot int) (*ebpf.Program, error) {
 	if err := d.putIface(s, slot); err != nil {
 		return nil, err
 	}
-	prog, _, err := d.loadProgram(s, false)
+	prog, _, _, err := d.loadProgram(s, false)
 	return prog, err
 }
 
 // loadProgram returns s's program (the caller closes it); companion: the tc program that runs
 // after s's XDP program. verified: the kernel verified it now (no interface of its kind had one).
-func (d *Dataplane) loadProgram(s Spec, companion bool) (prog *ebpf.Program, verified bool, err error) {
-	prog, verified, err = d.program(keyOf(s, companion))
+func (d *Dataplane) loadProgram(s Spec, companion bool) (prog *ebpf.Program, verified bool, gen uint64, err error) {
+	prog, verified, gen, err = d.program(keyOf(s, companion))
 	if err != nil {
-		return nil, verified, fmt.Errorf("load program for %s: %w", s.Name, err)
+		return nil, verified, gen, fmt.Errorf("load program for %s: %w", s.Name, err)
 	}
-	return prog, verified, nil
+	return prog, verified, gen, nil
 }
 
 // programID is prog's kernel id.
@@ -304,19 +304,20 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 	var (
 		tcNext *ebpf.Program
 		tcErr  error
+		tcGen  uint64
 		tcDone chan struct{}
 	)
 	if cur != nil && cur.tcLink != nil && s.TCAfterXDP && s.Hook.XDP() {
 		tcDone = make(chan struct{})
 		go func() {
 			defer close(tcDone)
-			tcNext, _, tcErr = d.loadProgram(s, true)
+			tcNext, _, tcGen, tcErr = d.loadProgram(s, true)
 		}()
 	}
 	d.mu.Unlock()
 
 	t0 := time.Now()
-	prog, verified, err := d.loadProgram(s, false)
+	prog, verified, gen, err := d.loadProgram(s, false)
 	if tcDone != nil {
 		<-tcDone
 	}
@@ -324,6 +325,10 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 		"took", time.Since(t0).Round(100*time.Microsecond))
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err == nil && (d.staleLocked(gen) || (tcNext != nil && d.staleLocked(tcGen))) {
+		prog.Close()
+		err = fmt.Errorf("load program for %s: %w", s.Name, errMapsReplaced)
+	}
 	if err != nil {
 		if tcNext != nil {
 			tcNext.Close()
@@ -407,6 +412,7 @@ func (d *Dataplane) Install(s Spec) (Installed, error) {
 		cur = next
 		d.ifaces[s.Ifindex] = cur
 	}
+	d.own(s.Ifindex, id)
 	tcID := cur.TCProgramID
 	cur.Installed = Installed{Spec: s, Slot: slot, ProgramID: id, InstalledAt: time.Now(), TCProgramID: tcID}
 	switch {
@@ -477,7 +483,7 @@ func (d *Dataplane) removeLocked(ifindex int) error {
 func (d *Dataplane) Forget(ifindex int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.companions, ifindex)
+	delete(d.owned, ifindex)
 	// The link's detach fails harmlessly: the kernel detached it with the interface.
 	d.removeLocked(ifindex)
 }

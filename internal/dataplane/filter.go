@@ -41,8 +41,8 @@ const (
 	// fwPreCTDrop4: a rule before conntrack drops: conntrack refreshes wait for the verdict.
 	fwPreCTDrop4 = 1 << 8
 
-	// DefaultFilterRules is the filter maps' capacity per bank when none is given (LFP_FW_MAX_RULES).
-	DefaultFilterRules = 16384
+	// DefaultFilterRules is the most flat rules the filter takes when Options say nothing.
+	DefaultFilterRules = 1 << 20
 )
 
 // filterMaps are the maps whose size is the filter's capacity: two banks of it.
@@ -111,6 +111,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	}
 	if f.Prog4 == st.prog4 && f.Prog6 == st.prog6 {
 		return st.flags, st.bank, nil
+	}
+	if err := d.fitFilterLocked(f); err != nil {
+		return st.flags, st.bank, err
 	}
 	next := st.bank ^ 1
 	var rules []linuxfpLfpFwRule

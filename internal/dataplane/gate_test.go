@@ -29,8 +29,9 @@ func dropAll(n int) *compile.Program {
 
 func TestGateFilterOverCapacity(t *testing.T) {
 	env := newTestEnv(t)
-	// A test-only capacity: the same check and the same path as a ruleset larger than the maps.
-	env.dp.fwCap = 8
+	// A test-only capacity, which may not grow: the same check and the same path as a ruleset
+	// larger than --filter-rules.
+	env.dp.fwCap, env.dp.fwMax = 8, 8
 	ifs := []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}
 	data := func(p *compile.Program) Data {
 		return Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
@@ -120,6 +121,47 @@ func TestGateFailedUpdate(t *testing.T) {
 			if ret, _, reason := env.run(t, prog, pkt); ret != xdpRedirect || reason != Forwarded {
 				t.Fatalf("%s after a good sync: verdict %d reason %v, want forwarded", hook, ret, reason)
 			}
+		}
+	}
+}
+
+// A ruleset larger than the filter maps gets larger maps (and programs that use them) instead
+// of Linux: the fast path decides it.
+func TestFilterMapsGrow(t *testing.T) {
+	env := newTestEnv(t)
+	// Test-only: the maps count as made for 8 rules, with room to grow.
+	env.dp.fwCap = 8
+	ifs := []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}
+	sync := func(p *compile.Program) error {
+		return env.ns.Do(func() error {
+			return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
+				Filter: FilterData{Prog4: p, Ifaces: ifs}})
+		})
+	}
+	pkt4 := v4("198.18.0.2", "198.19.0.9").Bytes()
+	if err := sync(dropAll(3)); err != nil {
+		t.Fatal(err)
+	}
+	gen := env.dp.mapsGen
+	if err := sync(dropAll(40)); err != nil {
+		t.Fatalf("a 40-rule ruleset: %v", err)
+	}
+	if env.dp.fwCap < 40 || env.dp.mapsGen == gen || env.dp.Failed() != 0 {
+		t.Fatalf("capacity %d, maps generation %d (was %d), failed %v: not grown", env.dp.fwCap, env.dp.mapsGen, gen, env.dp.Failed())
+	}
+	if m := env.dp.maps.LfpFwRules.MaxEntries(); m != uint32(2*env.dp.fwCap) {
+		t.Fatalf("lfp_fw_rules holds %d, want two banks of %d", m, env.dp.fwCap)
+	}
+	for _, hook := range hooks {
+		env.hook = hook
+		// Programs loaded now use the new maps (the old ones are gone with their programs).
+		prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: hook, Router4: true, Router6: true}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+		if ret, _, reason := env.run(t, prog, pkt4); ret != xdpDrop || reason != FilterDropped {
+			t.Fatalf("%s: verdict %d reason %v, want the grown ruleset's drop", hook, ret, reason)
 		}
 	}
 }

@@ -45,6 +45,8 @@ const maxIdlePrograms = 8
 
 type cachedProg struct {
 	prog     *ebpf.Program // the cache's own reference; interfaces hold clones
+	gen      uint64        // the maps it was loaded with (Dataplane.mapsGen)
+	shared   map[string]*ebpf.Map
 	lastUsed time.Time
 	// loading: closed when prog (or err) is set; a concurrent request for the key waits.
 	loading chan struct{}
@@ -52,19 +54,26 @@ type cachedProg struct {
 }
 
 // program returns a program for key (the caller owns it and closes it), verifying one only
-// when none of that kind was loaded before. Called without d.mu.
-func (d *Dataplane) program(k progKind) (prog *ebpf.Program, verified bool, err error) {
+// when none of that kind was loaded before, and the generation of the maps it uses: a caller
+// that attaches it checks, under d.mu, that the maps were not replaced meanwhile
+// (staleLocked). Called without d.mu.
+func (d *Dataplane) program(k progKind) (prog *ebpf.Program, verified bool, gen uint64, err error) {
 	d.mu.Lock()
 	c := d.progs[k]
 	if c == nil {
-		c = &cachedProg{loading: make(chan struct{})}
+		c = &cachedProg{loading: make(chan struct{}), gen: d.mapsGen, shared: d.shared}
 		d.progs[k] = c
 		d.mu.Unlock()
-		c.prog, c.err = d.verify(k)
+		c.prog, c.err = d.verify(k, c.shared)
 		d.verified.Add(1)
 		d.mu.Lock()
+		if c.err == nil && d.staleLocked(c.gen) {
+			// The maps were replaced meanwhile (and the cache with them): not for use.
+			c.prog.Close()
+			c.prog, c.err = nil, errMapsReplaced
+		}
 		close(c.loading)
-		if c.err != nil {
+		if c.err != nil && d.progs[k] == c {
 			// Not cached: the next request tries again (a transient ENOMEM, say).
 			delete(d.progs, k)
 		}
@@ -73,21 +82,28 @@ func (d *Dataplane) program(k progKind) (prog *ebpf.Program, verified bool, err 
 	d.mu.Unlock()
 	<-c.loading
 	if c.err != nil {
-		return nil, verified, c.err
+		return nil, verified, c.gen, c.err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c.prog == nil {
-		return nil, verified, errors.New("program cache closed")
+		return nil, verified, c.gen, errors.New("program cache closed")
 	}
 	c.lastUsed = time.Now()
 	clone, err := c.prog.Clone()
 	if err != nil {
-		return nil, verified, err
+		return nil, verified, c.gen, err
 	}
 	d.evictIdleLocked()
-	return clone, verified, nil
+	return clone, verified, c.gen, nil
 }
+
+// errMapsReplaced: a program was loaded with maps replaced while it loaded (the filter's
+// capacity changed); it must not run. The caller's next attempt loads one with the new maps.
+var errMapsReplaced = errors.New("the data plane's maps were replaced while the program loaded; try again")
+
+// staleLocked: gen is not the generation of the maps in use. Called with d.mu held.
+func (d *Dataplane) staleLocked(gen uint64) bool { return gen != d.mapsGen }
 
 // Verified counts the programs the kernel verified since New (each kind once, while cached).
 func (d *Dataplane) Verified() uint64 { return d.verified.Load() }
@@ -150,8 +166,8 @@ func (d *Dataplane) closeProgramsLocked() {
 	}
 }
 
-// verify loads (the kernel verifies) a program for k.
-func (d *Dataplane) verify(k progKind) (*ebpf.Program, error) {
+// verify loads (the kernel verifies) a program for k, using the maps shared.
+func (d *Dataplane) verify(k progKind, shared map[string]*ebpf.Map) (*ebpf.Program, error) {
 	cs, progName := d.spec.Copy(), linuxfpProgLinuxfpXdp
 	if k.tc {
 		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
@@ -177,7 +193,7 @@ func (d *Dataplane) verify(k progKind) (*ebpf.Program, error) {
 	}
 	// One btf.Cache for every load: without it, each load parses the kernel's BTF again (for
 	// the CO-RE relocations and the conntrack kfuncs: ~10 ms here, a quarter of a load).
-	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: d.shared, Cache: d.btfCache})
+	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{MapReplacements: shared, Cache: d.btfCache})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {

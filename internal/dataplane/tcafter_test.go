@@ -78,7 +78,7 @@ func TestTCAfterXDP(t *testing.T) {
 	env.checkRouted(t, prog, s.Bytes(), PassTTL, nil) // Linux's, not the tc program's
 
 	// The tc program after it: an unmarked packet is passed on, uncounted.
-	tcProg, _, err := env.dp.loadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, true)
+	tcProg, _, _, err := env.dp.loadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestCompanionLifecycle(t *testing.T) {
 	}
 	var id ebpf.ProgramID
 	do(func() (err error) { id, err = env.dp.AttachCompanion(env.in); return err })
-	if id == 0 || state().Attached != 1 || !slices.Equal(tcxIDs(), []ebpf.ProgramID{id}) || !env.dp.OwnsCompanion(env.in, uint32(id)) {
+	if id == 0 || state().Attached != 1 || !slices.Equal(tcxIDs(), []ebpf.ProgramID{id}) || !env.dp.Owns(env.in, uint32(id)) {
 		t.Fatalf("asked: id %d, attached %d, tcx %v", id, state().Attached, tcxIDs())
 	}
 	var again ebpf.ProgramID
