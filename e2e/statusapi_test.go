@@ -29,18 +29,15 @@ import (
 // nobody is the unprivileged user the tests connect as.
 const nobody = 65534
 
-// runAsNobody runs the linuxfp binary with args in ns as uid nobody, holding only the
-// capabilities caps; it returns the output and the exit code.
-func runAsNobody(t *testing.T, ns *nsutil.NS, caps []uintptr, args ...string) (string, int) {
+// runAs runs the linuxfp binary with args in ns as attr says; it returns the output and the
+// exit code.
+func runAs(t *testing.T, ns *nsutil.NS, attr *syscall.SysProcAttr, args ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
 	cmd := exec.Command(linuxfpBin, args...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential:  &syscall.Credential{Uid: nobody, Gid: nobody},
-		AmbientCaps: caps,
-	}
+	cmd.SysProcAttr = attr
 	// The child is forked from the thread Do moved into ns, so it runs in ns.
 	err := ns.Do(cmd.Run)
 	var exit *exec.ExitError
@@ -48,7 +45,7 @@ func runAsNobody(t *testing.T, ns *nsutil.NS, caps []uintptr, args ...string) (s
 	case errors.As(err, &exit):
 		return out.String(), exit.ExitCode()
 	case err != nil:
-		t.Fatalf("run %s as uid %d: %v", args, nobody, err)
+		t.Fatalf("run %s: %v", args, err)
 	}
 	return out.String(), 0
 }
@@ -61,21 +58,33 @@ func TestStatusAPIAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	nobodyWith := func(caps ...uintptr) *syscall.SysProcAttr {
+		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, AmbientCaps: caps}
+	}
 	for _, tc := range []struct {
 		name string
-		caps []uintptr
+		attr *syscall.SysProcAttr
 		ok   bool
 	}{
-		{"no capabilities", nil, false},
-		{"CAP_NET_RAW", []uintptr{unix.CAP_NET_RAW}, false},
-		{"CAP_NET_ADMIN", []uintptr{unix.CAP_NET_ADMIN}, true},
+		{"nobody", nobodyWith(), false},
+		{"nobody with CAP_NET_RAW", nobodyWith(unix.CAP_NET_RAW), false},
+		{"nobody with CAP_NET_ADMIN", nobodyWith(unix.CAP_NET_ADMIN), true},
+		// Root of a user namespace of its own, as unshare -Ur makes it: every capability,
+		// but in that namespace only. (Without the setuid inside, the child would keep the
+		// test's own uid 0 and be root.)
+		{"nobody as root of its own user namespace", &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			Credential:  &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: nobody, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: nobody, Size: 1}},
+		}, false},
 	} {
-		out, code := runAsNobody(t, tb.DUT, tc.caps, "status")
+		out, code := runAs(t, tb.DUT, tc.attr, "status")
 		switch {
 		case tc.ok && (code != 0 || !strings.Contains(out, "in0")):
-			t.Errorf("uid %d with %s: exit %d, want the status:\n%s", nobody, tc.name, code, out)
+			t.Errorf("%s: exit %d, want the status:\n%s", tc.name, code, out)
 		case !tc.ok && (code == 0 || !strings.Contains(out, "needs root or CAP_NET_ADMIN")):
-			t.Errorf("uid %d with %s: exit %d, want a refusal naming root and CAP_NET_ADMIN:\n%s", nobody, tc.name, code, out)
+			t.Errorf("%s: exit %d, want a refusal naming root and CAP_NET_ADMIN:\n%s", tc.name, code, out)
 		}
 	}
 

@@ -33,17 +33,6 @@ func TestPeerAllowed(t *testing.T) {
 	}
 }
 
-func TestParseCapEff(t *testing.T) {
-	status := "Name:\tcat\nUid:\t65534\t65534\t65534\t65534\nCapInh:\t0000000000000000\nCapPrm:\t0000000000001000\nCapEff:\t0000000000001000\nCapBnd:\t000001ffffffffff\n"
-	got, err := parseCapEff([]byte(status))
-	if err != nil || got != 1<<12 {
-		t.Fatalf("CapEff %#x, %v; want 0x1000", got, err)
-	}
-	if _, err := parseCapEff([]byte("Name:\tcat\n")); err == nil {
-		t.Fatal("no CapEff line: want an error")
-	}
-}
-
 // TestAPIListenerLimit: beyond apiMaxConns open connections a client is told so at once (503)
 // instead of waiting, and is answered again once one closes.
 func TestAPIListenerLimit(t *testing.T) {
