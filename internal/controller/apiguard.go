@@ -150,9 +150,9 @@ type peer struct {
 	// namespace sees it (SO_PEERCRED translates it; an unmapped uid is the overflow uid).
 	uid uint32
 	// sameUserNS: the process is in linuxfp's user namespace, where its capabilities count.
-	// Capabilities held in a namespace created without privilege (unshare -U) count only
-	// there; linuxfp itself runs in the initial one (loading its programs needs CAP_BPF
-	// there), which has no ancestor whose capabilities would count as well.
+	// Capabilities held in a user namespace of its own (unshare -Ur) count only there; linuxfp
+	// itself runs in the initial one (loading its programs needs CAP_BPF there), which has no
+	// ancestor whose capabilities would count as well.
 	sameUserNS bool
 	capEff     uint64
 }
@@ -165,9 +165,9 @@ func (p peer) allowed() bool {
 
 // peerOf asks the kernel who is connected on c. The uid comes from SO_PEERCRED, fixed when the
 // peer called connect(). The kernel tells no capabilities of a socket's peer, so they are read
-// with capget(2) of the pid SO_PEERCRED gives (the same set as CapEff in /proc/<pid>/status, at a
-// tenth of the cost: a refusal costs no more than the accept itself), at accept: a peer that
-// executes a program with file capabilities in between is judged by that program's
+// with capget(2) of the pid SO_PEERCRED gives (the set CapEff in /proc/<pid>/status shows, at
+// a seventh of the cost, so that a refusal costs little more than the accept), at accept: a
+// peer that executes a program with file capabilities in between is judged by that program's
 // capabilities. Read by pid, the answer could be another process's if the peer had exited and
 // its pid been reused in between; for a peer about to be answered, its pidfd (SO_PEERPIDFD,
 // Linux 6.5) closes that window: if it still names a live process after the read, the pid was
