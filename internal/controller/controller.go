@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -142,8 +141,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	srv := &http.Server{Handler: c.handler()}
-	go srv.Serve(ln)
+	srv := newAPIServer(c.handler(), log)
+	go srv.Serve(newAPIListener(ln, log))
 	defer srv.Close()
 
 	go func() {

@@ -5,6 +5,7 @@
 package status
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,9 @@ const SocketName = "@linuxfp"
 
 // ErrNotRunning: no controller runs in this network namespace.
 var ErrNotRunning = errors.New("linuxfp is not running in this network namespace")
+
+// ErrNotAllowed: the controller answers only root or a process holding CAP_NET_ADMIN.
+var ErrNotAllowed = errors.New("linuxfp's status needs root or CAP_NET_ADMIN")
 
 // Status is the answer to GET /v1/status.
 type Status struct {
@@ -179,8 +183,11 @@ func (c *Client) get(path string, v any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		if resp.StatusCode == http.StatusForbidden {
+			return fmt.Errorf("%w (%s)", ErrNotAllowed, bytes.TrimSpace(b))
+		}
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
 }
