@@ -63,6 +63,21 @@ func TestBuild(t *testing.T) {
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Forward = false }},
 		{name: "proxy_ndp", iface: 2, r4: true, note: "proxy_ndp",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6ProxyNDP = true }},
+		{name: "disable_ipv6 on the ingress", iface: 2, r4: true, note: "ipv6 router off: net.ipv6.conf.eth0.disable_ipv6=1",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Disabled = map[string]bool{"eth0": true} }},
+		{name: "disable_ipv6 on another device, no neighbours there", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true} }},
+		{name: "disable_ipv6 on another device, IPv4 neighbours there", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true}
+				s.Neighbours[observe.NeighKey{Ifindex: 3, Addr: netip.MustParseAddr("198.18.9.2")}] = 0x02
+			}},
+		{name: "disable_ipv6 on a device with IPv6 neighbours", iface: 2, r4: true,
+			note: "ipv6 router off: net.ipv6.conf.veth0.disable_ipv6=1 on a device with IPv6 neighbours",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true}
+				s.Neighbours[observe.NeighKey{Ifindex: 3, Addr: netip.MustParseAddr("2001:2:0:9::2")}] = 0x80 // PERMANENT
+			}},
 		{name: "netfilter v4", iface: 2, r6: true, note: "netfilter sees forwarded packets: nftables ip filter FORWARD",
 			mutate: func(s *observe.Snapshot, _ *Options) {
 				s.Netfilter.V4 = []string{"nftables ip filter FORWARD (hook forward): 1 rules"}

@@ -341,6 +341,7 @@ func readSysctls(links map[int]*Link) Sysctls {
 		BrNFCallIPTables:  readSysctl("net/bridge/bridge-nf-call-iptables") != 0,
 		BrNFCallIP6Tables: readSysctl("net/bridge/bridge-nf-call-ip6tables") != 0,
 		IPv4DevFwd:        map[string]bool{},
+		IPv6Disabled:      map[string]bool{},
 		RPFilter:          map[string]int{},
 		Conntrack: ConntrackSysctls{
 			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
@@ -361,6 +362,7 @@ func readSysctls(links map[int]*Link) Sysctls {
 	for _, lk := range links {
 		s.IPv4DevFwd[lk.Name] = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
 		s.RPFilter[lk.Name] = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
+		s.IPv6Disabled[lk.Name] = readSysctl("net/ipv6/conf/"+lk.Name+"/disable_ipv6") != 0
 	}
 	return s
 }

@@ -146,6 +146,7 @@ type Sysctls struct {
 	RPFilter      map[string]int  // effective rp_filter: max(all, <dev>)
 	IPv6Forward   bool            // net.ipv6.conf.all.forwarding
 	IPv6ProxyNDP  bool            // net.ipv6.conf.all.proxy_ndp
+	IPv6Disabled  map[string]bool // net.ipv6.conf.<dev>.disable_ipv6
 	MPHashPolicy4 int             // net.ipv4.fib_multipath_hash_policy
 	MPHashPolicy6 int             // net.ipv6.fib_multipath_hash_policy
 	// BrNFCallIPTables / BrNFCallIP6Tables: net.bridge.bridge-nf-call-iptables / -ip6tables
