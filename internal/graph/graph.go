@@ -345,6 +345,14 @@ type hostWide struct{ v4, v6 []string }
 
 func hostWideReasons(s *observe.Snapshot) hostWide {
 	var h hostWide
+	// With ip_forward_use_pmtu=1, ip_forward() sizes a packet by its route's path MTU (a PMTU
+	// exception, always below the MTU metric when learnt) before the route's MTU metric;
+	// bpf_fib_lookup() then checks the metric first, and the route_mtu check only the smallest
+	// metric: a packet between the two would be forwarded where Linux sends frag-needed.
+	// Without a metric both take the exception, then the device MTU.
+	if s.Sysctl.FwdUsePMTU4 && s.Routes.MinMTU4 > 0 {
+		h.v4 = append(h.v4, "net.ipv4.ip_forward_use_pmtu=1 with route MTU metrics (ip_forward() takes a learnt path MTU before the metric, bpf_fib_lookup() the metric)")
+	}
 	// ip6_output() drops what would leave a device with disable_ipv6=1; bpf_fib_lookup() does
 	// not check that, and a route through a nexthop object outlives the switch (addrconf_ifdown()
 	// removes the device's addresses and its other routes). What keeps such packets Linux's is

@@ -78,6 +78,10 @@ func TestBuild(t *testing.T) {
 				s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true}
 				s.Neighbours[observe.NeighKey{Ifindex: 3, Addr: netip.MustParseAddr("2001:2:0:9::2")}] = 0x80 // PERMANENT
 			}},
+		{name: "ip_forward_use_pmtu with a route MTU metric", iface: 2, r6: true, note: "net.ipv4.ip_forward_use_pmtu=1",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.FwdUsePMTU4 = true }},
+		{name: "ip_forward_use_pmtu without route MTU metrics", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.FwdUsePMTU4 = true; s.Routes.MinMTU4 = 0 }},
 		{name: "netfilter v4", iface: 2, r6: true, note: "netfilter sees forwarded packets: nftables ip filter FORWARD",
 			mutate: func(s *observe.Snapshot, _ *Options) {
 				s.Netfilter.V4 = []string{"nftables ip filter FORWARD (hook forward): 1 rules"}

@@ -337,6 +337,7 @@ func readSysctls(links map[int]*Link) Sysctls {
 		IPv6ProxyNDP:  readSysctl("net/ipv6/conf/all/proxy_ndp") != 0,
 		MPHashPolicy4: readSysctl("net/ipv4/fib_multipath_hash_policy"),
 		MPHashPolicy6: readSysctl("net/ipv6/fib_multipath_hash_policy"),
+		FwdUsePMTU4:   readSysctl("net/ipv4/ip_forward_use_pmtu") != 0,
 		// Absent when no bridge was ever created in this namespace: then nothing is bridged.
 		BrNFCallIPTables:  readSysctl("net/bridge/bridge-nf-call-iptables") != 0,
 		BrNFCallIP6Tables: readSysctl("net/bridge/bridge-nf-call-ip6tables") != 0,
