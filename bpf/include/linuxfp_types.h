@@ -121,6 +121,9 @@ struct lfp_config {
 	__u32 vxlans;
 	__u32 vx_flags;
 	__u32 default_ttl;
+	/* net.ipv4.ip_forward_update_priority: ip_forward() sets the skb priority from the TOS
+	 * (tc: a redirected skb keeps it into the egress qdisc). */
+	__u32 fwd_update_prio4;
 };
 
 enum {

@@ -42,6 +42,7 @@ type linuxfpTcLfpConfig struct {
 	Vxlans             uint32
 	VxFlags            uint32
 	DefaultTtl         uint32
+	FwdUpdatePrio4     uint32
 }
 
 type linuxfpTcLfpCounter struct {

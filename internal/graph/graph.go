@@ -148,6 +148,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	}
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
+	p.Data.FwdUpdatePriority4 = s.Sysctl.FwdUpdatePriority4
 	tcAfterXDP(p, o)
 	// The conntrack module is built into the programs where it may run (see Spec.Conntrack4).
 	for _, it := range p.Interfaces {

@@ -323,3 +323,15 @@ func TestTCAfterXDP(t *testing.T) {
 		t.Errorf("every destination takes XDP frames: %+v %q, want the same XDP program", it.Spec, it.Notes)
 	}
 }
+
+// net.ipv4.ip_forward_update_priority reaches the data plane, which sets the skb priority from the
+// TOS (tc) only when it is 1.
+func TestForwardUpdatePriority(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		s := snapshot()
+		s.Sysctl.FwdUpdatePriority4 = on
+		if got := Build(s, Options{Hook: HookAuto}, notOwned).Data.FwdUpdatePriority4; got != on {
+			t.Fatalf("ip_forward_update_priority %v: data plane told %v", on, got)
+		}
+	}
+}
