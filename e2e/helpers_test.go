@@ -234,8 +234,8 @@ func ipBatch(cmds string) error {
 	return nil
 }
 
-// captureDstMACs returns the destination MACs of the UDP datagrams to port 9 that arrive at the
-// sink's eth0 while f runs.
+// captureDstMACs returns the destination MACs of the UDP datagrams (IPv4, or IPv6 without
+// extension headers) to port 9 that arrive at the sink's eth0 while f runs.
 func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
 	t.Helper()
 	var fd int
@@ -262,8 +262,9 @@ func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
 			break
 		}
 		b := buf[:n]
-		// IPv4, UDP, destination port 9
-		if n >= 42 && b[12] == 0x08 && b[13] == 0 && b[23] == 17 && b[36] == 0 && b[37] == 9 {
+		v4 := n >= 42 && b[12] == 0x08 && b[13] == 0 && b[23] == 17 && b[36] == 0 && b[37] == 9
+		v6 := n >= 62 && b[12] == 0x86 && b[13] == 0xdd && b[20] == 17 && b[56] == 0 && b[57] == 9
+		if v4 || v6 {
 			macs = append(macs, net.HardwareAddr(b[0:6]).String())
 		}
 	}

@@ -125,6 +125,9 @@ struct lfp_config {
 	/* Filter module: index of the active bank's first rule and leaf in lfp_fw_rules,
 	 * lfp_fw_leaves and lfp_fw_stats (fw_bank times the capacity the maps were made with). */
 	__u32 fw_base;
+	/* net.ipv4.ip_forward_update_priority: ip_forward() sets the skb priority from the TOS
+	 * (tc: a redirected skb keeps it into the egress qdisc). */
+	__u32 fwd_update_prio4;
 };
 
 enum {

@@ -124,7 +124,8 @@ static __always_inline struct lfp_config *lfp_config(void)
 }
 
 /* ip_forward() sets skb->priority = rt_tos2priority(tos) (net/ipv4/route.c's ip_tos2prio[],
- * indexed by IPTOS_TOS(tos) >> 1); the egress qdisc may classify by it. */
+ * indexed by IPTOS_TOS(tos) >> 1) when net.ipv4.ip_forward_update_priority=1, the default, and
+ * leaves it alone otherwise; the egress qdisc may classify by it. */
 static __always_inline __u32 ipv4_tos2prio(__u8 tos)
 {
 	switch ((tos & 0x1E) >> 1) {
@@ -290,7 +291,7 @@ static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct l
 	 * tos with rt_metric). fib->tot_len is the length the MTU checks see: a GSO train's
 	 * segment length. */
 	__u32 mtulen = fib->tot_len;
-	__u32 prio = v4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
+	__u32 prio = v4 && cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	__u8 tos = fib->tos;
 	enum lfp_reason r;
 	int rc;

@@ -43,6 +43,7 @@ type linuxfpTcLfpConfig struct {
 	VxFlags            uint32
 	DefaultTtl         uint32
 	FwBase             uint32
+	FwdUpdatePrio4     uint32
 }
 
 type linuxfpTcLfpCounter struct {

@@ -26,6 +26,9 @@ type Data struct {
 	LocalPrefixes []netip.Prefix
 	// RouteMTU4 / RouteMTU6 are the smallest MTU metric of any IPv4 / IPv6 route (0: none).
 	RouteMTU4, RouteMTU6 uint32
+	// FwdUpdatePriority4: net.ipv4.ip_forward_update_priority (forwarded IPv4 gets the skb
+	// priority of its TOS at tc).
+	FwdUpdatePriority4 bool
 	// L2 are the bridges and bridge ports, FDB the bridges' forwarding databases (VLAN 0).
 	L2  []L2Dev
 	FDB []FDBEntry
@@ -336,6 +339,7 @@ func (d *Dataplane) Sync(data Data) error {
 		Vxlans:             uint32(len(data.VXLAN) + len(data.VXLANRx)),
 		VxFlags:            data.VX.flags(),
 		DefaultTtl:         uint32(data.VX.DefaultTTL),
+		FwdUpdatePrio4:     boolU32(data.FwdUpdatePriority4),
 	}
 	errs := []error{
 		syncMap(d.maps.LfpLocalPfx4, d.pfx4, p4),

@@ -130,6 +130,8 @@ func newTestEnv(t testing.TB) *testEnv {
 			LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")},
 			RouteMTU4:     1450,
 			RouteMTU6:     1300,
+			// net.ipv4.ip_forward_update_priority's default.
+			FwdUpdatePriority4: true,
 		})
 	})
 	if err != nil {
@@ -536,6 +538,18 @@ func TestRouterTC(t *testing.T) {
 				t.Fatalf("priority %d, want %d", env.ctxOut.Priority, wantPrio)
 			}
 		})
+	}
+
+	// net.ipv4.ip_forward_update_priority=0: ip_forward() leaves the priority as it came.
+	if err := env.ns.Do(func() error {
+		return env.dp.Sync(Data{TxDevs: []int{env.out}, TCTx: tcTx(env.out)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lowdelay := with(good4, func(s *packet.Spec) { s.TOS = 0x10 })
+	ret, _, reason := env.runSkb(t, prog, lowdelay, skbMD{Ifindex: uint32(env.in), Priority: 3})
+	if reason != Forwarded || ret != xdpRedirect || env.ctxOut.Priority != 3 {
+		t.Fatalf("ip_forward_update_priority=0: reason %v verdict %d priority %d, want forwarded with priority 3", reason, ret, env.ctxOut.Priority)
 	}
 
 	// out0 as a veth into a container whose end has MTU 1300: delivered with

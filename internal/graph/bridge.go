@@ -18,10 +18,13 @@ const minAgeing = 10 * dataplane.FDBRefreshInterval
 // addressed to the bridge's own MAC, routed as if received by the bridge device (bridge ->
 // router). Per-frame conditions that change often (STP state, bridge options) are data in
 // lfp_l2 (see l2Dev); what is frozen here is what makes the program.
-func bridgePort(s *observe.Snapshot, lk, br *observe.Link, hook dataplane.Hook, skbSender bool, notes []string) (*dataplane.Spec, []string) {
+func bridgePort(s *observe.Snapshot, lk, br *observe.Link, hook dataplane.Hook, skbSender bool, notes []string, host hostWide) (*dataplane.Spec, []string) {
 	notes = append(notes, "bridge port of "+br.Name+": bridge module")
-	r4, why4 := router4(s, br)
-	r6, why6 := router6(s, br)
+	// The router's checks are the bridge device's, which receives the frames to its MAC; frames
+	// bridged between ports meet neither its nor the ports' IP settings (disable_ipv6 included:
+	// br_netfilter's IPv6 checks do not read it).
+	r4, why4 := router4(s, br, host)
+	r6, why6 := router6(s, br, host)
 	up := bridgeUpNotes(s, br)
 	if len(up) > 0 {
 		r4, r6 = false, false

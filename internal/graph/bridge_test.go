@@ -147,3 +147,29 @@ func TestBridgeFlags(t *testing.T) {
 		})
 	}
 }
+
+// disable_ipv6 on the bridge turns off routing IPv6 from its ports (ip6_rcv_core() drops what the
+// bridge device receives); bridging IPv6 between them goes on, as in Linux, and the ports' own
+// setting changes neither.
+func TestBridgeDisableIPv6(t *testing.T) {
+	for _, c := range []struct {
+		dev string
+		r6  bool
+	}{{"br0", false}, {"eth1", true}} {
+		t.Run(c.dev, func(t *testing.T) {
+			s := bridged()
+			s.Sysctl.IPv6Disabled = map[string]bool{c.dev: true}
+			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			it, dv := p.Interfaces[5], l2Of(p, 5)
+			if it.Spec == nil || !it.Spec.Router4 || it.Spec.Router6 != c.r6 {
+				t.Fatalf("spec %+v, want router6 %v; notes %q", it.Spec, c.r6, it.Notes)
+			}
+			if want := dataplane.L2Forwarding | dataplane.L2InOK; dv.Flags&want != want || dv.Flags&dataplane.L2IP6Off != 0 {
+				t.Fatalf("port flags %b: bridging must go on", dv.Flags)
+			}
+			if !c.r6 && !strings.Contains(strings.Join(it.Notes, "\n"), "routing via br0 (ipv6) off: net.ipv6.conf.br0.disable_ipv6=1") {
+				t.Fatalf("notes %q", it.Notes)
+			}
+		})
+	}
+}

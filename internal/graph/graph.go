@@ -5,6 +5,7 @@ package graph
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -61,10 +62,11 @@ type OwnedProgram func(ifindex int, prog uint32) bool
 // Build computes the plan.
 func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	p := &Plan{Interfaces: map[int]*Interface{}}
+	host := hostWideReasons(s)
 	for _, lk := range s.Links {
 		it := &Interface{Index: lk.Index, Name: lk.Name}
 		it.Egress, it.EgressNote = egressReady(s, lk)
-		it.Spec, it.Notes = ingress(s, o, lk, owned)
+		it.Spec, it.Notes = ingress(s, o, lk, owned, host)
 		p.Interfaces[lk.Index] = it
 		if it.Egress {
 			p.Data.TxDevs = append(p.Data.TxDevs, lk.Index)
@@ -146,6 +148,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
 	}
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
+	p.Data.FwdUpdatePriority4 = s.Sysctl.FwdUpdatePriority4
 	tcAfterXDP(p, o)
 	// The conntrack module is built into the programs where it may run (see Spec.Conntrack4).
 	for _, it := range p.Interfaces {
@@ -209,7 +212,7 @@ func matchAny(patterns []string, name string) bool {
 // at its tc ingress they are like any Ethernet device's.
 var supportedKinds = map[string]bool{"": true, "veth": true, "vxlan": true}
 
-func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgram) (*dataplane.Spec, []string) {
+func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgram, host hostWide) (*dataplane.Spec, []string) {
 	if lk.Name == "lo" {
 		return nil, []string{"loopback: not accelerated"}
 	}
@@ -308,11 +311,11 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	}
 
 	if br != nil {
-		return bridgePort(s, lk, br, hook, skbSender, notes)
+		return bridgePort(s, lk, br, hook, skbSender, notes, host)
 	}
 
-	r4, why4 := router4(s, lk)
-	r6, why6 := router6(s, lk)
+	r4, why4 := router4(s, lk, host)
+	r6, why6 := router6(s, lk, host)
 	for _, w := range why4 {
 		notes = append(notes, "ipv4 router off: "+w)
 	}
@@ -337,7 +340,47 @@ func peerOffloadNote(lk *observe.Link) string {
 	return "peer tx checksum offload on"
 }
 
-func router4(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
+// hostWide are the reasons that turn a family's router off on every interface because of where
+// its packets could leave (not where they arrive), found once per plan.
+type hostWide struct{ v4, v6 []string }
+
+func hostWideReasons(s *observe.Snapshot) hostWide {
+	var h hostWide
+	// With ip_forward_use_pmtu=1, ip_forward() sizes a packet by its route's path MTU (a PMTU
+	// exception, always below the MTU metric when learnt) before the route's MTU metric;
+	// bpf_fib_lookup() then checks the metric first, and the route_mtu check only the smallest
+	// metric: a packet between the two would be forwarded where Linux sends frag-needed.
+	// Without a metric both take the exception, then the device MTU.
+	if s.Sysctl.FwdUsePMTU4 && s.Routes.MinMTU4 > 0 {
+		h.v4 = append(h.v4, "net.ipv4.ip_forward_use_pmtu=1 with route MTU metrics (ip_forward() takes a learnt path MTU before the metric, bpf_fib_lookup() the metric)")
+	}
+	// ip6_output() drops what would leave a device with disable_ipv6=1; bpf_fib_lookup() does
+	// not check that, and a route through a nexthop object outlives the switch (addrconf_ifdown()
+	// removes the device's addresses and its other routes). What keeps such packets Linux's is
+	// the neighbour table: the switch flushes the device's neighbours and ndisc refuses new ones
+	// there, so the lookup ends in NO_NEIGH. Should an IPv6 neighbour exist on such a device
+	// after all, that no longer holds.
+	var off []int
+	for _, lk := range s.Links {
+		if s.Sysctl.IPv6Disabled[lk.Name] {
+			off = append(off, lk.Index)
+		}
+	}
+	if len(off) > 0 {
+		names := map[string]bool{}
+		for k := range s.Neighbours {
+			if k.Addr.Is6() && slices.Contains(off, k.Ifindex) {
+				names[s.Links[k.Ifindex].Name] = true
+			}
+		}
+		for _, n := range slices.Sorted(maps.Keys(names)) {
+			h.v6 = append(h.v6, "net.ipv6.conf."+n+".disable_ipv6=1 on a device with IPv6 neighbours (ip6_output() drops what would leave there; bpf_fib_lookup() does not check it)")
+		}
+	}
+	return h
+}
+
+func router4(s *observe.Snapshot, lk *observe.Link, host hostWide) (bool, []string) {
 	var why []string
 	if !s.Sysctl.IPv4Forward {
 		why = append(why, "net.ipv4.ip_forward=0")
@@ -347,18 +390,24 @@ func router4(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
 	if rp := s.Sysctl.RPFilter[lk.Name]; rp != 0 {
 		why = append(why, fmt.Sprintf("rp_filter=%d on %s (reverse-path filtering is not emulated)", rp, lk.Name))
 	}
+	why = append(why, host.v4...)
 	why = append(why, familyChecks(s, s.Routes.Multipath4, s.Sysctl.MPHashPolicy4, 0)...)
 	return len(why) == 0, why
 }
 
-func router6(s *observe.Snapshot, lk *observe.Link) (bool, []string) {
+// router6 decides IPv6 for lk, the device Linux routes from (on a bridge port: the bridge).
+func router6(s *observe.Snapshot, lk *observe.Link, host hostWide) (bool, []string) {
 	var why []string
 	if !s.Sysctl.IPv6Forward {
 		why = append(why, "net.ipv6.conf.all.forwarding=0")
 	}
+	if s.Sysctl.IPv6Disabled[lk.Name] {
+		why = append(why, "net.ipv6.conf."+lk.Name+".disable_ipv6=1 (ip6_rcv_core() drops all IPv6 arriving there)")
+	}
 	if s.Sysctl.IPv6ProxyNDP {
 		why = append(why, "net.ipv6.conf.all.proxy_ndp=1 (ip6_forward answers for proxied neighbours)")
 	}
+	why = append(why, host.v6...)
 	why = append(why, familyChecks(s, s.Routes.Multipath6, s.Sysctl.MPHashPolicy6, 1)...)
 	return len(why) == 0, why
 }

@@ -63,6 +63,25 @@ func TestBuild(t *testing.T) {
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Forward = false }},
 		{name: "proxy_ndp", iface: 2, r4: true, note: "proxy_ndp",
 			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6ProxyNDP = true }},
+		{name: "disable_ipv6 on the ingress", iface: 2, r4: true, note: "ipv6 router off: net.ipv6.conf.eth0.disable_ipv6=1",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Disabled = map[string]bool{"eth0": true} }},
+		{name: "disable_ipv6 on another device, no neighbours there", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true} }},
+		{name: "disable_ipv6 on another device, IPv4 neighbours there", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true}
+				s.Neighbours[observe.NeighKey{Ifindex: 3, Addr: netip.MustParseAddr("198.18.9.2")}] = 0x02
+			}},
+		{name: "disable_ipv6 on a device with IPv6 neighbours", iface: 2, r4: true,
+			note: "ipv6 router off: net.ipv6.conf.veth0.disable_ipv6=1 on a device with IPv6 neighbours",
+			mutate: func(s *observe.Snapshot, _ *Options) {
+				s.Sysctl.IPv6Disabled = map[string]bool{"veth0": true}
+				s.Neighbours[observe.NeighKey{Ifindex: 3, Addr: netip.MustParseAddr("2001:2:0:9::2")}] = 0x80 // PERMANENT
+			}},
+		{name: "ip_forward_use_pmtu with a route MTU metric", iface: 2, r6: true, note: "net.ipv4.ip_forward_use_pmtu=1",
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.FwdUsePMTU4 = true }},
+		{name: "ip_forward_use_pmtu without route MTU metrics", iface: 2, r4: true, r6: true,
+			mutate: func(s *observe.Snapshot, _ *Options) { s.Sysctl.FwdUsePMTU4 = true; s.Routes.MinMTU4 = 0 }},
 		{name: "netfilter v4", iface: 2, r6: true, note: "netfilter sees forwarded packets: nftables ip filter FORWARD",
 			mutate: func(s *observe.Snapshot, _ *Options) {
 				s.Netfilter.V4 = []string{"nftables ip filter FORWARD (hook forward): 1 rules"}
@@ -302,5 +321,17 @@ func TestTCAfterXDP(t *testing.T) {
 	it := Build(plain, Options{Hook: HookAuto}, notOwned).Interfaces[2]
 	if it.Spec == nil || !it.Spec.Equal(*eth0.Spec) || !strings.Contains(strings.Join(it.Notes, "\n"), "(none now)") {
 		t.Errorf("every destination takes XDP frames: %+v %q, want the same XDP program", it.Spec, it.Notes)
+	}
+}
+
+// net.ipv4.ip_forward_update_priority reaches the data plane, which sets the skb priority from the
+// TOS (tc) only when it is 1.
+func TestForwardUpdatePriority(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		s := snapshot()
+		s.Sysctl.FwdUpdatePriority4 = on
+		if got := Build(s, Options{Hook: HookAuto}, notOwned).Data.FwdUpdatePriority4; got != on {
+			t.Fatalf("ip_forward_update_priority %v: data plane told %v", on, got)
+		}
 	}
 }

@@ -321,12 +321,18 @@ func readNeighbours(h *netlink.Handle) (map[NeighKey]uint16, error) {
 	return out, nil
 }
 
-func readSysctl(path string) int {
+func readSysctl(path string) int { return readSysctlOr(path, 0) }
+
+// readSysctlOr reads an integer sysctl; def when it cannot be read.
+func readSysctlOr(path string, def int) int {
 	b, err := os.ReadFile(filepath.Join("/proc/sys", path))
 	if err != nil {
-		return 0
+		return def
 	}
-	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return def
+	}
 	return v
 }
 
@@ -337,10 +343,14 @@ func readSysctls(links map[int]*Link) Sysctls {
 		IPv6ProxyNDP:  readSysctl("net/ipv6/conf/all/proxy_ndp") != 0,
 		MPHashPolicy4: readSysctl("net/ipv4/fib_multipath_hash_policy"),
 		MPHashPolicy6: readSysctl("net/ipv6/fib_multipath_hash_policy"),
+		// Unreadable: the kernel's default, 1.
+		FwdUpdatePriority4: readSysctlOr("net/ipv4/ip_forward_update_priority", 1) != 0,
+		FwdUsePMTU4:        readSysctl("net/ipv4/ip_forward_use_pmtu") != 0,
 		// Absent when no bridge was ever created in this namespace: then nothing is bridged.
 		BrNFCallIPTables:  readSysctl("net/bridge/bridge-nf-call-iptables") != 0,
 		BrNFCallIP6Tables: readSysctl("net/bridge/bridge-nf-call-ip6tables") != 0,
 		IPv4DevFwd:        map[string]bool{},
+		IPv6Disabled:      map[string]bool{},
 		RPFilter:          map[string]int{},
 		Conntrack: ConntrackSysctls{
 			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
@@ -361,6 +371,7 @@ func readSysctls(links map[int]*Link) Sysctls {
 	for _, lk := range links {
 		s.IPv4DevFwd[lk.Name] = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
 		s.RPFilter[lk.Name] = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
+		s.IPv6Disabled[lk.Name] = readSysctl("net/ipv6/conf/"+lk.Name+"/disable_ipv6") != 0
 	}
 	return s
 }

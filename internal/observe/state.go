@@ -146,8 +146,13 @@ type Sysctls struct {
 	RPFilter      map[string]int  // effective rp_filter: max(all, <dev>)
 	IPv6Forward   bool            // net.ipv6.conf.all.forwarding
 	IPv6ProxyNDP  bool            // net.ipv6.conf.all.proxy_ndp
+	IPv6Disabled  map[string]bool // net.ipv6.conf.<dev>.disable_ipv6
 	MPHashPolicy4 int             // net.ipv4.fib_multipath_hash_policy
 	MPHashPolicy6 int             // net.ipv6.fib_multipath_hash_policy
+	// FwdUpdatePriority4: net.ipv4.ip_forward_update_priority (ip_forward() sets the skb
+	// priority from the TOS); FwdUsePMTU4: net.ipv4.ip_forward_use_pmtu (ip_forward() sizes
+	// packets by the path MTU before the route's MTU metric).
+	FwdUpdatePriority4, FwdUsePMTU4 bool
 	// BrNFCallIPTables / BrNFCallIP6Tables: net.bridge.bridge-nf-call-iptables / -ip6tables
 	// (br_netfilter passes bridged IPv4 / IPv6 through the iptables hooks).
 	BrNFCallIPTables, BrNFCallIP6Tables bool
