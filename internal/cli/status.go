@@ -43,6 +43,7 @@ func printStatus(w io.Writer, st *status.Status) {
 	fmt.Fprintf(w, "linuxfp pid %d, up %s, hook %s, netfilter %s\n", st.PID,
 		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
 	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)
+	fmt.Fprintf(w, "ipset watch: %s\n", st.IPSetWatch)
 	if st.LastApply != nil {
 		fmt.Fprintf(w, "events %d, data plane updates %d, last %s ago (%s after its first event)\n",
 			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),

@@ -50,6 +50,8 @@ func (c *Controller) status() *status.Status {
 		StartedAt:   c.started,
 		HookOption:  string(c.cfg.Options.Hook),
 		SysctlWatch: c.w.SysctlMethod,
+		IPSetWatch:  c.w.IPSetMethod,
+		IPSetReads:  c.obs.SetReads(),
 		Events:      c.events,
 		Applies:     c.seq,
 		Busy:        c.busy.Load(),

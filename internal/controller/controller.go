@@ -66,7 +66,7 @@ type Controller struct {
 	ct              *conntrack.Client
 	ctLiberal       atomic.Uint64
 	ctLiberalFailed atomic.Uint64
-	// pollSets: the filter's rules use ipsets, which send no events: re-read them every second.
+	// pollSets: the filter's rules use ipsets and no netlink watcher sees their changes: poll.
 	lastFilter   *observe.FilterState
 	pollSets     atomic.Bool
 	setsReadTime atomic.Int64
@@ -74,9 +74,10 @@ type Controller struct {
 	busy atomic.Bool
 }
 
-// ipset sends no netlink notification and this kernel allows no tracing or LSM BPF program
-// that could see its commands, so while rules use sets they are re-read every ipsetPollMin, or
-// 20 times as long as a read took (a large set costs at most ~5% of a CPU), at most ipsetPollMax.
+// ipset sends no netlink notification. Its commands are seen as they are made where the netlink
+// watcher attaches (observe/netlinkwatch.go); elsewhere, while rules use sets, they are re-read
+// every ipsetPollMin, or 20 times as long as a read took (a large set costs at most ~5% of a
+// CPU), at most ipsetPollMax.
 const (
 	ipsetPollMin = 50 * time.Millisecond
 	ipsetPollMax = time.Second
@@ -146,6 +147,9 @@ func Run(ctx context.Context, cfg Config) error {
 	defer srv.Close()
 
 	go func() {
+		if c.w.IPSetEvents {
+			return
+		}
 		t := time.NewTimer(ipsetPollMin)
 		defer t.Stop()
 		for {
@@ -164,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	log.Info("linuxfp running", "pid", os.Getpid(), "hook", cfg.Options.Hook,
-		"sysctl_watch", c.w.SysctlMethod)
+		"sysctl_watch", c.w.SysctlMethod, "ipset_watch", c.w.IPSetMethod)
 	if err := c.react(observe.DirtyAll, time.Now(), time.Now(), 1); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 )
@@ -11,7 +12,12 @@ type Observer struct {
 	h     *netlink.Handle
 	peers peerFinder
 	snap  Snapshot
+	// setReads counts the reads of the ipsets (with the ruleset, or alone).
+	setReads atomic.Uint64
 }
+
+// SetReads is how many times the ipsets were read.
+func (o *Observer) SetReads() uint64 { return o.setReads.Load() }
 
 // NewObserver opens a netlink handle in the current namespace.
 func NewObserver() (*Observer, error) {
@@ -92,6 +98,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.Sysctl = readSysctls(s.Links)
 	}
 	if d&DirtyNetfilter != 0 {
+		o.setReads.Add(1)
 		f, err := readFilter()
 		if err != nil {
 			return nil, err
@@ -99,6 +106,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.Filter = f
 		s.Netfilter = readNetfilter(f)
 	} else if d&DirtyIPSet != 0 && s.Filter != nil {
+		o.setReads.Add(1)
 		f, err := s.Filter.refreshSets()
 		if err != nil {
 			return nil, err

@@ -69,6 +69,10 @@ type Watcher struct {
 	SysctlMethod string
 	// LegacyPoll says that legacy iptables tables are polled (they have no events).
 	LegacyPoll time.Duration
+	// IPSetEvents: ipset changes arrive as events (netlinkwatch.go); otherwise the controller
+	// polls the sets its rules use. IPSetMethod says which (shown by `linuxfp status`).
+	IPSetEvents bool
+	IPSetMethod string
 }
 
 const legacyPollInterval = 250 * time.Millisecond
@@ -156,6 +160,13 @@ func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
 	go w.receiveGenl(ctx, gc)
 
 	w.watchSysctls(ctx)
+	if err := w.watchNetlink(ctx); err != nil {
+		w.IPSetMethod = "poll: every 50 ms to 1 s (netlink watcher unavailable: " + err.Error() + ")"
+		w.log.Warn("cannot see ipset changes as they are made; sets are polled", "err", err)
+	} else {
+		w.IPSetEvents = true
+		w.IPSetMethod = "event: tp_btf/consume_skb sees each ipset command before it returns"
+	}
 	go w.pollLegacy(ctx)
 	ok = true
 	return w, nil

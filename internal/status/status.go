@@ -27,14 +27,17 @@ var ErrNotAllowed = errors.New("linuxfp's status needs root or CAP_NET_ADMIN")
 
 // Status is the answer to GET /v1/status.
 type Status struct {
-	PID              int       `json:"pid"`
-	StartedAt        time.Time `json:"started_at"`
-	HookOption       string    `json:"hook_option"`
-	SysctlWatch      string    `json:"sysctl_watch"`
-	NetfilterBackend string    `json:"netfilter_backend"`
-	Events           uint64    `json:"events"`
-	Applies          uint64    `json:"applies"`
-	LastApply        *Change   `json:"last_apply,omitempty"`
+	PID         int       `json:"pid"`
+	StartedAt   time.Time `json:"started_at"`
+	HookOption  string    `json:"hook_option"`
+	SysctlWatch string    `json:"sysctl_watch"`
+	IPSetWatch  string    `json:"ipset_watch"`
+	// IPSetReads: how many times the ipsets were read (each change, with ipset_watch events).
+	IPSetReads       uint64  `json:"ipset_reads"`
+	NetfilterBackend string  `json:"netfilter_backend"`
+	Events           uint64  `json:"events"`
+	Applies          uint64  `json:"applies"`
+	LastApply        *Change `json:"last_apply,omitempty"`
 	// Busy: the controller is applying a change right now.
 	Busy bool `json:"busy"`
 	// ApplyError: the last apply could not bring the data plane to Linux's configuration

@@ -1,0 +1,176 @@
+/* Configuration changes as they happen: a tp_btf program on consume_skb, which the kernel calls
+ * on a netlink request right after the family's handler has applied it and before the sender's
+ * sendmsg() returns (netlink_unicast_kernel()). So a change made with ip, bridge, iptables-nft,
+ * nft or ipset, or any daemon built on them, is seen here before the command that made it
+ * returns. Only requests to this network namespace's kernel sockets that change something
+ * (not GET dumps, not conntrack entries) count: linuxfp's own reads and other namespaces' changes
+ * do not. Each one bumps its class's counter and wakes the controller through a ring buffer.
+ *
+ * The program runs for every skb the host consumes, so the first tests are the cheapest ones:
+ * the skb has a socket, and that socket is a netlink one. */
+#include <linux/bpf.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/ipset/ip_set.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "netlink_watch.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* The kernel's structures, as far as this program reads them (CO-RE: offsets come from the
+ * running kernel's BTF). */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
+struct sock_common {
+	unsigned short skc_family;
+	possible_net_t skc_net;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+struct netlink_sock {
+	__u32 flags;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	struct sock *sk;
+	unsigned char *head;
+	unsigned int tail; /* an offset from head on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET) */
+} __attribute__((preserve_access_index));
+
+#define AF_NETLINK 16
+#define NETLINK_F_KERNEL_SOCKET 0x1
+
+/* The namespace whose changes count: the inode number of its /proc/<pid>/ns/net. */
+volatile const __u32 cfg_netns = 0;
+
+/* Per class: changes seen. Written only here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, enum lfp_nl_class);
+	__type(value, __u64);
+	__uint(max_entries, LFP_NL_CLASSES);
+} lfp_nl_changes SEC(".maps");
+
+/* One record (the class, a __u32) per change; a full ring means a wake-up is pending. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} lfp_nl_events SEC(".maps");
+
+/* rtnetlink: a request type is NEW, DEL, GET or SET in that order for each object. */
+static __always_inline enum lfp_nl_class rtnl_class(__u16 type)
+{
+	if (type < RTM_BASE || (type & 3) == 2) /* GET */
+		return LFP_NL_NONE;
+	switch (type & ~3) {
+	case RTM_NEWLINK:
+		return LFP_NL_LINK;
+	case RTM_NEWADDR:
+		return LFP_NL_ADDR;
+	case RTM_NEWROUTE:
+	case RTM_NEWRULE:
+	case RTM_NEWNEXTHOP:
+		return LFP_NL_ROUTE;
+	case RTM_NEWNEIGH:
+		return LFP_NL_NEIGH;
+	case RTM_NEWQDISC:
+	case RTM_NEWTCLASS:
+	case RTM_NEWTFILTER:
+	case RTM_NEWCHAIN:
+		return LFP_NL_TC;
+	}
+	/* Anything else that changes (netconf, mdb, vlan ...): counted, the controller reads all. */
+	return LFP_NL_OTHER;
+}
+
+/* nfnetlink: nf_tables changes come as batches; ipset commands one by one. */
+static __always_inline enum lfp_nl_class nfnl_class(const struct nlmsghdr *nlh, const unsigned char *data)
+{
+	__u16 subsys = nlh->nlmsg_type >> 8, cmd = nlh->nlmsg_type & 0xff;
+	__u16 res_id;
+
+	if (nlh->nlmsg_type == NFNL_MSG_BATCH_BEGIN) {
+		/* struct nfgenmsg after the header: family, version, res_id (the batch's subsystem). */
+		if (bpf_probe_read_kernel(&res_id, sizeof(res_id), data + NLMSG_HDRLEN + 2))
+			return LFP_NL_NFTABLES;
+		return bpf_ntohs(res_id) == NFNL_SUBSYS_NFTABLES ? LFP_NL_NFTABLES : LFP_NL_NONE;
+	}
+	switch (subsys) {
+	case NFNL_SUBSYS_IPSET:
+		switch (cmd) {
+		case IPSET_CMD_CREATE:
+		case IPSET_CMD_DESTROY:
+		case IPSET_CMD_FLUSH:
+		case IPSET_CMD_RENAME:
+		case IPSET_CMD_SWAP:
+		case IPSET_CMD_ADD:
+		case IPSET_CMD_DEL:
+			return LFP_NL_IPSET;
+		}
+		return LFP_NL_NONE;
+	}
+	/* nf_tables outside a batch: nfnetlink accepts only reads there. */
+	return LFP_NL_NONE;
+}
+
+SEC("tp_btf/consume_skb")
+int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
+{
+	struct sock *sk = skb->sk;
+	struct nlmsghdr nlh;
+	unsigned char *data;
+	enum lfp_nl_class class;
+	__u64 *n;
+
+	if (!sk || sk->__sk_common.skc_family != AF_NETLINK)
+		return 0;
+	/* A request lands on the kernel's socket; replies and notifications on user sockets. (The
+	 * verifier knows sk as a struct sock only: the netlink_sock around it is read, not loaded.) */
+	if (!(BPF_CORE_READ((struct netlink_sock *)sk, flags) & NETLINK_F_KERNEL_SOCKET))
+		return 0;
+	if (sk->__sk_common.skc_net.net->ns.inum != cfg_netns)
+		return 0;
+	/* The handler has pulled the messages it processed (netlink_rcv_skb()): they start at the
+	 * head, where netlink_sendmsg() copied them. */
+	data = skb->head;
+	if (skb->tail < sizeof(nlh) || bpf_probe_read_kernel(&nlh, sizeof(nlh), data))
+		return 0;
+	if (!(nlh.nlmsg_flags & NLM_F_REQUEST))
+		return 0;
+	switch (sk->sk_protocol) {
+	case NETLINK_ROUTE:
+		class = rtnl_class(nlh.nlmsg_type);
+		break;
+	case NETLINK_NETFILTER:
+		class = nfnl_class(&nlh, data);
+		break;
+	default:
+		return 0;
+	}
+	if (class == LFP_NL_NONE)
+		return 0;
+	n = bpf_map_lookup_elem(&lfp_nl_changes, &class);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	bpf_ringbuf_output(&lfp_nl_events, &class, sizeof(class), 0);
+	return 0;
+}

@@ -1,0 +1,19 @@
+/* Classes of configuration change bpf/netlink_watch.c tells apart (bpf2go -type gives Go the
+ * same names). */
+#ifndef LFP_NETLINK_WATCH_H
+#define LFP_NETLINK_WATCH_H
+
+enum lfp_nl_class {
+	LFP_NL_NONE = 0,  /* not a change (a GET, another subsystem) */
+	LFP_NL_LINK,      /* RTM_{NEW,DEL,SET}LINK */
+	LFP_NL_ADDR,
+	LFP_NL_ROUTE,     /* routes, policy rules, nexthop objects */
+	LFP_NL_NEIGH,     /* neighbours and bridge FDB entries (AF_BRIDGE RTM_NEWNEIGH) */
+	LFP_NL_TC,        /* qdiscs, classes, filters, chains */
+	LFP_NL_OTHER,     /* any other rtnetlink change (netconf, mdb, vlan ...) */
+	LFP_NL_NFTABLES,  /* an nf_tables batch (iptables-nft, nft) */
+	LFP_NL_IPSET,     /* ipset create, destroy, flush, rename, swap, add, del */
+	LFP_NL_CLASSES,
+};
+
+#endif

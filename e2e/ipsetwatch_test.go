@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// ipset changes send no notification. linuxfp sees each ipset command as the kernel applies
+// it (the netlink watcher) and reads the sets only then: an idle host with a large set in use
+// costs nothing, and a change is followed.
+func TestIPSetFollowedByEvents(t *testing.T) {
+	requireTool(t, "ipset")
+	tb := newTestbed(t, testbed.Options{})
+	// A large blacklist (50,000 addresses no test sends to) used by a DROP rule.
+	var b strings.Builder
+	b.WriteString("create lfpblk hash:ip maxelem 100000\n")
+	for i := 0; i < 50000; i++ {
+		fmt.Fprintf(&b, "add lfpblk 198.19.%d.%d\n", 128+i/256%128, i%256)
+	}
+	cmd := exec.Command("ip", "netns", "exec", tb.DUT.Name, "ipset", "restore", "-exist")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ipset restore: %v: %s", err, out)
+	}
+	sh(t, tb.DUT, "iptables -A FORWARD -m set --match-set lfpblk dst -j DROP")
+	l := startLinuxfp(t, tb)
+	waitVerdict(t, tb, l, "198.19.9.1", "forwarded", 10)
+
+	reads := func() uint64 {
+		t.Helper()
+		st, err := l.Client.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(st.IPSetWatch, "event") {
+			t.Fatalf("ipsets watched by %q, want events", st.IPSetWatch)
+		}
+		return st.IPSetReads
+	}
+	// Idle, and a set changed in another namespace: no read.
+	r0 := reads()
+	sh(t, tb.Gen, "ipset create lfpother hash:ip\nipset add lfpother 198.19.9.1")
+	time.Sleep(time.Second)
+	if r1 := reads(); r1 != r0 {
+		t.Fatalf("ipsets read %d times while nothing changed here", r1-r0)
+	}
+	// Each change here is read and followed.
+	sh(t, tb.DUT, "ipset add lfpblk 198.19.9.1")
+	waitVerdict(t, tb, l, "198.19.9.1", "dropped", 0)
+	waitVerdict(t, tb, l, "198.19.9.2", "forwarded", 10)
+	sh(t, tb.DUT, "ipset del lfpblk 198.19.9.1")
+	waitVerdict(t, tb, l, "198.19.9.1", "forwarded", 10)
+	// swap with a set holding the address, then flush.
+	sh(t, tb.DUT, "ipset create lfpnew hash:ip\nipset add lfpnew 198.19.9.3\nipset swap lfpnew lfpblk")
+	waitVerdict(t, tb, l, "198.19.9.3", "dropped", 0)
+	sh(t, tb.DUT, "ipset flush lfpblk")
+	waitVerdict(t, tb, l, "198.19.9.3", "forwarded", 10)
+	if r := reads(); r-r0 < 4 {
+		t.Fatalf("ipsets read %d times for the changes, want one or more each", r-r0)
+	}
+}

@@ -1,0 +1,96 @@
+package observe
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// Changes made over netlink are seen as the kernel applies them (bpf/netlink_watch.c): before
+// the command that made them returns. Most of them also have a notification; ipset's do not,
+// so this is how ipset changes are followed (without it, sets are polled).
+
+// ipsetQuiet: how long ipset commands must pause before the sets are read.
+const ipsetQuiet = 20 * time.Millisecond
+
+// netnsInode is the inode number of the calling thread's network namespace.
+func netnsInode() (uint32, error) {
+	fi, err := os.Stat("/proc/thread-self/ns/net")
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, errors.New("no inode number for the network namespace")
+	}
+	return uint32(st.Ino), nil
+}
+
+// watchNetlink attaches the netlink request watcher for this namespace and delivers the
+// changes it sees (ipset ones: the others arrive as notifications too).
+func (w *Watcher) watchNetlink(ctx context.Context) error {
+	ino, err := netnsInode()
+	if err != nil {
+		return err
+	}
+	spec, err := loadNetlinkwatch()
+	if err != nil {
+		return err
+	}
+	if err := spec.Variables["cfg_netns"].Set(ino); err != nil {
+		return err
+	}
+	var objs netlinkwatchObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load netlink watcher: %w (%+v)", err, ve)
+		}
+		return fmt.Errorf("load netlink watcher: %w", err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: objs.LfpNlConsumed})
+	if err != nil {
+		objs.Close()
+		return fmt.Errorf("attach tp_btf/consume_skb: %w", err)
+	}
+	rd, err := ringbuf.NewReader(objs.LfpNlEvents)
+	if err != nil {
+		l.Close()
+		objs.Close()
+		return err
+	}
+	w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
+	// Sets are read once ipset commands pause for ipsetQuiet: a dump holds each set it reads
+	// (ref_netlink) for as long as it takes, and a user's `ipset swap` or `destroy` meeting it
+	// fails with EBUSY, so linuxfp does not read in the middle of a script's commands.
+	ipsetRead := time.AfterFunc(time.Hour, func() { w.send(ctx, DirtyIPSet) })
+	ipsetRead.Stop()
+	w.closers = append(w.closers, func() { ipsetRead.Stop() })
+	go func() {
+		for {
+			rec, err := rd.Read()
+			if err != nil {
+				if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
+					w.fail(fmt.Errorf("netlink watcher: %w", err))
+				}
+				return
+			}
+			if len(rec.RawSample) < 4 {
+				continue
+			}
+			switch netlinkwatchLfpNlClass(binary.NativeEndian.Uint32(rec.RawSample)) {
+			case netlinkwatchLfpNlClassLFP_NL_IPSET:
+				ipsetRead.Reset(ipsetQuiet)
+			}
+		}
+	}()
+	return nil
+}
