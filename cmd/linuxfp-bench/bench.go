@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/linuxfp/linuxfp/internal/bench"
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 func benchCmds() []*cobra.Command {
@@ -63,7 +63,7 @@ func forwardingBenchCmd(use, short, long string, run func(context.Context, bench
 		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
 				tf.set(&cfg)
 				return run(ctx, cfg)
 			})
@@ -141,7 +141,7 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 				}
 				gc.Traffic = append(gc.Traffic, t)
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
 				tf.set(&cfg)
 				gc.Config = cfg
 				return bench.RunGateway(ctx, gc)
@@ -180,7 +180,7 @@ on exit, including on Ctrl-C.
 Quick run: linuxfp bench modules --rounds 1 --duration 500ms --no-cpu`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
+			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
 				tf.set(&cfg)
 				return bench.RunModules(ctx, cfg)
 			})
@@ -228,9 +228,8 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 				}
 				pc.Workloads = append(pc.Workloads, w)
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
-				pc.Binary, pc.Modes, pc.Log = cfg.Binary, cfg.Modes, cfg.Log
-				pc.Duration, pc.Warmup, pc.Rounds = cfg.Duration, cfg.Warmup, cfg.Rounds
+			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+				pc.Run = cfg.Run
 				return bench.RunPods(ctx, pc)
 			})
 		},
@@ -287,9 +286,8 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 				}
 				sc.Workloads = append(sc.Workloads, w)
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
-				sc.Binary, sc.Modes, sc.Log = cfg.Binary, cfg.Modes, cfg.Log
-				sc.Duration, sc.Warmup, sc.Rounds = cfg.Duration, cfg.Warmup, cfg.Rounds
+			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+				sc.Run = cfg.Run
 				return bench.RunServices(ctx, sc)
 			})
 		},
@@ -363,8 +361,8 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 				return fmt.Errorf("--lookup %q: want hash or lpm", lookup)
 			}
 			cc.TestRun, cc.Live = !noTestRun, !noForward
-			return bf.run(func(ctx context.Context, cfg bench.Config) (benchOutput, error) {
-				cc.Duration, cc.Warmup, cc.Rounds, cc.Log = cfg.Duration, cfg.Warmup, cfg.Rounds, cfg.Log
+			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+				cc.Run = cfg.Run
 				return bench.RunCompose(ctx, cc)
 			})
 		},
@@ -384,13 +382,6 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
 	return cmd
-}
-
-// benchOutput is a benchmark's result as the commands print it.
-type benchOutput interface {
-	Measured() bool
-	WriteJSON(io.Writer) error
-	WriteTable(io.Writer)
 }
 
 // benchFlags are the flags every benchmark of the gen -> dut -> sink pipeline has.
@@ -419,7 +410,7 @@ func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
 
 // run runs a benchmark with the configuration the flags give, stops it on Ctrl-C, and prints
 // what it measured (also when it failed or was interrupted half-way).
-func (bf *benchFlags) run(run func(context.Context, bench.Config) (benchOutput, error)) error {
+func (bf *benchFlags) run(run func(context.Context, bench.Config) (harness.Result, error)) error {
 	log, err := newLogger(bf.level)
 	if err != nil {
 		return err
@@ -429,7 +420,7 @@ func (bf *benchFlags) run(run func(context.Context, bench.Config) (benchOutput, 
 	}
 	cfg := bf.cfg
 	for _, s := range splitList(bf.modes) {
-		m, err := bench.ParseMode(s)
+		m, err := harness.ParseMode(s)
 		if err != nil {
 			return fmt.Errorf("--modes: %w", err)
 		}
@@ -446,7 +437,7 @@ func (bf *benchFlags) run(run func(context.Context, bench.Config) (benchOutput, 
 	res, err := run(ctx, cfg)
 	if res != nil && res.Measured() {
 		if bf.asJSON {
-			if jerr := res.WriteJSON(os.Stdout); jerr != nil {
+			if jerr := harness.WriteJSON(os.Stdout, res); jerr != nil {
 				return errors.Join(err, jerr)
 			}
 		} else {
