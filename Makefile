@@ -1,6 +1,7 @@
 # linuxfp: make build | make test | make bench | make generate
 GO      ?= go
 BIN     := bin/linuxfp
+BENCH   := bin/linuxfp-bench
 PKGS    := ./...
 
 .PHONY: all build test bench generate deps clean vet
@@ -10,8 +11,10 @@ all: build
 deps:
 	@scripts/deps.sh
 
+# The daemon and, apart, the benchmarks (which run the daemon beside them in their namespaces).
 build:
 	$(GO) build -o $(BIN) ./cmd/linuxfp
+	$(GO) build -o $(BENCH) ./cmd/linuxfp-bench
 
 vet:
 	$(GO) vet $(PKGS)
@@ -22,7 +25,7 @@ test: deps vet
 
 # The embedded default: the paper's virtual-router experiment, Linux vs linuxfp vs ceiling.
 bench: deps build
-	./$(BIN) bench router
+	./$(BENCH) router
 
 # Rebuild the committed BPF objects (needs clang, llvm, libbpf-dev).
 generate:

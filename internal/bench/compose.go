@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 )
 
@@ -37,10 +38,7 @@ var Compositions = []Composition{ComposeInline, ComposeTail, ComposeTailMap}
 
 // ParseComposition checks a composition's name.
 func ParseComposition(s string) (Composition, error) {
-	if c := Composition(s); slices.Contains(Compositions, c) {
-		return c, nil
-	}
-	return "", fmt.Errorf("composition %q: want inline, tail or tail-map", s)
+	return harness.ParseName(Compositions, "composition", s)
 }
 
 // ComposeMaxModules is COMPOSE_MAX: the longest chain.

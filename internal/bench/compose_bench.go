@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/packet"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -29,12 +29,11 @@ type ComposeConfig struct {
 	TestRun     bool          // the BPF_PROG_TEST_RUN measurement
 	TestRunTime time.Duration // time per test run (default 200 ms)
 
-	Live     bool          // the forwarding measurement
-	Duration time.Duration // measured time per round, composition and length
-	Warmup   time.Duration // traffic before each measurement, not counted
-	Rounds   int           // the report gives the median and the spread
-
-	Log *slog.Logger
+	Live bool // the forwarding measurement
+	// Run: Duration is the measured forwarding time per round, composition and length; the
+	// report gives the median and the spread of the rounds. Its Binary and Modes are not used:
+	// the chain is all the benchmark runs.
+	harness.Run
 }
 
 func (c *ComposeConfig) defaults() error {
@@ -50,7 +49,7 @@ func (c *ComposeConfig) defaults() error {
 	if len(c.Compositions) == 0 {
 		c.Compositions = Compositions
 	}
-	c.Compositions = inOrder(Compositions, c.Compositions)
+	c.Compositions = harness.InOrder(Compositions, c.Compositions)
 	if c.Size == 0 {
 		c.Size = 64
 	}
@@ -63,19 +62,7 @@ func (c *ComposeConfig) defaults() error {
 	if c.TestRunTime <= 0 {
 		c.TestRunTime = 200 * time.Millisecond
 	}
-	if c.Duration <= 0 {
-		c.Duration = time.Second
-	}
-	if c.Warmup <= 0 {
-		c.Warmup = 200 * time.Millisecond
-	}
-	if c.Rounds <= 0 {
-		c.Rounds = 3
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	return nil
+	return c.Run.Defaults(harness.RunDefaults{Duration: time.Second, Warmup: 200 * time.Millisecond})
 }
 
 // composeTopology is the router benchmark's gen -> DUT -> sink under names of its own: the
@@ -121,13 +108,13 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 		if err := tb.DUT.Do(func() error { return errors.Join(c.addTx(tb.OutIfindex), c.addIngress(tb.InIfindex)) }); err != nil {
 			return err
 		}
-		pcfg := Config{Duration: cfg.Duration, Warmup: cfg.Warmup, Rounds: cfg.Rounds, Log: cfg.Log}
+		pcfg := Config{Run: cfg.Run}
 		b, err := newPipeline(ctx, pcfg, composeTopology, tb, nil)
 		if err != nil {
 			return err
 		}
 		defer b.close()
-		cpus, err := usableCPUs()
+		cpus, err := harness.UsableCPUs()
 		if err != nil {
 			return err
 		}

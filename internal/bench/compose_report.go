@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // ComposeResult is what bench compose measured. The JSON form is for scripts.
@@ -29,9 +30,7 @@ type ComposeSettings struct {
 	FrameSize    int           `json:"frame_size"`
 	Prefixes     int           `json:"prefixes"`
 	TestRunTime  string        `json:"test_run_time,omitempty"`
-	Duration     string        `json:"duration,omitempty"`
-	Warmup       string        `json:"warmup,omitempty"`
-	Rounds       int           `json:"rounds"`
+	harness.Timing
 }
 
 // ComposeCell is one composition of one chain length.
@@ -93,7 +92,7 @@ func spreadOf(v []float64) Spread {
 	if len(v) == 0 {
 		return Spread{}
 	}
-	return Spread{Median: medianOf(v), Min: slices.Min(v), Max: slices.Max(v)}
+	return Spread{Median: harness.Median(v), Min: slices.Min(v), Max: slices.Max(v)}
 }
 
 // ComposeFit is a composition's cost per module: the least-squares line through the medians
@@ -114,9 +113,9 @@ type Line struct {
 
 func newComposeResult(cfg ComposeConfig) *ComposeResult {
 	r := &ComposeResult{
-		Machine: machine(),
+		Machine: harness.ThisMachine(),
 		Config: ComposeSettings{Modules: cfg.Modules, Compositions: cfg.Compositions, Lookup: "hash",
-			FrameSize: cfg.Size, Prefixes: routerTopology.prefixes, Rounds: cfg.Rounds},
+			FrameSize: cfg.Size, Prefixes: routerTopology.prefixes, Timing: harness.Timing{Rounds: cfg.Rounds}},
 	}
 	if cfg.LPM {
 		r.Config.Lookup = "lpm"
@@ -147,8 +146,8 @@ func newComposeResult(cfg ComposeConfig) *ComposeResult {
 // machine), lengths and compositions each starting at round r's turn.
 func (r *ComposeResult) roundOrder(round int) []*ComposeCell {
 	var out []*ComposeCell
-	for i, n := range rotated(r.Config.Modules, round) {
-		for _, comp := range rotated(r.Config.Compositions, round+i) {
+	for i, n := range harness.Rotated(r.Config.Modules, round) {
+		for _, comp := range harness.Rotated(r.Config.Compositions, round+i) {
 			out = append(out, r.cell(comp, n))
 		}
 	}
@@ -156,7 +155,7 @@ func (r *ComposeResult) roundOrder(round int) []*ComposeCell {
 }
 
 func (r *ComposeResult) finish(elapsed time.Duration) {
-	r.Elapsed = elapsed.Round(time.Second).String()
+	r.Elapsed = harness.Elapsed(elapsed)
 	for _, c := range r.Cells {
 		if t := c.TestRun; t != nil {
 			t.Spread = spreadOf(t.Rounds)
@@ -266,13 +265,6 @@ func (r *ComposeResult) Measured() bool {
 	return false
 }
 
-// WriteJSON writes the result for scripts.
-func (r *ComposeResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
 // cell is comp's cell for n modules (nil if not run).
 func (r *ComposeResult) cell(comp Composition, n int) *ComposeCell {
 	for _, c := range r.Cells {
@@ -293,7 +285,7 @@ func (r *ComposeResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Composition: chains of N modules (each: IPv4 parse, %s, a per-CPU counter), then TTL, MACs and redirect\n", lookup)
 	fmt.Fprintln(w, "inline: one program, N frozen in .rodata (linuxfp's); tail: a program per module, tail call to a constant slot;")
 	fmt.Fprintln(w, "tail-map: the same, the slot read from a map")
-	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "%d-byte frames; median of %d rounds (min-max); took %s\n\n", c.FrameSize, c.Rounds, r.Elapsed)
 
 	if r.has(func(cell *ComposeCell) bool { return cell.TestRun != nil && len(cell.TestRun.Rounds) > 0 }) {

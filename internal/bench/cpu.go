@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // cpuTimes is the aggregate "cpu" line of /proc/stat, in USER_HZ ticks.
@@ -76,16 +78,16 @@ func (b *pipeline) cpu() error {
 			rate = l.Mpps * 1e6 / 2
 		}
 	}
-	cpus, err := usableCPUs()
+	cpus, err := harness.UsableCPUs()
 	if err != nil {
 		return err
 	}
 	cpus = cpus[:1]
-	modes := append([]Mode{modeBaseline}, b.cfg.Modes...)
+	modes := append([]Mode{ModeBaseline}, b.cfg.Modes...)
 	c := &CPUResult{OfferedMpps: rate / 1e6, FrameSize: size, Cores: 1}
 	per := map[Mode][]Round{}
 	for r := 0; r < b.cfg.Rounds; r++ {
-		for _, m := range rotated(modes, r) {
+		for _, m := range harness.Rotated(modes, r) {
 			err := b.withMode(m, func() error {
 				rd, err := b.measure(size, cpus, rate)
 				if err != nil {
@@ -145,9 +147,9 @@ func (c *CPUResult) summarise(per map[Mode][]Round, modes []Mode) *CPUResult {
 				user = append(user, rd.CPU.User/mpkt)
 			}
 		}
-		cm := CPUMode{Mode: m, Mpps: medianOf(mpps), Loss: medianOf(loss), KernelPerMpkt: medianOf(kern),
-			UserPerMpkt: medianOf(user), Rounds: rds}
-		if m == modeBaseline {
+		cm := CPUMode{Mode: m, Mpps: harness.Median(mpps), Loss: harness.Median(loss), KernelPerMpkt: harness.Median(kern),
+			UserPerMpkt: harness.Median(user), Rounds: rds}
+		if m == ModeBaseline {
 			base = cm.KernelPerMpkt
 		} else {
 			cm.DUTPerMpkt = cm.KernelPerMpkt - base

@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -69,12 +70,7 @@ const (
 var Traffics = []Traffic{TrafficMiss, TrafficHit}
 
 // ParseTraffic checks a traffic pattern's name.
-func ParseTraffic(s string) (Traffic, error) {
-	if t := Traffic(s); slices.Contains(Traffics, t) {
-		return t, nil
-	}
-	return "", fmt.Errorf("traffic %q: want miss or hit", s)
-}
+func ParseTraffic(s string) (Traffic, error) { return harness.ParseName(Traffics, "traffic", s) }
 
 // Ruleset is a blacklist in the DUT's filter table.
 type Ruleset struct {
@@ -142,22 +138,15 @@ func (r Ruleset) rules() int {
 // gatewayRulesets are the paper's two rulesets, then the sweep's (100 rules is measured once).
 func gatewayRulesets(sweep []int) []Ruleset {
 	rs := []Ruleset{
-		{Name: plural(gatewayRules, "rule"), Blacklisted: gatewayRules},
+		{Name: harness.Plural(gatewayRules, "rule"), Blacklisted: gatewayRules},
 		{Name: fmt.Sprintf("ipset (%d addresses)", gatewayRules), Blacklisted: gatewayRules, IPSet: true},
 	}
 	for _, n := range sweep {
 		if n != gatewayRules {
-			rs = append(rs, Ruleset{Name: plural(n, "rule"), Blacklisted: n})
+			rs = append(rs, Ruleset{Name: harness.Plural(n, "rule"), Blacklisted: n})
 		}
 	}
 	return rs
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // permittedHosts is how many destinations the blacklists let through: 198.19.40-49.1-254.
@@ -283,7 +272,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 			if permitted > 0 {
 				v.Permitted = permitted
 			}
-			if slices.ContainsFunc(cfg.Modes, Mode.runsLinuxfp) {
+			if slices.ContainsFunc(cfg.Modes, Mode.RunsLinuxfp) {
 				v.Linuxfp = f
 			}
 			g.variants = append(g.variants, v)

@@ -1,12 +1,13 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // GatewayResult is everything the gateway benchmark measured. The JSON form is for scripts.
@@ -123,7 +124,7 @@ func (r *GatewayResult) variant(rs Ruleset, t Traffic) *GatewayVariant {
 func (r *GatewayResult) sweep(t Traffic) []*GatewayVariant {
 	var out []*GatewayVariant
 	for _, n := range r.Config.Sweep {
-		if v := r.variant(Ruleset{Name: plural(n, "rule"), Blacklisted: n}, t); v != nil && len(v.Throughput) > 0 {
+		if v := r.variant(Ruleset{Name: harness.Plural(n, "rule"), Blacklisted: n}, t); v != nil && len(v.Throughput) > 0 {
 			out = append(out, v)
 		}
 	}
@@ -138,7 +139,7 @@ var (
 
 // over is mode a's DUT rate over mode b's in v for (cores, size), 0 if either was not measured.
 func (v *GatewayVariant) over(cores, size int, a, b Mode) float64 {
-	return div(v.rateOf(cores, size, a), v.rateOf(cores, size, b))
+	return harness.Div(v.rateOf(cores, size, a), v.rateOf(cores, size, b))
 }
 
 // rateOf is mode m's DUT rate in v for (cores, size), 0 if not measured.
@@ -152,25 +153,18 @@ func (v *GatewayVariant) rateOf(cores, size int, m Mode) float64 {
 	return 0
 }
 
-func div(a, b float64) float64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	return a / b
-}
-
 func (r *GatewayResult) targets() []GatewayTarget {
 	var out []GatewayTarget
 	for _, t := range r.Config.Traffic {
 		for _, cores := range r.Config.Cores {
 			for _, size := range r.Config.Sizes {
 				gt := GatewayTarget{Traffic: t, Cores: cores, FrameSize: size,
-					Over100IPSet: div(r.variant(rules100, t).rateOf(cores, size, ModeLinuxfp),
+					Over100IPSet: harness.Div(r.variant(rules100, t).rateOf(cores, size, ModeLinuxfp),
 						r.variant(ipsetRules, t).rateOf(cores, size, ModeLinux))}
 				if sw := r.sweep(t); len(sw) > 1 {
 					fewest, most := sw[0], sw[len(sw)-1]
 					gt.Fewest, gt.Most = fewest.Ruleset.Blacklisted, most.Ruleset.Blacklisted
-					gt.Retained = div(most.rateOf(cores, size, ModeLinuxfp), fewest.rateOf(cores, size, ModeLinuxfp))
+					gt.Retained = harness.Div(most.rateOf(cores, size, ModeLinuxfp), fewest.rateOf(cores, size, ModeLinuxfp))
 				}
 				if gt.Over100IPSet > 0 || gt.Retained > 0 {
 					out = append(out, gt)
@@ -181,19 +175,12 @@ func (r *GatewayResult) targets() []GatewayTarget {
 	return out
 }
 
-// WriteJSON writes the result for scripts.
-func (r *GatewayResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
 // WriteTable writes the tables a person reads.
 func (r *GatewayResult) WriteTable(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Gateway: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9; a blacklist of /32s\n"+
 		"in the DUT's FORWARD chain (iptables-nft): DROP rules, or one rule matching an ipset\n", c.Prefixes)
-	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "Median of %d rounds x %s per mode (modes alternate round by round); took %s\n", c.Rounds, c.Duration, r.Elapsed)
 	fmt.Fprintf(w, "Traffic miss: to %d hosts no rule matches (Linux walks every rule); hit: every other packet to\n"+
 		"a blacklisted address (all of them in turn), half of it dropped. Rates are the DUT's: packets it\n"+
@@ -210,9 +197,9 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	ratioCells := func(v *GatewayVariant, cores, size int, ipset bool) []string {
 		var cells []string
 		for _, rc := range ratios {
-			cells = append(cells, ratio(v.over(cores, size, rc.num, rc.den), rc.suffix))
+			cells = append(cells, harness.Ratio(v.over(cores, size, rc.num, rc.den), rc.suffix))
 			if ipset && rc.num == ModeLinuxfp && rc.den == ModeLinux {
-				cells = append(cells, ratio(div(v.rateOf(cores, size, ModeLinuxfp),
+				cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, ModeLinuxfp),
 					r.variant(ipsetRules, v.Traffic).rateOf(cores, size, ModeLinux)), "x"))
 			}
 		}
@@ -240,7 +227,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	}
 	header := func(first ...string) []string {
 		for _, m := range modes {
-			first = append(first, modeTitle[m]+" Mpps")
+			first = append(first, m.Title()+" Mpps")
 		}
 		return first
 	}
@@ -281,7 +268,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 						cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), string(t), fmt.Sprint(v.Ruleset.Blacklisted)},
 							modeCells(v, cores, size)...)
 						cells = append(cells, ratioCells(v, cores, size, false)...)
-						cells = append(cells, ratio(div(v.rateOf(cores, size, ModeLinuxfp), sw[0].rateOf(cores, size, ModeLinuxfp)), ""))
+						cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, ModeLinuxfp), sw[0].rateOf(cores, size, ModeLinuxfp)), ""))
 						fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 					}
 				}
@@ -314,11 +301,11 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 			var parts []string
 			if t.Over100IPSet > 0 {
 				parts = append(parts, fmt.Sprintf("linuxfp with %d rules / Linux with ipset %.2fx (want >= 2x: %s)",
-					gatewayRules, t.Over100IPSet, metOrNot(t.Over100IPSet >= 2)))
+					gatewayRules, t.Over100IPSet, harness.Met(t.Over100IPSet >= 2)))
 			}
 			if t.Retained > 0 {
 				parts = append(parts, fmt.Sprintf("linuxfp at %d rules / at %d %.2f (want >= 0.80: %s)",
-					t.Most, t.Fewest, t.Retained, metOrNot(t.Retained >= 0.8)))
+					t.Most, t.Fewest, t.Retained, harness.Met(t.Retained >= 0.8)))
 			}
 			fmt.Fprintf(w, "  %s, %d cores, %d bytes: %s\n", t.Traffic, t.Cores, t.FrameSize, strings.Join(parts, "; "))
 		}
@@ -338,7 +325,7 @@ func (r *GatewayResult) writeProgStats(w io.Writer) {
 			for _, m := range r.Config.Modes {
 				if t := row.Modes[m]; t != nil {
 					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, v.Ruleset.Name, v.Traffic,
-						modeTitle[m], t.rate(), t.progCells())
+						m.Title(), t.rate(), t.progCells())
 				}
 			}
 		}
@@ -365,7 +352,7 @@ func (r *GatewayResult) linuxfpHooks() []string {
 			}
 		}
 		if len(seen) > 0 {
-			hooks = append(hooks, modeTitle[m]+": "+strings.Join(seen, ", "))
+			hooks = append(hooks, m.Title()+": "+strings.Join(seen, ", "))
 		}
 	}
 	if len(hooks) > 0 {
@@ -382,13 +369,6 @@ func (r *GatewayResult) linuxfpHooks() []string {
 		}
 	}
 	return hooks
-}
-
-func metOrNot(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
 }
 
 // writeFlags prints the throughput test's flags (the latency and CPU tests print theirs).
@@ -457,11 +437,11 @@ func filterFlags(name string, m Mode, row ThroughputRow) []string {
 	}
 	if passed > handled/100 {
 		lines = append(lines, fmt.Sprintf("! %s: %s, %d cores, %d bytes: in0 handed %d of %d packets to Linux %v",
-			name, modeTitle[m], row.Cores, row.FrameSize, passed, handled, reasons))
+			name, m.Title(), row.Cores, row.FrameSize, passed, handled, reasons))
 	}
 	if mixed && handled > 0 && dropped == 0 {
 		lines = append(lines, fmt.Sprintf("! %s: %s, %d cores, %d bytes: its filter module dropped nothing",
-			name, modeTitle[m], row.Cores, row.FrameSize))
+			name, m.Title(), row.Cores, row.FrameSize))
 	}
 	return lines
 }

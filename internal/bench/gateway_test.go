@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
@@ -171,8 +172,9 @@ func TestFilterProblem(t *testing.T) {
 
 // The targets and the report come from the variants' DUT rates.
 func TestGatewayReport(t *testing.T) {
-	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Sizes: []int{64}, Cores: []int{1}, Modes: DefaultModes, Rounds: 1},
-		Sweep: []int{1, 1000, 10000}, Traffic: []Traffic{TrafficHit}}}
+	g := &gatewayRun{cfg: GatewayConfig{
+		Config: Config{Run: harness.Run{Modes: DefaultModes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
+		Sweep:  []int{1, 1000, 10000}, Traffic: []Traffic{TrafficHit}}}
 	rate := map[string]map[Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
 		"100 rules":             {ModeLinux: 1, ModeLinuxfp: 6, ModeCeiling: 12},
 		"ipset (100 addresses)": {ModeLinux: 2, ModeLinuxfp: 6, ModeCeiling: 12},

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -53,7 +54,7 @@ const rrPort = 12865 // netperf's control port, for recognisability in captures
 func (b *pipeline) latency() error {
 	var modes []Mode
 	for _, m := range b.cfg.Modes {
-		if !m.ceiling() {
+		if !m.Ceiling() {
 			modes = append(modes, m)
 		}
 	}
@@ -72,7 +73,7 @@ func (b *pipeline) latency() error {
 	per := map[Mode][]LatencyRound{}
 	defer func() { b.res.Latency = summariseLatency(per, modes, b.cfg.Sessions) }()
 	for r := 0; r < b.cfg.Rounds; r++ {
-		for _, m := range rotated(modes, r) {
+		for _, m := range harness.Rotated(modes, r) {
 			err := b.withMode(m, func() error {
 				if _, err := b.prepare(); err != nil {
 					return err
@@ -308,7 +309,7 @@ func summariseLatency(per map[Mode][]LatencyRound, modes []Mode, sessions int) [
 					v = append(v, f(r))
 				}
 			}
-			return medianOf(v)
+			return harness.Median(v)
 		}
 		for _, r := range rds {
 			if r.Error != "" {

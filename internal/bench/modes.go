@@ -9,75 +9,30 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// Mode is what forwards on the DUT.
-type Mode string
-
-const (
-	ModeLinux   Mode = "linux"   // Linux's own forwarding, nothing attached to the DUT
-	ModeLinuxfp Mode = "linuxfp" // `linuxfp run` in the DUT (--hook auto: native XDP here)
-	// ModeLinuxfpTC is `linuxfp run --hook tc` in the DUT: the same modules built for tc
-	// (tcx) ingress, for the paper's Table VII (each module at XDP vs tc).
-	ModeLinuxfpTC Mode = "linuxfp-tc"
-	ModeCeiling   Mode = "ceiling" // the hand-written minimal forwarder on in0
-	// ModeCeilingTC is the same minimal forwarder at tcx ingress on in0 (ceiling_tc.go): what no
-	// tc program can beat in the topology.
-	ModeCeilingTC Mode = "ceiling-tc"
-	// modeBaseline is only for the CPU measurement: the generator's frames are dropped by XDP
-	// on in0, so what remains is the generator's own cost.
-	modeBaseline Mode = "baseline"
+// The modes are the harness's: every benchmark compares the same ones.
+type (
+	Mode    = harness.Mode
+	Machine = harness.Machine
 )
 
-// Modes lists the forwarding modes in report order.
-var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling, ModeCeilingTC}
+const (
+	ModeLinux     = harness.ModeLinux
+	ModeLinuxfp   = harness.ModeLinuxfp
+	ModeLinuxfpTC = harness.ModeLinuxfpTC
+	ModeCeiling   = harness.ModeCeiling
+	ModeCeilingTC = harness.ModeCeilingTC
+	ModeBaseline  = harness.ModeBaseline
+)
 
-// DefaultModes are the modes a forwarding benchmark runs unless told otherwise: linuxfp as a
-// user runs it (--hook auto) against Linux and the ceiling. linuxfp-tc and ceiling-tc are asked
-// for by name (--modes, or bench modules): they add two thirds to every run's time, and what they
-// measure (the tc build where auto picks XDP) is a comparison of hooks, not what a user of these
-// topologies gets.
-var DefaultModes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
-
-// ParseMode checks a mode name.
-func ParseMode(s string) (Mode, error) {
-	if m := Mode(s); slices.Contains(Modes, m) {
-		return m, nil
-	}
-	return "", fmt.Errorf("mode %q: want linux, linuxfp, linuxfp-tc, ceiling or ceiling-tc", s)
-}
-
-// runsLinuxfp: the mode runs `linuxfp run` in the DUT.
-func (m Mode) runsLinuxfp() bool { return m == ModeLinuxfp || m == ModeLinuxfpTC }
-
-// ceiling: the mode is a hand-written forwarder that evaluates no rules and forwards one way only.
-func (m Mode) ceiling() bool { return m == ModeCeiling || m == ModeCeilingTC }
-
-// runArgs are the mode's arguments to `linuxfp run`.
-func (m Mode) runArgs() []string {
-	if m == ModeLinuxfpTC {
-		return []string{"--hook", "tc"}
-	}
-	return nil
-}
-
-// wantHook is where linuxfp's programs should run in mode m ("" for a mode without linuxfp).
-// With --hook auto linuxfp picks native XDP on the benchmarks' veths, whose hosts compute their
-// checksums (the testbed turns tx checksum offload off), or generic XDP when the latency test
-// turns that offload back on (txCsumOffload; see setTxCsum).
-func (m Mode) wantHook(txCsumOffload bool) string {
-	switch {
-	case m == ModeLinuxfpTC:
-		return "tc"
-	case m == ModeLinuxfp && txCsumOffload:
-		return "xdp-generic"
-	case m == ModeLinuxfp:
-		return "xdp"
-	}
-	return ""
-}
+var (
+	Modes        = harness.Modes
+	DefaultModes = harness.DefaultModes
+)
 
 // dut puts the DUT into one mode at a time. Modes never overlap: enter checks that nothing else
 // is attached to in0 or out0 before it attaches its own.
@@ -107,7 +62,7 @@ func (d *dut) enter(m Mode) error {
 	switch m {
 	case ModeLinux:
 	case ModeLinuxfp, ModeLinuxfpTC:
-		l, err := d.topo.startLinuxfp(d.tb, d.bin, m.runArgs()...)
+		l, err := d.topo.startLinuxfp(d.tb, d.bin, m.RunArgs()...)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the DUT: %w", err)
 		}
@@ -130,7 +85,7 @@ func (d *dut) enter(m Mode) error {
 			return err
 		}
 		d.closers = append(d.closers, c.Close)
-	case modeBaseline:
+	case ModeBaseline:
 		s, err := attachSink(d.tb.DUT, "in0")
 		if err != nil {
 			return err

@@ -9,13 +9,14 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // TableVII is the summary of one or more modules at each hook, from one run: every mode's DUT
@@ -100,7 +101,7 @@ func hookRows(module string, modes []Mode, row *ThroughputRow, lat []LatencyMode
 		if l := latOf(m); l != nil {
 			h.TPS, h.AvgUs, h.P99Us = l.TPS, l.AvgUs, l.P99Us
 			if ll := latOf(ModeLinux); ll != nil {
-				h.AvgOverLinux = div(l.AvgUs, ll.AvgUs)
+				h.AvgOverLinux = harness.Div(l.AvgUs, ll.AvgUs)
 			}
 		}
 		if cpu != nil {
@@ -143,10 +144,10 @@ func flaggedModes(lines []string) func(Mode) bool {
 	return func(m Mode) bool {
 		for _, l := range lines {
 			l = strings.TrimPrefix(l, "! ")
-			if _, rest, ok := strings.Cut(l, ": "); ok && strings.HasPrefix(rest, modeTitle[m]+",") {
+			if _, rest, ok := strings.Cut(l, ": "); ok && strings.HasPrefix(rest, m.Title()+",") {
 				l = rest // a gateway variant's line
 			}
-			if strings.HasPrefix(l, modeTitle[m]+",") {
+			if strings.HasPrefix(l, m.Title()+",") {
 				return true
 			}
 		}
@@ -185,7 +186,7 @@ func (r *Result) tableVII() *TableVII {
 func writeTableVII(w io.Writer, t *TableVII) {
 	fmt.Fprintf(w, "Table VII: each module at XDP and at tc (%d-byte frames, %d generator core", t.FrameSize, t.Cores)
 	if t.Sessions > 0 {
-		fmt.Fprintf(w, "; latency: TCP request/response, %s", plural(t.Sessions, "session"))
+		fmt.Fprintf(w, "; latency: TCP request/response, %s", harness.Plural(t.Sessions, "session"))
 	}
 	fmt.Fprintln(w, ")")
 	flagged := slices.ContainsFunc(t.Rows, func(h HookRow) bool { return h.Flagged })
@@ -212,9 +213,9 @@ func writeTableVII(w io.Writer, t *TableVII) {
 		if h.DUTNsPerPacket < 0 {
 			cpu = fmt.Sprintf("%.0f", h.DUTNsPerPacket)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Module, modeTitle[h.Mode], hook,
-			num(h.Mpps, "%.3f"), ratio(h.OverLinux, "x"), ratio(h.TCOverXDP, ""), num(h.TPS, "%.0f"),
-			num(h.AvgUs, "%.1f"), num(h.P99Us, "%.1f"), ratio(h.AvgOverLinux, ""), cpu, flag)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Module, h.Mode.Title(), hook,
+			num(h.Mpps, "%.3f"), harness.Ratio(h.OverLinux, "x"), harness.Ratio(h.TCOverXDP, ""), num(h.TPS, "%.0f"),
+			num(h.AvgUs, "%.1f"), num(h.P99Us, "%.1f"), harness.Ratio(h.AvgOverLinux, ""), cpu, flag)
 	}
 	tw.Flush()
 	if flagged {
@@ -246,7 +247,7 @@ func RunModules(ctx context.Context, cfg Config) (*ModulesResult, error) {
 	if len(cfg.Cores) == 0 {
 		cfg.Cores = []int{1}
 	}
-	res := &ModulesResult{Machine: machine()}
+	res := &ModulesResult{Machine: harness.ThisMachine()}
 	start := time.Now()
 	defer func() { res.finish(time.Since(start)) }()
 	var err error
@@ -264,7 +265,7 @@ func RunModules(ctx context.Context, cfg Config) (*ModulesResult, error) {
 }
 
 func (r *ModulesResult) finish(elapsed time.Duration) {
-	r.Elapsed = elapsed.Round(time.Second).String()
+	r.Elapsed = harness.Elapsed(elapsed)
 	r.TableVII = nil
 	for _, t := range []*TableVII{r.Router.tableVIIOrNil(), r.Bridge.tableVIIOrNil(), r.Gateway.tableVIIOrNil()} {
 		if t == nil {
@@ -294,13 +295,6 @@ func (r *GatewayResult) tableVIIOrNil() *TableVII {
 // Measured: the result holds at least one measurement.
 func (r *ModulesResult) Measured() bool {
 	return r != nil && (r.Router.Measured() || r.Bridge.Measured() || r.Gateway.Measured())
-}
-
-// WriteJSON writes the result for scripts: the summary and every benchmark's full result.
-func (r *ModulesResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
 }
 
 // WriteTable writes the summary, and every line the three reports flag.

@@ -2,12 +2,14 @@ package bench
 
 import (
 	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // tcResult is a router or bridge result with every mode at 1 core and 64 bytes (and 2 cores),
 // Linux at 1 Mpps, and linuxfp-tc's second round at XDP.
 func tcResult(topology string) *Result {
-	cfg := Config{Sizes: []int{64}, Cores: []int{1, 2}, Modes: Modes, Rounds: 2, Sessions: 1}
+	cfg := Config{Run: harness.Run{Modes: Modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1, 2}, Sessions: 1}
 	t := routerTopology
 	if topology == "bridge" {
 		t = bridgeTopology
@@ -36,7 +38,7 @@ func tcResult(topology string) *Result {
 		ModeLinuxfp:   {{TPS: 125, AvgUs: 8, P99Us: 16, FastPath: &fastPath{Hook: "xdp"}}},
 		ModeLinuxfpTC: {{TPS: 110, AvgUs: 9, P99Us: 18, FastPath: &fastPath{Hook: "tc"}}},
 	}, []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC}, 1)
-	r.CPU = &CPUResult{Modes: []CPUMode{{Mode: modeBaseline, KernelPerMpkt: 100}, {Mode: ModeLinux, DUTPerMpkt: 1000},
+	r.CPU = &CPUResult{Modes: []CPUMode{{Mode: ModeBaseline, KernelPerMpkt: 100}, {Mode: ModeLinux, DUTPerMpkt: 1000},
 		{Mode: ModeLinuxfp, DUTPerMpkt: 250}, {Mode: ModeLinuxfpTC, DUTPerMpkt: 500}}}
 	r.finish(0)
 	return r
@@ -68,7 +70,7 @@ func TestTableVII(t *testing.T) {
 	)
 
 	// Without a tc mode there is no table.
-	r = newResult(Config{Sizes: []int{64}, Cores: []int{1}, Modes: DefaultModes}, routerTopology)
+	r = newResult(Config{Run: harness.Run{Modes: DefaultModes}, Sizes: []int{64}, Cores: []int{1}}, routerTopology)
 	r.addRound(1, 64, ModeLinux, Round{Mpps: 1})
 	r.finish(0)
 	if r.TableVII != nil {
@@ -91,13 +93,13 @@ func TestFlaggedModes(t *testing.T) {
 // bench modules puts the three modules' rows into one table, and prefixes every flagged line
 // with its module.
 func TestModulesResult(t *testing.T) {
-	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Sizes: []int{64}, Cores: []int{1}, Modes: Modes, Rounds: 1},
+	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Run: harness.Run{Modes: Modes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
 		Traffic: []Traffic{TrafficMiss}}}
 	v := &GatewayVariant{Ruleset: rules100, Traffic: TrafficMiss, Permitted: 1, res: newResult(g.cfg.Config, routerTopology)}
 	for m, x := range map[Mode]float64{ModeLinux: 1, ModeLinuxfp: 5, ModeLinuxfpTC: 2, ModeCeiling: 10, ModeCeilingTC: 3} {
 		rd := Round{Offered: 1000, Received: 1000, Mpps: x}
-		if m.runsLinuxfp() {
-			rd.FastPath = &fastPath{Forwarded: 1000, Hook: m.wantHook(false), OutHook: m.wantHook(false)}
+		if m.RunsLinuxfp() {
+			rd.FastPath = &fastPath{Forwarded: 1000, Hook: m.WantHook(false), OutHook: m.WantHook(false)}
 		}
 		if m == ModeLinuxfpTC {
 			rd.FastPath.Forwarded, rd.FastPath.Passed = 500, map[string]uint64{"filter": 500}

@@ -18,19 +18,16 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 // Config configures a forwarding benchmark (bench router, bench bridge): Linux, linuxfp and a
 // hand-written ceiling forward from gen to sink through the DUT alternately, round by round.
 type Config struct {
-	Binary   string        // linuxfp binary run in the DUT (`linuxfp run`)
-	Sizes    []int         // frame sizes in bytes, FCS included (RFC 2544)
-	Cores    []int         // generator cores
-	Modes    []Mode        // default: all
-	Duration time.Duration // measured time per round, mode and size
-	Warmup   time.Duration // traffic before each measurement, not counted
-	Rounds   int           // rounds per mode; the report gives the median
+	harness.Run       // Duration: measured time per round, mode and size
+	Sizes       []int // frame sizes in bytes, FCS included (RFC 2544)
+	Cores       []int // generator cores
 
 	Throughput bool // the throughput test (received rate per mode, frame size and cores)
 
@@ -43,8 +40,6 @@ type Config struct {
 	CPUDuration time.Duration // measured time per CPU round (default 2x Duration: ticks are coarse)
 
 	ProgStats bool // time the BPF programs (BPF_ENABLE_STATS) and report ns per run
-
-	Log *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -54,19 +49,10 @@ func (c *Config) defaults() error {
 	if len(c.Cores) == 0 {
 		c.Cores = []int{1, 2}
 	}
-	if len(c.Modes) == 0 {
-		c.Modes = DefaultModes
-	}
-	// Report order, whatever the order on the command line; duplicates would be measured twice.
-	c.Modes = inOrder(Modes, c.Modes)
-	if c.Duration <= 0 {
-		c.Duration = time.Second
-	}
-	if c.Warmup <= 0 {
-		c.Warmup = 200 * time.Millisecond
-	}
-	if c.Rounds <= 0 {
-		c.Rounds = 3
+	err := c.Run.Defaults(harness.RunDefaults{Name: "forwarding", Modes: Modes, Default: DefaultModes,
+		Duration: time.Second, Warmup: 200 * time.Millisecond, Where: "the DUT"})
+	if err != nil {
+		return err
 	}
 	if c.CPUDuration <= 0 {
 		c.CPUDuration = 2 * c.Duration
@@ -74,13 +60,7 @@ func (c *Config) defaults() error {
 	if c.Sessions <= 0 {
 		c.Sessions = 128
 	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	if c.Binary == "" && slices.ContainsFunc(c.Modes, Mode.runsLinuxfp) {
-		return errors.New("no linuxfp binary to run in the DUT")
-	}
-	cpus, err := usableCPUs()
+	cpus, err := harness.UsableCPUs()
 	if err != nil {
 		return err
 	}
@@ -268,13 +248,6 @@ func (b *pipeline) withMode(m Mode, fn func() error) (err error) {
 	return fn()
 }
 
-// rotated returns modes starting at round r's turn: no mode always runs first (right after the
-// topology was built) or always after another particular one.
-func rotated[T any](modes []T, r int) []T {
-	k := r % len(modes)
-	return append(slices.Clone(modes[k:]), modes[:k]...)
-}
-
 // throughput measures every mode and size for a generator of cores CPUs.
 func (b *pipeline) throughput(cores int) error {
 	var cells []cell
@@ -300,7 +273,7 @@ type cell struct {
 
 // permittedIn is the fraction of the offered frames mode m should deliver to the sink (0: all).
 func (c cell) permittedIn(m Mode) float64 {
-	if m.ceiling() {
+	if m.Ceiling() {
 		return 0
 	}
 	return c.permitted
@@ -309,13 +282,13 @@ func (c cell) permittedIn(m Mode) float64 {
 // measureCells measures every mode and cell for a generator of cores CPUs: round after round,
 // modes in rotated order, each mode entered once per round for all cells.
 func (b *pipeline) measureCells(cores int, cells []cell) error {
-	cpus, err := usableCPUs()
+	cpus, err := harness.UsableCPUs()
 	if err != nil {
 		return err
 	}
 	cpus = cpus[:cores]
 	for r := 0; r < b.cfg.Rounds; r++ {
-		for _, m := range rotated(b.cfg.Modes, r) {
+		for _, m := range harness.Rotated(b.cfg.Modes, r) {
 			err := b.withMode(m, func() error {
 				for _, c := range cells {
 					if c.before != nil {
@@ -455,7 +428,7 @@ func (b *pipeline) prepare() (problem string, err error) {
 }
 
 func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
-	if err := sleepCtx(b.ctx, b.cfg.Warmup); err != nil {
+	if err := harness.SleepCtx(b.ctx, b.cfg.Warmup); err != nil {
 		return Round{}, err
 	}
 	counted := b.sink
@@ -495,7 +468,7 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 	if err != nil {
 		return Round{}, err
 	}
-	if err := sleepCtx(b.ctx, d); err != nil {
+	if err := harness.SleepCtx(b.ctx, d); err != nil {
 		return Round{}, err
 	}
 	s1, err := take()
@@ -520,30 +493,4 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 	rd.OfferedMpps = float64(rd.Offered) / sec / 1e6
 	rd.Mpps = float64(rd.Received) / sec / 1e6
 	return rd, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// usableCPUs lists the CPUs this process may run on, lowest first.
-func usableCPUs() ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("get cpu affinity: %w", err)
-	}
-	var cpus []int
-	for i := 0; i < len(set)*64; i++ {
-		if set.IsSet(i) {
-			cpus = append(cpus, i)
-		}
-	}
-	return cpus, nil
 }

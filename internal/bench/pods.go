@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -45,12 +46,7 @@ const (
 var Workloads = []Workload{WorkloadIntra, WorkloadInter}
 
 // ParseWorkload checks a workload's name.
-func ParseWorkload(s string) (Workload, error) {
-	if w := Workload(s); slices.Contains(Workloads, w) {
-		return w, nil
-	}
-	return "", fmt.Errorf("workload %q: want intra or inter", s)
-}
+func ParseWorkload(s string) (Workload, error) { return harness.ParseName(Workloads, "workload", s) }
 
 // PodsModes are the modes the pods benchmark runs. Its ceiling forwards nothing at all: each
 // client pod is joined to its server by one veth pair (testbed.DirectPods), so it measures what
@@ -59,15 +55,12 @@ var PodsModes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
 
 // PodsConfig configures RunPods.
 type PodsConfig struct {
-	Binary    string     // linuxfp binary run in the nodes (`linuxfp run`, `linuxfp status -j`)
-	Modes     []Mode     // default: linux, linuxfp and ceiling
+	// Run: modes default to linux, linuxfp and ceiling; Duration is the measured time per
+	// round, mode, workload and pair count; Warmup transactions are not counted.
+	harness.Run
 	Workloads []Workload // default: intra and inter
 	// Pairs: the numbers of concurrent pod pairs measured (default 1, 2, 5, 10).
-	Pairs    []int
-	Duration time.Duration // measured time per round, mode, workload and pair count
-	Warmup   time.Duration // transactions before each measurement, not counted
-	Rounds   int           // rounds per mode; the report gives the median
-	Log      *slog.Logger
+	Pairs []int
 	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-pods").
 	Prefix string
 }
@@ -79,19 +72,15 @@ func (c *PodsConfig) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "lfp-pods"
 	}
-	if len(c.Modes) == 0 {
-		c.Modes = PodsModes
+	err := c.Run.Defaults(harness.RunDefaults{Name: "pods", Modes: PodsModes,
+		Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Where: "the nodes"})
+	if err != nil {
+		return err
 	}
-	for _, m := range c.Modes {
-		if !slices.Contains(PodsModes, m) {
-			return fmt.Errorf("mode %s: the pods benchmark runs linux, linuxfp and ceiling", m)
-		}
-	}
-	c.Modes = inOrder(PodsModes, c.Modes)
 	if len(c.Workloads) == 0 {
 		c.Workloads = Workloads
 	}
-	c.Workloads = inOrder(Workloads, c.Workloads)
+	c.Workloads = harness.InOrder(Workloads, c.Workloads)
 	if len(c.Pairs) == 0 {
 		c.Pairs = []int{1, 2, 5, 10}
 	}
@@ -101,33 +90,7 @@ func (c *PodsConfig) defaults() error {
 		}
 	}
 	c.Pairs = slices.Compact(slices.Sorted(slices.Values(c.Pairs)))
-	if c.Duration <= 0 {
-		c.Duration = 2 * time.Second
-	}
-	if c.Warmup <= 0 {
-		c.Warmup = 500 * time.Millisecond
-	}
-	if c.Rounds <= 0 {
-		c.Rounds = 3
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	if c.Binary == "" && slices.Contains(c.Modes, ModeLinuxfp) {
-		return errors.New("no linuxfp binary to run in the nodes")
-	}
 	return nil
-}
-
-// inOrder returns the members of want in the order of all, each once.
-func inOrder[T comparable](all, want []T) []T {
-	var out []T
-	for _, v := range all {
-		if slices.Contains(want, v) {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // podsLayout is how many pods each node gets for the configuration, and which pods pair up.
@@ -194,7 +157,7 @@ func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
 		return res, err
 	}
 	for round := 0; round < cfg.Rounds; round++ {
-		for _, m := range rotated(cfg.Modes, round) {
+		for _, m := range harness.Rotated(cfg.Modes, round) {
 			if err := r.withMode(m, func() error { return r.measureAll(round, m) }); err != nil {
 				return res, err
 			}

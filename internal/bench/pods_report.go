@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
@@ -28,9 +28,7 @@ type PodsSettings struct {
 	Modes     []Mode     `json:"modes"`
 	Workloads []Workload `json:"workloads"`
 	Pairs     []int      `json:"pairs"`
-	Duration  string     `json:"duration"`
-	Warmup    string     `json:"warmup"`
-	Rounds    int        `json:"rounds"`
+	harness.Timing
 	// Pods: how many pods node1 and node2 had.
 	Pods [2]int `json:"pods"`
 }
@@ -100,11 +98,11 @@ var podsPaper = map[Workload][2]float64{
 
 func newPodsResult(cfg PodsConfig) *PodsResult {
 	return &PodsResult{
-		Machine: machine(),
+		Machine: harness.ThisMachine(),
 		Config: PodsSettings{
 			Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
 			Modes:    cfg.Modes, Workloads: cfg.Workloads, Pairs: cfg.Pairs,
-			Duration: cfg.Duration.String(), Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds,
+			Timing: cfg.Timing(),
 		},
 	}
 }
@@ -144,17 +142,17 @@ func (pm *PodsMode) summarise() {
 		}
 		tps, avg, p99, sd = append(tps, rd.TPS), append(avg, rd.AvgUs), append(p99, rd.P99Us), append(sd, rd.StddevUs)
 	}
-	pm.TPS, pm.AvgUs, pm.P99Us, pm.StddevUs = medianOf(tps), medianOf(avg), medianOf(p99), medianOf(sd)
+	pm.TPS, pm.AvgUs, pm.P99Us, pm.StddevUs = harness.Median(tps), harness.Median(avg), harness.Median(p99), harness.Median(sd)
 }
 
 func (row *PodsRow) ratios() {
 	l, f, c := row.Modes[ModeLinux], row.Modes[ModeLinuxfp], row.Modes[ModeCeiling]
 	row.TPSRatio, row.AvgRatio, row.CeilingTPSRatio, row.CeilingAvgRatio, row.GainShare = 0, 0, 0, 0, 0
 	if l != nil && f != nil {
-		row.TPSRatio, row.AvgRatio = div(f.TPS, l.TPS), div(f.AvgUs, l.AvgUs)
+		row.TPSRatio, row.AvgRatio = harness.Div(f.TPS, l.TPS), harness.Div(f.AvgUs, l.AvgUs)
 	}
 	if l != nil && c != nil {
-		row.CeilingTPSRatio, row.CeilingAvgRatio = div(c.TPS, l.TPS), div(c.AvgUs, l.AvgUs)
+		row.CeilingTPSRatio, row.CeilingAvgRatio = harness.Div(c.TPS, l.TPS), harness.Div(c.AvgUs, l.AvgUs)
 	}
 	if l != nil && f != nil && c != nil && l.TPS > 0 && f.TPS > 0 && c.TPS > l.TPS {
 		row.GainShare = (f.TPS - l.TPS) / (c.TPS - l.TPS)
@@ -162,7 +160,7 @@ func (row *PodsRow) ratios() {
 }
 
 func (r *PodsResult) finish(elapsed time.Duration) {
-	r.Elapsed = elapsed.Round(time.Second).String()
+	r.Elapsed = harness.Elapsed(elapsed)
 	slices.SortStableFunc(r.Rows, func(a, b *PodsRow) int {
 		if a.Workload != b.Workload {
 			return slices.Index(Workloads, a.Workload) - slices.Index(Workloads, b.Workload)
@@ -220,13 +218,6 @@ func (r *PodsResult) Measured() bool {
 	return false
 }
 
-// WriteJSON writes the result for scripts.
-func (r *PodsResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
 // WriteTable writes the tables a person reads.
 func (r *PodsResult) WriteTable(w io.Writer) {
 	c := r.Config
@@ -235,9 +226,9 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 		"each way, one connection per pod pair, all pairs at once; intra: node1 -> node1, inter: node1 -> node2;\n"+
 		"ceiling: client and server pods joined by one veth pair, nothing forwarded (the same in both)\n",
 		testbed.FlannelVNI, testbed.FlannelPort, c.Pods[0], c.Pods[1])
-	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
-		plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
+		harness.Plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tpairs\tmode\ttrans/s\tavg us\tp99 us\tstddev us\ttrans/s vs Linux\tavg latency vs Linux\t")
@@ -247,7 +238,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 			if pm == nil {
 				continue
 			}
-			cells := []string{string(row.Workload), fmt.Sprint(row.Pairs), modeTitle[m]}
+			cells := []string{string(row.Workload), fmt.Sprint(row.Pairs), m.Title()}
 			if pm.Failed == len(pm.Rounds) {
 				cells = append(cells, "failed", "-", "-", "-")
 			} else {
@@ -256,9 +247,9 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 			}
 			switch m {
 			case ModeLinuxfp:
-				cells = append(cells, ratio(row.TPSRatio, "x"), percentChange(row.AvgRatio))
+				cells = append(cells, harness.Ratio(row.TPSRatio, "x"), harness.PercentChange(row.AvgRatio))
 			case ModeCeiling:
-				cells = append(cells, ratio(row.CeilingTPSRatio, "x"), percentChange(row.CeilingAvgRatio))
+				cells = append(cells, harness.Ratio(row.CeilingTPSRatio, "x"), harness.PercentChange(row.CeilingAvgRatio))
 			default:
 				cells = append(cells, "", "")
 			}
@@ -271,7 +262,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 			if pm := row.Modes[m]; pm != nil {
 				for _, rd := range pm.Rounds {
 					if rd.Error != "" {
-						fmt.Fprintf(w, "! %s, %s, %s: a round failed: %s\n", modeTitle[m], row.Workload, plural(row.Pairs, "pair"), rd.Error)
+						fmt.Fprintf(w, "! %s, %s, %s: a round failed: %s\n", m.Title(), row.Workload, harness.Plural(row.Pairs, "pair"), rd.Error)
 					}
 				}
 			}
@@ -281,12 +272,12 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "\nAgainst the paper (+120% / +116% transactions, average latency 18% / 14% lower; issue 5's targets):")
 		for _, t := range r.Targets {
 			fmt.Fprintf(w, "  %s: trans/s %s Linux (paper %.2fx): %s; average latency %s lower (paper %.0f%%): %s\n",
-				t.Workload, span(t.MinTPSRatio, t.MaxTPSRatio, "%.2fx"), t.PaperTPSRatio, metWord(t.TPSMet),
-				span(100*t.MinAvgCut, 100*t.MaxAvgCut, "%.0f%%"), 100*t.PaperAvgCut, metWord(t.AvgMet))
+				t.Workload, harness.Span(t.MinTPSRatio, t.MaxTPSRatio, "%.2fx"), t.PaperTPSRatio, harness.Met(t.TPSMet),
+				harness.Span(100*t.MinAvgCut, 100*t.MaxAvgCut, "%.0f%%"), 100*t.PaperAvgCut, harness.Met(t.AvgMet))
 			if t.MaxCeilingTPSRatio > 0 {
 				fmt.Fprintf(w, "    ceiling (the pods joined by one veth: nothing forwarded, filtered or encapsulated): trans/s %s\n"+
 					"    Linux, which no data path between the pods can beat; linuxfp got %s of that gain\n",
-					span(t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio, "%.2fx"), span(100*t.MinGainShare, 100*t.MaxGainShare, "%.0f%%"))
+					harness.Span(t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio, "%.2fx"), harness.Span(100*t.MinGainShare, 100*t.MaxGainShare, "%.0f%%"))
 			}
 		}
 	}
@@ -356,11 +347,11 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 			fp := perNode[node]
 			if fp.runs() > 0 && fp.passed()*100 > runs {
 				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: %.1f%% of its program runs handed the packet to Linux (%s)",
-					row.Workload, plural(row.Pairs, "pair"), node, 100*float64(fp.passed())/float64(fp.runs()), countsString(fp.Passed)))
+					row.Workload, harness.Plural(row.Pairs, "pair"), node, 100*float64(fp.passed())/float64(fp.runs()), countsString(fp.Passed)))
 			}
 			for _, name := range slices.Sorted(maps.Keys(fp.NoProgram)) {
 				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: no program on %s: %s",
-					row.Workload, plural(row.Pairs, "pair"), node, name, fp.NoProgram[name]))
+					row.Workload, harness.Plural(row.Pairs, "pair"), node, name, fp.NoProgram[name]))
 			}
 		}
 	}
@@ -435,26 +426,4 @@ func passedString(c fpCounts) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f%%: %s", 100*float64(c.passed())/float64(c.runs()), countsString(c.Passed))
-}
-
-// percentChange is "-17.5%" for a ratio of 0.825.
-func percentChange(v float64) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%+.1f%%", 100*(v-1))
-}
-
-func span(lo, hi float64, format string) string {
-	if fmt.Sprintf(format, lo) == fmt.Sprintf(format, hi) {
-		return fmt.Sprintf(format, lo)
-	}
-	return fmt.Sprintf(format+" to "+format, lo, hi)
-}
-
-func metWord(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
 }

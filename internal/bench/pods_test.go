@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 func TestPodsConfigDefaults(t *testing.T) {
-	c := PodsConfig{Binary: "linuxfp", Pairs: []int{10, 1, 5, 1}, Workloads: []Workload{WorkloadInter, WorkloadIntra},
-		Modes: []Mode{ModeCeiling, ModeLinuxfp, ModeLinux}}
+	c := PodsConfig{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{ModeCeiling, ModeLinuxfp, ModeLinux}},
+		Pairs: []int{10, 1, 5, 1}, Workloads: []Workload{WorkloadInter, WorkloadIntra}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -26,10 +27,10 @@ func TestPodsConfigDefaults(t *testing.T) {
 		t.Errorf("defaults not set: %+v", c)
 	}
 	for _, bad := range []PodsConfig{
-		{Binary: "linuxfp", Pairs: []int{0}},
-		{Binary: "linuxfp", Pairs: []int{maxPodPairs + 1}},
-		{Binary: "linuxfp", Modes: []Mode{"xdp"}},
-		{Modes: []Mode{ModeLinuxfp}}, // no binary to run
+		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{0}},
+		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{maxPodPairs + 1}},
+		{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{"xdp"}}},
+		{Run: harness.Run{Modes: []Mode{ModeLinuxfp}}}, // no binary to run
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
@@ -166,7 +167,7 @@ func TestRRStats(t *testing.T) {
 // The result keeps medians of the completed rounds, the ratios of the medians, and the paper's
 // targets per workload over all pair counts.
 func TestPodsResult(t *testing.T) {
-	r := newPodsResult(PodsConfig{Modes: PodsModes, Workloads: Workloads, Pairs: []int{1, 2}, Rounds: 3})
+	r := newPodsResult(PodsConfig{Run: harness.Run{Modes: PodsModes, Rounds: 3}, Workloads: Workloads, Pairs: []int{1, 2}})
 	round := func(tps, avg float64) PodsRound {
 		return PodsRound{LatencyRound: LatencyRound{TPS: tps, AvgUs: avg, P99Us: 2 * avg, StddevUs: 1}}
 	}
@@ -255,8 +256,8 @@ func TestRunPodsLinux(t *testing.T) {
 	// A prefix of its own: other tests (e2e's pods tests) may run at the same time.
 	const prefix = "lfp-podsbench"
 	before := podsNamespaces(t, prefix)
-	res, err := RunPods(context.Background(), PodsConfig{Modes: []Mode{ModeLinux, ModeCeiling}, Pairs: []int{1, 2},
-		Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1, Prefix: prefix})
+	res, err := RunPods(context.Background(), PodsConfig{Pairs: []int{1, 2}, Prefix: prefix,
+		Run: harness.Run{Modes: []Mode{ModeLinux, ModeCeiling}, Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

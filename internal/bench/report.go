@@ -1,18 +1,14 @@
 package bench
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // Result is everything a forwarding benchmark (router, bridge) measured. The JSON form is for
@@ -29,25 +25,14 @@ type Result struct {
 	rows     map[[2]int]int // (cores, size) -> index in Throughput
 }
 
-// Machine describes where the numbers come from.
-type Machine struct {
-	Kernel string `json:"kernel"`
-	CPUs   int    `json:"cpus"`
-	Model  string `json:"cpu_model,omitempty"`
-	Go     string `json:"go"`
-	Date   string `json:"date"`
-}
-
 // Settings is the configuration the numbers were taken with.
 type Settings struct {
 	Topology string `json:"topology"` // "router" or "bridge"
 	Sizes    []int  `json:"frame_sizes"`
 	Cores    []int  `json:"generator_cores"`
 	Modes    []Mode `json:"modes"`
-	Duration string `json:"duration"`
-	Warmup   string `json:"warmup"`
-	Rounds   int    `json:"rounds"`
-	Sessions int    `json:"rr_sessions,omitempty"`
+	harness.Timing
+	Sessions int `json:"rr_sessions,omitempty"`
 	// TxCsumOffload: the latency test left tx checksum offload on at gen and sink.
 	TxCsumOffload bool `json:"rr_tx_csum_offload"`
 	ProgStats     bool `json:"prog_stats"`
@@ -77,7 +62,7 @@ func (row *ThroughputRow) over(a, b Mode) float64 {
 	if x == nil || y == nil {
 		return 0
 	}
-	return div(x.rate(), y.rate())
+	return harness.Div(x.rate(), y.rate())
 }
 
 // ratioColumn is a ratio of two modes' rates that the reports print when both were run.
@@ -127,11 +112,11 @@ func (t *Throughput) rate() float64 {
 
 func newResult(cfg Config, t *topology) *Result {
 	return &Result{
-		Machine: machine(),
+		Machine: harness.ThisMachine(),
 		Config: Settings{
 			Topology: t.name,
-			Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Duration: cfg.Duration.String(),
-			Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds, Sessions: cfg.Sessions, Prefixes: t.prefixes,
+			Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Timing: cfg.Timing(),
+			Sessions: cfg.Sessions, Prefixes: t.prefixes,
 			TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
 		},
 		rows: map[[2]int]int{},
@@ -161,11 +146,11 @@ func (r *Result) addRound(cores, size int, m Mode, rd Round) {
 		dut = append(dut, x.dutMpps())
 		mixed = mixed || x.Permitted > 0
 	}
-	t.Mpps, t.OfferedMpps = medianOf(mpps), medianOf(off)
+	t.Mpps, t.OfferedMpps = harness.Median(mpps), harness.Median(off)
 	t.Gbps = t.Mpps * float64(size) * 8 / 1e3
 	t.DUTMpps = 0
 	if mixed {
-		t.DUTMpps = medianOf(dut)
+		t.DUTMpps = harness.Median(dut)
 	}
 	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = row.over(ModeLinuxfp, ModeLinux), row.over(ModeLinuxfp, ModeCeiling)
 	row.LinuxfpTCOverLinux, row.LinuxfpTCOverLinuxfp = row.over(ModeLinuxfpTC, ModeLinux), row.over(ModeLinuxfpTC, ModeLinuxfp)
@@ -181,7 +166,7 @@ func (r *Result) throughputOf(cores, size int, m Mode) *Throughput {
 }
 
 func (r *Result) finish(elapsed time.Duration) {
-	r.Elapsed = elapsed.Round(time.Second).String()
+	r.Elapsed = harness.Elapsed(elapsed)
 	slices.SortStableFunc(r.Throughput, func(a, b ThroughputRow) int {
 		if a.Cores != b.Cores {
 			return a.Cores - b.Cores
@@ -199,16 +184,6 @@ func (r *Result) Measured() bool {
 	return r != nil && (len(r.Throughput) > 0 || len(r.Latency) > 0 || r.CPU != nil)
 }
 
-// WriteJSON writes the result for scripts.
-func (r *Result) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
-var modeTitle = map[Mode]string{ModeLinux: "Linux", ModeLinuxfp: "linuxfp", ModeLinuxfpTC: "linuxfp-tc", ModeCeiling: "ceiling",
-	ModeCeilingTC: "ceiling-tc", modeBaseline: "baseline"}
-
 // WriteTable writes the tables a person reads.
 func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
@@ -220,7 +195,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", c.Prefixes)
 	}
-	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "Median of %d rounds x %s per mode (modes alternate round by round); took %s\n\n",
 		c.Rounds, c.Duration, r.Elapsed)
 
@@ -229,7 +204,7 @@ func (r *Result) WriteTable(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		hdr := []string{"cores", "frame"}
 		for _, m := range c.Modes {
-			hdr = append(hdr, modeTitle[m]+" Mpps", "Gbit/s")
+			hdr = append(hdr, m.Title()+" Mpps", "Gbit/s")
 		}
 		ratios := ratioColumnsOf(c.Modes)
 		for _, rc := range ratios {
@@ -246,7 +221,7 @@ func (r *Result) WriteTable(w io.Writer) {
 				}
 			}
 			for _, rc := range ratios {
-				cells = append(cells, ratio(row.over(rc.num, rc.den), rc.suffix))
+				cells = append(cells, harness.Ratio(row.over(rc.num, rc.den), rc.suffix))
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 		}
@@ -279,15 +254,15 @@ func writeCPU(w io.Writer, cp *CPUResult) {
 	fmt.Fprintln(tw, "mode\treceived Mpps\tloss\ttotal ms/Mpkt\tDUT-only ms/Mpkt\t")
 	for _, m := range cp.Modes {
 		dut := fmt.Sprintf("%.0f", m.DUTPerMpkt)
-		if m.Mode == modeBaseline {
+		if m.Mode == ModeBaseline {
 			dut = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", modeTitle[m.Mode], m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", m.Mode.Title(), m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
 	}
 	tw.Flush()
 	for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
 		if l, f := cp.mode(ModeLinux), cp.mode(m); l != nil && f != nil && f.DUTPerMpkt > 0 {
-			fmt.Fprintf(w, "%s needs %.2fx less DUT CPU per packet than Linux\n", modeTitle[m], l.DUTPerMpkt/f.DUTPerMpkt)
+			fmt.Fprintf(w, "%s needs %.2fx less DUT CPU per packet than Linux\n", m.Title(), l.DUTPerMpkt/f.DUTPerMpkt)
 		}
 	}
 	for _, l := range cpuFlags(cp) {
@@ -311,11 +286,11 @@ func cpuFlags(cp *CPUResult) []string {
 		tolerance = max(l.DUTPerMpkt, 0) / 10
 	}
 	for _, m := range cp.Modes {
-		if m.Mode != modeBaseline && m.DUTPerMpkt < -tolerance {
-			odd = append(odd, fmt.Sprintf("%s below the baseline", modeTitle[m.Mode]))
+		if m.Mode != ModeBaseline && m.DUTPerMpkt < -tolerance {
+			odd = append(odd, fmt.Sprintf("%s below the baseline", m.Mode.Title()))
 		}
-		if m.Mode.ceiling() && l != nil && m.DUTPerMpkt > l.DUTPerMpkt {
-			odd = append(odd, fmt.Sprintf("%s above Linux", modeTitle[m.Mode]))
+		if m.Mode.Ceiling() && l != nil && m.DUTPerMpkt > l.DUTPerMpkt {
+			odd = append(odd, fmt.Sprintf("%s above Linux", m.Mode.Title()))
 		}
 	}
 	if len(odd) == 0 {
@@ -341,9 +316,9 @@ func writeLatency(w io.Writer, lat []LatencyMode, txCsumOffload bool) {
 	fmt.Fprintln(tw, "mode\ttrans/s\tavg us\tp99 us\tstddev us\t")
 	for _, l := range lat {
 		if l.Failed == len(l.Rounds) {
-			fmt.Fprintf(tw, "%s\tfailed\t-\t-\t-\t\n", modeTitle[l.Mode])
+			fmt.Fprintf(tw, "%s\tfailed\t-\t-\t-\t\n", l.Mode.Title())
 		} else {
-			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t\n", modeTitle[l.Mode], l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t\n", l.Mode.Title(), l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
 		}
 	}
 	tw.Flush()
@@ -362,7 +337,7 @@ func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
 		var problem string
 		for _, rd := range l.Rounds {
 			if rd.Error != "" {
-				out = append(out, fmt.Sprintf("! %s, latency: %s (in0 fast-pathed %v)", modeTitle[l.Mode], rd.Error, rd.FastPath))
+				out = append(out, fmt.Sprintf("! %s, latency: %s (in0 fast-pathed %v)", l.Mode.Title(), rd.Error, rd.FastPath))
 			}
 			if p := hookProblem(l.Mode, rd.FastPath, txCsumOffload); p != "" {
 				wrongHook++
@@ -370,7 +345,7 @@ func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
 			}
 		}
 		if wrongHook > 0 {
-			out = append(out, fmt.Sprintf("! %s, latency: %d round(s) %s", modeTitle[l.Mode], wrongHook, problem))
+			out = append(out, fmt.Sprintf("! %s, latency: %d round(s) %s", l.Mode.Title(), wrongHook, problem))
 		}
 	}
 	return out
@@ -380,7 +355,7 @@ func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
 // or m runs no linuxfp, or in0 had no program: that is flagged on its own, or the hook was not
 // recorded).
 func hookProblem(m Mode, fp *fastPath, txCsumOffload bool) string {
-	want := m.wantHook(txCsumOffload)
+	want := m.WantHook(txCsumOffload)
 	if want == "" || fp == nil || fp.NoProgram != "" || fp.Hook == "" {
 		return ""
 	}
@@ -410,7 +385,7 @@ func (r *Result) writeProgStats(w io.Writer) {
 			if t == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, modeTitle[m], t.Mpps, t.progCells())
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, m.Title(), t.Mpps, t.progCells())
 		}
 	}
 	tw.Flush()
@@ -431,7 +406,7 @@ func (t *Throughput) progCells() string {
 		if len(v) == 0 {
 			cells = append(cells, "-")
 		} else {
-			cells = append(cells, fmt.Sprintf("%.0f", medianOf(v)))
+			cells = append(cells, fmt.Sprintf("%.0f", harness.Median(v)))
 		}
 	}
 	return strings.Join(cells, "\t")
@@ -473,7 +448,7 @@ func (r *Result) throughputFlags() []string {
 					hook = p
 				}
 			}
-			cell := fmt.Sprintf("%s, %d cores, %d bytes", modeTitle[m], row.Cores, row.FrameSize)
+			cell := fmt.Sprintf("%s, %d cores, %d bytes", m.Title(), row.Cores, row.FrameSize)
 			if unlearned > 0 {
 				out = append(out, fmt.Sprintf("! %s: %d round(s) started with the FDB not learned: %s", cell, unlearned, problem))
 			}
@@ -486,7 +461,7 @@ func (r *Result) throughputFlags() []string {
 			if wrongHook > 0 {
 				out = append(out, fmt.Sprintf("! %s: %d round(s) %s", cell, wrongHook, hook))
 			}
-			if !m.runsLinuxfp() {
+			if !m.RunsLinuxfp() {
 				continue
 			}
 			var fwd, recv uint64
@@ -524,13 +499,6 @@ func (r *Result) throughputFlags() []string {
 	return out
 }
 
-func ratio(v float64, suffix string) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f%s", v, suffix)
-}
-
 func (c *CPUResult) mode(m Mode) *CPUMode {
 	for i := range c.Modes {
 		if c.Modes[i].Mode == m {
@@ -538,34 +506,4 @@ func (c *CPUResult) mode(m Mode) *CPUMode {
 		}
 	}
 	return nil
-}
-
-func medianOf(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC().Format(time.RFC3339)}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		m.Kernel = unix.ByteSliceToString(u.Release[:])
-	}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.Model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return m
 }

@@ -6,28 +6,31 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 func TestModes(t *testing.T) {
 	for _, s := range []string{"linux", "linuxfp", "linuxfp-tc", "ceiling", "ceiling-tc"} {
-		if m, err := ParseMode(s); err != nil || string(m) != s {
-			t.Errorf("ParseMode(%q) = %q, %v", s, m, err)
+		if m, err := harness.ParseMode(s); err != nil || string(m) != s {
+			t.Errorf("harness.ParseMode(%q) = %q, %v", s, m, err)
 		}
 	}
-	if _, err := ParseMode("tc"); err == nil {
-		t.Error("ParseMode(tc) accepted a mode that does not exist")
+	if _, err := harness.ParseMode("tc"); err == nil {
+		t.Error("harness.ParseMode(tc) accepted a mode that does not exist")
 	}
 	if slices.Contains(DefaultModes, ModeLinuxfpTC) {
 		t.Error("linuxfp-tc is run by default")
 	}
-	cfg := Config{Modes: []Mode{ModeCeiling, ModeLinuxfpTC, ModeLinux, ModeLinuxfpTC}, Binary: "linuxfp", Cores: []int{1}}
+	cfg := Config{Run: harness.Run{Modes: []Mode{ModeCeiling, ModeLinuxfpTC, ModeLinux, ModeLinuxfpTC}, Binary: "linuxfp"},
+		Cores: []int{1}}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
 	if want := []Mode{ModeLinux, ModeLinuxfpTC, ModeCeiling}; !slices.Equal(cfg.Modes, want) {
 		t.Errorf("modes %v, want %v (report order, once each)", cfg.Modes, want)
 	}
-	if err := (&Config{Modes: []Mode{ModeLinuxfpTC}, Cores: []int{1}}).defaults(); err == nil {
+	if err := (&Config{Run: harness.Run{Modes: []Mode{ModeLinuxfpTC}}, Cores: []int{1}}).defaults(); err == nil {
 		t.Error("linuxfp-tc without a binary to run: no error")
 	}
 	for _, tc := range []struct {
@@ -44,10 +47,10 @@ func TestModes(t *testing.T) {
 		{ModeCeiling, false, nil, ""},
 		{ModeCeilingTC, false, nil, ""},
 	} {
-		if got := tc.m.runArgs(); !slices.Equal(got, tc.args) {
+		if got := tc.m.RunArgs(); !slices.Equal(got, tc.args) {
 			t.Errorf("%s: run args %v, want %v", tc.m, got, tc.args)
 		}
-		if got := tc.m.wantHook(tc.csum); got != tc.hook {
+		if got := tc.m.WantHook(tc.csum); got != tc.hook {
 			t.Errorf("%s (tx csum offload %v): want hook %q, got %q", tc.m, tc.csum, tc.hook, got)
 		}
 	}
@@ -78,7 +81,7 @@ func TestHookProblem(t *testing.T) {
 // The forwarding report prints every mode run, the ratios between them, and flags rounds where
 // linuxfp ran elsewhere than its mode says or handed packets to Linux.
 func TestReportLinuxfpTC(t *testing.T) {
-	cfg := Config{Sizes: []int{64}, Cores: []int{1}, Modes: Modes, Rounds: 2}
+	cfg := Config{Run: harness.Run{Modes: Modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1}}
 	r := newResult(cfg, routerTopology)
 	rates := map[Mode][2]float64{ModeLinux: {1, 1}, ModeLinuxfp: {3, 3}, ModeLinuxfpTC: {1.5, 1.5}, ModeCeiling: {6, 6}, ModeCeilingTC: {2, 2}}
 	for _, m := range Modes {
@@ -137,12 +140,12 @@ func reportHas(t *testing.T, r interface{ WriteTable(io.Writer) }, want ...strin
 }
 
 func TestCPUFlags(t *testing.T) {
-	ok := &CPUResult{Modes: []CPUMode{{Mode: modeBaseline}, {Mode: ModeLinux, DUTPerMpkt: 500}, {Mode: ModeLinuxfp, DUTPerMpkt: 200},
+	ok := &CPUResult{Modes: []CPUMode{{Mode: ModeBaseline}, {Mode: ModeLinux, DUTPerMpkt: 500}, {Mode: ModeLinuxfp, DUTPerMpkt: 200},
 		{Mode: ModeCeiling, DUTPerMpkt: -40}}} // within a tenth of Linux's cost of the baseline
 	if f := cpuFlags(ok); f != nil {
 		t.Errorf("consistent numbers flagged: %v", f)
 	}
-	odd := &CPUResult{Modes: []CPUMode{{Mode: modeBaseline}, {Mode: ModeLinux, DUTPerMpkt: 500}, {Mode: ModeLinuxfp, DUTPerMpkt: -60},
+	odd := &CPUResult{Modes: []CPUMode{{Mode: ModeBaseline}, {Mode: ModeLinux, DUTPerMpkt: 500}, {Mode: ModeLinuxfp, DUTPerMpkt: -60},
 		{Mode: ModeCeilingTC, DUTPerMpkt: 600}}}
 	want := "! CPU: linuxfp below the baseline, ceiling-tc above Linux: the machine's kernel time (all CPUs) included other work; these numbers are noise"
 	if f := cpuFlags(odd); len(f) != 1 || f[0] != want {

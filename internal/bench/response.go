@@ -688,18 +688,6 @@ func startStream(gen *nsutil.NS, dst string) (stop func()) {
 	}
 }
 
-// Executable is the path of the running binary (run as `linuxfp run` in the DUT).
-func Executable() (string, error) {
-	p, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	if _, err := exec.LookPath(p); err != nil {
-		return "", fmt.Errorf("cannot run myself (%s): %w", p, err)
-	}
-	return p, nil
-}
-
 // configureGenEnd gives gen's end of a new link 198.18.8.2/24 and routes the sink through it.
 func configureGenEnd(gen *nsutil.NS, name string) error {
 	return gen.Do(func() error {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -55,10 +56,7 @@ var ServiceWorkloads = []ServiceWorkload{SvcCRR, SvcRR, SvcUpload, SvcDownload, 
 
 // ParseServiceWorkload checks a workload's name.
 func ParseServiceWorkload(s string) (ServiceWorkload, error) {
-	if w := ServiceWorkload(s); slices.Contains(ServiceWorkloads, w) {
-		return w, nil
-	}
-	return "", fmt.Errorf("workload %q: want crr, rr, upload, download or udp", s)
+	return harness.ParseName(ServiceWorkloads, "workload", s)
 }
 
 // unit is what the workload's value counts.
@@ -116,14 +114,13 @@ func (c ServicesCase) String() string {
 	if c.FromPods {
 		return "from pods"
 	}
-	return plural(c.Services, "service")
+	return harness.Plural(c.Services, "service")
 }
 
 // ServicesConfig configures RunServices.
 type ServicesConfig struct {
-	Binary    string            // linuxfp binary run in the node
-	Modes     []Mode            // default: linux, linuxfp, linuxfp-tc
-	Workloads []ServiceWorkload // default: all
+	harness.Run                   // modes default to linux, linuxfp, linuxfp-tc
+	Workloads   []ServiceWorkload // default: all
 	// Services: the service counts measured (default 1, 100, 1000), in increasing order.
 	Services []int
 	// NoMasquerade skips the masquerade case; NoFromPods the pods-as-clients case.
@@ -137,10 +134,6 @@ type ServicesConfig struct {
 	Streams    int // bulk connections (default 4)
 	GenCores   int // generator CPUs of the udp workload (default 1)
 	FrameSize  int // udp frames, FCS included (default 64)
-	Duration   time.Duration
-	Warmup     time.Duration
-	Rounds     int
-	Log        *slog.Logger
 	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-svc").
 	Prefix string
 }
@@ -149,19 +142,15 @@ func (c *ServicesConfig) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "lfp-svc"
 	}
-	if len(c.Modes) == 0 {
-		c.Modes = ServicesModes
+	err := c.Run.Defaults(harness.RunDefaults{Name: "services", Modes: ServicesModes,
+		Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Where: "the node"})
+	if err != nil {
+		return err
 	}
-	for _, m := range c.Modes {
-		if !slices.Contains(ServicesModes, m) {
-			return fmt.Errorf("mode %s: the services benchmark runs linux, linuxfp and linuxfp-tc", m)
-		}
-	}
-	c.Modes = inOrder(ServicesModes, c.Modes)
 	if len(c.Workloads) == 0 {
 		c.Workloads = ServiceWorkloads
 	}
-	c.Workloads = inOrder(ServiceWorkloads, c.Workloads)
+	c.Workloads = harness.InOrder(ServiceWorkloads, c.Workloads)
 	if c.Services == nil {
 		c.Services = []int{1, 100, 1000}
 	}
@@ -192,7 +181,7 @@ func (c *ServicesConfig) defaults() error {
 			return fmt.Errorf("--%s %d: want 1 to 1000", v.name, *v.p)
 		}
 	}
-	cpus, err := usableCPUs()
+	cpus, err := harness.UsableCPUs()
 	if err != nil {
 		return err
 	}
@@ -204,21 +193,6 @@ func (c *ServicesConfig) defaults() error {
 	}
 	if c.FrameSize < 64 || c.FrameSize > 1454 {
 		return fmt.Errorf("--frame-size %d: want 64 to 1454 bytes (the pods' MTU is %d)", c.FrameSize, testbed.PodsMTU)
-	}
-	if c.Duration <= 0 {
-		c.Duration = 2 * time.Second
-	}
-	if c.Warmup <= 0 {
-		c.Warmup = 500 * time.Millisecond
-	}
-	if c.Rounds <= 0 {
-		c.Rounds = 3
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	if c.Binary == "" && slices.ContainsFunc(c.Modes, Mode.runsLinuxfp) {
-		return errors.New("no linuxfp binary to run in the node")
 	}
 	return nil
 }
@@ -279,7 +253,7 @@ func RunServices(ctx context.Context, cfg ServicesConfig) (res *ServicesResult, 
 			cfg.Log.Info("loaded kube-proxy's rules", "services", c.Services, "took", time.Since(t).Round(time.Millisecond))
 		}
 		for round := 0; round < cfg.Rounds; round++ {
-			for _, m := range rotated(cfg.Modes, round) {
+			for _, m := range harness.Rotated(cfg.Modes, round) {
 				if err := r.withMode(m, func() error { return r.measureAll(c, round, m) }); err != nil {
 					return res, err
 				}
@@ -407,7 +381,7 @@ func (r *svcRun) withMode(m Mode, fn func() error) (err error) {
 	}
 	r.mode = m
 	defer func() { r.mode = "" }()
-	if m.runsLinuxfp() {
+	if m.RunsLinuxfp() {
 		want := r.nodeInterfaces()
 		l, err := testbed.StartLinuxfpIn(r.topo.Node, r.cfg.Binary, func(st *status.Status) bool {
 			decided := 0
@@ -417,7 +391,7 @@ func (r *svcRun) withMode(m Mode, fn func() error) (err error) {
 				}
 			}
 			return decided == len(want)
-		}, m.runArgs()...)
+		}, m.RunArgs()...)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the node: %w", err)
 		}

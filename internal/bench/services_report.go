@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
@@ -37,9 +37,7 @@ type ServicesSettings struct {
 	Streams    int               `json:"streams"`
 	GenCores   int               `json:"generator_cores"`
 	FrameSize  int               `json:"udp_frame_size"`
-	Duration   string            `json:"duration"`
-	Warmup     string            `json:"warmup"`
-	Rounds     int               `json:"rounds"`
+	harness.Timing
 }
 
 // ServicesRow is one case and workload: every mode and the ratios.
@@ -105,14 +103,14 @@ const servicesTarget = 3.0
 
 func newServicesResult(cfg ServicesConfig) *ServicesResult {
 	return &ServicesResult{
-		Machine: machine(),
+		Machine: harness.ThisMachine(),
 		Config: ServicesSettings{
 			Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
 				"Flannel's masquerading, a client and a host outside the cluster",
 			Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
 			Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
 			Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
-			Duration: cfg.Duration.String(), Warmup: cfg.Warmup.String(), Rounds: cfg.Rounds,
+			Timing: cfg.Timing(),
 		},
 	}
 }
@@ -140,11 +138,11 @@ func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m Mode, rd Servi
 	row.OverLinux = nil
 	if l := row.Modes[ModeLinux]; l != nil {
 		for om, o := range row.Modes {
-			if om != ModeLinux && div(o.Value, l.Value) > 0 {
+			if om != ModeLinux && harness.Div(o.Value, l.Value) > 0 {
 				if row.OverLinux == nil {
 					row.OverLinux = map[Mode]float64{}
 				}
-				row.OverLinux[om] = div(o.Value, l.Value)
+				row.OverLinux[om] = harness.Div(o.Value, l.Value)
 			}
 		}
 	}
@@ -160,11 +158,11 @@ func (sm *ServicesMode) summarise() {
 		}
 		v, avg, p99 = append(v, rd.Value), append(avg, rd.AvgUs), append(p99, rd.P99Us)
 	}
-	sm.Value, sm.AvgUs, sm.P99Us = medianOf(v), medianOf(avg), medianOf(p99)
+	sm.Value, sm.AvgUs, sm.P99Us = harness.Median(v), harness.Median(avg), harness.Median(p99)
 }
 
 func (r *ServicesResult) finish(elapsed time.Duration) {
-	r.Elapsed = elapsed.Round(time.Second).String()
+	r.Elapsed = harness.Elapsed(elapsed)
 	cases := r.Config.Cases
 	slices.SortStableFunc(r.Rows, func(a, b *ServicesRow) int {
 		if a.Case != b.Case {
@@ -198,13 +196,6 @@ func (r *ServicesResult) Measured() bool {
 	return false
 }
 
-// WriteJSON writes the result for scripts.
-func (r *ServicesResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
 // WriteTable writes the tables a person reads.
 func (r *ServicesResult) WriteTable(w io.Writer) {
 	c := r.Config
@@ -217,19 +208,19 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 		"crr: connect, %d-byte request, %d-byte response, close (%d workers, random services); rr: 1 byte each way\n"+
 		"(%s); upload/download: bulk (%s); udp: %d-byte frames from the XDP generator (%s), one flow\n"+
 		"per service to its cluster IP, counted at the endpoints by XDP sinks after the flows' conntrack entries exist\n",
-		c.Endpoints, c.Pods, testbed.PodsMTU, crrRequest, crrResponse, c.CRRWorkers, plural(c.RRSessions, "connection"),
-		plural(c.Streams, "connection"), c.FrameSize, plural(c.GenCores, "core"))
+		c.Endpoints, c.Pods, testbed.PodsMTU, crrRequest, crrResponse, c.CRRWorkers, harness.Plural(c.RRSessions, "connection"),
+		harness.Plural(c.Streams, "connection"), c.FrameSize, harness.Plural(c.GenCores, "core"))
 	if c.PodGRO {
 		fmt.Fprintln(w, "--pod-gro: GRO on in the pods' eth0 (the CNI plugin leaves it off), so XDP programs may redirect into them")
 	}
-	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model, r.Machine.Date)
+	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
-		plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
+		harness.Plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"case", "workload", "metric"}
 	for _, m := range c.Modes {
-		head = append(head, modeTitle[m])
+		head = append(head, m.Title())
 		if m != ModeLinux {
 			head = append(head, "vs Linux")
 		}
@@ -276,9 +267,9 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 				case sm == nil || l == nil || sm.Failed == len(sm.Rounds) || l.Failed == len(l.Rounds):
 					cells = append(cells, "")
 				case mt.ratio:
-					cells = append(cells, ratio(div(mt.get(sm), mt.get(l)), "x"))
+					cells = append(cells, harness.Ratio(harness.Div(mt.get(sm), mt.get(l)), "x"))
 				default:
-					cells = append(cells, percentChange(div(mt.get(sm), mt.get(l))))
+					cells = append(cells, harness.PercentChange(harness.Div(mt.get(sm), mt.get(l))))
 				}
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
@@ -291,7 +282,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 			var parts []string
 			for _, m := range c.Modes {
 				if v, ok := t.Ratio[m]; ok {
-					parts = append(parts, fmt.Sprintf("%s %.2fx (%s)", modeTitle[m], v, metWord(t.Met[m])))
+					parts = append(parts, fmt.Sprintf("%s %.2fx (%s)", m.Title(), v, harness.Met(t.Met[m])))
 				}
 			}
 			fmt.Fprintf(w, "  %s: %s\n", t.Case, strings.Join(parts, ", "))
@@ -325,7 +316,7 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 	for _, row := range r.Rows {
 		for _, m := range r.Config.Modes {
 			sm := row.Modes[m]
-			if sm == nil || !m.runsLinuxfp() {
+			if sm == nil || !m.RunsLinuxfp() {
 				continue
 			}
 			total := &NodeFastPath{Interfaces: map[string]*fpCounts{}}
@@ -361,10 +352,10 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 				}
 				by = append(by, fmt.Sprintf("%s%s %s", role, hook, shareString(*ic)))
 			}
-			lines = append(lines, []string{row.Case.String(), string(row.Workload), modeTitle[m], fmt.Sprint(total.runs()),
-				fastString(total.fpCounts), passedString(total.fpCounts), fmt.Sprintf("%.2f", medianOf(cpu)), strings.Join(by, "; ")})
+			lines = append(lines, []string{row.Case.String(), string(row.Workload), m.Title(), fmt.Sprint(total.runs()),
+				fastString(total.fpCounts), passedString(total.fpCounts), fmt.Sprintf("%.2f", harness.Median(cpu)), strings.Join(by, "; ")})
 			if total.CTLiberal > 0 {
-				liberal = append(liberal, fmt.Sprintf("%s %s %s %d", row.Case, row.Workload, modeTitle[m], total.CTLiberal))
+				liberal = append(liberal, fmt.Sprintf("%s %s %s %d", row.Case, row.Workload, m.Title(), total.CTLiberal))
 			}
 		}
 	}
@@ -412,7 +403,7 @@ func (r *ServicesResult) flags() []string {
 			if sm == nil {
 				continue
 			}
-			where := fmt.Sprintf("%s, %s, %s", modeTitle[m], row.Case, row.Workload)
+			where := fmt.Sprintf("%s, %s, %s", m.Title(), row.Case, row.Workload)
 			for i, rd := range sm.Rounds {
 				at := fmt.Sprintf("%s, round %d", where, i+1)
 				if rd.Error != "" {

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 func TestServicesConfigDefaults(t *testing.T) {
-	c := ServicesConfig{Binary: "linuxfp", Services: []int{1000, 1, 100, 1}, Modes: []Mode{ModeLinuxfpTC, ModeLinux},
+	c := ServicesConfig{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{ModeLinuxfpTC, ModeLinux}}, Services: []int{1000, 1, 100, 1},
 		Workloads: []ServiceWorkload{SvcUDP, SvcCRR}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
@@ -34,14 +36,14 @@ func TestServicesConfigDefaults(t *testing.T) {
 		t.Errorf("masquerade alone: cases %v", got)
 	}
 	for _, bad := range []ServicesConfig{
-		{Binary: "linuxfp", Services: []int{0}},
-		{Binary: "linuxfp", Services: []int{20000}},
-		{Binary: "linuxfp", Modes: []Mode{ModeCeiling}},
-		{Binary: "linuxfp", Pods: 2},
-		{Binary: "linuxfp", FrameSize: 1500},
-		{Binary: "linuxfp", GenCores: 1000},
-		{Binary: "linuxfp", Services: []int{}, NoMasquerade: true},
-		{Modes: []Mode{ModeLinuxfp}}, // no binary to run
+		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{0}},
+		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{20000}},
+		{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{ModeCeiling}}},
+		{Run: harness.Run{Binary: "linuxfp"}, Pods: 2},
+		{Run: harness.Run{Binary: "linuxfp"}, FrameSize: 1500},
+		{Run: harness.Run{Binary: "linuxfp"}, GenCores: 1000},
+		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{}, NoMasquerade: true},
+		{Run: harness.Run{Modes: []Mode{ModeLinuxfp}}}, // no binary to run
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
@@ -58,7 +60,7 @@ func TestServicesConfigDefaults(t *testing.T) {
 // The result keeps the medians of the completed rounds and their ratios to Linux, checks issue 6's
 // target per case, and flags what a reader must know.
 func TestServicesResult(t *testing.T) {
-	cfg := ServicesConfig{Modes: ServicesModes, Workloads: []ServiceWorkload{SvcCRR, SvcUDP}, Services: []int{1}, Rounds: 3}
+	cfg := ServicesConfig{Run: harness.Run{Modes: ServicesModes, Rounds: 3}, Workloads: []ServiceWorkload{SvcCRR, SvcUDP}, Services: []int{1}}
 	r := newServicesResult(cfg)
 	one, masq := ServicesCase{Services: 1}, ServicesCase{Services: 1, Masquerade: true}
 	backends := map[string]uint64{"198.19.1.2": 10}
@@ -151,9 +153,9 @@ func TestRunServices(t *testing.T) {
 	// A prefix of its own: other tests may run at the same time.
 	const prefix = "lfp-svcbench"
 	before := podsNamespaces(t, prefix)
-	res, err := RunServices(context.Background(), ServicesConfig{Binary: bin, Services: []int{2}, Pods: 3,
-		CRRWorkers: 2, RRSessions: 2, Streams: 2, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		Rounds: 1, Prefix: prefix})
+	res, err := RunServices(context.Background(), ServicesConfig{Services: []int{2}, Pods: 3,
+		CRRWorkers: 2, RRSessions: 2, Streams: 2, Prefix: prefix,
+		Run: harness.Run{Binary: bin, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Rounds: 1}})
 	for _, ns := range podsNamespaces(t, prefix) {
 		if !slices.Contains(before, ns) {
 			t.Errorf("namespace %s left behind", ns)
@@ -196,7 +198,7 @@ func TestRunServices(t *testing.T) {
 					t.Errorf("%s: %d flows in conntrack (want %d), %d frames offered", where, rd.Flows, want, rd.Offered)
 				}
 			}
-			if !m.runsLinuxfp() {
+			if !m.RunsLinuxfp() {
 				if rd.FastPath != nil {
 					t.Errorf("%s: linuxfp counters without linuxfp", where)
 				}

@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
@@ -319,12 +320,12 @@ func runStreams(ctx context.Context, dials []rrDial, upload bool, uploaded func(
 		}
 		wg.Wait()
 	}
-	if err := sleepCtx(ctx, warmup); err != nil {
+	if err := harness.SleepCtx(ctx, warmup); err != nil {
 		stop()
 		return svcTraffic{}, err
 	}
 	b0, t0 := received(), time.Now()
-	err := sleepCtx(ctx, d)
+	err := harness.SleepCtx(ctx, d)
 	b1, t1 := received(), time.Now()
 	stop()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -149,7 +150,7 @@ func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
 			return err
 		}
 	}
-	cpus, err := usableCPUs()
+	cpus, err := harness.UsableCPUs()
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
 	}
 	var s0, s1 snap
 	err = func() error {
-		if err := sleepCtx(r.ctx, r.cfg.Warmup); err != nil {
+		if err := harness.SleepCtx(r.ctx, r.cfg.Warmup); err != nil {
 			return err
 		}
 		if rd.Flows, err = r.flows(src); err != nil {
@@ -183,7 +184,7 @@ func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
 		if s0, err = take(); err != nil {
 			return err
 		}
-		if err := sleepCtx(r.ctx, r.cfg.Duration); err != nil {
+		if err := harness.SleepCtx(r.ctx, r.cfg.Duration); err != nil {
 			return err
 		}
 		s1, err = take()

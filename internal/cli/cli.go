@@ -27,7 +27,7 @@ func Main(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(runCmd(), statusCmd(), benchCmd(), helperCmd())
+	root.AddCommand(runCmd(), statusCmd(), benchCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "linuxfp:", err)

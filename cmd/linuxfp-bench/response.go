@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -26,7 +26,7 @@ baseline, the routed commands again with Linux alone: from the command's exit to
 delivered through the DUT (--no-linux skips it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bin, err := bench.Executable()
+			bin, err := linuxfpBinary()
 			if err != nil {
 				return err
 			}
