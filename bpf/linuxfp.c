@@ -22,6 +22,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	const struct lfp_if *iface;
 	void *data, *data_end;
 	struct ethhdr *eth;
+	enum lfp_reason r;
 
 	/* TC: a VLAN tag already taken out of the data (the stack untags before tc ingress). */
 	if (ctx_vlan_tagged(ctx))
@@ -32,8 +33,9 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
-	if (gate_closed(eth->h_proto))
-		return lfp_pass(ctx, LFP_PASS_APPLY_FAILED);
+	r = gate_check(eth->h_proto);
+	if (r != LFP_FORWARDED)
+		return lfp_pass(ctx, r);
 	if (cfg_bridge)
 		return bridge_rx(ctx);
 

@@ -4,7 +4,8 @@
  * nft or ipset, or any daemon built on them, is seen here before the command that made it
  * returns. Only requests to this network namespace's kernel sockets that change something
  * (not GET dumps, not conntrack entries) count: linuxfp's own reads and other namespaces' changes
- * do not. Each one bumps its class's counter and wakes the controller through a ring buffer.
+ * do not. Each one bumps the fence of the families it may change (include/fence.h) and its
+ * class's counter, and wakes the controller through a ring buffer.
  *
  * The program runs for every skb the host consumes, so the first tests are the cheapest ones:
  * the skb has a socket, and that socket is a netlink one. */
@@ -19,6 +20,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "netlink_watch.h"
+#include "fence.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -61,6 +63,9 @@ struct sk_buff {
 
 /* The namespace whose changes count: the inode number of its /proc/<pid>/ns/net. */
 volatile const __u32 cfg_netns = 0;
+/* linuxfp's own process: its writes (the bridge FDB entries it refreshes for learning, which
+ * change no forwarding decision) do not count. */
+volatile const __u32 cfg_self = 0;
 
 /* Per class: changes seen. Written only here. */
 struct {
@@ -102,6 +107,47 @@ static __always_inline enum lfp_nl_class rtnl_class(__u16 type)
 	return LFP_NL_OTHER;
 }
 
+#define UNIT_IPV4 (1 << LFP_FENCE_IPV4)
+#define UNIT_IPV6 (1 << LFP_FENCE_IPV6)
+#define UNITS_ALL (UNIT_IPV4 | UNIT_IPV6)
+
+/* The fence units of an address family (AF_* or NFPROTO_*: the same numbers for IPv4 and
+ * IPv6); any other family (bridge, inet, unspecified ...) may concern both. */
+static __always_inline __u32 family_units(__u8 family)
+{
+	if (family == 2) /* AF_INET, NFPROTO_IPV4 */
+		return UNIT_IPV4;
+	if (family == 10) /* AF_INET6, NFPROTO_IPV6 */
+		return UNIT_IPV6;
+	return UNITS_ALL;
+}
+
+/* Messages of a batch whose families are looked at; a longer batch is taken as both families'. */
+#define BATCH_SCAN 16
+
+/* The units an nf_tables batch may change: the family of every message up to its end. */
+static __always_inline __u32 batch_units(const unsigned char *data, __u32 len)
+{
+	struct {
+		struct nlmsghdr h;
+		__u8 family;
+	} m;
+	__u32 off = 0, units = 0;
+
+	for (int i = 0; i < BATCH_SCAN; i++) {
+		if (off + sizeof(m) > len || bpf_probe_read_kernel(&m, sizeof(m), data + off))
+			return UNITS_ALL;
+		if (m.h.nlmsg_type == NFNL_MSG_BATCH_END)
+			return units ? units : UNITS_ALL;
+		if (i > 0)
+			units |= family_units(m.family);
+		if (m.h.nlmsg_len < NLMSG_HDRLEN)
+			return UNITS_ALL;
+		off += NLMSG_ALIGN(m.h.nlmsg_len);
+	}
+	return UNITS_ALL;
+}
+
 /* nfnetlink: nf_tables changes come as batches; ipset commands one by one. */
 static __always_inline enum lfp_nl_class nfnl_class(const struct nlmsghdr *nlh, const unsigned char *data)
 {
@@ -139,6 +185,9 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	struct nlmsghdr nlh;
 	unsigned char *data;
 	enum lfp_nl_class class;
+	struct lfp_fence *fence;
+	__u32 units, zero = 0;
+	__u8 family;
 	__u64 *n;
 
 	if (!sk || sk->__sk_common.skc_family != AF_NETLINK)
@@ -156,6 +205,9 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		return 0;
 	if (!(nlh.nlmsg_flags & NLM_F_REQUEST))
 		return 0;
+	/* The request is consumed in its sender's sendmsg(). */
+	if (bpf_get_current_pid_tgid() >> 32 == cfg_self)
+		return 0;
 	switch (sk->sk_protocol) {
 	case NETLINK_ROUTE:
 		class = rtnl_class(nlh.nlmsg_type);
@@ -168,6 +220,36 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	}
 	if (class == LFP_NL_NONE)
 		return 0;
+	switch (class) {
+	case LFP_NL_ADDR:
+	case LFP_NL_ROUTE:
+	case LFP_NL_NEIGH:
+		/* ifaddrmsg, rtmsg, fib_rule_hdr, nhmsg, ndmsg: the family comes first. */
+		if (bpf_probe_read_kernel(&family, 1, data + NLMSG_HDRLEN))
+			units = UNITS_ALL;
+		else
+			units = family_units(family);
+		break;
+	case LFP_NL_NFTABLES:
+		units = batch_units(data, skb->tail);
+		break;
+	case LFP_NL_IPSET:
+		/* A set's family is not in the command. */
+		units = UNITS_ALL;
+		break;
+	default:
+		/* Links, tc and the rest are not fenced yet: the data plane follows them by
+		 * notification (a few ms late); fenced by family, each pod a CNI plugin adds would
+		 * hand every packet of both families to Linux for as long as its commands take. */
+		units = 0;
+	}
+	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);
+	if (fence) {
+		if (units & UNIT_IPV4)
+			__sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1);
+		if (units & UNIT_IPV6)
+			__sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1);
+	}
 	n = bpf_map_lookup_elem(&lfp_nl_changes, &class);
 	if (n)
 		__sync_fetch_and_add(n, 1);

@@ -1,23 +1,96 @@
 /* Sysctl writes have no netlink event (except netconf for forwarding, rp_filter and proxy_ndp).
  * This cgroup/sysctl program, attached at the root of the cgroup v2 hierarchy, sees every write
- * under /proc/sys/net and wakes the controller, which re-reads the sysctls that change
- * forwarding. It only observes: it always lets the access proceed unchanged. It runs before the
- * value is stored, so the controller reads again shortly after each wake-up. */
+ * under /proc/sys/net by a process of this network namespace, counts it in the fence's sysctl
+ * unit (include/fence.h) and hands its name to the controller. The controller re-reads the
+ * sysctls that change forwarding and opens the fence: at once for a write of any other sysctl,
+ * and for one of those only with a read made shortly after (the hook runs before the value is
+ * stored). It only observes: it always lets the access proceed unchanged. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "fence.h"
+
+#define LFP_SYSCTL_NAME 96
 
 char LICENSE[] SEC("license") = "GPL";
 
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+struct nsproxy {
+	struct net *net_ns;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct nsproxy *nsproxy;
+} __attribute__((preserve_access_index));
+
+/* The namespace whose writes count (its /proc/<pid>/ns/net inode); 0: every namespace's, where
+ * the writer's namespace cannot be read. */
+volatile const __u32 cfg_netns = 0;
+
+/* One record per write: the sysctl's name under /proc/sys, NUL-terminated (a longer name is
+ * cut; the controller takes a cut one as mattering). */
+struct lfp_sysctl_event {
+	char name[LFP_SYSCTL_NAME];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 64 * 1024);
 } lfp_sysctl_events SEC(".maps");
+
+#define VALUE_MAX 32
+
+/* The length of a value without its trailing newlines. */
+static __always_inline long value_len(const char *v, long n)
+{
+	for (int i = 0; i < VALUE_MAX && n > 0; i++) {
+		if (v[(n - 1) & (VALUE_MAX - 1)] != '\n')
+			break;
+		n--;
+	}
+	return n;
+}
+
+/* The write stores what the sysctl holds already (a CNI plugin sets ip_forward=1 for every pod
+ * it adds): nothing changes. */
+static __always_inline int unchanged(struct bpf_sysctl *ctx)
+{
+	char cur[VALUE_MAX] = {}, next[VALUE_MAX] = {};
+	long cl, nl;
+
+	cl = bpf_sysctl_get_current_value(ctx, cur, sizeof(cur));
+	nl = bpf_sysctl_get_new_value(ctx, next, sizeof(next));
+	if (cl < 0 || nl < 0 || cl >= VALUE_MAX || nl >= VALUE_MAX)
+		return 0;
+	cl = value_len(cur, cl);
+	nl = value_len(next, nl);
+	if (cl != nl)
+		return 0;
+	for (int i = 0; i < VALUE_MAX; i++) {
+		if (i >= cl)
+			return 1;
+		if (cur[i] != next[i])
+			return 0;
+	}
+	return 1;
+}
 
 SEC("cgroup/sysctl")
 int lfp_sysctl_write(struct bpf_sysctl *ctx)
 {
+	struct task_struct *task;
+	struct lfp_sysctl_event *ev;
+	struct lfp_fence *fence;
 	char name[4] = {};
-	__u32 one = 1;
+	__u32 zero = 0;
 
 	if (!ctx->write)
 		return 1;
@@ -25,7 +98,21 @@ int lfp_sysctl_write(struct bpf_sysctl *ctx)
 	bpf_sysctl_get_name(ctx, name, sizeof(name), 0);
 	if (name[0] != 'n' || name[1] != 'e' || name[2] != 't')
 		return 1;
-	/* A full ring only means a wake-up is already pending. */
-	bpf_ringbuf_output(&lfp_sysctl_events, &one, sizeof(one), 0);
+	/* /proc/sys/net shows the writer's namespace. */
+	task = (struct task_struct *)bpf_get_current_task();
+	if (cfg_netns && BPF_CORE_READ(task, nsproxy, net_ns, ns.inum) != cfg_netns)
+		return 1;
+	if (unchanged(ctx))
+		return 1;
+	/* The record first: the controller opens the fence for a count of writes only once it has
+	 * seen as many names. A full ring leaves the fence closed until a later read. */
+	ev = bpf_ringbuf_reserve(&lfp_sysctl_events, sizeof(*ev), 0);
+	if (ev) {
+		bpf_sysctl_get_name(ctx, ev->name, sizeof(ev->name), 0);
+		bpf_ringbuf_submit(ev, 0);
+	}
+	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);
+	if (fence)
+		__sync_fetch_and_add(&fence->seq[LFP_FENCE_SYSCTL], 1);
 	return 1;
 }

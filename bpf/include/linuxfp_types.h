@@ -63,6 +63,7 @@ enum lfp_reason {
 	LFP_TO_TC,                /* XDP: handed, marked, to the interface's tc program (an skb can go where it goes) */
 	LFP_PASS_RELOADING,       /* built without a module the configuration now needs; its replacement is loading */
 	LFP_PASS_APPLY_FAILED,    /* the data plane could not be brought to Linux's configuration for this family */
+	LFP_PASS_FENCED,          /* Linux has applied a change of this family's configuration the data plane does not follow yet */
 	LFP_REASON_MAX,
 };
 
@@ -379,14 +380,33 @@ struct lfp_if {
 };
 
 /* The gate (lib/gate.h): families whose packets all go to Linux because the controller could
- * not bring the data plane to Linux's configuration for them. */
+ * not bring the data plane to Linux's configuration for them, and how far it has followed the
+ * changes the fence counts (include/fence.h). */
 enum {
 	LFP_GATE_IPV4 = 1 << 0,
 	LFP_GATE_IPV6 = 1 << 1,
 };
 
+/* The fence's units (include/fence.h): changes of one family's configuration, and sysctl
+ * writes (both families'; the controller tells the ones that matter from the others). */
+enum lfp_fence_unit {
+	LFP_FENCE_IPV4 = 0,
+	LFP_FENCE_IPV6 = 1,
+	LFP_FENCE_SYSCTL = 2,
+	LFP_FENCE_UNITS,
+};
+
+/* Changes counted per unit; written only by the watchers (atomic adds). */
+struct lfp_fence {
+	__u64 seq[LFP_FENCE_UNITS];
+};
+
+/* Written only by the controller. */
 struct lfp_gate {
 	__u32 failed; /* LFP_GATE_* */
+	__u32 pad;
+	/* Per fence unit: the count of changes the data plane follows. */
+	__u64 done[LFP_FENCE_UNITS];
 };
 
 #endif

@@ -1,13 +1,16 @@
-/* Gate: the families the fast path may not decide, because the controller could not bring the
- * data plane to the configuration Linux has for them (a map too small for a ruleset, an update
- * that failed). Their packets go to Linux until an apply succeeds: the fast path never keeps
- * deciding with the data it had before, which Linux has replaced. Checked once per packet, before
- * any module; a frame that is neither IPv4 nor IPv6 goes to Linux anyway. */
+/* Gate: the families the fast path may not decide now. Either the controller could not bring
+ * the data plane to the configuration Linux has for them (a map too small for a ruleset, an
+ * update that failed: apply_failed, until an apply succeeds), or Linux has applied a change the
+ * data plane does not follow yet (the fence, include/fence.h: fenced, until the controller has
+ * read it and brought the data plane to it). The fast path never keeps deciding with data Linux
+ * has replaced. Checked once per packet, before any module; a frame that is neither IPv4 nor
+ * IPv6 goes to Linux anyway. */
 #ifndef LFP_GATE_H
 #define LFP_GATE_H
 
 #include "ctx.h"
 #include "linuxfp_types.h"
+#include "fence.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -16,20 +19,30 @@ struct {
 	__uint(max_entries, 1);
 } lfp_gate_map SEC(".maps");
 
-/* The gate holds the family of a frame of ethertype proto (network byte order). */
-static __always_inline int gate_closed(__be16 proto)
+/* LFP_FORWARDED (0) where the gate lets a frame of ethertype proto (network byte order)
+ * through, or the reason it goes to Linux. Out of line: inlined, it made the entry function's
+ * frame 8 bytes larger, and the bridge's tc build is at the verifier's 512-byte stack limit. */
+static __attribute__((noinline)) enum lfp_reason gate_check(__be16 proto)
 {
+	const struct lfp_fence *f;
 	const struct lfp_gate *g;
-	__u32 key = 0;
+	__u32 key = 0, unit, bit;
 
-	g = bpf_map_lookup_elem(&lfp_gate_map, &key);
-	if (!g || !g->failed)
-		return 0;
 	if (proto == bpf_htons(ETH_P_IP))
-		return g->failed & LFP_GATE_IPV4;
-	if (proto == bpf_htons(ETH_P_IPV6))
-		return g->failed & LFP_GATE_IPV6;
-	return 0;
+		unit = LFP_FENCE_IPV4, bit = LFP_GATE_IPV4;
+	else if (proto == bpf_htons(ETH_P_IPV6))
+		unit = LFP_FENCE_IPV6, bit = LFP_GATE_IPV6;
+	else
+		return LFP_FORWARDED;
+	g = bpf_map_lookup_elem(&lfp_gate_map, &key);
+	f = bpf_map_lookup_elem(&lfp_fence_map, &key);
+	if (!g || !f)
+		return LFP_PASS_APPLY_FAILED;
+	if (g->failed & bit)
+		return LFP_PASS_APPLY_FAILED;
+	if (f->seq[unit] != g->done[unit] || f->seq[LFP_FENCE_SYSCTL] != g->done[LFP_FENCE_SYSCTL])
+		return LFP_PASS_FENCED;
+	return LFP_FORWARDED;
 }
 
 #endif

@@ -44,6 +44,14 @@ func printStatus(w io.Writer, st *status.Status) {
 		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
 	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)
 	fmt.Fprintf(w, "ipset watch: %s\n", st.IPSetWatch)
+	switch {
+	case !st.FenceWatch:
+		fmt.Fprintln(w, "fence: off (changes are followed by notifications: the fast path may act on a replaced configuration for a few ms)")
+	case len(st.Fenced) > 0:
+		fmt.Fprintf(w, "fence: on; %s packets go to Linux until a change just made is followed\n", strings.Join(st.Fenced, " and "))
+	default:
+		fmt.Fprintln(w, "fence: on (a change's packets go to Linux from the moment Linux applies it until the fast path follows it)")
+	}
 	if st.LastApply != nil {
 		fmt.Fprintf(w, "events %d, data plane updates %d, last %s ago (%s after its first event)\n",
 			st.Events, st.Applies, time.Since(st.LastApply.Applied).Round(time.Millisecond),

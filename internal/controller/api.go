@@ -62,6 +62,10 @@ func (c *Controller) status() *status.Status {
 		st.ApplyError, st.ApplyErrorSince = c.applyErr, &since
 	}
 	st.FamiliesToLinux = c.dp.Failed().Names()
+	st.FenceWatch = c.w.Fence
+	if f, err := c.dp.Fenced(); err == nil {
+		st.Fenced = f.Names()
+	}
 	if n := len(c.changes); n > 0 {
 		last := c.changes[n-1]
 		st.LastApply = &last

@@ -105,17 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer ln.Close()
 
 	c := &Controller{cfg: cfg, log: log, started: time.Now()}
-	// Subscribe before the first read, so no change in between is missed.
-	c.w, err = observe.NewWatcher(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer c.w.Close()
-	c.obs, err = observe.NewObserver()
-	if err != nil {
-		return err
-	}
-	defer c.obs.Close()
+	// The maps first (nothing is attached yet): the watchers count changes in its fence.
 	c.dp, err = dataplane.New(log, cfg.Dataplane)
 	if err != nil {
 		return fmt.Errorf("create data plane: %w (is this root, with BPF available?)", err)
@@ -127,6 +117,22 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("stopped; all programs detached")
 	}()
+	// Subscribe before the first read, so no change in between is missed.
+	c.w, err = observe.NewWatcher(ctx, log, c.dp.FenceMap())
+	if err != nil {
+		return err
+	}
+	defer c.w.Close()
+	c.w.OnSysctlOnly(func(n uint64) {
+		seq := c.dp.Done()
+		seq[dataplane.FenceSysctl] = n
+		c.openFence(time.Time{}, seq)
+	})
+	c.obs, err = observe.NewObserver()
+	if err != nil {
+		return err
+	}
+	defer c.obs.Close()
 
 	if err := c.dp.ReadFDBRefreshes(c.refreshFDB); err != nil {
 		return err
@@ -220,10 +226,13 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 	c.busy.Store(true)
 	defer c.busy.Store(false)
 	if dirty == observe.DirtyIPSet && c.lastFilter != nil {
-		// A poll of the ipsets (they send no events): nothing to do unless one changed.
+		// Only the ipsets may have changed: nothing to do unless one did.
+		t0 := time.Now()
+		seq, serr := c.dp.Fence()
 		snap, err := c.obs.Refresh(dirty)
-		if err == nil && snap.Filter == c.lastFilter {
+		if err == nil && serr == nil && snap.Filter == c.lastFilter {
 			c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
+			c.openFence(t0, seq)
 			return nil
 		}
 	}
@@ -267,6 +276,7 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 		c.changes = slices.Clone(c.changes[len(c.changes)-keepChanges/2:])
 	}
 	c.mu.Unlock()
+	c.watchFence()
 	c.log.Debug("applied", "dirty", ch.Dirty, "events", n, "programs", programs, "verified", ch.Verified,
 		"latency", ch.Applied.Sub(first))
 	return nil
@@ -298,6 +308,11 @@ func (c *Controller) attachCompanion(ifindex int) {
 
 func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	t0 := time.Now()
+	// The changes counted before the read are the ones this apply follows (the fence).
+	seq, err := c.dp.Fence()
+	if err != nil {
+		return 0, err
+	}
 	snap, err := c.obs.Refresh(dirty)
 	if err != nil {
 		return 0, &readError{err}
@@ -343,8 +358,10 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		}
 	}
 	// 2. Data in place.
+	synced := len(errs) == 0
 	if err := c.dp.Sync(plan.Data); err != nil {
 		errs = append(errs, fmt.Errorf("update maps: %w", err))
+		synced = false
 	}
 	// 3. Install or replace programs: loaded (verified) in parallel, one per CPU, as a change to
 	//    a bridge or a burst of new interfaces may need several.
@@ -401,6 +418,12 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			"modules", strings.Join(it.Spec.Modules(), ","), "families", strings.Join(families(*it.Spec), ","),
 			"program", j.inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
 	}
+	// The data plane follows what was read: the changes counted before the read may be
+	// fast-pathed. An interface whose program could not be installed has none (Linux's), so
+	// only a failed removal or map update keeps the fence closed (and the gate, for the latter).
+	if synced {
+		c.openFence(t0, seq)
+	}
 	c.logDecisions(plan)
 	fdb := fdbLearning(plan)
 	c.mu.Lock()
@@ -445,6 +468,46 @@ func families(s dataplane.Spec) []string {
 		f = append(f, "ipv6")
 	}
 	return f
+}
+
+// openFence lets the fast path decide again what the changes counted up to seq had fenced, for
+// a data plane brought to a state read from t0 on. Sysctl writes that matter are stored just
+// after they are counted: only a read started late enough has seen them (SysctlSettled).
+func (c *Controller) openFence(t0 time.Time, seq dataplane.FenceSeq) {
+	if !t0.IsZero() && !c.w.SysctlSettled(t0, seq[dataplane.FenceSysctl]) {
+		seq[dataplane.FenceSysctl] = c.dp.Done()[dataplane.FenceSysctl]
+	}
+	if err := c.dp.OpenFence(seq); err != nil {
+		c.log.Error("open fence", "err", err)
+	}
+}
+
+// fenceRecheck: how long the fence may stay closed after an apply before the controller reads
+// everything again on its own (a wake-up may have been lost: a full ring buffer).
+const fenceRecheck = 100 * time.Millisecond
+
+// watchFence re-reads everything if the fence is still closed fenceRecheck after an apply that
+// left it closed and no other apply came in between. The changes that closed it normally wake
+// the controller themselves; this only bounds how long a lost wake-up keeps packets with Linux.
+func (c *Controller) watchFence() {
+	fenced, err := c.dp.Fenced()
+	if err != nil || fenced == 0 {
+		return
+	}
+	c.mu.Lock()
+	seq := c.seq
+	c.mu.Unlock()
+	time.AfterFunc(fenceRecheck, func() {
+		c.mu.Lock()
+		idle := c.seq == seq
+		c.mu.Unlock()
+		if f, err := c.dp.Fenced(); idle && err == nil && f != 0 {
+			select {
+			case c.w.C <- observe.Event{Dirty: observe.DirtyAll, At: time.Now()}:
+			default:
+			}
+		}
+	})
 }
 
 // Retries of a failed apply: from applyRetryMin, doubling up to applyRetryMax. An event retries

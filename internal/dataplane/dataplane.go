@@ -142,6 +142,7 @@ type Dataplane struct {
 	closers []func()
 	// failed: the families the gate holds (gate.go); gateWritten: the gate map has been written.
 	failed      Families
+	done        FenceSeq // the fence counts the data plane follows (gate.go)
 	gateWritten bool
 	fwCap       int // filter rules (and leaves) per bank the maps hold now (filter_capacity.go)
 	fwMax       int // the most it may grow to: Options.FilterRules

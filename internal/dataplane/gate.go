@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"fmt"
+
+	"github.com/cilium/ebpf"
 	"strings"
 )
 
@@ -43,13 +45,80 @@ func (d *Dataplane) setGateLocked(f Families) error {
 	if f == d.failed && d.gateWritten {
 		return nil
 	}
-	if err := d.maps.LfpGateMap.Put(uint32(0), linuxfpLfpGate{Failed: uint32(f)}); err != nil {
+	return d.writeGateLocked(f, d.done)
+}
+
+func (d *Dataplane) writeGateLocked(f Families, done FenceSeq) error {
+	if err := d.maps.LfpGateMap.Put(uint32(0), linuxfpLfpGate{Failed: uint32(f), Done: done}); err != nil {
 		for idx := range d.ifaces {
 			d.removeLocked(idx)
 		}
 		d.log.Error("gate not written: every program detached, Linux handles every packet", "err", err)
 		return fmt.Errorf("write gate: %w", err)
 	}
-	d.failed, d.gateWritten = f, true
+	d.failed, d.done, d.gateWritten = f, done, true
 	return nil
+}
+
+// FenceSeq is, per fence unit (IPv4, IPv6, sysctl: enum lfp_fence_unit), how many
+// configuration changes Linux has applied (bpf/include/fence.h).
+type FenceSeq [len(linuxfpLfpFence{}.Seq)]uint64
+
+// FenceSysctl is the sysctl unit's index (LFP_FENCE_SYSCTL): it fences both families.
+const FenceSysctl = 2
+
+// FenceMap is the map the watchers count changes in (they are loaded with it).
+func (d *Dataplane) FenceMap() *ebpf.Map { return d.maps.LfpFenceMap }
+
+// Fence reads how many changes the watchers have counted. The controller reads it before it
+// reads Linux's state, and opens the fence with it once the data plane follows that state.
+func (d *Dataplane) Fence() (FenceSeq, error) {
+	var f linuxfpLfpFence
+	if err := d.maps.LfpFenceMap.Lookup(uint32(0), &f); err != nil {
+		return FenceSeq{}, fmt.Errorf("read fence: %w", err)
+	}
+	return f.Seq, nil
+}
+
+// OpenFence lets through the packets of the changes counted up to seq: the data plane follows
+// the state Linux had when seq was read. Changes counted since keep their units fenced. A unit
+// is never closed again by an older count (two callers may open it concurrently).
+func (d *Dataplane) OpenFence(seq FenceSeq) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for u := range seq {
+		seq[u] = max(seq[u], d.done[u])
+	}
+	if seq == d.done && d.gateWritten {
+		return nil
+	}
+	return d.writeGateLocked(d.failed, seq)
+}
+
+// Done is the fence count the data plane follows (the last OpenFence).
+func (d *Dataplane) Done() FenceSeq {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.done
+}
+
+// Fenced lists the units whose packets go to Linux because a change is not followed yet.
+func (d *Dataplane) Fenced() (Families, error) {
+	seq, err := d.Fence()
+	if err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var f Families
+	for u := range seq {
+		switch {
+		case seq[u] == d.done[u]:
+		case u == FenceSysctl:
+			f |= BothFamilies
+		default:
+			f |= 1 << u
+		}
+	}
+	return f, nil
 }

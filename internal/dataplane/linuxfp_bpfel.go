@@ -85,6 +85,11 @@ type linuxfpLfpFdbVal struct {
 	SeenNs uint64
 }
 
+type linuxfpLfpFence struct {
+	_   structs.HostLayout
+	Seq [3]uint64
+}
+
 type linuxfpLfpFwHostKey struct {
 	_    structs.HostLayout
 	Sel  uint32
@@ -144,6 +149,8 @@ type linuxfpLfpFwSetKey struct {
 type linuxfpLfpGate struct {
 	_      structs.HostLayout
 	Failed uint32
+	Pad    uint32
+	Done   [3]uint64
 }
 
 type linuxfpLfpIf struct {
@@ -331,6 +338,7 @@ const (
 	linuxfpMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpMapLfpFdb          = "lfp_fdb"
 	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
+	linuxfpMapLfpFenceMap     = "lfp_fence_map"
 	linuxfpMapLfpFwHosts      = "lfp_fw_hosts"
 	linuxfpMapLfpFwIfs        = "lfp_fw_ifs"
 	linuxfpMapLfpFwLeaves     = "lfp_fw_leaves"
@@ -422,6 +430,7 @@ type linuxfpMapSpecs struct {
 	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -489,6 +498,7 @@ type linuxfpMaps struct {
 	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -523,6 +533,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbRefresh,
+		m.LfpFenceMap,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

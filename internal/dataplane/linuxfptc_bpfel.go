@@ -85,6 +85,11 @@ type linuxfpTcLfpFdbVal struct {
 	SeenNs uint64
 }
 
+type linuxfpTcLfpFence struct {
+	_   structs.HostLayout
+	Seq [3]uint64
+}
+
 type linuxfpTcLfpFwHostKey struct {
 	_    structs.HostLayout
 	Sel  uint32
@@ -144,6 +149,8 @@ type linuxfpTcLfpFwSetKey struct {
 type linuxfpTcLfpGate struct {
 	_      structs.HostLayout
 	Failed uint32
+	Pad    uint32
+	Done   [3]uint64
 }
 
 type linuxfpTcLfpIf struct {
@@ -331,6 +338,7 @@ const (
 	linuxfpTcMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb          = "lfp_fdb"
 	linuxfpTcMapLfpFdbRefresh   = "lfp_fdb_refresh"
+	linuxfpTcMapLfpFenceMap     = "lfp_fence_map"
 	linuxfpTcMapLfpFwHosts      = "lfp_fw_hosts"
 	linuxfpTcMapLfpFwIfs        = "lfp_fw_ifs"
 	linuxfpTcMapLfpFwLeaves     = "lfp_fw_leaves"
@@ -422,6 +430,7 @@ type linuxfpTcMapSpecs struct {
 	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -489,6 +498,7 @@ type linuxfpTcMaps struct {
 	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -523,6 +533,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbRefresh,
+		m.LfpFenceMap,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

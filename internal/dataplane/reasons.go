@@ -60,6 +60,7 @@ const (
 	ToTC
 	PassReloading
 	PassApplyFailed
+	PassFenced
 	numReasons
 )
 
@@ -120,6 +121,7 @@ var reasonNames = [numReasons]string{
 	"to_tc",
 	"reloading",
 	"apply_failed",
+	"fenced",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

@@ -34,9 +34,9 @@ func netnsInode() (uint32, error) {
 	return uint32(st.Ino), nil
 }
 
-// watchNetlink attaches the netlink request watcher for this namespace and delivers the
-// changes it sees (ipset ones: the others arrive as notifications too).
-func (w *Watcher) watchNetlink(ctx context.Context) error {
+// watchNetlink attaches the netlink request watcher for this namespace: it counts each change
+// in fence as it is made, and wakes the controller (for ipset, the only way it learns of one).
+func (w *Watcher) watchNetlink(ctx context.Context, fence *ebpf.Map) error {
 	ino, err := netnsInode()
 	if err != nil {
 		return err
@@ -48,8 +48,15 @@ func (w *Watcher) watchNetlink(ctx context.Context) error {
 	if err := spec.Variables["cfg_netns"].Set(ino); err != nil {
 		return err
 	}
+	if err := spec.Variables["cfg_self"].Set(uint32(os.Getpid())); err != nil {
+		return err
+	}
+	var opts *ebpf.CollectionOptions
+	if fence != nil {
+		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"lfp_fence_map": fence}}
+	}
 	var objs netlinkwatchObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return fmt.Errorf("load netlink watcher: %w (%+v)", err, ve)
@@ -86,9 +93,25 @@ func (w *Watcher) watchNetlink(ctx context.Context) error {
 			if len(rec.RawSample) < 4 {
 				continue
 			}
+			// A change the fence counted keeps its families with Linux until the controller
+			// has read it: wake it, even where a notification will follow.
 			switch netlinkwatchLfpNlClass(binary.NativeEndian.Uint32(rec.RawSample)) {
 			case netlinkwatchLfpNlClassLFP_NL_IPSET:
 				ipsetRead.Reset(ipsetQuiet)
+			case netlinkwatchLfpNlClassLFP_NL_LINK:
+				w.send(ctx, DirtyLinks)
+			case netlinkwatchLfpNlClassLFP_NL_ADDR:
+				w.send(ctx, DirtyAddrs)
+			case netlinkwatchLfpNlClassLFP_NL_ROUTE:
+				w.send(ctx, DirtyRoutes)
+			case netlinkwatchLfpNlClassLFP_NL_NEIGH:
+				w.send(ctx, DirtyNeigh|DirtyFDB)
+			case netlinkwatchLfpNlClassLFP_NL_TC:
+				w.send(ctx, DirtyTC)
+			case netlinkwatchLfpNlClassLFP_NL_NFTABLES:
+				w.send(ctx, DirtyNetfilter)
+			default:
+				w.send(ctx, DirtyAll)
 			}
 		}
 	}()

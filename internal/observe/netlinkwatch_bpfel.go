@@ -8,9 +8,15 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type netlinkwatchLfpFence struct {
+	_   structs.HostLayout
+	Seq [3]uint64
+}
 
 type netlinkwatchLfpNlClass uint32
 
@@ -31,10 +37,12 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
 	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
 	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
 	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
 	netlinkwatchVarCfgNetns       = "cfg_netns"
+	netlinkwatchVarCfgSelf        = "cfg_self"
 )
 
 // loadNetlinkwatch returns the embedded CollectionSpec for netlinkwatch.
@@ -86,6 +94,7 @@ type netlinkwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchMapSpecs struct {
+	LfpFenceMap  *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpNlChanges *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents  *ebpf.MapSpec `ebpf:"lfp_nl_events"`
 }
@@ -95,6 +104,7 @@ type netlinkwatchMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchVariableSpecs struct {
 	CfgNetns *ebpf.VariableSpec `ebpf:"cfg_netns"`
+	CfgSelf  *ebpf.VariableSpec `ebpf:"cfg_self"`
 }
 
 // netlinkwatchObjects contains all objects after they have been loaded into the kernel.
@@ -117,12 +127,14 @@ func (o *netlinkwatchObjects) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchMaps struct {
+	LfpFenceMap  *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpNlChanges *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents  *ebpf.Map `ebpf:"lfp_nl_events"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
 	return _NetlinkwatchClose(
+		m.LfpFenceMap,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
 	)
@@ -133,6 +145,7 @@ func (m *netlinkwatchMaps) Close() error {
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchVariables struct {
 	CfgNetns *ebpf.Variable `ebpf:"cfg_netns"`
+	CfgSelf  *ebpf.Variable `ebpf:"cfg_self"`
 }
 
 // netlinkwatchPrograms contains all programs after they have been loaded into the kernel.

@@ -323,8 +323,14 @@ func readNeighbours(h *netlink.Handle) (map[NeighKey]uint16, error) {
 
 func readSysctl(path string) int { return readSysctlOr(path, 0) }
 
+// sysctlRead, when set (tests), is told every sysctl readSysctls reads.
+var sysctlRead func(path string)
+
 // readSysctlOr reads an integer sysctl; def when it cannot be read.
 func readSysctlOr(path string, def int) int {
+	if sysctlRead != nil {
+		sysctlRead(path)
+	}
 	b, err := os.ReadFile(filepath.Join("/proc/sys", path))
 	if err != nil {
 		return def
@@ -335,6 +341,40 @@ func readSysctlOr(path string, def int) int {
 	}
 	return v
 }
+
+// forwardingSysctl: a write of the sysctl name (under /proc/sys, as the cgroup/sysctl hook gives
+// it) may change what readSysctls reads, and so the fast path. Writes of any other sysctl do not
+// keep the fence closed. TestForwardingSysctlsCoverReads keeps it in step with readSysctls.
+func forwardingSysctl(name string) bool {
+	switch name {
+	case "net/ipv4/ip_forward", "net/ipv4/ip_forward_update_priority", "net/ipv4/ip_forward_use_pmtu",
+		"net/ipv4/ip_default_ttl", "net/ipv4/ip_local_port_range",
+		"net/ipv4/fib_multipath_hash_policy", "net/ipv6/fib_multipath_hash_policy",
+		"net/ipv6/conf/all/forwarding", "net/ipv6/conf/all/proxy_ndp",
+		"net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables":
+		return true
+	}
+	if strings.HasPrefix(name, "net/netfilter/nf_conntrack_") {
+		return true
+	}
+	dev, knob, ok := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(name, "net/ipv4/conf/"), "net/ipv6/conf/"), "/")
+	if !ok || dev == "" || strings.Contains(knob, "/") || len(name) >= SysctlNameMax-1 {
+		// Not a device's knob; or a name the hook cut: it may be anything.
+		return len(name) >= SysctlNameMax-1
+	}
+	switch {
+	case strings.HasPrefix(name, "net/ipv4/conf/"):
+		// all/forwarding is ip_forward; all/rp_filter counts with each device's.
+		return knob == "forwarding" || knob == "rp_filter"
+	case strings.HasPrefix(name, "net/ipv6/conf/"):
+		return knob == "disable_ipv6"
+	}
+	return false
+}
+
+// SysctlNameMax is the longest name the cgroup/sysctl hook hands over, with its NUL
+// (LFP_SYSCTL_NAME in bpf/sysctl_watch.c).
+const SysctlNameMax = 96
 
 func readSysctls(links map[int]*Link) Sysctls {
 	s := Sysctls{
@@ -363,6 +403,9 @@ func readSysctls(links map[int]*Link) Sysctls {
 			UDPTimeout:            readSysctl("net/netfilter/nf_conntrack_udp_timeout"),
 		},
 		IPDefaultTTL: readSysctl("net/ipv4/ip_default_ttl"),
+	}
+	if sysctlRead != nil {
+		sysctlRead("net/ipv4/ip_local_port_range")
 	}
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		fmt.Sscan(string(b), &s.LocalPortLow, &s.LocalPortHigh)

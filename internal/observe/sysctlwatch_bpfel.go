@@ -8,16 +8,24 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type sysctlwatchLfpFence struct {
+	_   structs.HostLayout
+	Seq [3]uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	sysctlwatchMapLfpFenceMap     = "lfp_fence_map"
 	sysctlwatchMapLfpSysctlEvents = "lfp_sysctl_events"
 	sysctlwatchProgLfpSysctlWrite = "lfp_sysctl_write"
+	sysctlwatchVarCfgNetns        = "cfg_netns"
 )
 
 // loadSysctlwatch returns the embedded CollectionSpec for sysctlwatch.
@@ -69,6 +77,7 @@ type sysctlwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sysctlwatchMapSpecs struct {
+	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpSysctlEvents *ebpf.MapSpec `ebpf:"lfp_sysctl_events"`
 }
 
@@ -76,6 +85,7 @@ type sysctlwatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sysctlwatchVariableSpecs struct {
+	CfgNetns *ebpf.VariableSpec `ebpf:"cfg_netns"`
 }
 
 // sysctlwatchObjects contains all objects after they have been loaded into the kernel.
@@ -98,11 +108,13 @@ func (o *sysctlwatchObjects) Close() error {
 //
 // It can be passed to loadSysctlwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sysctlwatchMaps struct {
+	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpSysctlEvents *ebpf.Map `ebpf:"lfp_sysctl_events"`
 }
 
 func (m *sysctlwatchMaps) Close() error {
 	return _SysctlwatchClose(
+		m.LfpFenceMap,
 		m.LfpSysctlEvents,
 	)
 }
@@ -111,6 +123,7 @@ func (m *sysctlwatchMaps) Close() error {
 //
 // It can be passed to loadSysctlwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sysctlwatchVariables struct {
+	CfgNetns *ebpf.Variable `ebpf:"cfg_netns"`
 }
 
 // sysctlwatchPrograms contains all programs after they have been loaded into the kernel.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -73,12 +74,91 @@ type Watcher struct {
 	// polls the sets its rules use. IPSetMethod says which (shown by `linuxfp status`).
 	IPSetEvents bool
 	IPSetMethod string
+	// Fence: the netlink watcher counts changes in the data plane's fence as they are made.
+	Fence bool
+	// sysctl: the sysctl writes seen (the fence's sysctl unit).
+	sysctl sysctlWrites
 }
 
 const legacyPollInterval = 250 * time.Millisecond
 
-// NewWatcher subscribes to every event source in the current network namespace.
-func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
+// sysctlSettle: how long after the cgroup/sysctl hook a sysctl write is surely stored (it is
+// stored as soon as the hook returns: microseconds).
+const sysctlSettle = 20 * time.Millisecond
+
+// sysctlWrites counts the sysctl writes the hook reported, and when the last one that matters
+// was made.
+type sysctlWrites struct {
+	mu       sync.Mutex
+	n        uint64    // writes reported
+	relevant time.Time // the last write that matters
+	lastN    uint64    // its number
+	settled  uint64    // the count SysctlSettled last found settled
+	missing  time.Time // since when fewer were reported than counted (a full ring)
+	ack      func(n uint64)
+}
+
+// seen records a write. It returns the function that opens the fence for the first n writes
+// when every write that matters among them has been read since (nil otherwise).
+func (s *sysctlWrites) seen(relevant bool) (n uint64, ack func(uint64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if relevant {
+		s.relevant, s.lastN = time.Now(), s.n
+	}
+	if s.lastN > s.settled {
+		return s.n, nil
+	}
+	return s.n, s.ack
+}
+
+// OnSysctlOnly sets the function that opens the fence's sysctl unit for the first n writes,
+// called at once when the last of them does not matter to the fast path and none before it
+// waits for a read.
+func (w *Watcher) OnSysctlOnly(ack func(n uint64)) {
+	w.sysctl.mu.Lock()
+	defer w.sysctl.mu.Unlock()
+	w.sysctl.ack = ack
+}
+
+// SysctlSettled: a read of Linux's state that started at t sees every one of the count sysctl
+// writes (the fence's sysctl unit) that matters. Each write is reported before it is counted;
+// one that matters is stored just after the hook, so a read must start sysctlSettle after it.
+// Writes counted but never reported (a full ring) are taken as mattering.
+func (w *Watcher) SysctlSettled(t time.Time, count uint64) bool {
+	s := &w.sysctl
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n < count {
+		if s.missing.IsZero() {
+			s.missing = time.Now()
+			time.AfterFunc(sysctlSettle, func() {
+				select {
+				case w.C <- Event{Dirty: DirtySysctl, At: time.Now()}:
+				default:
+				}
+			})
+		}
+		if t.Before(s.missing.Add(sysctlSettle)) {
+			return false
+		}
+		// Read late enough for whatever they were: as if reported, and as if they mattered.
+		s.n, s.lastN, s.missing = count, count, time.Time{}
+	} else {
+		s.missing = time.Time{}
+	}
+	if t.Before(s.relevant.Add(sysctlSettle)) {
+		return false
+	}
+	s.settled = max(s.settled, count)
+	return true
+}
+
+// NewWatcher subscribes to every event source in the current network namespace. fence is the
+// data plane's fence map, in which the netlink watcher counts changes as they are made (nil:
+// none counted).
+func NewWatcher(ctx context.Context, log *slog.Logger, fence *ebpf.Map) (*Watcher, error) {
 	w := &Watcher{C: make(chan Event, 1024), Failed: make(chan error, 8), log: log, LegacyPoll: legacyPollInterval}
 	ok := false
 	defer func() {
@@ -159,12 +239,12 @@ func NewWatcher(ctx context.Context, log *slog.Logger) (*Watcher, error) {
 	}
 	go w.receiveGenl(ctx, gc)
 
-	w.watchSysctls(ctx)
-	if err := w.watchNetlink(ctx); err != nil {
+	w.watchSysctls(ctx, fence)
+	if err := w.watchNetlink(ctx, fence); err != nil {
 		w.IPSetMethod = "poll: every 50 ms to 1 s (netlink watcher unavailable: " + err.Error() + ")"
 		w.log.Warn("cannot see ipset changes as they are made; sets are polled", "err", err)
 	} else {
-		w.IPSetEvents = true
+		w.IPSetEvents, w.Fence = true, fence != nil
 		w.IPSetMethod = "event: tp_btf/consume_skb sees each ipset command before it returns"
 	}
 	go w.pollLegacy(ctx)
@@ -278,15 +358,30 @@ func (w *Watcher) receiveGenl(ctx context.Context, c *genetlink.Conn) {
 // for forwarding, rp_filter and proxy_ndp, which rtnetlink already delivers). The hook runs just
 // before the value is stored, so each wake-up is followed by a second one 20ms later. Without
 // cgroup v2 it polls once a second.
-func (w *Watcher) watchSysctls(ctx context.Context) {
+func (w *Watcher) watchSysctls(ctx context.Context, fence *ebpf.Map) {
 	err := func() error {
 		cg, done, err := cgroup2Root()
 		if err != nil {
 			return err
 		}
 		defer done()
+		ino, err := netnsInode()
+		if err != nil {
+			return err
+		}
+		spec, err := loadSysctlwatch()
+		if err != nil {
+			return err
+		}
+		if err := spec.Variables["cfg_netns"].Set(ino); err != nil {
+			return err
+		}
+		var opts *ebpf.CollectionOptions
+		if fence != nil {
+			opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"lfp_fence_map": fence}}
+		}
 		var objs sysctlwatchObjects
-		if err := loadSysctlwatchObjects(&objs, nil); err != nil {
+		if err := spec.LoadAndAssign(&objs, opts); err != nil {
 			return err
 		}
 		l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupSysctl, Program: objs.LfpSysctlWrite})
@@ -303,14 +398,27 @@ func (w *Watcher) watchSysctls(ctx context.Context) {
 		w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
 		go func() {
 			for {
-				if _, err := rd.Read(); err != nil {
+				rec, err := rd.Read()
+				if err != nil {
 					if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
 						w.fail(fmt.Errorf("sysctl events: %w", err))
 					}
 					return
 				}
+				name, _, _ := strings.Cut(string(rec.RawSample), "\x00")
+				if !forwardingSysctl(name) {
+					// Nothing the fast path follows: no read needed, the fence opens at once
+					// (unless a write that matters waits for its read).
+					if n, ack := w.sysctl.seen(false); ack != nil {
+						ack(n)
+					}
+					continue
+				}
+				// The value is stored after the hook: an apply that starts within sysctlSettle
+				// of it may read the old one, and must not open the fence.
+				w.sysctl.seen(true)
 				w.send(ctx, DirtySysctl)
-				time.AfterFunc(20*time.Millisecond, func() { w.send(ctx, DirtySysctl) })
+				time.AfterFunc(sysctlSettle, func() { w.send(ctx, DirtySysctl) })
 			}
 		}()
 		w.SysctlMethod = "event: cgroup/sysctl BPF program on the cgroup v2 root"

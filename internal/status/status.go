@@ -47,6 +47,11 @@ type Status struct {
 	ApplyError      string     `json:"apply_error,omitempty"`
 	ApplyErrorSince *time.Time `json:"apply_error_since,omitempty"`
 	FamiliesToLinux []string   `json:"families_to_linux,omitempty"`
+	// FenceWatch: configuration changes are counted as they are made (the fence), so the fast
+	// path hands a family's packets to Linux from the moment Linux applied a change of it until
+	// the data plane follows it. Fenced: the families waiting for that right now.
+	FenceWatch bool     `json:"fence_watch"`
+	Fenced     []string `json:"fenced,omitempty"`
 	// FilterRules: per netfilter rule (or chain policy), the packets the fast path matched with
 	// it (rules of a jump's path included); iptables -v counts only what Linux saw.
 	FilterRules []FilterRule `json:"filter_rules,omitempty"`

@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"bytes"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// The fence: from the moment Linux has applied a configuration change (before the command
+// that made it returns), every packet the change may affect goes to Linux until the fast path
+// follows it. Datagrams sent right after a command returns, before linuxfp could have read the
+// change, must meet the new configuration exactly as with Linux alone.
+
+// probesAfter runs cmd in the DUT and, the moment it returns, sends n datagrams to dst:9 from
+// gen; it returns how many arrive at the sink.
+func probesAfter(t *testing.T, tb *testbed.Testbed, cmd string, dst string, n int) int {
+	t.Helper()
+	var fd int
+	err := tb.Sink.Do(func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: tb.SinkIfindex})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// The sender's socket belongs to gen's namespace from its creation on.
+	var c net.Conn
+	if err := tb.Gen.Do(func() error {
+		var err error
+		c, err = net.Dial("udp", net.JoinHostPort(dst, "9"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	args := append([]string{"netns", "exec", tb.DUT.Name}, strings.Fields(cmd)...)
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", cmd, err, out)
+	}
+	for i := 0; i < n; i++ {
+		c.Write([]byte("linuxfp fence probe"))
+	}
+	tv := unix.Timeval{Usec: 200000}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	arrived := 0
+	buf := make([]byte, 2048)
+	for {
+		m, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			break
+		}
+		if bytes.Contains(buf[:m], []byte("linuxfp fence probe")) {
+			arrived++
+		}
+	}
+	return arrived
+}
+
+func TestFenceNothingAfterReturn(t *testing.T) {
+	requireTool(t, "iptables")
+	requireTool(t, "ipset")
+	requireTool(t, "nft")
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbed(t, h.opts)
+			sh(t, tb.DUT, "ipset create lfpfence hash:ip\niptables -A FORWARD -m set --match-set lfpfence dst -j DROP")
+			l := startLinuxfp(t, tb)
+			st, err := l.Client.Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.FenceWatch {
+				t.Fatalf("the fence is off here (ipset watch: %s)", st.IPSetWatch)
+			}
+			cases := []struct{ do, dst, undo string }{
+				{"iptables -A FORWARD -d 198.19.3.1 -j DROP", "198.19.3.1", "iptables -D FORWARD -d 198.19.3.1 -j DROP"},
+				{"ipset add lfpfence 198.19.3.2", "198.19.3.2", "ipset del lfpfence 198.19.3.2"},
+				{"nft insert rule ip filter FORWARD ip daddr 198.19.3.3 drop", "198.19.3.3", "nft flush chain ip filter FORWARD"},
+				{"ip route replace unreachable 198.19.3.4/32", "198.19.3.4", "ip route del unreachable 198.19.3.4/32"},
+				{"ip addr add 198.19.3.5/32 dev lo", "198.19.3.5", "ip addr del 198.19.3.5/32 dev lo"},
+			}
+			for _, c := range cases {
+				waitVerdict(t, tb, l, c.dst, "forwarded", 10)
+				before := readCounters(t, l, "in0")
+				if n := probesAfter(t, tb, c.do, c.dst, 20); n != 0 {
+					t.Errorf("%s: %d of 20 datagrams sent right after it returned arrived (Linux alone: none)", c.do, n)
+				}
+				t.Logf("%s: to Linux %v", c.do, readCounters(t, l, "in0").sub(before).ownOnly().passed)
+				sh(t, tb.DUT, c.undo)
+				if c.undo == "nft flush chain ip filter FORWARD" {
+					sh(t, tb.DUT, "iptables -A FORWARD -m set --match-set lfpfence dst -j DROP")
+				}
+			}
+			// The fence opens again: the stream is fast once linuxfp follows.
+			waitVerdict(t, tb, l, "198.19.3.1", "forwarded", 10)
+			time.Sleep(10 * time.Millisecond)
+		})
+	}
+}
+
+// Sysctl writes are seen before they are stored: one that makes the family Linux's (rp_filter,
+// which linuxfp does not emulate) fences it from the write on; one that stores the value the
+// sysctl holds already (a CNI plugin setting ip_forward=1 for every pod) fences nothing.
+func TestFenceSysctl(t *testing.T) {
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbed(t, h.opts)
+			l := startLinuxfp(t, tb)
+			st, err := l.Client.Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(st.SysctlWatch, "event") || !st.FenceWatch {
+				t.Fatalf("sysctl watch %q, fence %v: want events and the fence", st.SysctlWatch, st.FenceWatch)
+			}
+			waitVerdict(t, tb, l, "198.19.3.1", "forwarded", 10)
+			before := readCounters(t, l, "in0")
+			if n := probesAfter(t, tb, "sysctl -qw net.ipv4.conf.in0.rp_filter=1", "198.19.3.1", 20); n != 20 {
+				t.Errorf("%d of 20 datagrams arrived after rp_filter=1 (Linux forwards them: their source is routed back through in0)", n)
+			}
+			if d := readCounters(t, l, "in0").sub(before); d.forwarded != 0 {
+				t.Errorf("%d datagrams fast-pathed right after rp_filter was turned on (linuxfp does not emulate it): to Linux %v", d.forwarded, d.passed)
+			}
+			waitPassed(t, tb, l, "198.19.3.1", "family_off")
+			sh(t, tb.DUT, "sysctl -qw net.ipv4.conf.in0.rp_filter=0")
+			waitVerdict(t, tb, l, "198.19.3.1", "forwarded", 10)
+			before = readCounters(t, l, "in0")
+			if n := probesAfter(t, tb, "sysctl -qw net.ipv4.ip_forward=1", "198.19.3.1", 20); n != 20 {
+				t.Errorf("%d of 20 datagrams arrived after ip_forward=1", n)
+			}
+			if d := readCounters(t, l, "in0").sub(before).ownOnly(); d.passed["fenced"] != 0 {
+				t.Errorf("ip_forward=1 when it was 1 fenced %d datagrams", d.passed["fenced"])
+			}
+		})
+	}
+}

@@ -1,0 +1,32 @@
+package observe
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every sysctl the controller reads must keep the fence closed when written; the others must
+// not (a CNI plugin writes accept_ra for each pod it adds).
+func TestForwardingSysctlsCoverReads(t *testing.T) {
+	var read []string
+	sysctlRead = func(p string) { read = append(read, p) }
+	defer func() { sysctlRead = nil }()
+	readSysctls(map[int]*Link{1: {Name: "in0"}, 2: {Name: "veth1234abcd"}})
+	if len(read) < 20 {
+		t.Fatalf("only %d sysctls read: %v", len(read), read)
+	}
+	for _, p := range read {
+		if !forwardingSysctl(p) {
+			t.Errorf("%s is read for the fast path but its writes would not keep the fence closed", p)
+		}
+	}
+	for _, p := range []string{"net/ipv6/conf/veth1234abcd/accept_ra", "net/ipv4/conf/eth0/arp_notify",
+		"net/ipv6/conf/eth0/accept_dad", "net/core/somaxconn", "net/ipv4/tcp_rmem", "net/ipv4/conf/in0/accept_local"} {
+		if forwardingSysctl(p) {
+			t.Errorf("%s keeps the fence closed, but nothing reads it", p)
+		}
+	}
+	if long := "net/ipv6/conf/" + strings.Repeat("x", SysctlNameMax) + "/accept_ra"; !forwardingSysctl(long[:SysctlNameMax-1]) {
+		t.Error("a name the hook cut must count as mattering")
+	}
+}
