@@ -62,6 +62,7 @@ enum lfp_reason {
 	LFP_PASS_CT_CHECKSUM,     /* conntrack would verify its L4 checksum (nf_conntrack_checksum) */
 	LFP_TO_TC,                /* XDP: handed, marked, to the interface's tc program (an skb can go where it goes) */
 	LFP_PASS_RELOADING,       /* built without a module the configuration now needs; its replacement is loading */
+	LFP_PASS_MULTI_BUFFER,    /* XDP: a frame in several buffers (jumbo frame, GRO train): Linux */
 	LFP_REASON_MAX,
 };
 

@@ -59,6 +59,7 @@ const (
 	PassCTChecksum
 	ToTC
 	PassReloading
+	PassMultiBuffer
 	numReasons
 )
 
@@ -118,6 +119,7 @@ var reasonNames = [numReasons]string{
 	"ct_checksum",
 	"to_tc",
 	"reloading",
+	"multi_buffer",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).
