@@ -49,6 +49,7 @@ type Controller struct {
 	links   map[int]observe.Link
 	backend string           // netfilter backend
 	owned   map[int][]uint32 // every program id linuxfp installed, per ifindex (until it is gone)
+	refused refusals         // hooks the kernel refused programs at (refused.go)
 	events  uint64
 	seq     uint64
 	changes []status.Change
@@ -98,7 +99,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ln.Close()
 
-	c := &Controller{cfg: cfg, log: log, started: time.Now(), owned: map[int][]uint32{}}
+	c := &Controller{cfg: cfg, log: log, started: time.Now(), owned: map[int][]uint32{}, refused: refusals{}}
 	// Subscribe before the first read, so no change in between is missed.
 	c.w, err = observe.NewWatcher(ctx, log)
 	if err != nil {
@@ -300,7 +301,10 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	defer func() {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
-	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram)
+	for _, name := range c.refused.forgetChanged(snap.Links) {
+		c.log.Info("interface changed: trying the hook the kernel refused again", "interface", name)
+	}
+	plan := graph.Build(snap, c.cfg.Options, c.ownedProgram, c.refused.graph())
 	c.lastFilter = snap.Filter
 	c.pollSets.Store(snap.Filter.UsesSets())
 	if snap.Filter != nil {
@@ -373,10 +377,15 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	}
 	wg.Wait()
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].idx < jobs[b].idx })
+	var refused []int
 	for _, j := range jobs {
 		it := j.it
 		programs++
 		if j.err != nil {
+			if c.refused.add(snap.Links[j.idx], j.err) {
+				refused = append(refused, j.idx) // decided again below, knowing it
+				continue
+			}
 			errs = append(errs, j.err)
 			it.Notes = append(it.Notes, "install failed: "+j.err.Error())
 			it.Spec = nil
@@ -392,6 +401,11 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		c.log.Info(verb+" fast path", "interface", it.Name, "hook", it.Spec.Hook,
 			"modules", strings.Join(it.Spec.Modules(), ","), "families", strings.Join(families(*it.Spec), ","),
 			"program", j.inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
+	}
+	if len(refused) > 0 {
+		n, ferrs := c.fallBack(snap, plan, refused)
+		programs += n
+		errs = append(errs, ferrs...)
 	}
 	c.logDecisions(plan)
 	fdb := fdbLearning(plan)
