@@ -27,6 +27,11 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	/* TC: a VLAN tag already taken out of the data (the stack untags before tc ingress). */
 	if (ctx_vlan_tagged(ctx))
 		return lfp_pass(ctx, LFP_PASS_NOT_IP);
+	/* XDP: a frame in several buffers. Forwarding it is not shown exact: the modules check
+	 * lengths against the linear part, and a redirect of such a frame to a driver without
+	 * scatter-gather XDP transmit is dropped where Linux would send it. Linux's. */
+	if (ctx_multi_buffer(ctx))
+		return lfp_pass(ctx, LFP_PASS_MULTI_BUFFER);
 	ctx_pull(ctx, LFP_PULL_LEN);
 	data = ctx_data(ctx);
 	data_end = ctx_data_end(ctx);
@@ -67,7 +72,8 @@ int linuxfp_tc(struct __sk_buff *ctx)
 	return linuxfp_rx(ctx);
 }
 #else
-SEC("xdp")
+/* Frags-aware: see ctx_multi_buffer(). */
+SEC("xdp.frags")
 int linuxfp_xdp(struct xdp_md *ctx)
 {
 	return lfp_xdp_finish(ctx, linuxfp_rx(ctx));

@@ -64,6 +64,7 @@ enum lfp_reason {
 	LFP_PASS_RELOADING,       /* built without a module the configuration now needs; its replacement is loading */
 	LFP_PASS_APPLY_FAILED,    /* the data plane could not be brought to Linux's configuration for this family */
 	LFP_PASS_FENCED,          /* Linux has applied a change of this family's configuration the data plane does not follow yet */
+	LFP_PASS_MULTI_BUFFER,    /* XDP: a frame in several buffers (jumbo frame, GRO train): Linux */
 	LFP_REASON_MAX,
 };
 

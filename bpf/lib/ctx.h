@@ -9,6 +9,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
+/* The kernel's own structure behind the context (struct sk_buff, struct xdp_buff). */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
 #ifdef LFP_HOOK_TC
 
 typedef struct __sk_buff lfp_ctx;
@@ -59,6 +62,17 @@ static __always_inline void ctx_pull(lfp_ctx *ctx, __u32 bytes)
 		bpf_skb_pull_data(ctx, len);
 }
 
+static __always_inline __u32 ctx_full_len(const lfp_ctx *ctx)
+{
+	return ctx->len;
+}
+
+/* An skb's data beyond its linear part is reached with ctx_pull(): never a reason to pass. */
+static __always_inline int ctx_multi_buffer(lfp_ctx *ctx)
+{
+	return 0;
+}
+
 /* GSO: the skb is a train of segments of gso_size payload bytes each (0: a single packet). */
 static __always_inline __u32 ctx_gso_size(const lfp_ctx *ctx)
 {
@@ -94,8 +108,6 @@ struct sk_buff {
 	__u8 csum_level : 2;
 	__u8 l4_hash : 1;
 } __attribute__((preserve_access_index));
-
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
 #define CTX_CSUM_NONE        0
 #define CTX_CSUM_UNNECESSARY 1
@@ -138,10 +150,40 @@ static __always_inline void *ctx_data_end(const lfp_ctx *ctx)
 	return (void *)(long)ctx->data_end;
 }
 
-/* linuxfp's XDP programs are not frags-aware: the frame is all in [data, data_end). */
+/* The frame is all in [data, data_end): multi-buffer frames are handed to Linux before any
+ * module runs (ctx_multi_buffer). */
 static __always_inline __u32 ctx_len(const lfp_ctx *ctx)
 {
 	return ctx->data_end - ctx->data;
+}
+
+/* The whole frame, fragments included (see ctx_multi_buffer). */
+static __always_inline __u32 ctx_full_len(const lfp_ctx *ctx)
+{
+	return bpf_xdp_get_buff_len((lfp_ctx *)ctx);
+}
+
+/* The kernel's struct xdp_buff: its flags say whether the frame has fragments. */
+struct xdp_buff {
+	__u32 flags;
+} __attribute__((preserve_access_index));
+
+enum xdp_buff_flags {
+	XDP_FLAGS_HAS_FRAGS = 1,
+};
+
+/* The XDP program is loaded frags-aware (SEC("xdp.frags"), BPF_F_XDP_HAS_FRAGS): without that,
+ * veth refuses the program while its peer's MTU exceeds what fits in a page (3506 bytes) and
+ * caps the peer's MTU there while it is attached, which would make a user's `ip link set ... mtu 9000` fail. The price is that a
+ * frame may now arrive in several buffers (a jumbo frame on a veth, a GRO train at generic XDP),
+ * with the bytes beyond data_end in fragments that direct packet access cannot read.
+ * The flag is read from the kernel's xdp_buff rather than compared with bpf_xdp_get_buff_len():
+ * that helper call cost every frame ~7 ns here (BPF_PROG_TEST_RUN), the load ~0. */
+static __always_inline int ctx_multi_buffer(lfp_ctx *ctx)
+{
+	struct xdp_buff *x = bpf_cast_to_kern_ctx(ctx);
+
+	return x->flags & bpf_core_enum_value(enum xdp_buff_flags, XDP_FLAGS_HAS_FRAGS);
 }
 
 static __always_inline __u32 ctx_ingress_ifindex(const lfp_ctx *ctx)

@@ -27,7 +27,9 @@ static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason
 	c = bpf_map_lookup_elem(&lfp_stats, &idx);
 	if (c) {
 		c->packets++;
-		c->bytes += ctx_len(ctx);
+		/* Only a multi-buffer frame has bytes beyond ctx_len(): the helper call that
+		 * counts them runs for those frames alone. */
+		c->bytes += reason == LFP_PASS_MULTI_BUFFER ? ctx_full_len(ctx) : ctx_len(ctx);
 	}
 }
 

@@ -47,7 +47,8 @@ type Controller struct {
 	mu      sync.Mutex
 	plan    *graph.Plan
 	links   map[int]observe.Link
-	backend string // netfilter backend
+	backend string   // netfilter backend
+	refused refusals // hooks the kernel refused programs at (refused.go)
 	events  uint64
 	seq     uint64
 	changes []status.Change
@@ -104,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ln.Close()
 
-	c := &Controller{cfg: cfg, log: log, started: time.Now()}
+	c := &Controller{cfg: cfg, log: log, started: time.Now(), refused: refusals{}}
 	// The maps first (nothing is attached yet): the watchers count changes in its fence.
 	c.dp, err = dataplane.New(log, cfg.Dataplane)
 	if err != nil {
@@ -321,7 +322,10 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	defer func() {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
-	plan := graph.Build(snap, c.cfg.Options, c.dp.Owns)
+	for _, name := range c.refused.forgetChanged(snap.Links) {
+		c.log.Info("interface changed: trying the hook the kernel refused again", "interface", name)
+	}
+	plan := graph.Build(snap, c.cfg.Options, c.dp.Owns, c.refused.graph())
 	c.lastFilter = snap.Filter
 	c.pollSets.Store(snap.Filter.UsesSets())
 	if snap.Filter != nil {
@@ -395,10 +399,15 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	}
 	wg.Wait()
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].idx < jobs[b].idx })
+	var refused []int
 	for _, j := range jobs {
 		it := j.it
 		programs++
 		if j.err != nil {
+			if c.refused.add(snap.Links[j.idx], j.err) {
+				refused = append(refused, j.idx) // decided again below, knowing it
+				continue
+			}
 			errs = append(errs, j.err)
 			it.Notes = append(it.Notes, "install failed: "+j.err.Error())
 			it.Spec = nil
@@ -417,6 +426,11 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		c.log.Info(verb+" fast path", "interface", it.Name, "hook", it.Spec.Hook,
 			"modules", strings.Join(it.Spec.Modules(), ","), "families", strings.Join(families(*it.Spec), ","),
 			"program", j.inst.ProgramID, "notes", strings.Join(it.Notes, "; "))
+	}
+	if len(refused) > 0 {
+		n, ferrs := c.fallBack(snap, plan, refused)
+		programs += n
+		errs = append(errs, ferrs...)
 	}
 	// The data plane follows what was read: the changes counted before the read may be
 	// fast-pathed. An interface whose program could not be installed has none (Linux's), so

@@ -39,8 +39,23 @@ const (
 // XDP: the hook is one of the two XDP modes.
 func (h Hook) XDP() bool { return h == HookXDP || h == HookXDPGeneric }
 
-// ErrForeignProgram: another XDP program is attached to the interface; linuxfp never replaces it.
-var ErrForeignProgram = errors.New("another XDP program is attached")
+// ErrForeignProgram: another XDP program is attached to the interface, or to a device on top of
+// it (a macvlan: the kernel then refuses XDP below it); linuxfp never replaces it.
+var ErrForeignProgram = errors.New("another XDP program is attached to it or to a device on top of it")
+
+// AttachError: the kernel refused to attach a verified program at Hook (native XDP below a
+// macvlan that runs an XDP program, say). Another hook may take the same modules (see
+// graph.Refused).
+type AttachError struct {
+	Hook Hook
+	Name string
+	Err  error
+}
+
+func (e *AttachError) Error() string {
+	return fmt.Sprintf("attach %s to %s: %v", e.Hook, e.Name, e.Err)
+}
+func (e *AttachError) Unwrap() error { return e.Err }
 
 // Spec is what one interface's program is specialised for. A different Spec means a new program.
 type Spec struct {
@@ -450,11 +465,11 @@ func attach(s Spec, prog *ebpf.Program) (link.Link, error) {
 		}
 		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: s.Ifindex, Flags: flags})
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("attach %s to %s: %w (linuxfp does not replace it; detach it first)", s.Hook, s.Name, ErrForeignProgram)
+			err = fmt.Errorf("%w (linuxfp does not replace it; detach it first)", ErrForeignProgram)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("attach %s to %s: %w", s.Hook, s.Name, err)
+		return nil, &AttachError{Hook: s.Hook, Name: s.Name, Err: err}
 	}
 	return l, nil
 }

@@ -61,6 +61,7 @@ const (
 	PassReloading
 	PassApplyFailed
 	PassFenced
+	PassMultiBuffer
 	numReasons
 )
 
@@ -122,6 +123,7 @@ var reasonNames = [numReasons]string{
 	"reloading",
 	"apply_failed",
 	"fenced",
+	"multi_buffer",
 }
 
 // FastPathed: the reason says the fast path took the packet (routed or bridged).

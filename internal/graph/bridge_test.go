@@ -39,7 +39,7 @@ func l2Of(p *Plan, ifindex int) *dataplane.L2Dev {
 }
 
 func TestBridgePort(t *testing.T) {
-	p := Build(bridged(), Options{Hook: HookAuto}, notOwned)
+	p := Build(bridged(), Options{Hook: HookAuto}, notOwned, nil)
 	it := p.Interfaces[5]
 	if it.Spec == nil || !it.Spec.Bridge || it.Spec.L3Ifindex != 4 || len(it.Spec.MAC) != 0 ||
 		!it.Spec.Router4 || !it.Spec.Router6 {
@@ -129,7 +129,7 @@ func TestBridgeFlags(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := bridged()
 			c.mutate(s)
-			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			p := Build(s, Options{Hook: HookAuto}, notOwned, nil)
 			dv, br, it := l2Of(p, 5), l2Of(p, 4), p.Interfaces[5]
 			if dv.Flags&c.set != c.set || dv.Flags&c.clr != 0 {
 				t.Fatalf("port flags %b: want %b set and %b clear; notes %q", dv.Flags, c.set, c.clr, it.Notes)
@@ -159,7 +159,7 @@ func TestBridgeDisableIPv6(t *testing.T) {
 		t.Run(c.dev, func(t *testing.T) {
 			s := bridged()
 			s.Sysctl.IPv6Disabled = map[string]bool{c.dev: true}
-			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			p := Build(s, Options{Hook: HookAuto}, notOwned, nil)
 			it, dv := p.Interfaces[5], l2Of(p, 5)
 			if it.Spec == nil || !it.Spec.Router4 || it.Spec.Router6 != c.r6 {
 				t.Fatalf("spec %+v, want router6 %v; notes %q", it.Spec, c.r6, it.Notes)

@@ -59,14 +59,20 @@ type Plan struct {
 // OwnedProgram tells whether prog is one of linuxfp's own programs on ifindex.
 type OwnedProgram func(ifindex int, prog uint32) bool
 
+// Refused are the hooks at which the kernel refused to attach an interface's program, by
+// ifindex, with the error: what only an attempt shows (native XDP below a macvlan that runs an
+// XDP program is refused). The controller keeps them until the interface changes, so a refused
+// attach is not tried again on every change.
+type Refused map[int]map[dataplane.Hook]string
+
 // Build computes the plan.
-func Build(s *observe.Snapshot, o Options, owned OwnedProgram) *Plan {
+func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) *Plan {
 	p := &Plan{Interfaces: map[int]*Interface{}}
 	host := hostWideReasons(s)
 	for _, lk := range s.Links {
 		it := &Interface{Index: lk.Index, Name: lk.Name}
 		it.Egress, it.EgressNote = egressReady(s, lk)
-		it.Spec, it.Notes = ingress(s, o, lk, owned, host)
+		it.Spec, it.Notes = ingress(s, o, lk, owned, host, refused[lk.Index])
 		p.Interfaces[lk.Index] = it
 		if it.Egress {
 			p.Data.TxDevs = append(p.Data.TxDevs, lk.Index)
@@ -212,7 +218,7 @@ func matchAny(patterns []string, name string) bool {
 // at its tc ingress they are like any Ethernet device's.
 var supportedKinds = map[string]bool{"": true, "veth": true, "vxlan": true}
 
-func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgram, host hostWide) (*dataplane.Spec, []string) {
+func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgram, host hostWide, refused map[dataplane.Hook]string) (*dataplane.Spec, []string) {
 	if lk.Name == "lo" {
 		return nil, []string{"loopback: not accelerated"}
 	}
@@ -307,6 +313,18 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 			notes = append(notes, "hook tc: the underlay of "+vxlanUnderlay(s, lk)+", whose packets the VXLAN module decapsulates at tc only (it hands them to the vxlan device's ingress, which XDP cannot)")
 		default:
 			notes = append(notes, "hook xdp: the driver supports native XDP and the sender leaves checksums to nobody: frames can be forwarded before any skb is built")
+		}
+	}
+	// An attach the kernel refused: --hook auto takes the next hook (native XDP -> tc, which
+	// runs the same modules on the skb the stack builds anyway); a hook chosen by --hook, or tc
+	// refused too, leaves the interface to Linux with the error. The hook note is the last one.
+	if err, ok := refused[hook]; ok {
+		_, tcRefused := refused[dataplane.HookTC]
+		if hook == dataplane.HookXDP && (o.Hook == HookAuto || o.Hook == "") && !tcRefused {
+			hook = dataplane.HookTC
+			notes[len(notes)-1] = "hook tc: the kernel refused native XDP (" + err + "); tried again when the interface changes"
+		} else {
+			return nil, append(notes, "install failed: "+err+"; tried again when the interface changes")
 		}
 	}
 

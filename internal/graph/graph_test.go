@@ -152,7 +152,7 @@ func TestBuild(t *testing.T) {
 			if c.mutate != nil {
 				c.mutate(s, &o)
 			}
-			it := Build(s, o, ownedID42).Interfaces[c.iface]
+			it := Build(s, o, ownedID42, nil).Interfaces[c.iface]
 			r4, r6 := false, false
 			if it.Spec != nil {
 				r4, r6 = it.Spec.Router4, it.Spec.Router6
@@ -177,10 +177,65 @@ func TestBuild(t *testing.T) {
 	}
 }
 
+// A hook the kernel refused: --hook auto takes the next one (native XDP -> tc, without what only
+// XDP has: the tc program after XDP, the SCTP offload check); a hook chosen by --hook, or tc
+// refused too, leaves the interface to Linux with the error.
+func TestBuildRefused(t *testing.T) {
+	const refusedXDP = "attach xdp to veth0: another XDP program is attached to it or to a device on top of it"
+	cases := []struct {
+		name    string
+		hook    HookMode
+		refused map[dataplane.Hook]string
+		offload bool   // the veth peer leaves checksums to offload (auto picks tc)
+		want    string // the hook installed, "" for none
+		note    string
+	}{
+		{name: "auto: native xdp refused, tc", hook: HookAuto, refused: map[dataplane.Hook]string{dataplane.HookXDP: refusedXDP},
+			want: "tc", note: "hook tc: the kernel refused native XDP (" + refusedXDP + ")"},
+		{name: "auto: xdp and tc refused", hook: HookAuto, want: "",
+			refused: map[dataplane.Hook]string{dataplane.HookXDP: refusedXDP, dataplane.HookTC: "attach tc to veth0: x"},
+			note:    "install failed: attach xdp to veth0"},
+		{name: "auto: tc chosen and refused", hook: HookAuto, offload: true, want: "",
+			refused: map[dataplane.Hook]string{dataplane.HookTC: "attach tc to veth0: x"}, note: "install failed: attach tc to veth0: x"},
+		{name: "auto: a refusal at another hook changes nothing", hook: HookAuto, offload: true, want: "tc",
+			refused: map[dataplane.Hook]string{dataplane.HookXDP: refusedXDP}, note: "hook tc: the veth peer is a local stack"},
+		{name: "--hook xdp refused: no fallback", hook: HookXDP, refused: map[dataplane.Hook]string{dataplane.HookXDP: refusedXDP},
+			want: "", note: "install failed: " + refusedXDP + "; tried again when the interface changes"},
+		{name: "--hook xdp-generic refused: no fallback", hook: HookXDPGeneric, want: "",
+			refused: map[dataplane.Hook]string{dataplane.HookXDPGeneric: "attach xdp-generic to veth0: x"}, note: "install failed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := snapshot()
+			s.Links[3].PeerOffload = observe.OffloadOff
+			if c.offload {
+				s.Links[3].PeerOffload = observe.OffloadOn
+			}
+			it := Build(s, Options{Hook: c.hook}, notOwned, Refused{3: c.refused}).Interfaces[3]
+			got := ""
+			if it.Spec != nil {
+				got = string(it.Spec.Hook)
+			}
+			if got != c.want {
+				t.Fatalf("hook %q, want %q; notes %q", got, c.want, it.Notes)
+			}
+			if !strings.Contains(strings.Join(it.Notes, "\n"), c.note) {
+				t.Fatalf("notes %q lack %q", it.Notes, c.note)
+			}
+			if strings.Contains(strings.Join(it.Notes, "\n"), "hook xdp:") && got == "tc" {
+				t.Fatalf("notes %q still give the refused hook", it.Notes)
+			}
+			if it.Spec != nil && it.Spec.Hook == dataplane.HookTC && (it.Spec.TCAfterXDP || it.Spec.SkbSender) {
+				t.Fatalf("tc spec with XDP-only parts: %+v", *it.Spec)
+			}
+		})
+	}
+}
+
 func TestOwnProgramIsNotForeign(t *testing.T) {
 	s := snapshot()
 	s.Links[2].XDPProgID = 7
-	it := Build(s, Options{Hook: HookAuto}, func(idx int, id uint32) bool { return idx == 2 && id == 7 }).Interfaces[2]
+	it := Build(s, Options{Hook: HookAuto}, func(idx int, id uint32) bool { return idx == 2 && id == 7 }, nil).Interfaces[2]
 	if it.Spec == nil {
 		t.Fatalf("own program treated as foreign: %q", it.Notes)
 	}
@@ -207,7 +262,7 @@ func TestEgress(t *testing.T) {
 			if c.mutate != nil {
 				c.mutate(s)
 			}
-			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			p := Build(s, Options{Hook: HookAuto}, notOwned, nil)
 			it := p.Interfaces[c.iface]
 			if it.Egress != c.ok || !strings.Contains(it.EgressNote, c.note) {
 				t.Fatalf("egress %v %q, want %v %q", it.Egress, it.EgressNote, c.ok, c.note)
@@ -224,7 +279,7 @@ func TestEgress(t *testing.T) {
 }
 
 func TestData(t *testing.T) {
-	p := Build(snapshot(), Options{Hook: HookAuto}, notOwned)
+	p := Build(snapshot(), Options{Hook: HookAuto}, notOwned, nil)
 	want := map[string]bool{"198.18.0.1": true, "198.18.0.255": true}
 	for _, a := range p.Data.LocalHosts {
 		delete(want, a.String())
@@ -279,7 +334,7 @@ func TestTCEgress(t *testing.T) {
 			if c.mutate != nil {
 				c.mutate(s)
 			}
-			p := Build(s, Options{Hook: HookAuto}, notOwned)
+			p := Build(s, Options{Hook: HookAuto}, notOwned, nil)
 			var got *dataplane.TCTx
 			for i := range p.Data.TCTx {
 				if p.Data.TCTx[i].Ifindex == c.iface {
@@ -305,20 +360,20 @@ func TestTCAfterXDP(t *testing.T) {
 	}
 	s := snapshot()
 	pod(s)
-	p := Build(s, Options{Hook: HookAuto}, notOwned)
+	p := Build(s, Options{Hook: HookAuto}, notOwned, nil)
 	eth0 := p.Interfaces[2]
 	if eth0.Spec == nil || eth0.Spec.Hook != dataplane.HookXDP || !eth0.Spec.TCAfterXDP ||
 		!strings.Contains(strings.Join(eth0.Notes, "\n"), "tc after xdp: ") {
 		t.Fatalf("eth0 with a container veth beside it: %+v %q", eth0.Spec, eth0.Notes)
 	}
-	if sp := Build(s, Options{Hook: HookXDP}, notOwned).Interfaces[2].Spec; sp == nil || sp.TCAfterXDP {
+	if sp := Build(s, Options{Hook: HookXDP}, notOwned, nil).Interfaces[2].Spec; sp == nil || sp.TCAfterXDP {
 		t.Errorf("--hook xdp: %+v, want XDP alone", sp)
 	}
 	// Every destination takes XDP frames: the XDP program is the same (no reload when a
 	// destination that takes skbs only appears), and nothing is named.
 	plain := snapshot()
 	plain.Links[3].XDPFeatures |= observe.XDPActNdoXmit // the veth takes XDP frames
-	it := Build(plain, Options{Hook: HookAuto}, notOwned).Interfaces[2]
+	it := Build(plain, Options{Hook: HookAuto}, notOwned, nil).Interfaces[2]
 	if it.Spec == nil || !it.Spec.Equal(*eth0.Spec) || !strings.Contains(strings.Join(it.Notes, "\n"), "(none now)") {
 		t.Errorf("every destination takes XDP frames: %+v %q, want the same XDP program", it.Spec, it.Notes)
 	}
@@ -330,7 +385,7 @@ func TestForwardUpdatePriority(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		s := snapshot()
 		s.Sysctl.FwdUpdatePriority4 = on
-		if got := Build(s, Options{Hook: HookAuto}, notOwned).Data.FwdUpdatePriority4; got != on {
+		if got := Build(s, Options{Hook: HookAuto}, notOwned, nil).Data.FwdUpdatePriority4; got != on {
 			t.Fatalf("ip_forward_update_priority %v: data plane told %v", on, got)
 		}
 	}

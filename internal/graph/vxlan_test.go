@@ -29,7 +29,7 @@ func TestVXLANEncap(t *testing.T) {
 		}
 		return s
 	}
-	p := Build(flannel(), Options{Hook: HookAuto}, notOwned)
+	p := Build(flannel(), Options{Hook: HookAuto}, notOwned, nil)
 	if len(p.Data.VXLAN) != 1 || p.Data.VXLAN[0].PortMin != 32768 || p.Data.VXLAN[0].PortMax != 60999 {
 		t.Fatalf("vxlan devices %+v", p.Data.VXLAN)
 	}
@@ -56,13 +56,13 @@ func TestVXLANEncap(t *testing.T) {
 	}
 	learning := flannel()
 	learning.Links[7].VXLAN.Learning = true
-	if sp := Build(learning, Options{Hook: HookAuto}, notOwned).Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookXDP {
+	if sp := Build(learning, Options{Hook: HookAuto}, notOwned, nil).Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookXDP {
 		t.Errorf("eth0 under a vxlan device Linux decapsulates: %+v, want xdp", sp)
 	}
 	withLink := flannel()
 	withLink.Links[7].VXLAN.Local = netip.MustParseAddr("198.18.9.9") // not eth0's
 	withLink.Links[7].VXLAN.VtepDev = 2
-	if sp := Build(withLink, Options{Hook: HookAuto}, notOwned).Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookTC {
+	if sp := Build(withLink, Options{Hook: HookAuto}, notOwned, nil).Interfaces[2].Spec; sp == nil || sp.Hook != dataplane.HookTC {
 		t.Errorf("eth0 as the vxlan device's link: %+v, want tc", sp)
 	}
 	for _, c := range []struct {
@@ -81,7 +81,7 @@ func TestVXLANEncap(t *testing.T) {
 	} {
 		s := flannel()
 		c.mutate(s)
-		p := Build(s, Options{Hook: HookAuto}, notOwned)
+		p := Build(s, Options{Hook: HookAuto}, notOwned, nil)
 		notes := strings.Join(p.Interfaces[7].Notes, "\n")
 		if len(p.Data.VXLAN) != 0 || len(p.Data.VXLANFDB) != 0 || !strings.Contains(notes, c.why) {
 			t.Errorf("%s: devices %+v, notes %q", c.why, p.Data.VXLAN, notes)
