@@ -46,7 +46,7 @@ const (
 	// quietFor: linuxfp counts as settled after this long without an event, an ipset read or
 	// an apply; quietWait bounds the wait.
 	quietFor  = time.Second
-	quietWait = time.Minute
+	quietWait = 20 * time.Second
 )
 
 // measureIdle measures, in the first linuxfp mode of the run, with the DUT's current ruleset
