@@ -102,11 +102,14 @@ func (tf *testFlags) set(cfg *bench.Config) {
 
 func benchGatewayCmd() *cobra.Command {
 	var (
-		bf      benchFlags
-		tf      testFlags
-		rules   []int
-		noSweep bool
-		traffic []string
+		bf       benchFlags
+		tf       testFlags
+		gc       bench.GatewayConfig
+		rules    []int
+		noSweep  bool
+		large    bool
+		largeSet int
+		traffic  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -115,7 +118,10 @@ func benchGatewayCmd() *cobra.Command {
 gen -> dut -> sink (veth, 50 routed prefixes 198.19.N.0/24 on the DUT) and applies blacklists in
 the DUT with the real tools: 100 addresses as 100 "iptables -A FORWARD -d <addr>/32 -j DROP" rules
 (iptables-restore), the same 100 as one "-m set --match-set <set> dst -j DROP" rule on a hash:ip
-set (ipset restore), then --rules DROP rules each (the sweep). Each ruleset stays while the DUT
+set (ipset restore), then --rules DROP rules each (the sweep), then with --large 100,000 DROP
+rules and a set of --large-set addresses in the one rule. A blacklist larger than 10,240
+addresses holds 10,240 or fewer that traffic goes to, spread evenly among addresses in 10.0.0.0/8
+that no packet goes to. Each ruleset stays while the DUT
 forwards with plain Linux, with ` + "`linuxfp run`" + ` (which must pick the rules up itself), or with the
 router ceiling (MAC rewrite + redirect, no rules evaluated), alternating round by round.
 
@@ -123,16 +129,25 @@ Two traffic patterns from the XDP generator: miss, to 2,540 hosts no rule matche
 every rule for every packet), and hit, every other packet to a blacklisted address. The sink
 counts what is forwarded; the report gives the DUT's packet rate (forwarded + dropped), the
 ratios linuxfp/Linux, linuxfp/Linux-with-ipset, linuxfp/ceiling and linuxfp at N rules against
-the fewest, and flags rounds where linuxfp handed packets to Linux. Then, with the 100 rules in
+the fewest, and flags rounds where linuxfp handed packets to Linux. With the large set in place,
+linuxfp's own CPU over --idle with no traffic and no change, then --set-adds "ipset add"s of a
+destination gen streams to, each timed to the fast path's first drop. --large adds about 6
+minutes (most of it Linux at 100,000 rules and linuxfp's handling of the large set), so it is
+off by default. Then, with the 100 rules in
 place, the router benchmark's TCP request/response latency and CPU tests. Removes its namespaces
 on exit, including on Ctrl-C.
 
 Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			gc := bench.GatewayConfig{}
 			if !noSweep {
 				gc.Sweep = rules
+				if large {
+					gc.Sweep = append(gc.Sweep, largeRules)
+				}
+			}
+			if large {
+				gc.LargeSet = largeSet
 			}
 			for _, s := range splitList(traffic) {
 				t, err := bench.ParseTraffic(s)
@@ -151,11 +166,19 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 	bf.add(cmd, []int{64}, []int{1})
 	tf.add(cmd, &bf.cfg, false, 128)
 	f := cmd.Flags()
-	f.IntSliceVar(&rules, "rules", []int{1, 10, 100, 1000, 10000}, "rule counts of the throughput-vs-rules sweep (at most 10240)")
-	f.BoolVar(&noSweep, "no-sweep", false, "measure only the paper's gateway (100 rules, ipset), not the sweep")
+	f.IntSliceVar(&rules, "rules", []int{1, 10, 100, 1000, 10000},
+		"rule counts of the throughput-vs-rules sweep (at most 1048576; above 10240 most addresses are ones no packet goes to)")
+	f.BoolVar(&noSweep, "no-sweep", false, "measure only the paper's gateway (100 rules, ipset) and with --large the large set, not the sweep")
+	f.BoolVar(&large, "large", false, fmt.Sprintf("add the large rows (~6 minutes): %d rules to the sweep, and a set of --large-set addresses with the --idle and --set-adds tests", largeRules))
+	f.IntVar(&largeSet, "large-set", 1000000, "with --large: addresses of the large set, in one DROP rule, mostly ones no packet goes to")
+	f.DurationVar(&gc.Idle, "idle", 10*time.Second, "with the large set: linuxfp's CPU over this long, no traffic, no change (0: skip)")
+	f.IntVar(&gc.SetAdds, "set-adds", 3, "with the large set: ipset adds of a streamed destination, each timed to the fast path's first drop")
 	f.StringSliceVar(&traffic, "traffic", nil, "traffic patterns: miss, hit (default both)")
 	return cmd
 }
+
+// largeRules is the sweep's large row (--large).
+const largeRules = 100000
 
 func benchModulesCmd() *cobra.Command {
 	var (

@@ -11,14 +11,17 @@ package bench
 // says in0's filter module holds it, and records what it said.
 //
 // Addresses: blacklistAddr(i) = 198.19.(i/256).(i%256), in the first 40 routed prefixes, so a
-// blacklist holds at most 10,240 addresses. Traffic the blacklist lets through goes to the hosts
-// of the other ten prefixes, 198.19.40-49.1-254 (2,540 addresses), which no blacklist contains.
+// blacklist holds at most 10,240 addresses traffic can reach. A larger blacklist (100,000 rules,
+// a set of 1,000,000) holds them spread evenly among addresses in 10.0.0.0/8 (unsentAddr) that
+// are configuration only: the testbed routes none of them and no generator list holds them, so
+// no packet goes there (Ruleset.addr). Traffic the blacklist lets through goes to the hosts of
+// the other ten prefixes, 198.19.40-49.1-254 (2,540 addresses), which no blacklist contains.
 // The generator cycles through an explicit destination list (its list mode):
 //   - miss: only those 2,540: no rule matches, so Linux walks every rule for every packet (the
 //     worst case of a linear walk); all of it reaches the sink;
-//   - hit: every other packet to a blacklisted address, in turn over all of them (each the same
-//     number of times), the others to the 2,540: half of what the DUT handles is dropped by a
-//     rule, half reaches the sink.
+//   - hit: every other packet to a blacklisted address, in turn over all of them that traffic can
+//     reach (each the same number of times), the others to the 2,540: half of what the DUT
+//     handles is dropped by a rule, half reaches the sink.
 // The sink counts only what is forwarded. With the mix known exactly (every other frame, per
 // generator CPU), the DUT's packet rate is twice what the sink receives; that is the rate the
 // report gives and compares. The ceiling evaluates no rules: it forwards all of it, and its rate
@@ -28,6 +31,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os/exec"
 	"regexp"
@@ -54,6 +58,14 @@ type GatewayConfig struct {
 	// NoIPSet: measure the paper's 100 DROP rules (and the sweep), not the same addresses as one
 	// ipset rule.
 	NoIPSet bool
+	// LargeSet: a second ipset ruleset, this many addresses in the one set (0: none).
+	LargeSet int
+	// Idle: with the large set in the DUT, linuxfp's CPU time over this long with no traffic
+	// and no change (0: not measured).
+	Idle time.Duration
+	// SetAdds: then this many `ipset add`s of a destination traffic streams to, each timed to
+	// the first packet the fast path drops (0: none).
+	SetAdds int
 }
 
 // Traffic is where the generator sends, relative to the blacklist.
@@ -83,8 +95,14 @@ type Ruleset struct {
 }
 
 const (
-	// maxBlacklist: blacklisted addresses fill 198.19.0-39.x at most.
+	// maxBlacklist: blacklisted addresses traffic can reach fill 198.19.0-39.x at most.
 	maxBlacklist = 40 * 256
+	// maxEntries: a blacklist's addresses (rules or set entries), mostly unsentAddr's, which
+	// fill 10.0.0.0/8 at most.
+	maxEntries = 1 << 24
+	// maxRules: a DROP ruleset's rules at most, linuxfp run's default --filter-rules (it hands a
+	// larger ruleset to Linux, as documented).
+	maxRules = 1 << 20
 	// gatewaySet is the ipset of the ipset ruleset.
 	gatewaySet = "lfpgw"
 	// gatewayRules is the size of the paper's blacklist.
@@ -94,35 +112,73 @@ const (
 // blacklistAddr is the i-th blacklisted address: 198.19.(i/256).(i%256).
 func blacklistAddr(i int) netip.Addr { return testbed.Prefix4(i/256, i%256) }
 
+// unsentAddr is the i-th address of 10.0.0.0/8 (i < maxEntries): a blacklist entry no packet
+// is sent to.
+func unsentAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+}
+
+// stride: every stride-th of the ruleset's addresses is one traffic can reach (1 up to
+// maxBlacklist addresses: all of them).
+func (r Ruleset) stride() int { return max(1, (r.Blacklisted+maxBlacklist-1)/maxBlacklist) }
+
+// addr is the ruleset's i-th address: blacklistAddr(i/stride) every stride-th, unsentAddr(i)
+// otherwise. Spread evenly, the reachable ones keep the walk of a DROP ruleset what it is with
+// all of them reachable: a hit packet passes, on average, half the rules.
+func (r Ruleset) addr(i int) netip.Addr {
+	if s := r.stride(); i%s != 0 {
+		return unsentAddr(i)
+	}
+	return blacklistAddr(i / r.stride())
+}
+
+// reachable is how many of the ruleset's addresses traffic can reach: blacklistAddr(0 ..
+// reachable-1).
+func (r Ruleset) reachable() int { return (r.Blacklisted + r.stride() - 1) / r.stride() }
+
 // blacklist is an iptables-restore input with n DROP rules in FORWARD, for blacklistAddr(0 ..
-// n-1) in that order.
-func blacklist(n int) string {
+// n-1) in that order (n <= maxBlacklist).
+func blacklist(n int) string { return Ruleset{Blacklisted: n}.iptables() }
+
+// iptables is the ruleset as iptables-restore input: it replaces the whole filter table.
+func (r Ruleset) iptables() string {
+	if r.IPSet {
+		return "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set " + gatewaySet + " dst -j DROP\nCOMMIT\n"
+	}
 	var b strings.Builder
 	b.WriteString("*filter\n:FORWARD ACCEPT [0:0]\n")
-	for i := range n {
-		fmt.Fprintf(&b, "-A FORWARD -d %s/32 -j DROP\n", blacklistAddr(i))
+	for i := range r.Blacklisted {
+		fmt.Fprintf(&b, "-A FORWARD -d %s/32 -j DROP\n", r.addr(i))
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()
 }
 
-// iptables is the ruleset as iptables-restore input: it replaces the whole filter table.
-func (r Ruleset) iptables() string {
-	if !r.IPSet {
-		return blacklist(r.Blacklisted)
-	}
-	return "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set " + gatewaySet + " dst -j DROP\nCOMMIT\n"
-}
-
-// ipset is the ruleset's set as `ipset restore` input ("" without a set).
-func (r Ruleset) ipset() string {
+// ipset is the ruleset's set as `ipset restore` input ("" without a set). With replace, the DUT
+// has gatewaySet already (another ruleset's, referenced by its rule): the new set is built
+// aside and swapped in, which keeps the name the rule uses.
+func (r Ruleset) ipset(replace bool) string {
 	if !r.IPSet {
 		return ""
 	}
+	name := gatewaySet
+	if replace {
+		name = gatewaySet + "-new"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "create %s hash:ip maxelem %d\n", gatewaySet, max(65536, r.Blacklisted))
+	// Room for as many again: the idle test adds addresses to the large set.
+	fmt.Fprintf(&b, "create %s hash:ip maxelem %d", name, max(65536, 2*r.Blacklisted))
+	if r.Blacklisted > 65536 {
+		// Sized for the set from the start: grown from ipset's default 1,024 buckets, it is
+		// rehashed at every doubling.
+		fmt.Fprintf(&b, " hashsize %d", 1<<bits.Len(uint(r.Blacklisted/4)))
+	}
+	b.WriteString("\n")
 	for i := range r.Blacklisted {
-		fmt.Fprintf(&b, "add %s %s\n", gatewaySet, blacklistAddr(i))
+		fmt.Fprintf(&b, "add %s %s\n", name, r.addr(i))
+	}
+	if replace {
+		fmt.Fprintf(&b, "swap %s %s\ndestroy %s\n", name, gatewaySet, name)
 	}
 	return b.String()
 }
@@ -135,18 +191,27 @@ func (r Ruleset) rules() int {
 	return r.Blacklisted
 }
 
-// gatewayRulesets are the paper's two rulesets, then the sweep's (100 rules is measured once).
-func gatewayRulesets(sweep []int) []Ruleset {
+// gatewayRulesets are the paper's two rulesets, the sweep's (100 rules is measured once), then
+// the large set's (none for 0; a set of 100 is the paper's).
+func gatewayRulesets(sweep []int, largeSet int) []Ruleset {
 	rs := []Ruleset{
 		{Name: harness.Plural(gatewayRules, "rule"), Blacklisted: gatewayRules},
-		{Name: fmt.Sprintf("ipset (%d addresses)", gatewayRules), Blacklisted: gatewayRules, IPSet: true},
+		ipsetRuleset(gatewayRules),
 	}
 	for _, n := range sweep {
 		if n != gatewayRules {
 			rs = append(rs, Ruleset{Name: harness.Plural(n, "rule"), Blacklisted: n})
 		}
 	}
+	if largeSet > 0 && largeSet != gatewayRules {
+		rs = append(rs, ipsetRuleset(largeSet))
+	}
 	return rs
+}
+
+// ipsetRuleset is n addresses in one set, matched by one rule.
+func ipsetRuleset(n int) Ruleset {
+	return Ruleset{Name: fmt.Sprintf("ipset (%d addresses)", n), Blacklisted: n, IPSet: true}
 }
 
 // permittedHosts is how many destinations the blacklists let through: 198.19.40-49.1-254.
@@ -156,9 +221,9 @@ const permittedHosts = 10 * 254
 // benchmark's generator cycles), then the next host.
 func permittedAddr(i int) netip.Addr { return testbed.Prefix4(40+i%10, 1+i/10) }
 
-// gatewayDsts is the generator's destination list for traffic t through a blacklist of n
-// addresses, and the fraction of it the blacklist lets through (0: all of it).
-func gatewayDsts(t Traffic, n int) (dsts []netip.Addr, permitted float64) {
+// gatewayDsts is the generator's destination list for traffic t through ruleset rs, and the
+// fraction of it the blacklist lets through (0: all of it).
+func gatewayDsts(t Traffic, rs Ruleset) (dsts []netip.Addr, permitted float64) {
 	if t == TrafficMiss {
 		for i := range permittedHosts {
 			dsts = append(dsts, permittedAddr(i))
@@ -166,8 +231,9 @@ func gatewayDsts(t Traffic, n int) (dsts []netip.Addr, permitted float64) {
 		return dsts, 0
 	}
 	// Pairs (permitted, blacklisted): as many as it takes to use every permitted address, and
-	// a multiple of n, so that every blacklisted address comes up equally often and Linux
-	// walks, on average, half the rules for a blacklisted packet.
+	// a multiple of the reachable blacklisted addresses, so that each comes up equally often
+	// and Linux walks, on average, half the rules for a blacklisted packet.
+	n := rs.reachable()
 	pairs := (permittedHosts + n - 1) / n * n
 	for i := range pairs {
 		dsts = append(dsts, permittedAddr(i%permittedHosts), blacklistAddr(i%n))
@@ -202,6 +268,9 @@ type LinuxfpFilter struct {
 	// Problem: why the benchmark thinks linuxfp did not take the whole ruleset into its fast
 	// path at some start ("" if it did every time).
 	Problem string `json:"problem,omitempty"`
+	// Ready: per start that took the whole ruleset, seconds from the start to the status
+	// showing it.
+	Ready []float64 `json:"ready_seconds,omitempty"`
 }
 
 // gatewayRun is the state of one RunGateway.
@@ -211,8 +280,9 @@ type gatewayRun struct {
 	variants []*GatewayVariant
 	filters  map[string]*LinuxfpFilter // by ruleset name
 	current  Ruleset                   // in the DUT now
-	setMade  bool                      // the DUT has gatewaySet
+	set      string                    // the ruleset whose gatewaySet the DUT has ("": none)
 	sending  *GatewayVariant           // whose destinations the generator has
+	idle     *GatewayIdle              // measured with the large set
 }
 
 // RunGateway runs the gateway benchmark: the paper's gateway (100 blacklisted addresses as 100
@@ -237,15 +307,18 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 	sweep := slices.Sorted(slices.Values(cfg.Sweep))
 	cfg.Sweep = slices.Compact(sweep)
 	for _, n := range cfg.Sweep {
-		if n < 1 || n > maxBlacklist {
-			return nil, fmt.Errorf("--rules %d: want 1 to %d (the blacklist fills 198.19.0-39.x)", n, maxBlacklist)
+		if n < 1 || n > maxRules {
+			return nil, fmt.Errorf("--rules %d: want 1 to %d", n, maxRules)
 		}
+	}
+	if cfg.LargeSet < 0 || cfg.LargeSet > maxEntries {
+		return nil, fmt.Errorf("--large-set %d: want 0 to %d (the addresses no packet goes to fill 10.0.0.0/8)", cfg.LargeSet, maxEntries)
 	}
 	cfg.Throughput = true
 	if err := cfg.Config.defaults(); err != nil {
 		return nil, err
 	}
-	g := &gatewayRun{cfg: cfg, rulesets: gatewayRulesets(cfg.Sweep), filters: map[string]*LinuxfpFilter{}}
+	g := &gatewayRun{cfg: cfg, rulesets: gatewayRulesets(cfg.Sweep, cfg.LargeSet), filters: map[string]*LinuxfpFilter{}}
 	if cfg.NoIPSet {
 		g.rulesets = slices.DeleteFunc(g.rulesets, func(rs Ruleset) bool { return rs.IPSet })
 	}
@@ -266,7 +339,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 		f := &LinuxfpFilter{}
 		g.filters[rs.Name] = f
 		for _, tr := range cfg.Traffic {
-			dsts, permitted := gatewayDsts(tr, rs.Blacklisted)
+			dsts, permitted := gatewayDsts(tr, rs)
 			v := &GatewayVariant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: newResult(cfg.Config, t),
 				dsts: dsts, permitted: permitted}
 			if permitted > 0 {
@@ -285,7 +358,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 // measure is the gateway's throughput test on one topology: for each ruleset, apply it in the
 // DUT, then measure every traffic pattern and frame size in every mode, round by round.
 func (g *gatewayRun) measure(b *pipeline, cores int) error {
-	g.setMade, g.sending = false, nil
+	g.set, g.sending = "", nil
 	for _, rs := range g.rulesets {
 		t0 := time.Now()
 		if err := g.apply(b.tb.DUT, rs); err != nil {
@@ -299,12 +372,25 @@ func (g *gatewayRun) measure(b *pipeline, cores int) error {
 			}
 			for _, size := range b.cfg.Sizes {
 				cells = append(cells, cell{size: size, res: v.res, permitted: v.permitted,
-					before: func() error { return g.send(b.gen, v) },
-					what:   []any{"ruleset", rs.Name, "traffic", v.Traffic}})
+					before: func() error {
+						if err := g.send(b.gen, v); err != nil {
+							return err
+						}
+						if rs.large() {
+							return genFlowing(b, cores)
+						}
+						return nil
+					},
+					what: []any{"ruleset", rs.Name, "traffic", v.Traffic}})
 			}
 		}
 		if err := b.measureCells(cores, cells); err != nil {
 			return fmt.Errorf("%s: %w", rs.Name, err)
+		}
+		if rs.IPSet && rs.Blacklisted == g.cfg.LargeSet && g.idle == nil {
+			if err := g.measureIdle(b); err != nil {
+				return fmt.Errorf("%s: linuxfp idle: %w", rs.Name, err)
+			}
 		}
 	}
 	if b.cfg.Latency || b.cfg.CPU {
@@ -320,7 +406,7 @@ func (g *gatewayRun) beforeLatency(b *pipeline) error {
 	if err := g.apply(b.tb.DUT, rules100); err != nil {
 		return err
 	}
-	dsts, _ := gatewayDsts(TrafficMiss, rules100.Blacklisted)
+	dsts, _ := gatewayDsts(TrafficMiss, rules100)
 	if err := b.gen.setDsts(dsts); err != nil {
 		return err
 	}
@@ -336,23 +422,24 @@ func (g *gatewayRun) beforeLatency(b *pipeline) error {
 	return nil
 }
 
-// apply makes rs the DUT's ruleset: its set first (the rule needs it), then the filter table,
-// whose restore replaces the previous ruleset's; a set no longer used goes last.
+// apply makes rs the DUT's ruleset: its set first (the rule needs it; another ruleset's set is
+// swapped for it), then the filter table, whose restore replaces the previous ruleset's; a set
+// no longer used goes last.
 func (g *gatewayRun) apply(dut *nsutil.NS, rs Ruleset) error {
-	if rs.IPSet && !g.setMade {
-		if err := nsRestore(dut, rs.ipset(), "ipset", "restore"); err != nil {
+	if rs.IPSet && g.set != rs.Name {
+		if err := nsRestore(dut, rs.ipset(g.set != ""), "ipset", "restore"); err != nil {
 			return err
 		}
-		g.setMade = true
+		g.set = rs.Name
 	}
 	if err := nsRestore(dut, rs.iptables(), "iptables-restore"); err != nil {
 		return err
 	}
-	if !rs.IPSet && g.setMade {
+	if !rs.IPSet && g.set != "" {
 		if _, err := dut.Run("ipset", "destroy", gatewaySet); err != nil {
 			return err
 		}
-		g.setMade = false
+		g.set = ""
 	}
 	g.current = rs
 	return nil
@@ -370,6 +457,37 @@ func (g *gatewayRun) send(gen *generator, v *GatewayVariant) error {
 	return nil
 }
 
+// genStallWait bounds genFlowing's wait.
+const genStallWait = 30 * time.Second
+
+// genFlowing runs the generator until it has sent a frame, for up to genStallWait. Right after
+// linuxfp stopped with the set of 1,000,000, a window of the next mode (the ceiling) twice saw
+// the generator send nothing at all: the kernel tears down what linuxfp held, and until it has,
+// the generator does not get to run. It sends at a low rate, in bursts of a batch: at Linux's
+// rate with 100,000 rules a full-speed call of the generator takes seconds to return.
+func genFlowing(b *pipeline, cores int) error {
+	cpus, err := harness.UsableCPUs()
+	if err != nil {
+		return err
+	}
+	sent0, err := b.gen.sent()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	stop := b.gen.start(b.ctx, cpus[:cores], genBatch/pacedBurst.Seconds())
+	for time.Since(t0) < genStallWait {
+		if sent, err := b.gen.sent(); err != nil || sent > sent0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d := time.Since(t0); d > 100*time.Millisecond {
+		b.log.Info("the generator sent nothing for a while before this measurement", "for", d.Round(time.Millisecond))
+	}
+	return stop()
+}
+
 // nsRestore runs a restore tool (iptables-restore, ipset restore) in ns with input on its stdin.
 func nsRestore(ns *nsutil.NS, input string, tool ...string) error {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name}, tool...)...)
@@ -383,20 +501,24 @@ func nsRestore(ns *nsutil.NS, input string, tool ...string) error {
 // filterNote is in0's note when the filter module classifies IPv4 (internal/graph).
 var filterNote = regexp.MustCompile(`^ipv4 filter module: (\d+) netfilter rules compiled into \d+ \((\d+) hand`)
 
-// startLinuxfp starts linuxfp in the DUT, waits until its status shows in0's filter module
-// holding the DUT's ruleset (the number of rules it compiled), and records what in0's notes say.
-// linuxfp not taking the ruleset is no error: it is what the benchmark is there to show, and the
-// report flags it.
+// startLinuxfp starts linuxfp in the DUT, waits until its status shows programs on in0 and out0
+// and in0's filter module holding the DUT's ruleset (the number of rules it compiled), and records
+// what in0's notes say and how long that took. linuxfp not taking the ruleset is no error: it is
+// what the benchmark is there to show, and the report flags it.
 func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
-	l, err := tb.StartLinuxfp(bin, args...)
+	t0 := time.Now()
+	// Started once its status answers: the wait below has the timeout a large ruleset needs.
+	l, err := tb.StartLinuxfpUntil(bin, func(*status.Status) bool { return true }, args...)
 	if err != nil {
 		return nil, err
 	}
 	want := g.current.rules()
 	var notes []string
 	var problem, hook string
-	err = l.WaitFor(10*time.Second, func(st *status.Status) bool {
+	programs := false
+	err = l.WaitFor(g.current.startTimeout(), func(st *status.Status) bool {
 		notes, problem = nil, ""
+		programs = hookOf(st, "in0") != "" && hookOf(st, "out0") != ""
 		for _, it := range st.Interfaces {
 			if it.Name != "in0" {
 				continue
@@ -411,8 +533,9 @@ func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string, args ...strin
 			}
 			problem = filterProblem(it.Program != nil, notes, want)
 		}
-		return problem == ""
+		return programs && problem == ""
 	})
+	ready := time.Since(t0)
 	f := g.filters[g.current.Name]
 	for _, n := range notes {
 		if !slices.Contains(f.Notes, n) {
@@ -422,19 +545,31 @@ func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string, args ...strin
 	if hook != "" && !slices.Contains(f.Hooks, hook) {
 		f.Hooks = append(f.Hooks, hook)
 	}
-	if err != nil {
-		if _, serr := l.Client.Status(); serr != nil {
-			l.Kill()
-			return nil, fmt.Errorf("linuxfp in the DUT: %w; log:\n%s", serr, l.Log.String())
-		}
-		if problem == "" {
-			problem = err.Error()
-		}
-		g.cfg.Log.Warn("linuxfp has not taken the whole ruleset into its fast path; measuring anyway",
-			"ruleset", g.current.Name, "problem", problem)
-		f.Problem = problem
+	if err == nil {
+		f.Ready = append(f.Ready, ready.Seconds())
+		g.cfg.Log.Info("linuxfp holds the ruleset", "ruleset", g.current.Name, "after", ready.Round(time.Millisecond))
+		return l, nil
 	}
+	if _, serr := l.Client.Status(); serr != nil || !programs {
+		l.Kill()
+		if serr == nil {
+			serr = fmt.Errorf("no programs on in0 and out0: %w", err)
+		}
+		return nil, fmt.Errorf("linuxfp in the DUT: %w; log:\n%s", serr, l.Log.String())
+	}
+	if problem == "" {
+		problem = err.Error()
+	}
+	g.cfg.Log.Warn("linuxfp has not taken the whole ruleset into its fast path; measuring anyway",
+		"ruleset", g.current.Name, "problem", problem)
+	f.Problem = problem
 	return l, nil
+}
+
+// startTimeout is how long linuxfp may take from its start to holding the ruleset: reading and
+// compiling 100,000 rules, or reading a set of 1,000,000 addresses into its maps, takes seconds.
+func (r Ruleset) startTimeout() time.Duration {
+	return 10*time.Second + time.Duration(r.Blacklisted/10000)*time.Second
 }
 
 // filterProblem says why in0's state does not show the filter module classifying all of a

@@ -30,13 +30,16 @@ func TestBlacklist(t *testing.T) {
 }
 
 func TestRulesets(t *testing.T) {
-	rs := gatewayRulesets([]int{1, 100, 10000})
+	rs := gatewayRulesets([]int{1, 100, 10000}, 1000000)
 	var names []string
 	for _, r := range rs {
 		names = append(names, r.Name)
 	}
-	if want := []string{"100 rules", "ipset (100 addresses)", "1 rule", "10000 rules"}; !slices.Equal(names, want) {
+	if want := []string{"100 rules", "ipset (100 addresses)", "1 rule", "10000 rules", "ipset (1000000 addresses)"}; !slices.Equal(names, want) {
 		t.Errorf("rulesets %q, want %q (100 rules once)", names, want)
+	}
+	if got := gatewayRulesets(nil, 100); len(got) != 2 {
+		t.Errorf("a large set of 100 addresses is the paper's: rulesets %+v", got)
 	}
 	set := rs[1]
 	if !set.IPSet || set.Blacklisted != 100 || set.rules() != 1 || rs[0].rules() != 100 {
@@ -45,12 +48,69 @@ func TestRulesets(t *testing.T) {
 	if got, want := set.iptables(), "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set lfpgw dst -j DROP\nCOMMIT\n"; got != want {
 		t.Errorf("ipset ruleset's iptables input:\n%s\nwant\n%s", got, want)
 	}
-	lines := strings.Split(strings.TrimSpace(set.ipset()), "\n")
+	lines := strings.Split(strings.TrimSpace(set.ipset(false)), "\n")
 	if lines[0] != "create lfpgw hash:ip maxelem 65536" || len(lines) != 101 || lines[100] != "add lfpgw 198.19.0.99" {
 		t.Errorf("ipset input: %d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
 	}
-	if rs[0].ipset() != "" || rs[0].iptables() != blacklist(100) {
+	// Replacing another ruleset's set: built aside, swapped in under the name the rule uses.
+	lines = strings.Split(strings.TrimSpace(set.ipset(true)), "\n")
+	if lines[0] != "create lfpgw-new hash:ip maxelem 65536" || lines[1] != "add lfpgw-new 198.19.0.0" ||
+		!slices.Equal(lines[len(lines)-2:], []string{"swap lfpgw-new lfpgw", "destroy lfpgw-new"}) {
+		t.Errorf("ipset input replacing a set: first %q, %q; last %q", lines[0], lines[1], lines[len(lines)-2:])
+	}
+	if rs[0].ipset(false) != "" || rs[0].iptables() != blacklist(100) {
 		t.Error("the 100-rule ruleset is not blacklist(100) without a set")
+	}
+	large := rs[4]
+	lines = strings.Split(strings.TrimSpace(large.ipset(false)), "\n")
+	if lines[0] != "create lfpgw hash:ip maxelem 2000000 hashsize 262144" || len(lines) != 1000001 {
+		t.Errorf("large ipset input: %d lines, first %q", len(lines), lines[0])
+	}
+}
+
+// A large blacklist: every address distinct, the ones traffic can reach (198.19.0-39.x) spread
+// evenly over the rules, all the others outside 198.18.0.0/15, in 10.0.0.0/8.
+func TestLargeBlacklist(t *testing.T) {
+	for _, tc := range []struct {
+		rs                Ruleset
+		stride, reachable int
+	}{
+		{Ruleset{Blacklisted: maxBlacklist}, 1, maxBlacklist},
+		{Ruleset{Blacklisted: maxBlacklist + 1}, 2, maxBlacklist/2 + 1},
+		{Ruleset{Blacklisted: 100000}, 10, 10000},
+		{ipsetRuleset(1000000), 98, 10205},
+	} {
+		rs := tc.rs
+		if rs.stride() != tc.stride || rs.reachable() != tc.reachable {
+			t.Errorf("%d addresses: stride %d, %d reachable; want %d, %d", rs.Blacklisted, rs.stride(), rs.reachable(), tc.stride, tc.reachable)
+		}
+		seen := make(map[netip.Addr]bool, rs.Blacklisted)
+		reachable := 0
+		for i := range rs.Blacklisted {
+			a := rs.addr(i)
+			if seen[a] {
+				t.Fatalf("%d addresses: %s twice", rs.Blacklisted, a)
+			}
+			seen[a] = true
+			b := a.As4()
+			switch {
+			case b[0] == 198 && b[1] == 19 && b[2] < 40:
+				if i%tc.stride != 0 || a != blacklistAddr(reachable) {
+					t.Fatalf("%d addresses: address %d is %s, reachable out of turn", rs.Blacklisted, i, a)
+				}
+				reachable++
+			case b[0] != 10:
+				t.Fatalf("%d addresses: address %d is %s, outside 198.19.0-39.x and 10.0.0.0/8", rs.Blacklisted, i, a)
+			}
+		}
+		if reachable != tc.reachable {
+			t.Errorf("%d addresses: %d reachable, want %d", rs.Blacklisted, reachable, tc.reachable)
+		}
+	}
+	rules := strings.Split(strings.TrimSpace(Ruleset{Blacklisted: 100000}.iptables()), "\n")
+	if n := len(rules) - 3; n != 100000 || rules[2] != "-A FORWARD -d 198.19.0.0/32 -j DROP" ||
+		rules[3] != "-A FORWARD -d 10.0.0.1/32 -j DROP" || rules[12] != "-A FORWARD -d 198.19.0.1/32 -j DROP" {
+		t.Errorf("100000 rules: %d, then %q", n, rules[2:13])
 	}
 }
 
@@ -63,7 +123,7 @@ func TestGatewayDsts(t *testing.T) {
 		b := a.As4()
 		return b[0] == 198 && b[1] == 19 && b[2] < 50
 	}
-	miss, p := gatewayDsts(TrafficMiss, 10000)
+	miss, p := gatewayDsts(TrafficMiss, Ruleset{Blacklisted: 10000})
 	if p != 0 || len(miss) != permittedHosts {
 		t.Fatalf("miss: %d destinations, permitted %v; want %d, 0 (all)", len(miss), p, permittedHosts)
 	}
@@ -74,8 +134,10 @@ func TestGatewayDsts(t *testing.T) {
 		}
 		seen[a] = true
 	}
-	for _, n := range []int{1, 10, 100, 1000, 2539, 10000, maxBlacklist} {
-		dsts, p := gatewayDsts(TrafficHit, n)
+	for _, rs := range []Ruleset{{Blacklisted: 1}, {Blacklisted: 10}, {Blacklisted: 100}, {Blacklisted: 1000}, {Blacklisted: 2539},
+		{Blacklisted: 10000}, {Blacklisted: maxBlacklist}, {Blacklisted: 100000}, ipsetRuleset(1000000)} {
+		n := rs.Blacklisted
+		dsts, p := gatewayDsts(TrafficHit, rs)
 		if p != 0.5 || len(dsts)%2 != 0 || len(dsts) > genMaxDsts {
 			t.Fatalf("hit, %d rules: %d destinations, permitted %v", n, len(dsts), p)
 		}
@@ -97,13 +159,16 @@ func TestGatewayDsts(t *testing.T) {
 		if len(permitted) != permittedHosts {
 			t.Errorf("hit, %d rules: %d permitted destinations used, want all %d", n, len(permitted), permittedHosts)
 		}
-		if len(count) != n {
-			t.Errorf("hit, %d rules: %d blacklisted destinations, want %d", n, len(count), n)
+		if len(count) != rs.reachable() {
+			t.Errorf("hit, %d rules: %d blacklisted destinations, want %d", n, len(count), rs.reachable())
 		}
-		each := len(dsts) / 2 / n
+		each := len(dsts) / 2 / rs.reachable()
 		for i := range n {
-			if c := count[blacklistAddr(i)]; c != each {
-				t.Fatalf("hit, %d rules: %s comes up %d times, want %d like every other", n, blacklistAddr(i), c, each)
+			if i%rs.stride() != 0 {
+				continue
+			}
+			if c := count[rs.addr(i)]; c != each {
+				t.Fatalf("hit, %d rules: %s comes up %d times, want %d like every other", n, rs.addr(i), c, each)
 			}
 		}
 	}
@@ -170,24 +235,36 @@ func TestFilterProblem(t *testing.T) {
 	}
 }
 
-// The targets and the report come from the variants' DUT rates.
+// The targets and the report come from the variants' DUT rates; the second target stays at
+// 10,000 rules when the sweep goes further.
 func TestGatewayReport(t *testing.T) {
 	g := &gatewayRun{cfg: GatewayConfig{
 		Config: Config{Run: harness.Run{Modes: DefaultModes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
-		Sweep:  []int{1, 1000, 10000}, Traffic: []Traffic{TrafficHit}}}
+		Sweep:  []int{1, 1000, 10000, 100000}, LargeSet: 1000000, Traffic: []Traffic{TrafficHit}}}
 	rate := map[string]map[Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
-		"100 rules":             {ModeLinux: 1, ModeLinuxfp: 6, ModeCeiling: 12},
-		"ipset (100 addresses)": {ModeLinux: 2, ModeLinuxfp: 6, ModeCeiling: 12},
-		"1 rule":                {ModeLinux: 3, ModeLinuxfp: 8, ModeCeiling: 12},
-		"10000 rules":           {ModeLinux: 0.02, ModeLinuxfp: 6, ModeCeiling: 12},
+		"100 rules":                 {ModeLinux: 1, ModeLinuxfp: 6, ModeCeiling: 12},
+		"ipset (100 addresses)":     {ModeLinux: 2, ModeLinuxfp: 6, ModeCeiling: 12},
+		"ipset (1000000 addresses)": {ModeLinux: 1.5, ModeLinuxfp: 4.5, ModeCeiling: 0}, // the generator stalled
+		"1 rule":                    {ModeLinux: 3, ModeLinuxfp: 8, ModeCeiling: 12},
+		"10000 rules":               {ModeLinux: 0.02, ModeLinuxfp: 6, ModeCeiling: 12},
+		"100000 rules":              {ModeLinux: 0.002, ModeLinuxfp: 4, ModeCeiling: 12},
 	}
-	for _, rs := range gatewayRulesets(g.cfg.Sweep) {
+	for _, rs := range gatewayRulesets(g.cfg.Sweep, g.cfg.LargeSet) {
 		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: newResult(g.cfg.Config, routerTopology),
-			Linuxfp: &LinuxfpFilter{Hooks: []string{"xdp"}}}
+			Linuxfp: &LinuxfpFilter{Hooks: []string{"xdp"}, Ready: []float64{0.2}}}
+		switch rs.Name {
+		case "100000 rules":
+			v.Linuxfp.Ready = []float64{4.5, 6.25, 5}
+		case "ipset (1000000 addresses)":
+			v.Linuxfp.Ready = []float64{2.5}
+		}
 		for m, x := range rate[rs.Name] {
 			rd := Round{Offered: 1000, Received: 500, Mpps: x / 2, Permitted: 0.5}
 			if m == ModeCeiling {
 				rd = Round{Offered: 1000, Received: 1000, Mpps: x}
+				if x == 0 {
+					rd = Round{}
+				}
 			}
 			if m == ModeLinuxfp {
 				rd.FastPath = &fastPath{Forwarded: 500, Dropped: 490, Passed: map[string]uint64{"filter": 10}}
@@ -199,6 +276,9 @@ func TestGatewayReport(t *testing.T) {
 		}
 		g.variants = append(g.variants, v)
 	}
+	g.idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: ModeLinuxfp, IPSetWatch: "tracepoint",
+		Seconds: 10, CPUSeconds: 0.02, CoreShare: 0.002, Events: 1,
+		AddToDrop: &Distribution{P50: 1.5, P99: 3, Max: 3}, AddSamples: 5}
 	res := g.result(newResult(g.cfg.Config, routerTopology))
 	if len(res.Targets) != 1 {
 		t.Fatalf("targets %+v", res.Targets)
@@ -209,6 +289,15 @@ func TestGatewayReport(t *testing.T) {
 	out := reportHas(t, res,
 		"1 64 100 rules hit 1.000 6.000 12.000 6.00x 3.00x 0.50",
 		"1 64 hit 10000 0.020 6.000 12.000 300.00x 0.50 0.75",
+		"1 64 hit 100000 0.002 4.000 12.000 2000.00x 0.33 0.50",
+		"A large set: one DROP rule matching an ipset",
+		"1 64 ipset (1000000 addresses) hit 1.500 4.500 - 3.00x -",
+		"! ipset (1000000 addresses), hit: ceiling, 1 cores, 64 bytes: the generator sent nothing in a window",
+		"Blacklists of more than 10240 addresses",
+		"(slowest start): 100000 rules 6.2 s, ipset (1000000 addresses) 2.5 s",
+		"linuxfp with ipset (1000000 addresses) in the DUT, no traffic, no change (ipset_watch tracepoint):",
+		"idle: 0.0020 of a core over 10.0 s (utime+stime 0.02 s); meanwhile 0 ipset reads, 1 events, 0 applies",
+		"to in0's first drop of it: p50 1.500 ms, p99 3.000 ms, max 3.000 ms (5 samples)",
 		"! 1 rule, hit: linuxfp, 1 cores, 64 bytes: in0 handed 100 of 1000 packets to Linux map[filter:100]",
 		"linuxfp's program on in0: xdp",
 		"linuxfp with 100 rules / Linux with ipset 3.00x (want >= 2x: met); linuxfp at 10000 rules / at 1 0.75 (want >= 0.80: not met)",
@@ -216,12 +305,21 @@ func TestGatewayReport(t *testing.T) {
 	if strings.Contains(out, "hit 1000 ") {
 		t.Errorf("a ruleset not measured has a row:\n%s", out)
 	}
-	if strings.Contains(out, "! 100 rules") {
-		t.Errorf("1%% handed to Linux is flagged:\n%s", out)
+	if strings.Contains(out, "! 100 rules") || strings.Contains(out, "! idle") || strings.Contains(out, "! ipset add") {
+		t.Errorf("flagged what is fine (1%% handed to Linux, events while idle):\n%s", out)
 	}
+	if strings.Contains(out, "10000 rules 0.2 s") || strings.Contains(out, "1 64 ipset (100 addresses) hit 2.000 6.000 12.000 3.00x 0.50") {
+		t.Errorf("a ruleset traffic can reach all of is reported as large:\n%s", out)
+	}
+
+	// Polling, and adds that never reached the fast path, are flagged.
+	res.Idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: ModeLinuxfp, IPSetWatch: "poll", Seconds: 10, IPSetReads: 40,
+		AddSamples: 5, AddTimeouts: 5}
+	reportHas(t, res, "! idle: linuxfp read the ipsets 40 times with no change", "! ipset add: 5 of 5 samples saw no drop within 30s")
 }
 
-// The rulesets load with the real tools, replace each other, and take the set away with them.
+// The rulesets load with the real tools, replace each other (a set another set's swapped for,
+// under the name the rule uses), and take the set away with them.
 func TestGatewayApply(t *testing.T) {
 	needRoot(t)
 	ns, err := nsutil.New("lfp-gwtest")
@@ -234,30 +332,53 @@ func TestGatewayApply(t *testing.T) {
 		}
 	})
 	g := &gatewayRun{}
-	rules := func() int {
+	rules := func() (int, string) {
 		t.Helper()
 		out, err := ns.Run("iptables", "-S", "FORWARD")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return strings.Count(out, "-A FORWARD")
+		return strings.Count(out, "-A FORWARD"), out
 	}
 	hasSet := func() bool {
 		_, err := ns.Run("ipset", "list", "-n", gatewaySet)
 		return err == nil
 	}
-	for _, rs := range gatewayRulesets([]int{1000}) {
+	// 100 rules, a set of 100, one of 70,000 swapped in for it (sized beyond ipset's default
+	// maxelem, mostly addresses no packet goes to), then 1,000 and 20,000 rules, then the large
+	// set again, made anew.
+	rulesets := gatewayRulesets(nil, 70000)
+	rulesets = append(rulesets, gatewayRulesets([]int{1000, 20000}, 70000)[2:]...)
+	if len(rulesets) != 6 || !rulesets[1].IPSet || !rulesets[2].IPSet || !rulesets[5].IPSet {
+		t.Fatalf("rulesets %+v", rulesets)
+	}
+	for _, rs := range rulesets {
 		if err := g.apply(ns, rs); err != nil {
 			t.Fatal(err)
 		}
-		if n := rules(); n != rs.rules() || hasSet() != rs.IPSet {
+		n, out := rules()
+		if n != rs.rules() || hasSet() != rs.IPSet {
 			t.Errorf("%s: %d rules in FORWARD, set %v; want %d, %v", rs.Name, n, hasSet(), rs.rules(), rs.IPSet)
+		}
+		if last := rs.addr(rs.Blacklisted - 1).String(); !rs.IPSet && !strings.Contains(out, "-A FORWARD -d "+last+"/32 -j DROP") {
+			t.Errorf("%s: no rule for its last address %s", rs.Name, last)
 		}
 		if rs.IPSet {
 			out, err := ns.Run("ipset", "list", gatewaySet)
-			if err != nil || !strings.Contains(out, "Number of entries: 100") {
-				t.Errorf("set: %v\n%s", err, out)
+			if err != nil || !strings.Contains(out, fmt.Sprintf("Number of entries: %d\n", rs.Blacklisted)) {
+				t.Errorf("%s: set: %v\n%.300s", rs.Name, err, out)
+			}
+			for _, a := range []netip.Addr{rs.addr(0), rs.addr(rs.Blacklisted - 1)} {
+				if _, err := ns.Run("ipset", "test", gatewaySet, a.String()); err != nil {
+					t.Errorf("%s: %s is not in the set: %v", rs.Name, a, err)
+				}
 			}
 		}
+	}
+	if err := g.apply(ns, rules100); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := ns.Run("ipset", "list", "-n"); strings.TrimSpace(out) != "" {
+		t.Errorf("sets left: %q", out)
 	}
 }
