@@ -85,8 +85,8 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	return cmd
 }
 
-// maxFilterRules: the filter's rule indexes are 32-bit and two banks must fit.
-const maxFilterRules = 1 << 24
+// maxFilterRules: no ruleset compiles to more.
+const maxFilterRules = dataplane.DefaultFilterRules
 
 func splitList(v []string) []string {
 	var out []string

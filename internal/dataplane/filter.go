@@ -41,8 +41,9 @@ const (
 	// fwPreCTDrop4: a rule before conntrack drops: conntrack refreshes wait for the verdict.
 	fwPreCTDrop4 = 1 << 8
 
-	// DefaultFilterRules is the most flat rules the filter takes when Options say nothing.
-	DefaultFilterRules = 1 << 20
+	// DefaultFilterRules is the most flat rules the filter takes when Options say nothing: as
+	// many as a ruleset may compile to.
+	DefaultFilterRules = compile.MaxRules
 )
 
 // filterMaps are the maps whose size is the filter's capacity: two banks of it.

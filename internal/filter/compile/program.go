@@ -37,9 +37,11 @@ import (
 
 // Limits shared with bpf/lib/filter.h.
 const (
-	MaxTests    = 8  // tests per rule
-	MaxLeaf     = 64 // candidate rules per leaf
-	MaxRules    = 1 << 16
+	MaxTests = 8  // tests per rule
+	MaxLeaf  = 64 // candidate rules per leaf
+	// MaxRules bounds the compile's work; the data plane's maps follow the ruleset up to
+	// linuxfp run --filter-rules, at most this.
+	MaxRules    = 1 << 20
 	MaxPatterns = 64 // interface pattern bits
 	MaxSkips    = 16 // skips followed per packet before giving up (Linux)
 )
