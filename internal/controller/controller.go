@@ -226,20 +226,12 @@ func Run(ctx context.Context, cfg Config) error {
 func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) error {
 	c.busy.Store(true)
 	defer c.busy.Store(false)
-	if dirty == observe.DirtyIPSet && c.lastFilter != nil {
-		// Only the ipsets may have changed: nothing to do unless one did.
-		t0 := time.Now()
-		seq, serr := c.dp.Fence()
-		snap, err := c.obs.Refresh(dirty)
-		if err == nil && serr == nil && snap.Filter == c.lastFilter {
-			c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
-			c.openFence(t0, seq)
-			return nil
-		}
-	}
 	ch := status.Change{FirstEvent: first, LastEvent: last, Events: n, Dirty: dirty.String()}
 	verified := c.dp.Verified()
 	programs, err := c.apply(dirty)
+	if errors.Is(err, errSetsUnchanged) {
+		return nil
+	}
 	ch.Applied = time.Now()
 	ch.Programs = programs
 	ch.Verified = int(c.dp.Verified() - verified)
@@ -283,6 +275,9 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 	return nil
 }
 
+// errSetsUnchanged: an apply for the ipsets found none changed (not a change to record).
+var errSetsUnchanged = errors.New("ipsets unchanged")
+
 // readError: Linux's state could not be read.
 type readError struct{ err error }
 
@@ -317,6 +312,13 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	snap, err := c.obs.Refresh(dirty)
 	if err != nil {
 		return 0, &readError{err}
+	}
+	if dirty == observe.DirtyIPSet && c.lastFilter != nil && snap.Filter == c.lastFilter {
+		// Only the ipsets could have changed, and none did (a poll, or a command that
+		// changed nothing): the data plane follows them already.
+		c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
+		c.openFence(t0, seq)
+		return 0, errSetsUnchanged
 	}
 	tRead := time.Since(t0)
 	defer func() {

@@ -62,12 +62,51 @@ type filterState struct {
 	ruleBase     [2]uint32                // where each family's rules start in the bank
 	sets         map[linuxfpLfpFwSetKey]uint8
 	ifs          map[uint32]linuxfpLfpFwIf
+	// setIDs name the sets in lfp_fw_sets, by family and ipset name, for as long as a ruleset
+	// written uses them; next: those of the ruleset written last (in use after the flip).
+	setIDs, next map[setName]uint16
 }
 
-// setID names a program's set in lfp_fw_sets: per bank and family, so a new ruleset's sets are
-// written beside the running one's.
-func setID(bank uint32, fam int, idx int) uint16 {
-	return uint16(bank<<15 | uint32(fam)<<14 | uint32(idx))
+// setName is an ipset as rules of a family refer to it.
+type setName struct {
+	fam  int
+	name string
+}
+
+// Set entries are not banked: a set keeps its id across rulesets, and a change of its contents
+// (ipset add, del ...) is an update of those entries in place, as Linux's rules see a set's
+// new contents at once. A ruleset that stops using a set keeps its entries until the flip.
+
+// setIDsFor gives every set of the programs an id: the one it has, or one no set has.
+func (st *filterState) setIDsFor(progs []*compile.Program) (map[setName]uint16, error) {
+	ids := map[setName]uint16{}
+	taken := map[uint16]bool{}
+	for _, id := range st.setIDs {
+		taken[id] = true
+	}
+	free := uint16(0)
+	for fam, p := range progs {
+		if p == nil || p.Empty {
+			continue
+		}
+		for _, s := range p.Sets {
+			n := setName{fam, s.Name}
+			if _, ok := ids[n]; ok {
+				continue
+			}
+			if id, ok := st.setIDs[n]; ok {
+				ids[n] = id
+				continue
+			}
+			for taken[free] {
+				if free++; free == 0 {
+					return nil, errors.New("filter: more than 65,536 ipsets")
+				}
+			}
+			ids[n], taken[free] = free, true
+		}
+	}
+	return ids, nil
 }
 
 func wordsOf(a netip.Addr) [4]uint32 { return addrWords(a) }
@@ -97,6 +136,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	st := &d.fw
 	if st.sets == nil {
 		st.sets = map[linuxfpLfpFwSetKey]uint8{}
+		st.setIDs = map[setName]uint16{}
 		st.ifs = map[uint32]linuxfpLfpFwIf{}
 	}
 	ifs := map[uint32]linuxfpLfpFwIf{}
@@ -123,10 +163,18 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	var lpmVals []uint32
 	var hosts []linuxfpLfpFwHostKey
 	var hostVals []uint32
+	ids, err := st.setIDsFor([]*compile.Program{f.Prog4, f.Prog6})
+	if err != nil {
+		return st.flags, st.bank, err
+	}
 	sets := map[linuxfpLfpFwSetKey]uint8{}
-	// Keep the running bank's set entries: they are in use until the flip.
+	// The running ruleset's sets the new one does not use: in use until the flip.
+	inNew := map[uint32]bool{}
+	for _, id := range ids {
+		inNew[uint32(id)] = true
+	}
 	for k, v := range st.sets {
-		if uint32(k.Set>>15) == st.bank {
+		if !inNew[k.Set] {
 			sets[k] = v
 		}
 	}
@@ -177,7 +225,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 					bt.Addr, bt.Mask = wordsOf(pf.Addr()), maskWords(pf.Bits(), v6)
 				case compile.TestSet:
 					s := p.Sets[t.A]
-					bt.A = setID(next, fam, int(t.A))
+					bt.A = ids[setName{fam, s.Name}]
 					bt.B = t.B
 					if s.HasPort {
 						bt.B |= compile.SetHasPort
@@ -219,10 +267,11 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			lpm = append(lpm, linuxfpLfpFwLpmKey{Prefixlen: 32 + uint32(pf.Bits()), Sel: next<<8 | uint32(fam), Addr: wordsOf(pf.Addr())})
 			lpmVals = append(lpmVals, leafBase+uint32(lp.Leaf))
 		}
-		for i, s := range p.Sets {
+		for _, s := range p.Sets {
+			id := ids[setName{fam, s.Name}]
 			for _, e := range s.Entries {
 				pf := e.Prefix.Masked()
-				k := linuxfpLfpFwSetKey{Prefixlen: 64 + uint32(pf.Bits()), Set: uint32(setID(next, fam, i)),
+				k := linuxfpLfpFwSetKey{Prefixlen: 64 + uint32(pf.Bits()), Set: uint32(id),
 					Proto: e.Proto, Port: e.Port, Addr: wordsOf(pf.Addr())}
 				sets[k] = 1
 				if e.NoMatch {
@@ -269,6 +318,11 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	if err := syncMap(d.maps.LfpFwSets, st.sets, sets); err != nil {
 		return st.flags, st.bank, err
 	}
+	// Until the flip both rulesets' ids are taken.
+	for n, id := range ids {
+		st.setIDs[n] = id
+	}
+	st.next = ids
 	st.prog4, st.prog6 = f.Prog4, f.Prog6
 	st.flags, st.bank = flags, next
 	return flags, next, nil
@@ -287,16 +341,28 @@ func (st *filterState) behind(f FilterData) Families {
 	return b
 }
 
-// dropOldSets removes the set entries of the bank that is no longer active (after the flip).
+// dropOldSets removes the entries of the sets only the old ruleset used (after the flip), and
+// frees their ids.
 func (d *Dataplane) dropOldSets() error {
 	st := &d.fw
+	if st.next == nil {
+		return nil
+	}
+	inUse := map[uint32]bool{}
+	for _, id := range st.next {
+		inUse[uint32(id)] = true
+	}
 	want := map[linuxfpLfpFwSetKey]uint8{}
 	for k, v := range st.sets {
-		if uint32(k.Set>>15) == st.bank {
+		if inUse[k.Set] {
 			want[k] = v
 		}
 	}
-	return syncMap(d.maps.LfpFwSets, st.sets, want)
+	if err := syncMap(d.maps.LfpFwSets, st.sets, want); err != nil {
+		return err
+	}
+	st.setIDs, st.next = st.next, nil
+	return nil
 }
 
 const setHashIP = 8 // LFP_FW_SET_HASH_IP

@@ -134,3 +134,64 @@ func TestFilterMatchesClassify(t *testing.T) {
 		}
 	}
 }
+
+// A set's entries are updated in place when only its contents change (an ipset add on a large
+// set writes one entry, not the whole set again into another bank), and removed once no
+// ruleset uses the set.
+func TestFilterSetsInPlace(t *testing.T) {
+	env := newTestEnv(t)
+	ifs := []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}
+	sync := func(p *compile.Program) {
+		t.Helper()
+		err := env.ns.Do(func() error {
+			return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
+				Filter: FilterData{Prog4: p, Ifaces: ifs}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := func() (n int, ids map[uint32]bool) {
+		ids = map[uint32]bool{}
+		var k linuxfpLfpFwSetKey
+		var v uint8
+		it := env.dp.maps.LfpFwSets.Iterate()
+		for it.Next(&k, &v) {
+			n++
+			ids[k.Set] = true
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n, ids
+	}
+	sync(filterProgram())
+	n0, ids0 := entries()
+	if n0 != 2 || len(ids0) != 2 {
+		t.Fatalf("%d entries in %d sets, want 2 in 2", n0, len(ids0))
+	}
+	// The same rules, "blk" one entry larger: one entry more, the same ids.
+	p := filterProgram()
+	p.Sets[0].Entries = append(p.Sets[0].Entries, model.SetEntry{Prefix: pfx("198.19.0.6/32")})
+	sync(p)
+	n1, ids1 := entries()
+	if n1 != 3 || len(ids1) != 2 {
+		t.Fatalf("after an add: %d entries in %d sets, want 3 in 2", n1, len(ids1))
+	}
+	for id := range ids1 {
+		if !ids0[id] {
+			t.Fatalf("set ids %v became %v: the sets were written again", ids0, ids1)
+		}
+	}
+	bpfProg := env.prog(t, true, true)
+	icmp := v4("198.18.0.2", "198.19.0.6")
+	icmp.Proto, icmp.ICMPType = layers.IPProtocolICMPv4, 8
+	if ret, _, reason := env.run(t, bpfProg, icmp.Bytes()); ret != xdpDrop || reason != FilterDropped {
+		t.Fatalf("echo to the added member: verdict %d reason %v, want dropped", ret, reason)
+	}
+	// No ruleset uses the sets any more: their entries go.
+	sync(nil)
+	if n, _ := entries(); n != 0 {
+		t.Fatalf("%d set entries left without rules", n)
+	}
+}
