@@ -90,6 +90,9 @@ func TestConntrackEstablished(t *testing.T) {
 			// translated by the fast path as the entry says, both ways: MASQUERADE to the sink's
 			// own address, then a DNAT of another address to the sink's.
 			sh(t, tb.DUT, "iptables -t nat -A PREROUTING -d 198.19.0.99 -p tcp -j DNAT --to-destination 198.19.0.1")
+			// Until linuxfp follows the rule, the connection's first segments are Linux's
+			// (fenced) and would not count towards its liberal mark.
+			waitFenceOpen(t, l)
 			for _, tc := range []struct{ name, listen, dial string }{
 				{"masqueraded", "198.18.1.2", ""},
 				{"dnat", "198.19.0.1", "198.19.0.99"},

@@ -146,3 +146,18 @@ func TestFenceSysctl(t *testing.T) {
 		})
 	}
 }
+
+// waitFenceOpen waits until linuxfp follows every change made so far (no family fenced).
+func waitFenceOpen(t *testing.T, l *testbed.Linuxfp) {
+	t.Helper()
+	eventually(t, 5*time.Second, "the fence open", func() error {
+		st, err := l.Client.Status()
+		if err != nil {
+			return err
+		}
+		if len(st.Fenced) > 0 {
+			return errString("fenced: " + strings.Join(st.Fenced, ", "))
+		}
+		return nil
+	})
+}
