@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path"
 	"strings"
 	"syscall"
 
@@ -28,6 +29,10 @@ func Main(args []string) int {
 		SilenceErrors: true,
 	}
 	root.AddCommand(runCmd(), statusCmd(), benchCmd())
+	// A mistyped flag says where the right ones are, as iproute2's usage does.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
+	})
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "linuxfp:", err)
@@ -59,6 +64,11 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			default:
 				return fmt.Errorf("--hook %q: want auto, xdp, xdp-generic or tc", hook)
 			}
+			for _, pat := range append(splitList(ifaces), splitList(exclude)...) {
+				if _, err := path.Match(pat, ""); err != nil {
+					return fmt.Errorf("interface pattern %q: %w (see 'linuxfp run --help')", pat, err)
+				}
+			}
 			if filterRules < 1 || filterRules > maxFilterRules {
 				return fmt.Errorf("--filter-rules %d: want 1 to %d", filterRules, maxFilterRules)
 			}
@@ -66,7 +76,8 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 				return errors.New("run needs root (CAP_NET_ADMIN and CAP_BPF)")
 			}
 			_ = rlimit.RemoveMemlock() // only matters on kernels without memcg accounting
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			// A hangup (the terminal it ran in closed) stops it like SIGTERM: programs detached.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			return controller.Run(ctx, controller.Config{
 				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude)},

@@ -71,6 +71,8 @@ type Controller struct {
 	lastFilter   *observe.FilterState
 	pollSets     atomic.Bool
 	setsReadTime atomic.Int64
+	// warnedNoXDP: the warning that --hook xdp accelerates nothing here was logged.
+	warnedNoXDP bool
 	// busy: a reaction to events is being applied (status says so: benchmarks wait for it).
 	busy atomic.Bool
 }
@@ -465,12 +467,30 @@ func (c *Controller) logDecisions(plan *graph.Plan) {
 		if it.Spec == nil && (was == nil || !slices.Equal(was.Notes, it.Notes)) {
 			c.log.Info("not accelerated", "interface", it.Name, "why", strings.Join(it.Notes, "; "))
 		}
-		if was == nil || was.Egress != it.Egress {
-			if it.Egress {
+		if it.Name == "lo" {
+			continue // Linux's own: never an egress of forwarded packets
+		}
+		if was == nil || was.Egress != it.Egress || was.TCEgress != it.TCEgress || was.TCPeer != it.TCPeer {
+			switch {
+			case it.Egress:
 				c.log.Info("egress ready for XDP redirect", "interface", it.Name)
-			} else {
+			case it.TCEgress:
+				// XDP cannot send there, but tc programs (and the tc program after XDP) can.
+				c.log.Info("egress ready for tc redirect only", "interface", it.Name, "peer", it.TCPeer, "why_not_xdp", it.EgressNote)
+			default:
 				c.log.Info("egress not a redirect target: its packets go to Linux", "interface", it.Name, "why", it.EgressNote)
 			}
+		}
+	}
+	// --hook xdp where no interface can take native XDP: say so once, not silently run idle.
+	if c.cfg.Options.Hook == graph.HookXDP && !c.warnedNoXDP {
+		accelerated := false
+		for _, it := range plan.Interfaces {
+			accelerated = accelerated || it.Spec != nil
+		}
+		if !accelerated && len(plan.Interfaces) > 1 {
+			c.warnedNoXDP = true
+			c.log.Warn("--hook xdp: no interface here can run native XDP, nothing is accelerated (--hook auto uses tc where XDP is missing)")
 		}
 	}
 }

@@ -362,15 +362,18 @@ func (l *Linuxfp) Interface(name string) (*status.Interface, error) {
 }
 
 // Stop sends SIGTERM and waits for a clean exit.
-func (l *Linuxfp) Stop() error {
-	l.cmd.Process.Signal(syscall.SIGTERM)
+func (l *Linuxfp) Stop() error { return l.StopWith(syscall.SIGTERM) }
+
+// StopWith sends sig and waits (up to 10 s) for linuxfp to exit.
+func (l *Linuxfp) StopWith(sig os.Signal) error {
+	l.cmd.Process.Signal(sig)
 	select {
 	case err := <-l.done:
 		l.done <- err
 		return err
 	case <-time.After(10 * time.Second):
 		l.Kill()
-		return errors.New("linuxfp did not stop within 10s of SIGTERM")
+		return fmt.Errorf("linuxfp did not stop within 10s of %v", sig)
 	}
 }
 
