@@ -21,6 +21,7 @@
 
 #include "netlink_watch.h"
 #include "fence.h"
+#include "linuxfp_types.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -254,5 +255,79 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	if (n)
 		__sync_fetch_and_add(n, 1);
 	bpf_ringbuf_output(&lfp_nl_events, &class, sizeof(class), 0);
+	return 0;
+}
+
+/* The bridge's own FDB changes (learning, a MAC moving to another port, ageing, flushes) happen
+ * in its data path and timers, not over netlink: the controller hears of them by notification, a
+ * few ms later. Meanwhile the fast path's mirror (lfp_fdb, the data plane's map) would send
+ * frames to a moved address to its old port. So the moment the bridge moves, creates or deletes
+ * an entry, its mirror entry is deleted here (frames to that address go to Linux, which knows
+ * where it is) and the controller is told, so that its next apply writes the entry afresh.
+ * Only VLAN 0 entries are mirrored (vlan_filtering bridges are Linux's). */
+struct net_device {
+	int ifindex;
+	possible_net_t nd_net;
+} __attribute__((preserve_access_index));
+
+struct net_bridge {
+	struct net_device *dev;
+} __attribute__((preserve_access_index));
+
+struct mac_addr {
+	unsigned char addr[6];
+} __attribute__((preserve_access_index));
+
+struct net_bridge_fdb_key {
+	struct mac_addr addr;
+	__u16 vlan_id;
+} __attribute__((preserve_access_index));
+
+struct net_bridge_fdb_entry {
+	struct net_bridge_fdb_key key;
+} __attribute__((preserve_access_index));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_fdb_key);
+	__type(value, struct lfp_fdb_val);
+	__uint(max_entries, 131072);
+} lfp_fdb SEC(".maps");
+
+/* One record (struct lfp_fdb_key) per entry forgotten. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} lfp_fdb_changes SEC(".maps");
+
+static __always_inline void fdb_forget(struct net_bridge *br, const unsigned char *addr, __u16 vid)
+{
+	struct lfp_fdb_key k = {};
+	struct lfp_fdb_key *rec;
+
+	if (vid || BPF_CORE_READ(br, dev, nd_net.net, ns.inum) != cfg_netns)
+		return;
+	k.bridge = BPF_CORE_READ(br, dev, ifindex);
+	if (bpf_probe_read_kernel(k.mac, sizeof(k.mac), addr))
+		return;
+	bpf_map_delete_elem(&lfp_fdb, &k);
+	rec = bpf_ringbuf_reserve(&lfp_fdb_changes, sizeof(*rec), 0);
+	if (rec) {
+		*rec = k;
+		bpf_ringbuf_submit(rec, 0);
+	}
+}
+
+SEC("tp_btf/br_fdb_update")
+int BPF_PROG(lfp_fdb_moved, struct net_bridge *br, void *source, const unsigned char *addr, __u16 vid)
+{
+	fdb_forget(br, addr, vid);
+	return 0;
+}
+
+SEC("tp_btf/fdb_delete")
+int BPF_PROG(lfp_fdb_deleted, struct net_bridge *br, struct net_bridge_fdb_entry *f)
+{
+	fdb_forget(br, f->key.addr.addr, BPF_CORE_READ(f, key.vlan_id));
 	return 0;
 }

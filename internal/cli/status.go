@@ -44,6 +44,9 @@ func printStatus(w io.Writer, st *status.Status) {
 		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
 	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)
 	fmt.Fprintf(w, "ipset watch: %s\n", st.IPSetWatch)
+	if st.FDBWatch != "" {
+		fmt.Fprintf(w, "bridge fdb watch: %s\n", st.FDBWatch)
+	}
 	switch {
 	case !st.FenceWatch:
 		fmt.Fprintln(w, "fence: off (changes are followed by notifications: the fast path may act on a replaced configuration for a few ms)")

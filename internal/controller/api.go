@@ -51,6 +51,7 @@ func (c *Controller) status() *status.Status {
 		HookOption:  string(c.cfg.Options.Hook),
 		SysctlWatch: c.w.SysctlMethod,
 		IPSetWatch:  c.w.IPSetMethod,
+		FDBWatch:    c.w.FDBMethod,
 		IPSetReads:  c.obs.SetReads(),
 		Events:      c.events,
 		Applies:     c.seq,

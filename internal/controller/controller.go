@@ -121,11 +121,12 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("stopped; all programs detached")
 	}()
 	// Subscribe before the first read, so no change in between is missed.
-	c.w, err = observe.NewWatcher(ctx, log, c.dp.FenceMap())
+	c.w, err = observe.NewWatcher(ctx, log, c.dp.WatcherMaps())
 	if err != nil {
 		return err
 	}
 	defer c.w.Close()
+	c.w.OnFDBForgotten(c.dp.ForgetFDB)
 	c.w.OnSysctlOnly(func(n uint64) {
 		seq := c.dp.Done()
 		seq[dataplane.FenceSysctl] = n

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/cilium/ebpf"
 	"strings"
@@ -67,8 +68,21 @@ type FenceSeq [len(linuxfpLfpFence{}.Seq)]uint64
 // FenceSysctl is the sysctl unit's index (LFP_FENCE_SYSCTL): it fences both families.
 const FenceSysctl = 2
 
-// FenceMap is the map the watchers count changes in (they are loaded with it).
-func (d *Dataplane) FenceMap() *ebpf.Map { return d.maps.LfpFenceMap }
+// WatcherMaps are the maps the watchers write (they are loaded with them): the fence, and the
+// FDB mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one.
+func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_fdb": d.maps.LfpFdb}
+}
+
+// ForgetFDB: the FDB mirror's entry for (bridge, mac) was deleted behind the data plane's back
+// (the bridge FDB watcher): the next Sync writes it again if the bridge still has it.
+func (d *Dataplane) ForgetFDB(bridge int, mac net.HardwareAddr) {
+	k := linuxfpLfpFdbKey{Bridge: uint32(bridge)}
+	copy(k.Mac[:], mac)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.fdb, k)
+}
 
 // Fence reads how many changes the watchers have counted. The controller reads it before it
 // reads Linux's state, and opens the fence with it once the data plane follows that state.

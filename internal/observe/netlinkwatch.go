@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"syscall"
 	"time"
@@ -35,8 +36,11 @@ func netnsInode() (uint32, error) {
 }
 
 // watchNetlink attaches the netlink request watcher for this namespace: it counts each change
-// in fence as it is made, and wakes the controller (for ipset, the only way it learns of one).
-func (w *Watcher) watchNetlink(ctx context.Context, fence *ebpf.Map) error {
+// in the data plane's fence as it is made, and wakes the controller (for ipset, the only way it
+// learns of one). With it, the bridge FDB watcher (br_fdb_update, fdb_delete), which forgets an
+// entry of the data plane's FDB mirror the moment the bridge moves or deletes it. shared are the
+// data plane's maps they use (nil: their own, for nobody).
+func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map) error {
 	ino, err := netnsInode()
 	if err != nil {
 		return err
@@ -52,8 +56,8 @@ func (w *Watcher) watchNetlink(ctx context.Context, fence *ebpf.Map) error {
 		return err
 	}
 	var opts *ebpf.CollectionOptions
-	if fence != nil {
-		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"lfp_fence_map": fence}}
+	if shared != nil {
+		opts = &ebpf.CollectionOptions{MapReplacements: shared}
 	}
 	var objs netlinkwatchObjects
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
@@ -75,6 +79,12 @@ func (w *Watcher) watchNetlink(ctx context.Context, fence *ebpf.Map) error {
 		return err
 	}
 	w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
+	if err := w.watchFDB(ctx, &objs); err != nil {
+		w.FDBMethod = "notification (" + err.Error() + ")"
+		w.log.Warn("cannot see bridge FDB changes as they happen; followed by notification", "err", err)
+	} else {
+		w.FDBMethod = "event: tp_btf/br_fdb_update and fdb_delete forget a moved or deleted entry at once"
+	}
 	// Sets are read once ipset commands pause for ipsetQuiet: a dump holds each set it reads
 	// (ref_netlink) for as long as it takes, and a user's `ipset swap` or `destroy` meeting it
 	// fails with EBUSY, so linuxfp does not read in the middle of a script's commands.
@@ -116,4 +126,65 @@ func (w *Watcher) watchNetlink(ctx context.Context, fence *ebpf.Map) error {
 		}
 	}()
 	return nil
+}
+
+// watchFDB attaches the bridge FDB watcher (its programs and ring are in objs).
+func (w *Watcher) watchFDB(ctx context.Context, objs *netlinkwatchObjects) error {
+	var links []link.Link
+	for _, p := range []*ebpf.Program{objs.LfpFdbMoved, objs.LfpFdbDeleted} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return fmt.Errorf("attach %s: %w", p, err)
+		}
+		links = append(links, l)
+	}
+	rd, err := ringbuf.NewReader(objs.LfpFdbChanges)
+	if err != nil {
+		for _, l := range links {
+			l.Close()
+		}
+		return err
+	}
+	w.closers = append(w.closers, func() {
+		rd.Close()
+		for _, l := range links {
+			l.Close()
+		}
+	})
+	go func() {
+		for {
+			rec, err := rd.Read()
+			if err != nil {
+				if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
+					w.fail(fmt.Errorf("bridge FDB watcher: %w", err))
+				}
+				return
+			}
+			var k netlinkwatchLfpFdbKey
+			if len(rec.RawSample) < 10 {
+				continue
+			}
+			k.Bridge = binary.NativeEndian.Uint32(rec.RawSample)
+			copy(k.Mac[:], rec.RawSample[4:10])
+			w.fdbMu.Lock()
+			forgot := w.fdbForgot
+			w.fdbMu.Unlock()
+			if forgot != nil {
+				forgot(int(k.Bridge), net.HardwareAddr(k.Mac[:]))
+			}
+			w.send(ctx, DirtyFDB)
+		}
+	}()
+	return nil
+}
+
+// OnFDBForgotten sets what is told of each FDB mirror entry the watcher deleted (its bridge's
+// ifindex and MAC): the data plane must write it again whatever it believes it wrote.
+func (w *Watcher) OnFDBForgotten(fn func(bridge int, mac net.HardwareAddr)) {
+	w.fdbMu.Lock()
+	defer w.fdbMu.Unlock()
+	w.fdbForgot = fn
 }

@@ -13,6 +13,20 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type netlinkwatchLfpFdbKey struct {
+	_      structs.HostLayout
+	Bridge uint32
+	Mac    [6]uint8
+	Pad    uint16
+}
+
+type netlinkwatchLfpFdbVal struct {
+	_      structs.HostLayout
+	Port   uint32
+	Flags  uint32
+	SeenNs uint64
+}
+
 type netlinkwatchLfpFence struct {
 	_   structs.HostLayout
 	Seq [3]uint64
@@ -37,9 +51,13 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	netlinkwatchMapLfpFdb         = "lfp_fdb"
+	netlinkwatchMapLfpFdbChanges  = "lfp_fdb_changes"
 	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
 	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
 	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
+	netlinkwatchProgLfpFdbDeleted = "lfp_fdb_deleted"
+	netlinkwatchProgLfpFdbMoved   = "lfp_fdb_moved"
 	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
 	netlinkwatchVarCfgNetns       = "cfg_netns"
 	netlinkwatchVarCfgSelf        = "cfg_self"
@@ -87,6 +105,8 @@ type netlinkwatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchProgramSpecs struct {
+	LfpFdbDeleted *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
+	LfpFdbMoved   *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
 	LfpNlConsumed *ebpf.ProgramSpec `ebpf:"lfp_nl_consumed"`
 }
 
@@ -94,9 +114,11 @@ type netlinkwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchMapSpecs struct {
-	LfpFenceMap  *ebpf.MapSpec `ebpf:"lfp_fence_map"`
-	LfpNlChanges *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
-	LfpNlEvents  *ebpf.MapSpec `ebpf:"lfp_nl_events"`
+	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
+	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
+	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
 }
 
 // netlinkwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -127,13 +149,17 @@ func (o *netlinkwatchObjects) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchMaps struct {
-	LfpFenceMap  *ebpf.Map `ebpf:"lfp_fence_map"`
-	LfpNlChanges *ebpf.Map `ebpf:"lfp_nl_changes"`
-	LfpNlEvents  *ebpf.Map `ebpf:"lfp_nl_events"`
+	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
+	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
+	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
 	return _NetlinkwatchClose(
+		m.LfpFdb,
+		m.LfpFdbChanges,
 		m.LfpFenceMap,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
@@ -152,11 +178,15 @@ type netlinkwatchVariables struct {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchPrograms struct {
+	LfpFdbDeleted *ebpf.Program `ebpf:"lfp_fdb_deleted"`
+	LfpFdbMoved   *ebpf.Program `ebpf:"lfp_fdb_moved"`
 	LfpNlConsumed *ebpf.Program `ebpf:"lfp_nl_consumed"`
 }
 
 func (p *netlinkwatchPrograms) Close() error {
 	return _NetlinkwatchClose(
+		p.LfpFdbDeleted,
+		p.LfpFdbMoved,
 		p.LfpNlConsumed,
 	)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -76,6 +77,10 @@ type Watcher struct {
 	IPSetMethod string
 	// Fence: the netlink watcher counts changes in the data plane's fence as they are made.
 	Fence bool
+	// FDBMethod says how the bridge FDB's own changes reach the data plane.
+	FDBMethod string
+	fdbMu     sync.Mutex
+	fdbForgot func(bridge int, mac net.HardwareAddr)
 	// sysctl: the sysctl writes seen (the fence's sysctl unit).
 	sysctl sysctlWrites
 }
@@ -155,10 +160,10 @@ func (w *Watcher) SysctlSettled(t time.Time, count uint64) bool {
 	return true
 }
 
-// NewWatcher subscribes to every event source in the current network namespace. fence is the
-// data plane's fence map, in which the netlink watcher counts changes as they are made (nil:
-// none counted).
-func NewWatcher(ctx context.Context, log *slog.Logger, fence *ebpf.Map) (*Watcher, error) {
+// NewWatcher subscribes to every event source in the current network namespace. shared are the
+// data plane's maps the watchers write: the fence, in which they count changes as they are made,
+// and the FDB mirror (nil: none).
+func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.Map) (*Watcher, error) {
 	w := &Watcher{C: make(chan Event, 1024), Failed: make(chan error, 8), log: log, LegacyPoll: legacyPollInterval}
 	ok := false
 	defer func() {
@@ -239,12 +244,12 @@ func NewWatcher(ctx context.Context, log *slog.Logger, fence *ebpf.Map) (*Watche
 	}
 	go w.receiveGenl(ctx, gc)
 
-	w.watchSysctls(ctx, fence)
-	if err := w.watchNetlink(ctx, fence); err != nil {
+	w.watchSysctls(ctx, shared)
+	if err := w.watchNetlink(ctx, shared); err != nil {
 		w.IPSetMethod = "poll: every 50 ms to 1 s (netlink watcher unavailable: " + err.Error() + ")"
 		w.log.Warn("cannot see ipset changes as they are made; sets are polled", "err", err)
 	} else {
-		w.IPSetEvents, w.Fence = true, fence != nil
+		w.IPSetEvents, w.Fence = true, shared != nil
 		w.IPSetMethod = "event: tp_btf/consume_skb sees each ipset command before it returns"
 	}
 	go w.pollLegacy(ctx)
@@ -358,7 +363,7 @@ func (w *Watcher) receiveGenl(ctx context.Context, c *genetlink.Conn) {
 // for forwarding, rp_filter and proxy_ndp, which rtnetlink already delivers). The hook runs just
 // before the value is stored, so each wake-up is followed by a second one 20ms later. Without
 // cgroup v2 it polls once a second.
-func (w *Watcher) watchSysctls(ctx context.Context, fence *ebpf.Map) {
+func (w *Watcher) watchSysctls(ctx context.Context, shared map[string]*ebpf.Map) {
 	err := func() error {
 		cg, done, err := cgroup2Root()
 		if err != nil {
@@ -377,7 +382,7 @@ func (w *Watcher) watchSysctls(ctx context.Context, fence *ebpf.Map) {
 			return err
 		}
 		var opts *ebpf.CollectionOptions
-		if fence != nil {
+		if fence := shared["lfp_fence_map"]; fence != nil {
 			opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"lfp_fence_map": fence}}
 		}
 		var objs sysctlwatchObjects

@@ -32,6 +32,7 @@ type Status struct {
 	HookOption  string    `json:"hook_option"`
 	SysctlWatch string    `json:"sysctl_watch"`
 	IPSetWatch  string    `json:"ipset_watch"`
+	FDBWatch    string    `json:"fdb_watch,omitempty"`
 	// IPSetReads: how many times the ipsets were read (each change, with ipset_watch events).
 	IPSetReads       uint64  `json:"ipset_reads"`
 	NetfilterBackend string  `json:"netfilter_backend"`
