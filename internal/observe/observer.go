@@ -147,7 +147,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 	}
 	if d&DirtyNetfilter != 0 {
 		o.setReads.Add(1)
-		f, err := readFilter()
+		f, err := readFilter(s.Filter)
 		if err != nil {
 			return nil, err
 		}

@@ -226,8 +226,16 @@ func NewWatcher(ctx context.Context, log *slog.Logger, fence *ebpf.Map) (*Watche
 		return nil, fmt.Errorf("subscribe to nf_tables: %w", err)
 	}
 	w.closers = append(w.closers, func() { nf.Close() })
-	_ = nf.SetReadBuffer(eventBuffer)
-	go w.receive(ctx, "nf_tables", nf, func(mnl.Message) Dirty { return DirtyNetfilter })
+	// A commit notifies every rule it adds or deletes, then NFT_MSG_NEWGEN: the new generation
+	// is what wakes the controller (reading the ruleset after the first rule's notification
+	// would read it again for the rest). Its larger buffer holds a 50,000-rule commit.
+	_ = nf.SetReadBuffer(4 * eventBuffer)
+	go w.receive(ctx, "nf_tables", nf, func(m mnl.Message) Dirty {
+		if m.Header.Type == mnl.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN) {
+			return DirtyNetfilter
+		}
+		return 0
+	})
 
 	// XFRM policies.
 	xf, err := mnl.Dial(unix.NETLINK_XFRM, &mnl.Config{Groups: groupMask(xfrmnlgrpPolicy)})
