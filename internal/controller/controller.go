@@ -322,6 +322,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		return 0, errSetsUnchanged
 	}
 	tRead := time.Since(t0)
+	defer c.returnMemory(largeReplaced(c.lastFilter, snap.Filter))
 	defer func() {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
