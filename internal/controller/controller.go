@@ -137,6 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.obs.Close()
+	c.obs.Follow(c.w)
 
 	if err := c.dp.ReadFDBRefreshes(c.refreshFDB); err != nil {
 		return err
@@ -324,6 +325,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		return 0, errSetsUnchanged
 	}
 	tRead := time.Since(t0)
+	defer c.returnMemory(largeReplaced(c.lastFilter, snap.Filter))
 	defer func() {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
@@ -408,6 +410,12 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	for _, j := range jobs {
 		it := j.it
 		programs++
+		if j.err != nil && interfaceGone(j.idx, j.err) {
+			c.dp.Forget(j.idx)
+			c.log.Info("interface gone; its program went with it", "interface", it.Name)
+			it.Spec = nil
+			continue
+		}
 		if j.err != nil {
 			if c.refused.add(snap.Links[j.idx], j.err) {
 				refused = append(refused, j.idx) // decided again below, knowing it

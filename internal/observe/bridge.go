@@ -1,60 +1,16 @@
 package observe
 
 import (
-	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"time"
 
 	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
-
-// readBridgeAttrs fills Link.Bridge and Link.Port from an RTM_GETLINK dump's IFLA_LINKINFO.
-// Hand-written because vishvananda/netlink does not decode the port's STP state, locked/MAB
-// flags or the bridge's nf_call_iptables, which decide what the bridge module may do.
-func readBridgeAttrs(links map[int]*Link) error {
-	c, err := mnl.Dial(unix.NETLINK_ROUTE, nil)
-	if err != nil {
-		return fmt.Errorf("dial rtnetlink: %w", err)
-	}
-	defer c.Close()
-	msgs, err := retryDump(func() ([]mnl.Message, error) {
-		return c.Execute(mnl.Message{
-			Header: mnl.Header{Type: unix.RTM_GETLINK, Flags: mnl.Request | mnl.Dump},
-			Data:   make([]byte, unix.SizeofIfInfomsg),
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("list links (bridge attributes): %w", err)
-	}
-	for _, m := range msgs {
-		if len(m.Data) < unix.SizeofIfInfomsg {
-			continue
-		}
-		lk := links[int(int32(binary.NativeEndian.Uint32(m.Data[4:8])))]
-		if lk == nil {
-			continue
-		}
-		ad, err := mnl.NewAttributeDecoder(m.Data[unix.SizeofIfInfomsg:])
-		if err != nil {
-			return err
-		}
-		for ad.Next() {
-			if ad.Type() == unix.IFLA_LINKINFO {
-				ad.Nested(func(nad *mnl.AttributeDecoder) error {
-					decodeLinkInfo(nad, lk)
-					return nil
-				})
-			}
-		}
-		if err := ad.Err(); err != nil {
-			return fmt.Errorf("decode link %s: %w", lk.Name, err)
-		}
-	}
-	return nil
-}
 
 func decodeLinkInfo(ad *mnl.AttributeDecoder, lk *Link) {
 	var kind, slaveKind string
@@ -141,6 +97,9 @@ const ntfExtLocked = 1 << 1
 // bridge without vlan_filtering use VLAN 0; bridges with it are Linux's), locked ones (MAB), and
 // the devices' own address lists that the same dump returns (NTF_SELF).
 func readFDB(h *netlink.Handle, links map[int]*Link) ([]FDBEntry, error) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(links)), func(lk *Link) bool { return lk.Kind == "bridge" }) {
+		return nil, nil // the dump would list every device's own addresses, for nothing
+	}
 	ns, err := retryDump(func() ([]netlink.Neigh, error) { return h.NeighList(0, unix.AF_BRIDGE) })
 	if err != nil {
 		return nil, fmt.Errorf("list bridge fdb: %w", err)

@@ -3,6 +3,7 @@ package observe
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -52,8 +53,25 @@ func (f *FilterState) ruleCount(fam uint8, table, chain string) int {
 // UsesSets: the compiled rules test ipset membership (sets send no events: they are polled).
 func (f *FilterState) UsesSets() bool { return f != nil && f.usesSets }
 
-func readFilter() (*FilterState, error) {
+// compiles counts compile() calls (the tests check that one generation compiles once).
+var compiles atomic.Uint64
+
+// readFilter reads and compiles the ruleset, unless its nf_tables generation is prev's: then only
+// the ipsets are re-read (they have no generation), and the ruleset is compiled again only if
+// one of them changed. A ruleset change is announced by one notification per rule (a
+// 50,000-rule iptables-restore sends 50,000), which may wake the controller more than once
+// for one generation; reading and compiling such a ruleset takes seconds.
+func readFilter(prev *FilterState) (*FilterState, error) {
 	t0 := time.Now()
+	if prev != nil {
+		gen, err := nft.Generation(nft.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("read netfilter ruleset: %w", err)
+		}
+		if gen == prev.Generation {
+			return prev.refreshSets()
+		}
+	}
 	snap, err := nft.Read(nft.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
@@ -68,6 +86,7 @@ func readFilter() (*FilterState, error) {
 }
 
 func (f *FilterState) compile() {
+	compiles.Add(1)
 	f.usesSets = false
 	for i, rs := range f.rulesets {
 		f.Prog[i], f.Err[i], f.Tracked[i], f.TrackedWhy[i], f.Rules[i], f.PrePost[i] = nil, "", false, nil, 0, false
@@ -117,7 +136,9 @@ func (f *FilterState) refreshSets() (*FilterState, error) {
 		return f, nil
 	}
 	t0 = time.Now()
-	n := &FilterState{Generation: f.Generation, sets: sets, rulesets: f.rulesets, SetsReadTime: f.SetsReadTime}
+	// The same ruleset: its chains and rule counts too (readNetfilter reads them from here).
+	n := &FilterState{Generation: f.Generation, sets: sets, rulesets: f.rulesets, SetsReadTime: f.SetsReadTime,
+		chains: f.chains, ruleCounts: f.ruleCounts}
 	n.compile()
 	n.CompileTime = time.Since(t0)
 	return n, nil

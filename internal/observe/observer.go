@@ -3,6 +3,7 @@ package observe
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -14,10 +15,24 @@ type Observer struct {
 	snap  Snapshot
 	// setReads counts the reads of the ipsets (with the ruleset, or alone).
 	setReads atomic.Uint64
+	// w: the followed Watcher, whose events name the links that changed (nil: every link
+	// re-reads its facts whenever links are read).
+	w *Watcher
 }
 
 // SetReads is how many times the ipsets were read.
 func (o *Observer) SetReads() uint64 { return o.setReads.Load() }
+
+// perLink are the kinds whose facts are read per link; settleTimeout bounds the wait for the
+// events naming the links (see Watcher.settle).
+const (
+	perLink       = DirtyLinks | DirtyTC | DirtySysctl
+	settleTimeout = time.Second
+)
+
+// Follow makes Refresh re-read per-link facts (veth peers, tc, per-device sysctls) only for the
+// links w's events named, and for new ones; the other links keep what the last read saw.
+func (o *Observer) Follow(w *Watcher) { o.w = w }
 
 // NewObserver opens a netlink handle in the current namespace.
 func NewObserver() (*Observer, error) {
@@ -39,25 +54,58 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		d = DirtyAll
 	}
 	if d&DirtyLinks != 0 {
-		links, err := readLinks(o.h)
+		// Links carry facts that other calls read: sysctl directories, qdiscs, XDP features,
+		// bridge ports.
+		d |= DirtyTC | DirtyXDP | DirtySysctl | DirtyFDB
+	}
+	if d&DirtyNetfilter != 0 {
+		// The nf_conntrack sysctls appear when netfilter first tracks connections (with a
+		// conntrack module loaded for a new ruleset), with no sysctl event.
+		d |= DirtySysctl
+	}
+	cs := changeSet{all: DirtyAll}
+	if o.w != nil {
+		settled := d&perLink == 0 || o.w.settle(settleTimeout)
+		cs = o.w.changes.take(d)
+		if !settled {
+			cs.all = DirtyAll
+		}
+	}
+	if d == DirtyAll {
+		cs.all = DirtyAll
+	}
+	old := s.Links
+	needs := func(k Dirty) func(*Link) bool {
+		return func(lk *Link) bool { return cs.needs(k, lk, old[lk.Index]) }
+	}
+	if d&DirtyLinks != 0 {
+		var links map[int]*Link
+		var err error
+		if named, ok := cs.namedLinks(); ok && old != nil && len(named) <= max(8, len(old)/4) {
+			links, err = readChangedLinks(old, named)
+		} else {
+			links, err = readLinks()
+		}
 		if err != nil {
 			return nil, err
 		}
-		s.Links = links
-		o.peers.readPeers(links)
-		if err := readBridgeAttrs(links); err != nil {
-			return nil, err
+		for idx, lk := range links {
+			if was := old[idx]; was != nil && was != lk {
+				lk.keepFacts(was)
+			}
 		}
-		// Per-link facts read by other calls must be re-read for the new Link values.
-		d |= DirtyTC | DirtyXDP | DirtySysctl | DirtyFDB
+		o.peers.readPeers(links, needs(DirtyLinks))
+		s.Links = links
 	}
 	if d&DirtyXDP != 0 {
+		// One dump: a veth's features change with its peer's XDP program, announced only by
+		// the netdev family, whose events settle does not wait for.
 		if err := readXDPFeatures(s.Links); err != nil {
 			return nil, err
 		}
 	}
 	if d&DirtyTC != 0 {
-		if err := readTC(o.h, s.Links); err != nil {
+		if err := readTC(o.h, s.Links, needs(DirtyTC)); err != nil {
 			return nil, err
 		}
 	}
@@ -95,11 +143,11 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.FDB = f
 	}
 	if d&DirtySysctl != 0 {
-		s.Sysctl = readSysctls(s.Links)
+		s.Sysctl = readSysctls(s.Links, s.Sysctl, cs.all&DirtySysctl != 0 || d&DirtyNetfilter != 0, needs(DirtySysctl))
 	}
 	if d&DirtyNetfilter != 0 {
 		o.setReads.Add(1)
-		f, err := readFilter()
+		f, err := readFilter(s.Filter)
 		if err != nil {
 			return nil, err
 		}
@@ -121,4 +169,12 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.XfrmPolicies = x
 	}
 	return s, nil
+}
+
+// keepFacts copies what other reads than the link dump found for the same link last time; the
+// reads that follow replace what changed.
+func (lk *Link) keepFacts(was *Link) {
+	lk.PeerOffload, lk.PeerOffloadErr, lk.TxOffload = was.PeerOffload, was.PeerOffloadErr, was.TxOffload
+	lk.PeerMTU, lk.PeerXDP, lk.XDPFeatures = was.PeerMTU, was.PeerXDP, was.XDPFeatures
+	lk.Qdiscs, lk.TCIngress, lk.TCXIngress, lk.TCEgress = was.Qdiscs, was.TCIngress, was.TCXIngress, was.TCEgress
 }

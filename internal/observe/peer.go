@@ -89,45 +89,76 @@ type peerInfo struct {
 	xdp     bool // an XDP program is attached to the peer
 }
 
-// peerInfo reads the peer of a veth: its checksum-offload state, MTU and XDP program.
-func (f *peerFinder) peerInfo(lk *Link) (peerInfo, error) {
-	query := func() (peerInfo, error) {
-		pi := peerInfo{offload: OffloadUnknown}
-		l, err := netlink.LinkByIndex(lk.Peer)
+// peersIn reads the peers of veths lks, whose peers all live in the namespace nsid (-1: this
+// one): one namespace switch and one netlink socket for all of them.
+func (f *peerFinder) peersIn(nsid int, lks []*Link) {
+	query := func() error {
+		h, err := netlink.NewHandle()
 		if err != nil {
-			return pi, fmt.Errorf("peer ifindex %d: %w", lk.Peer, err)
+			return err
 		}
-		pi.mtu = l.Attrs().MTU
-		pi.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
-		on, err := ethtoolFlag(l.Attrs().Name, unix.ETHTOOL_GTXCSUM)
+		defer h.Close()
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return pi, err
+			return err
 		}
-		pi.offload = OffloadOff
-		if on {
-			pi.offload = OffloadOn
+		defer unix.Close(fd)
+		for _, lk := range lks {
+			pi, err := queryPeer(h, fd, lk.Peer)
+			setPeer(lk, pi, err)
 		}
-		return pi, nil
+		return nil
 	}
-	if lk.PeerNetnsID < 0 {
-		return query()
+	var err error
+	if nsid < 0 {
+		err = query()
+	} else {
+		err = func() error {
+			p, err := f.path(nsid)
+			if err != nil {
+				return err
+			}
+			h, err := netns.GetFromPath(p)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			return nsutil.Do(h, query)
+		}()
 	}
-	p, err := f.path(lk.PeerNetnsID)
 	if err != nil {
-		return peerInfo{offload: OffloadUnknown}, err
+		for _, lk := range lks {
+			setPeer(lk, peerInfo{offload: OffloadUnknown}, err)
+		}
 	}
-	h, err := netns.GetFromPath(p)
-	if err != nil {
-		return peerInfo{offload: OffloadUnknown}, err
-	}
-	defer h.Close()
+}
+
+// queryPeer reads a peer in the current namespace (fd: a socket there for ethtool).
+func queryPeer(h *netlink.Handle, fd, ifindex int) (peerInfo, error) {
 	pi := peerInfo{offload: OffloadUnknown}
-	err = nsutil.Do(h, func() error {
-		var err error
-		pi, err = query()
-		return err
-	})
-	return pi, err
+	l, err := h.LinkByIndex(ifindex)
+	if err != nil {
+		return pi, fmt.Errorf("peer ifindex %d: %w", ifindex, err)
+	}
+	pi.mtu = l.Attrs().MTU
+	pi.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+	on, err := ethtoolFlagFD(fd, l.Attrs().Name, unix.ETHTOOL_GTXCSUM)
+	if err != nil {
+		return pi, err
+	}
+	pi.offload = OffloadOff
+	if on {
+		pi.offload = OffloadOn
+	}
+	return pi, nil
+}
+
+func setPeer(lk *Link, pi peerInfo, err error) {
+	lk.PeerOffload, lk.PeerMTU, lk.PeerXDP = pi.offload, pi.mtu, pi.xdp
+	lk.PeerOffloadErr = ""
+	if err != nil {
+		lk.PeerOffloadErr = err.Error()
+	}
 }
 
 // ethtoolFlag reads a legacy ethtool feature flag: ETHTOOL_GTXCSUM, whether any of the device's
@@ -140,6 +171,11 @@ func ethtoolFlag(name string, cmd uint32) (bool, error) {
 		return false, err
 	}
 	defer unix.Close(fd)
+	return ethtoolFlagFD(fd, name, cmd)
+}
+
+// ethtoolFlagFD is ethtoolFlag through socket fd (of the device's namespace).
+func ethtoolFlagFD(fd int, name string, cmd uint32) (bool, error) {
 	v := struct{ cmd, data uint32 }{cmd: cmd}
 	var ifr struct {
 		name [unix.IFNAMSIZ]byte
@@ -159,18 +195,14 @@ func ethtoolFlag(name string, cmd uint32) (bool, error) {
 	return v.data != 0, nil
 }
 
-// readPeers fills the Peer* fields of every veth.
-func (f *peerFinder) readPeers(links map[int]*Link) {
+// readPeers fills the Peer* and TxOffload fields of the veths need names.
+func (f *peerFinder) readPeers(links map[int]*Link, need func(*Link) bool) {
+	byNS := map[int][]*Link{}
 	for _, lk := range links {
-		if lk.Kind != "veth" {
+		if lk.Kind != "veth" || !need(lk) {
 			continue
 		}
-		pi, err := f.peerInfo(lk)
-		lk.PeerOffload, lk.PeerMTU, lk.PeerXDP = pi.offload, pi.mtu, pi.xdp
-		lk.PeerOffloadErr = ""
-		if err != nil {
-			lk.PeerOffloadErr = err.Error()
-		}
+		byNS[lk.PeerNetnsID] = append(byNS[lk.PeerNetnsID], lk)
 		lk.TxOffload = OffloadUnknown
 		csum, err1 := ethtoolFlag(lk.Name, unix.ETHTOOL_GTXCSUM)
 		tso, err2 := ethtoolFlag(lk.Name, unix.ETHTOOL_GTSO)
@@ -180,5 +212,8 @@ func (f *peerFinder) readPeers(links map[int]*Link) {
 				lk.TxOffload = OffloadOn
 			}
 		}
+	}
+	for nsid, lks := range byNS {
+		f.peersIn(nsid, lks)
 	}
 }

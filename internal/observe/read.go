@@ -3,7 +3,6 @@ package observe
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -30,45 +29,6 @@ func retryDump[T any](f func() (T, error)) (T, error) {
 		}
 	}
 	return v, err
-}
-
-func readLinks(h *netlink.Handle) (map[int]*Link, error) {
-	ls, err := retryDump(h.LinkList)
-	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
-	}
-	out := make(map[int]*Link, len(ls))
-	for _, l := range ls {
-		a := l.Attrs()
-		lk := &Link{
-			Index:       a.Index,
-			Name:        a.Name,
-			Kind:        l.Type(),
-			MTU:         a.MTU,
-			MAC:         append(net.HardwareAddr(nil), a.HardwareAddr...),
-			Up:          a.Flags&net.FlagUp != 0,
-			OperUp:      a.RawFlags&unix.IFF_LOWER_UP != 0,
-			Master:      a.MasterIndex,
-			PeerNetnsID: a.NetNsID,
-			Promisc:     a.RawFlags&unix.IFF_PROMISC != 0,
-		}
-		if lk.Kind == "device" {
-			lk.Kind = ""
-		}
-		if lk.Kind == "veth" {
-			lk.Peer = a.ParentIndex
-		}
-		if a.Xdp != nil && a.Xdp.Attached {
-			lk.XDPProgID = a.Xdp.ProgId
-		}
-		out[a.Index] = lk
-	}
-	for _, lk := range out {
-		if m := out[lk.Master]; m != nil {
-			lk.MasterKind = m.Kind
-		}
-	}
-	return out, nil
 }
 
 // readXDPFeatures fills Link.XDPFeatures from the "netdev" generic netlink family. For a veth,
@@ -121,17 +81,27 @@ const (
 
 // readTC fills the qdisc and tc-filter fields: XDP runs before tc ingress and an XDP redirect
 // bypasses the egress qdisc and tc egress, so whatever is configured there matters.
-func readTC(h *netlink.Handle, links map[int]*Link) error {
+// Only the links need names are read (a link event names one link; the others keep their facts).
+func readTC(h *netlink.Handle, links map[int]*Link, need func(*Link) bool) error {
+	todo := map[int]*Link{}
+	for idx, lk := range links {
+		if need(lk) {
+			todo[idx] = lk
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
 	qs, err := retryDump(func() ([]netlink.Qdisc, error) { return h.QdiscList(nil) })
 	if err != nil {
 		return fmt.Errorf("list qdiscs: %w", err)
 	}
-	for _, lk := range links {
+	for _, lk := range todo {
 		lk.Qdiscs, lk.TCIngress, lk.TCEgress = nil, false, false
 	}
 	for _, q := range qs {
 		a := q.Attrs()
-		lk := links[a.LinkIndex]
+		lk := todo[a.LinkIndex]
 		if lk == nil {
 			continue
 		}
@@ -139,10 +109,8 @@ func readTC(h *netlink.Handle, links map[int]*Link) error {
 		case q.Type() != "ingress" && q.Type() != "clsact":
 			lk.Qdiscs = append(lk.Qdiscs, q.Type())
 		default:
-			l, _ := netlink.LinkByIndex(lk.Index)
-			if l == nil {
-				continue
-			}
+			// FilterList needs only the index.
+			l := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: lk.Index}}
 			in, _ := retryDump(func() ([]netlink.Filter, error) { return h.FilterList(l, netlink.HANDLE_MIN_INGRESS) })
 			lk.TCIngress = lk.TCIngress || len(in) > 0
 			if q.Type() == "clsact" {
@@ -153,7 +121,7 @@ func readTC(h *netlink.Handle, links map[int]*Link) error {
 	}
 	// tcx programs (bpf_link based, no qdisc) are found by querying the attach points. Ingress
 	// ones are listed (linuxfp's own are among them); any on egress counts.
-	for _, lk := range links {
+	for _, lk := range todo {
 		lk.TCXIngress = nil
 		if res, err := link.QueryPrograms(link.QueryOptions{Target: lk.Index, Attach: ebpf.AttachTCXIngress}); err == nil {
 			for _, p := range res.Programs {
@@ -376,7 +344,17 @@ func forwardingSysctl(name string) bool {
 // (LFP_SYSCTL_NAME in bpf/sysctl_watch.c).
 const SysctlNameMax = 96
 
-func readSysctls(links map[int]*Link) Sysctls {
+// readSysctls reads the sysctls: the namespace-wide ones when global (a write seen by the cgroup
+// hook, a netconf event for "all" or "default") or never read, and the per-device ones of the
+// links need names; the rest keep prev's values (a link event changes only its own).
+func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link) bool) Sysctls {
+	if !global && prev.IPv4DevFwd != nil {
+		s := prev
+		s.IPv4DevFwd, s.RPFilter = make(map[string]bool, len(links)), make(map[string]int, len(links))
+		s.IPv6Disabled = make(map[string]bool, len(links))
+		s.readDevices(links, prev, need)
+		return s
+	}
 	s := Sysctls{
 		IPv4Forward:   readSysctl("net/ipv4/ip_forward") == 1,
 		IPv6Forward:   readSysctl("net/ipv6/conf/all/forwarding") == 1,
@@ -410,13 +388,25 @@ func readSysctls(links map[int]*Link) Sysctls {
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		fmt.Sscan(string(b), &s.LocalPortLow, &s.LocalPortHigh)
 	}
-	all := readSysctl("net/ipv4/conf/all/rp_filter")
-	for _, lk := range links {
-		s.IPv4DevFwd[lk.Name] = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
-		s.RPFilter[lk.Name] = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
-		s.IPv6Disabled[lk.Name] = readSysctl("net/ipv6/conf/"+lk.Name+"/disable_ipv6") != 0
-	}
+	s.rpFilterAll = readSysctl("net/ipv4/conf/all/rp_filter")
+	s.readDevices(links, prev, need)
 	return s
+}
+
+// readDevices reads the per-device sysctls of the links need names, or prev lacks.
+func (s *Sysctls) readDevices(links map[int]*Link, prev Sysctls, need func(*Link) bool) {
+	all := s.rpFilterAll
+	for _, lk := range links {
+		fwd, ok1 := prev.IPv4DevFwd[lk.Name]
+		rp, ok2 := prev.RPFilter[lk.Name]
+		off6, ok3 := prev.IPv6Disabled[lk.Name]
+		if !ok1 || !ok2 || !ok3 || need(lk) || all != prev.rpFilterAll {
+			fwd = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
+			rp = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
+			off6 = readSysctl("net/ipv6/conf/"+lk.Name+"/disable_ipv6") != 0
+		}
+		s.IPv4DevFwd[lk.Name], s.RPFilter[lk.Name], s.IPv6Disabled[lk.Name] = fwd, rp, off6
+	}
 }
 
 func readXfrm(h *netlink.Handle) (bool, error) {

@@ -163,6 +163,8 @@ type Sysctls struct {
 	// without a source port range hashes its source ports into it).
 	IPDefaultTTL                int
 	LocalPortLow, LocalPortHigh int
+	// rpFilterAll: net.ipv4.conf.all.rp_filter, which RPFilter folds into every device's value.
+	rpFilterAll int
 }
 
 // ConntrackSysctls are net.netfilter.nf_conntrack_* (timeouts in seconds).

@@ -11,7 +11,7 @@ func TestForwardingSysctlsCoverReads(t *testing.T) {
 	var read []string
 	sysctlRead = func(p string) { read = append(read, p) }
 	defer func() { sysctlRead = nil }()
-	readSysctls(map[int]*Link{1: {Name: "in0"}, 2: {Name: "veth1234abcd"}})
+	readSysctls(map[int]*Link{1: {Name: "in0"}, 2: {Name: "veth1234abcd"}}, Sysctls{}, true, func(*Link) bool { return true })
 	if len(read) < 20 {
 		t.Fatalf("only %d sysctls read: %v", len(read), read)
 	}

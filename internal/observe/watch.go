@@ -83,7 +83,20 @@ type Watcher struct {
 	fdbForgot func(bridge int, mac net.HardwareAddr)
 	// sysctl: the sysctl writes seen (the fence's sysctl unit).
 	sysctl sysctlWrites
+	// changes: the links the events named (see changeLog), read by an Observer that follows
+	// this Watcher; rt: the rtnetlink event socket (see settle).
+	changes changeLog
+	rt      *mnl.Conn
+	// held: kinds waiting for room in C (see send).
+	heldMu   sync.Mutex
+	held     Event
+	flushing bool
 }
+
+// eventBuffer is the receive buffer of the event sockets (SO_RCVBUFFORCE, as root): deleting
+// 200 veths while the controller re-reads overflowed the default 208 KiB; an overflow costs a
+// re-read of everything.
+const eventBuffer = 16 << 20
 
 const legacyPollInterval = 250 * time.Millisecond
 
@@ -139,6 +152,7 @@ func (w *Watcher) SysctlSettled(t time.Time, count uint64) bool {
 		if s.missing.IsZero() {
 			s.missing = time.Now()
 			time.AfterFunc(sysctlSettle, func() {
+				w.changes.addAll(DirtySysctl)
 				select {
 				case w.C <- Event{Dirty: DirtySysctl, At: time.Now()}:
 				default:
@@ -187,26 +201,29 @@ func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.M
 	}
 	// A routing daemon loading 10,000 routes must not overflow the socket; if it still does,
 	// ENOBUFS makes us re-read everything.
-	_ = rt.SetReadBuffer(16 << 20)
-	go w.receive(ctx, "rtnetlink", rt, rtnlDirty)
+	_ = rt.SetReadBuffer(eventBuffer)
+	w.rt = rt
+	go w.receive(ctx, "rtnetlink", rt, func(m mnl.Message) Dirty {
+		if m.Header.Type == mnl.Error {
+			w.changes.settled(m.Header.Sequence) // the acknowledgement settle asked for
+			return 0
+		}
+		d := rtnlDirty(m)
+		if d != 0 {
+			w.changes.recordRoute(m, d)
+		}
+		return d
+	})
 
 	// Links in every namespace that has an id here (veth peers' namespaces): a peer's checksum
 	// offload changes there, with no event here. NETLINK_LISTEN_ALL_NSID holds no reference to
 	// those namespaces.
-	peers, err := mnl.Dial(unix.NETLINK_ROUTE, &mnl.Config{Groups: groupMask(unix.RTNLGRP_LINK)})
+	peers, err := dialPeerEvents()
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to rtnetlink: %w", err)
 	}
 	w.closers = append(w.closers, func() { peers.Close() })
-	if err := peers.SetOption(mnl.ListenAllNSID, true); err != nil {
-		return nil, fmt.Errorf("listen to all namespaces' link events: %w", err)
-	}
-	go w.receive(ctx, "rtnetlink (peer namespaces)", peers, func(m mnl.Message) Dirty {
-		if m.Header.Type == unix.RTM_NEWLINK || m.Header.Type == unix.RTM_DELLINK {
-			return DirtyLinks
-		}
-		return 0
-	})
+	go w.receivePeers(ctx, peers)
 
 	// nf_tables: every ruleset change (iptables-nft, nft, firewalld ...).
 	nf, err := mnl.Dial(unix.NETLINK_NETFILTER, &mnl.Config{Groups: groupMask(unix.NFNLGRP_NFTABLES)})
@@ -214,8 +231,16 @@ func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.M
 		return nil, fmt.Errorf("subscribe to nf_tables: %w", err)
 	}
 	w.closers = append(w.closers, func() { nf.Close() })
-	_ = nf.SetReadBuffer(4 << 20)
-	go w.receive(ctx, "nf_tables", nf, func(mnl.Message) Dirty { return DirtyNetfilter })
+	// A commit notifies every rule it adds or deletes, then NFT_MSG_NEWGEN: the new generation
+	// is what wakes the controller (reading the ruleset after the first rule's notification
+	// would read it again for the rest). Its larger buffer holds a 50,000-rule commit.
+	_ = nf.SetReadBuffer(4 * eventBuffer)
+	go w.receive(ctx, "nf_tables", nf, func(m mnl.Message) Dirty {
+		if m.Header.Type == mnl.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN) {
+			return DirtyNetfilter
+		}
+		return 0
+	})
 
 	// XFRM policies.
 	xf, err := mnl.Dial(unix.NETLINK_XFRM, &mnl.Config{Groups: groupMask(xfrmnlgrpPolicy)})
@@ -223,6 +248,7 @@ func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.M
 		return nil, fmt.Errorf("subscribe to xfrm: %w", err)
 	}
 	w.closers = append(w.closers, func() { xf.Close() })
+	_ = xf.SetReadBuffer(eventBuffer)
 	go w.receive(ctx, "xfrm", xf, func(mnl.Message) Dirty { return DirtyXfrm })
 
 	// Generic netlink "netdev": XDP feature changes (a veth peer gaining or losing NAPI).
@@ -231,6 +257,7 @@ func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.M
 		return nil, fmt.Errorf("dial generic netlink: %w", err)
 	}
 	w.closers = append(w.closers, func() { gc.Close() })
+	_ = gc.SetReadBuffer(eventBuffer)
 	fam, err := gc.GetFamily("netdev")
 	if err != nil {
 		return nil, fmt.Errorf("generic netlink family netdev (kernel >= 6.3 needed): %w", err)
@@ -275,11 +302,72 @@ func (w *Watcher) Close() {
 	w.closers = nil
 }
 
+// send delivers an event without blocking its source: when the controller is busy and C is
+// full, the event's kinds are held and delivered as one event once C has room, so the source
+// keeps reading and its socket does not overflow (an overflow costs a re-read of everything).
 func (w *Watcher) send(ctx context.Context, d Dirty) {
+	ev := Event{Dirty: d, At: time.Now()}
 	select {
-	case w.C <- Event{Dirty: d, At: time.Now()}:
-	case <-ctx.Done():
+	case w.C <- ev:
+		return
+	default:
 	}
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	if w.held.Dirty == 0 {
+		w.held.At = ev.At
+	}
+	w.held.Dirty |= d
+	if w.flushing {
+		return
+	}
+	w.flushing = true
+	go func() {
+		for {
+			// What arrives while this waits for room goes in the next event.
+			w.heldMu.Lock()
+			ev := w.held
+			w.held = Event{}
+			if ev.Dirty == 0 {
+				w.flushing = false
+				w.heldMu.Unlock()
+				return
+			}
+			w.heldMu.Unlock()
+			select {
+			case w.C <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// overflowed: a socket's events were lost. Everything is re-read once: no second full re-read
+// is asked for while one is still pending.
+func (w *Watcher) overflowed(ctx context.Context, source string) {
+	w.log.Warn("event socket overflowed; re-reading all state", "source", source)
+	w.changes.mu.Lock()
+	pending := w.changes.all == DirtyAll
+	w.changes.all = DirtyAll
+	w.changes.mu.Unlock()
+	if !pending {
+		w.send(ctx, DirtyAll)
+	}
+}
+
+// netdevIfindex is NETDEV_A_DEV_IFINDEX of a netdev family notification.
+func netdevIfindex(b []byte) (int, bool) {
+	ad, err := mnl.NewAttributeDecoder(b)
+	if err != nil {
+		return 0, false
+	}
+	for ad.Next() {
+		if ad.Type() == netdevADevIfindex {
+			return int(ad.Uint32()), true
+		}
+	}
+	return 0, false
 }
 
 func (w *Watcher) fail(err error) {
@@ -322,9 +410,7 @@ func (w *Watcher) receive(ctx context.Context, name string, c *mnl.Conn, classif
 				return
 			}
 			if errors.Is(err, unix.ENOBUFS) {
-				// Events were lost: re-read everything.
-				w.log.Warn("event socket overflowed; re-reading all state", "source", name)
-				w.send(ctx, DirtyAll)
+				w.overflowed(ctx, name)
 				continue
 			}
 			w.fail(fmt.Errorf("event source %s: %w", name, err))
@@ -342,19 +428,26 @@ func (w *Watcher) receive(ctx context.Context, name string, c *mnl.Conn, classif
 
 func (w *Watcher) receiveGenl(ctx context.Context, c *genetlink.Conn) {
 	for {
-		_, _, err := c.Receive()
+		msgs, _, err := c.Receive()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if errors.Is(err, unix.ENOBUFS) {
-				w.send(ctx, DirtyAll)
+				w.overflowed(ctx, "netdev")
 				continue
 			}
 			w.fail(fmt.Errorf("event source netdev: %w", err))
 			return
 		}
-		w.send(ctx, DirtyXDP)
+		// A veth's XDP features change when its peer gains or loses an XDP program (or GRO):
+		// that veth re-reads its peer.
+		for _, m := range msgs {
+			if idx, ok := netdevIfindex(m.Data); ok {
+				w.changes.addLink(idx, DirtyLinks)
+			}
+		}
+		w.send(ctx, DirtyXDP|DirtyLinks)
 	}
 }
 
@@ -422,8 +515,12 @@ func (w *Watcher) watchSysctls(ctx context.Context, shared map[string]*ebpf.Map)
 				// The value is stored after the hook: an apply that starts within sysctlSettle
 				// of it may read the old one, and must not open the fence.
 				w.sysctl.seen(true)
+				w.changes.addAll(DirtySysctl)
 				w.send(ctx, DirtySysctl)
-				time.AfterFunc(sysctlSettle, func() { w.send(ctx, DirtySysctl) })
+				time.AfterFunc(sysctlSettle, func() {
+					w.changes.addAll(DirtySysctl)
+					w.send(ctx, DirtySysctl)
+				})
 			}
 		}()
 		w.SysctlMethod = "event: cgroup/sysctl BPF program on the cgroup v2 root"
@@ -442,6 +539,7 @@ func (w *Watcher) watchSysctls(ctx context.Context, shared map[string]*ebpf.Map)
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				w.changes.addAll(DirtySysctl)
 				w.send(ctx, DirtySysctl)
 			}
 		}

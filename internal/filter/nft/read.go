@@ -69,6 +69,17 @@ func (s *Snapshot) Ruleset(f model.Family) *model.Ruleset {
 // iptablesTables are the tables iptables-nft manages (in families ip and ip6).
 var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
 
+// Generation reads the nf_tables ruleset generation alone: a reader holding a snapshot of the
+// same generation need not read (and compile) the ruleset again.
+func Generation(o Options) (uint32, error) {
+	c, err := dial(o.NetNS)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return generation(c)
+}
+
 // Read reads the ruleset.
 func Read(o Options) (*Snapshot, error) {
 	c, err := dial(o.NetNS)
