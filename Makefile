@@ -3,6 +3,10 @@ GO      ?= go
 BIN     := bin/linuxfp
 BENCH   := bin/linuxfp-bench
 PKGS    := ./...
+# What `linuxfp version` says: git describe and the commit, "dev" outside a git checkout.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/linuxfp/linuxfp/internal/cli.version=$(VERSION) -X github.com/linuxfp/linuxfp/internal/cli.commit=$(COMMIT)
 
 .PHONY: all build test bench generate deps clean vet
 
@@ -13,7 +17,7 @@ deps:
 
 # The daemon and, apart, the benchmarks (which run the daemon beside them in their namespaces).
 build:
-	$(GO) build -o $(BIN) ./cmd/linuxfp
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/linuxfp
 	$(GO) build -o $(BENCH) ./cmd/linuxfp-bench
 
 vet:
