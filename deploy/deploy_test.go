@@ -13,14 +13,11 @@ import (
 	"github.com/linuxfp/linuxfp/internal/cli"
 )
 
-// capNames are the capabilities `linuxfp run` checks for, without those only used to read other
-// processes' /proc entries unless withProc.
-func capNames(withProc bool) []string {
+// capNames are the capabilities `linuxfp run` checks for.
+func capNames() []string {
 	var out []string
 	for _, c := range cli.RunCapabilities {
-		if withProc || !c.ProcOnly {
-			out = append(out, c.Name)
-		}
+		out = append(out, c.Name)
 	}
 	slices.Sort(out)
 	return out
@@ -45,7 +42,7 @@ func TestSystemdCapabilities(t *testing.T) {
 				}
 			}
 			slices.Sort(got)
-			if want := capNames(true); n != 1 || !slices.Equal(got, want) {
+			if want := capNames(); n != 1 || !slices.Equal(got, want) {
 				t.Errorf("%s: %d %s lines %v, want one with %v", u, n, key, got, want)
 			}
 		}

@@ -29,22 +29,20 @@ type Capability struct {
 	// Required: `linuxfp run` refuses to start without it. The others it uses where they are
 	// held, and says once what is lost without them.
 	Required bool
-	// ProcOnly: used only to read other processes' /proc entries, which a container that does
-	// not share the host's process namespace cannot see anyway.
-	ProcOnly bool
 	Why      string
 }
 
-// RunCapabilities are the capabilities `linuxfp run` checks for: the one list the systemd
-// units and the Kubernetes manifests under deploy/ are tested against.
+// RunCapabilities are the capabilities `linuxfp run` checks for: the one list the files under
+// deploy/ are tested against (the systemd units grant all of them, the Kubernetes DaemonSet the
+// required ones: its manifest says why).
 var RunCapabilities = []Capability{
 	{Name: "CAP_BPF", Bit: unix.CAP_BPF, Required: true, Why: "create maps, load programs"},
 	{Name: "CAP_PERFMON", Bit: unix.CAP_PERFMON, Required: true, Why: "load the data plane as a privileged program, load the tp_btf watcher"},
 	{Name: "CAP_NET_ADMIN", Bit: unix.CAP_NET_ADMIN, Required: true, Why: "attach XDP, tcx and cgroup/sysctl programs, read nf_tables and conntrack"},
 	{Name: "CAP_NET_BROADCAST", Bit: unix.CAP_NET_BROADCAST, Required: true, Why: "follow link events in veth peers' namespaces"},
 	{Name: "CAP_SYS_ADMIN", Bit: unix.CAP_SYS_ADMIN, Why: "enter veth peers' namespaces (containers: tc>peer delivery), mount cgroup2 where none is mounted"},
-	{Name: "CAP_SYS_PTRACE", Bit: unix.CAP_SYS_PTRACE, ProcOnly: true, Why: "find veth peers' namespaces held by other users' processes"},
-	{Name: "CAP_DAC_READ_SEARCH", Bit: unix.CAP_DAC_READ_SEARCH, ProcOnly: true, Why: "list other users' processes' namespaces"},
+	{Name: "CAP_SYS_PTRACE", Bit: unix.CAP_SYS_PTRACE, Why: "find veth peers' namespaces held by other users' processes"},
+	{Name: "CAP_DAC_READ_SEARCH", Bit: unix.CAP_DAC_READ_SEARCH, Why: "list other users' processes' namespaces"},
 }
 
 // effectiveCaps reads this process's effective capability set.
