@@ -3,7 +3,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,8 +26,11 @@ func Main(args []string) int {
 		Short:         "Transparent eBPF fast paths for the Linux networking you already configure",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
-	root.AddCommand(runCmd(), statusCmd(), benchCmd())
+	cobra.AddTemplateFunc("linuxfpVersion", versionText)
+	root.SetVersionTemplate("{{linuxfpVersion}}")
+	root.AddCommand(runCmd(), statusCmd(), benchCmd(), versionCmd())
 	// A mistyped flag says where the right ones are, as iproute2's usage does.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
@@ -72,8 +74,17 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			if filterRules < 1 || filterRules > maxFilterRules {
 				return fmt.Errorf("--filter-rules %d: want 1 to %d", filterRules, maxFilterRules)
 			}
-			if os.Geteuid() != 0 {
-				return errors.New("run needs root (CAP_NET_ADMIN and CAP_BPF)")
+			// Capabilities, not uid 0: a service can run with exactly these (deploy/).
+			eff, err := effectiveCaps()
+			if err != nil {
+				return err
+			}
+			required, optional := missingCaps(eff)
+			if len(required) > 0 {
+				return fmt.Errorf("run needs %s, missing from its effective capabilities (run it as root, or grant them as deploy/systemd/linuxfp.service does)", capNames(required))
+			}
+			for _, c := range optional {
+				log.Warn("running without a capability: not used", "capability", c.Name, "used_for", c.Why)
 			}
 			_ = rlimit.RemoveMemlock() // only matters on kernels without memcg accounting
 			// A hangup (the terminal it ran in closed) stops it like SIGTERM: programs detached.

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+
 	"github.com/linuxfp/linuxfp/internal/conntrack"
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/graph"
@@ -183,6 +185,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := c.react(observe.DirtyAll, time.Now(), time.Now(), 1); err != nil {
 		return err
 	}
+	// Tell systemd (Type=notify) that the first apply is done: the data plane is installed, or
+	// what it could not install is Linux's and status says why. Without NOTIFY_SOCKET this does
+	// nothing.
+	daemon.SdNotify(false, daemon.SdNotifyReady)
 	for {
 		var ev observe.Event
 		select {
