@@ -161,3 +161,29 @@ func waitFenceOpen(t *testing.T, l *testbed.Linuxfp) {
 		return nil
 	})
 }
+
+// In a cgroup namespace of its own (a container's), a cgroup/sysctl program would see only that
+// cgroup's writes: linuxfp polls the sysctls instead, and says so.
+func TestSysctlWatchInCgroupNamespace(t *testing.T) {
+	requireTool(t, "unshare")
+	tb := newTestbed(t, testbed.Options{})
+	cmd := exec.Command("ip", "netns", "exec", tb.DUT.Name, "unshare", "--cgroup", linuxfpBin, "run")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(unix.SIGTERM)
+		cmd.Wait()
+	}()
+	client := testbed.StatusClientIn(tb.DUT)
+	eventually(t, 10*time.Second, "status in a cgroup namespace", func() error {
+		st, err := client.Status()
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(st.SysctlWatch, "poll") || !strings.Contains(st.SysctlWatch, "cgroup namespace") {
+			return errString("sysctl watch: " + st.SysctlWatch)
+		}
+		return nil
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -99,6 +100,9 @@ type Watcher struct {
 const eventBuffer = 16 << 20
 
 const legacyPollInterval = 250 * time.Millisecond
+
+// initCgroupNSInode is the initial cgroup namespace's inode number (PROC_CGROUP_INIT_INO).
+const initCgroupNSInode = 0xEFFFFFFB
 
 // sysctlSettle: how long after the cgroup/sysctl hook a sysctl write is surely stored (it is
 // stored as soon as the hook returns: microseconds).
@@ -551,6 +555,14 @@ func (w *Watcher) watchSysctls(ctx context.Context, shared map[string]*ebpf.Map)
 // directory just long enough to attach (the attachment holds the cgroup, not the mount), and
 // done() removes the mount again.
 func cgroup2Root() (path string, done func(), err error) {
+	// In a cgroup namespace of its own (a container's), every cgroup2 mount it can see or make
+	// is rooted in its own cgroup: a program attached there would miss the host's writes while
+	// status said "event". Initial namespaces have fixed inode numbers.
+	if fi, err := os.Stat("/proc/self/ns/cgroup"); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino != initCgroupNSInode {
+			return "", nil, errors.New("in a cgroup namespace of its own: a cgroup/sysctl program would see only its own cgroup's writes")
+		}
+	}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return "", nil, err
