@@ -131,18 +131,12 @@ func TestImageUnderRunc(t *testing.T) {
 	}
 }
 
-// buildImage builds a static binary and its image archive as `make image` does, and returns the
-// archive's path.
+// buildImage packs the binary under test (static: TestMain) into an image archive as `make image`
+// does, and returns the archive's path.
 func buildImage(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "linuxfp-static")
-	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-o", bin, "../cmd/linuxfp")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
-	}
 	archive := filepath.Join(dir, "linuxfp-image.tar")
-	mk := exec.Command("go", "run", "../cmd/mkimage", "-binary", bin, "-arch", runtime.GOARCH, "-out", archive)
+	mk := exec.Command("go", "run", "../cmd/mkimage", "-binary", linuxfpBin, "-arch", runtime.GOARCH, "-out", archive)
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("mkimage: %v\n%s", err, out)
 	}
