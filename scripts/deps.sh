@@ -11,6 +11,8 @@ command -v sysctl >/dev/null || need+=(procps)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v brctl >/dev/null || need+=(bridge-utils)
+# The image test runs `make image`'s archive under an OCI runtime, as a node would.
+command -v runc >/dev/null || need+=(runc)
 if [ "${1:-}" = generate ]; then
   command -v clang >/dev/null || need+=(clang llvm)
   [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
