@@ -44,7 +44,7 @@ func Main(args []string) int {
 }
 
 func runCmd() *cobra.Command {
-	var hook, level, format string
+	var hook, level, format, metricsAddr string
 	var ifaces, exclude []string
 	var filterRules int
 	cmd := &cobra.Command{
@@ -94,6 +94,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude)},
 				Dataplane: dataplane.Options{FilterRules: filterRules},
 				Log:       log,
+				Metrics:   controller.MetricsConfig{Addr: metricsAddr, Version: version, Commit: buildCommit()},
 			})
 		},
 	}
@@ -104,6 +105,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&format, "log-format", "text", "text or json")
 	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "the most netfilter rules (flattened) the filter module takes: its maps start at 16,384 and follow the ruleset up to this (each 1,000 about 1.2 MB); a larger ruleset sends its family's forwarded packets to Linux")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz and /readyz on this TCP address, e.g. 127.0.0.1:9650 (default: off; unauthenticated and read-only: bind it to localhost or a trusted network)")
 	return cmd
 }
 

@@ -35,6 +35,7 @@ type Config struct {
 	// arrived for Quiet, or MaxDelay after the first one, whichever is first.
 	Quiet    time.Duration
 	MaxDelay time.Duration
+	Metrics  MetricsConfig
 }
 
 // Controller holds the running state.
@@ -77,6 +78,8 @@ type Controller struct {
 	warnedNoXDP bool
 	// busy: a reaction to events is being applied (status says so: benchmarks wait for it).
 	busy atomic.Bool
+	// metrics: what --metrics-addr serves (metrics.go); nil without it.
+	metrics *promState
 }
 
 // ipset sends no netlink notification. Its commands are seen as they are made where the netlink
@@ -158,6 +161,11 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := newAPIServer(c.handler(), log)
 	go srv.Serve(newAPIListener(ln, log))
 	defer srv.Close()
+	stopMetrics, err := c.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	go func() {
 		if c.w.IPSetEvents {
@@ -279,6 +287,7 @@ func (c *Controller) react(dirty observe.Dirty, first, last time.Time, n int) er
 		c.changes = slices.Clone(c.changes[len(c.changes)-keepChanges/2:])
 	}
 	c.mu.Unlock()
+	c.observeChange(ch)
 	c.watchFence()
 	c.log.Debug("applied", "dirty", ch.Dirty, "events", n, "programs", programs, "verified", ch.Verified,
 		"latency", ch.Applied.Sub(first))
