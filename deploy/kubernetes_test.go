@@ -135,9 +135,14 @@ func TestKubernetesManifests(t *testing.T) {
 	if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok {
 		t.Error("no memory request")
 	}
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/linuxfp", "status"}) {
-			t.Errorf("%s probe %+v: want exec /linuxfp status", name, p)
+	// The probes ask the metrics address linuxfp is told to serve.
+	if !slices.Contains(c.Args, "--metrics-addr=127.0.0.1:9650") {
+		t.Errorf("args %v: want --metrics-addr=127.0.0.1:9650 (the probes' address)", c.Args)
+	}
+	for name, want := range map[string]string{"readiness": "/readyz", "liveness": "/healthz"} {
+		p := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}[name]
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 9650 || p.HTTPGet.Path != want {
+			t.Errorf("%s probe %+v: want GET http://127.0.0.1:9650%s", name, p, want)
 		}
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/sys/fs/cgroup" }) {

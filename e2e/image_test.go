@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"archive/tar"
+	"bufio"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,10 +108,33 @@ func TestImageUnderRunc(t *testing.T) {
 		t.Errorf("sysctl watch %q: with /sys/fs/cgroup hidden and no CAP_SYS_ADMIN linuxfp should poll", st.SysctlWatch)
 	}
 
-	// The probes: run inside the container, with its capabilities, as the kubelet does.
-	probe := append([]string{"exec", id}, ctr.ReadinessProbe.Exec.Command...)
-	if out, err := exec.Command("runc", probe...).CombinedOutput(); err != nil || !strings.Contains(string(out), "in0") {
-		t.Errorf("probe %v: %v, want exit 0 and the status:\n%s", ctr.ReadinessProbe.Exec.Command, err, out)
+	// The probes, as the kubelet asks them: HTTP to the node's loopback (the container is in
+	// the DUT's network namespace); and the status command inside the container.
+	for _, p := range []*corev1.Probe{ctr.ReadinessProbe, ctr.LivenessProbe} {
+		url := fmt.Sprintf("http://%s:%d%s", p.HTTPGet.Host, p.HTTPGet.Port.IntValue(), p.HTTPGet.Path)
+		var code int
+		// Dialled on this thread, in the DUT's namespace (http.Get would dial on another).
+		err := tb.DUT.Do(func() error {
+			c, err := net.Dial("tcp", net.JoinHostPort(p.HTTPGet.Host, fmt.Sprint(p.HTTPGet.Port.IntValue())))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", p.HTTPGet.Path, p.HTTPGet.Host)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			code = resp.StatusCode
+			return nil
+		})
+		if err != nil || code != http.StatusOK {
+			t.Errorf("probe %s: %d %v, want 200", url, code, err)
+		}
+	}
+	if out, err := exec.Command("runc", "exec", id, "/linuxfp", "status").CombinedOutput(); err != nil || !strings.Contains(string(out), "in0") {
+		t.Errorf("linuxfp status in the container: %v, want exit 0 and the status:\n%s", err, out)
 	}
 
 	// What the kubelet sends first on a rolling update or a delete.
@@ -250,9 +276,10 @@ func daemonSetContainer(t *testing.T) corev1.Container {
 	c := pod.Containers[0]
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil || sc.RunAsUser == nil || sc.AllowPrivilegeEscalation == nil ||
-		sc.ReadOnlyRootFilesystem == nil || c.ReadinessProbe == nil || c.ReadinessProbe.Exec == nil {
+		sc.ReadOnlyRootFilesystem == nil || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil ||
+		c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil {
 		t.Fatalf("container %s: securityContext (capabilities, runAsUser, allowPrivilegeEscalation, "+
-			"readOnlyRootFilesystem) and an exec readiness probe are what this test reproduces", c.Name)
+			"readOnlyRootFilesystem) and HTTP probes are what this test reproduces", c.Name)
 	}
 	// The volumes the runtime would mount, kept for runcSpec: only emptyDirs are reproduced.
 	for _, m := range c.VolumeMounts {
