@@ -22,23 +22,13 @@
 #include "netlink_watch.h"
 #include "fence.h"
 #include "linuxfp_types.h"
+#include "kernel_ns.h"
+#include "fdb_map.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 /* The kernel's structures, as far as this program reads them (CO-RE: offsets come from the
  * running kernel's BTF). */
-struct ns_common {
-	unsigned int inum;
-} __attribute__((preserve_access_index));
-
-struct net {
-	struct ns_common ns;
-} __attribute__((preserve_access_index));
-
-typedef struct {
-	struct net *net;
-} possible_net_t;
-
 struct sock_common {
 	unsigned short skc_family;
 	possible_net_t skc_net;
@@ -286,13 +276,6 @@ struct net_bridge_fdb_key {
 struct net_bridge_fdb_entry {
 	struct net_bridge_fdb_key key;
 } __attribute__((preserve_access_index));
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lfp_fdb_key);
-	__type(value, struct lfp_fdb_val);
-	__uint(max_entries, 131072);
-} lfp_fdb SEC(".maps");
 
 /* One record (struct lfp_fdb_key) per entry forgotten. */
 struct {

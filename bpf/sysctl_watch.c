@@ -10,18 +10,11 @@
 #include <bpf/bpf_core_read.h>
 
 #include "fence.h"
+#include "kernel_ns.h"
 
 #define LFP_SYSCTL_NAME 96
 
 char LICENSE[] SEC("license") = "GPL";
-
-struct ns_common {
-	unsigned int inum;
-} __attribute__((preserve_access_index));
-
-struct net {
-	struct ns_common ns;
-} __attribute__((preserve_access_index));
 
 struct nsproxy {
 	struct net *net_ns;

@@ -44,21 +44,7 @@ ip link set out0 master br0`)
 			moverIdx := linkIndex(t, mover, "eth1")
 			out1 := linkIndex(t, tb.DUT, "out1")
 			// Captures at both ends, and gen's socket, ready before the move.
-			capture := func(ns *nsutil.NS, ifindex int) int {
-				var fd int
-				if err := ns.Do(func() error {
-					var err error
-					fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-					if err != nil {
-						return err
-					}
-					return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
-				}); err != nil {
-					t.Fatal(err)
-				}
-				return fd
-			}
-			atSink, atMover := capture(tb.Sink, tb.SinkIfindex), capture(mover, moverIdx)
+			atSink, atMover := openCapture(t, tb.Sink, tb.SinkIfindex), openCapture(t, mover, moverIdx)
 			defer unix.Close(atSink)
 			defer unix.Close(atMover)
 			var c net.Conn
@@ -107,21 +93,7 @@ ip link set out0 master br0`)
 			for i := 0; i < 20; i++ {
 				c.Write([]byte("linuxfp fdb move probe"))
 			}
-			count := func(fd int) int {
-				tv := unix.Timeval{Usec: 200000}
-				unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-				n, buf := 0, make([]byte, 2048)
-				for {
-					m, _, err := unix.Recvfrom(fd, buf, 0)
-					if err != nil {
-						return n
-					}
-					if bytes.Contains(buf[:m], []byte("linuxfp fdb move probe")) {
-						n++
-					}
-				}
-			}
-			toSink, toMover := count(atSink), count(atMover)
+			toSink, toMover := countFrames(atSink, "linuxfp fdb move probe"), countFrames(atMover, "linuxfp fdb move probe")
 			d := readCounters(t, l, "in0").sub(before).ownOnly()
 			t.Logf("probes at in0: forwarded %d, to Linux %v", d.forwarded, d.passed)
 			if toSink != 0 || toMover != 20 {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"net"
 	"os/exec"
 	"strings"
@@ -22,18 +21,7 @@ import (
 // gen; it returns how many arrive at the sink.
 func probesAfter(t *testing.T, tb *testbed.Testbed, cmd string, dst string, n int) int {
 	t.Helper()
-	var fd int
-	err := tb.Sink.Do(func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: tb.SinkIfindex})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openCapture(t, tb.Sink, tb.SinkIfindex)
 	defer unix.Close(fd)
 	// The sender's socket belongs to gen's namespace from its creation on.
 	var c net.Conn
@@ -52,19 +40,7 @@ func probesAfter(t *testing.T, tb *testbed.Testbed, cmd string, dst string, n in
 	for i := 0; i < n; i++ {
 		c.Write([]byte("linuxfp fence probe"))
 	}
-	tv := unix.Timeval{Usec: 200000}
-	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	arrived := 0
-	buf := make([]byte, 2048)
-	for {
-		m, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			break
-		}
-		if bytes.Contains(buf[:m], []byte("linuxfp fence probe")) {
-			arrived++
-		}
-	}
+	arrived := countFrames(fd, "linuxfp fence probe")
 	return arrived
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -238,18 +239,7 @@ func ipBatch(cmds string) error {
 // extension headers) to port 9 that arrive at the sink's eth0 while f runs.
 func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
 	t.Helper()
-	var fd int
-	err := tb.Sink.Do(func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: tb.SinkIfindex})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openCapture(t, tb.Sink, tb.SinkIfindex)
 	defer unix.Close(fd)
 	f()
 	tv := unix.Timeval{Usec: 100000}
@@ -363,4 +353,40 @@ func sendUDPFrom(dst string, n int) error {
 		time.Sleep(200 * time.Microsecond)
 	}
 	return nil
+}
+
+// openCapture opens a packet socket that sees every frame arriving at (or leaving) ifindex in
+// ns. The caller closes it.
+func openCapture(t *testing.T, ns *nsutil.NS, ifindex int) int {
+	t.Helper()
+	var fd int
+	err := ns.Do(func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// countFrames counts the frames carrying marker a capture socket receives until it has been
+// quiet for 200 ms.
+func countFrames(fd int, marker string) int {
+	tv := unix.Timeval{Usec: 200000}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	n, buf := 0, make([]byte, 2048)
+	for {
+		m, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return n
+		}
+		if bytes.Contains(buf[:m], []byte(marker)) {
+			n++
+		}
+	}
 }

@@ -10,12 +10,7 @@
 #include "parse.h"
 #include "stats.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lfp_fdb_key);
-	__type(value, struct lfp_fdb_val);
-	__uint(max_entries, 131072);
-} lfp_fdb SEC(".maps");
+#include "fdb_map.h"
 
 /* Bridges and bridge ports, by ifindex. */
 struct {
