@@ -91,40 +91,31 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 	ipsetRead := time.AfterFunc(time.Hour, func() { w.send(ctx, DirtyIPSet) })
 	ipsetRead.Stop()
 	w.closers = append(w.closers, func() { ipsetRead.Stop() })
-	go func() {
-		for {
-			rec, err := rd.Read()
-			if err != nil {
-				if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
-					w.fail(fmt.Errorf("netlink watcher: %w", err))
-				}
-				return
-			}
-			if len(rec.RawSample) < 4 {
-				continue
-			}
-			// A change the fence counted keeps its families with Linux until the controller
-			// has read it: wake it, even where a notification will follow.
-			switch netlinkwatchLfpNlClass(binary.NativeEndian.Uint32(rec.RawSample)) {
-			case netlinkwatchLfpNlClassLFP_NL_IPSET:
-				ipsetRead.Reset(ipsetQuiet)
-			case netlinkwatchLfpNlClassLFP_NL_LINK:
-				w.send(ctx, DirtyLinks)
-			case netlinkwatchLfpNlClassLFP_NL_ADDR:
-				w.send(ctx, DirtyAddrs)
-			case netlinkwatchLfpNlClassLFP_NL_ROUTE:
-				w.send(ctx, DirtyRoutes)
-			case netlinkwatchLfpNlClassLFP_NL_NEIGH:
-				w.send(ctx, DirtyNeigh|DirtyFDB)
-			case netlinkwatchLfpNlClassLFP_NL_TC:
-				w.send(ctx, DirtyTC)
-			case netlinkwatchLfpNlClassLFP_NL_NFTABLES:
-				w.send(ctx, DirtyNetfilter)
-			default:
-				w.send(ctx, DirtyAll)
-			}
+	w.readRing(ctx, rd, "netlink watcher", func(b []byte) {
+		if len(b) < 4 {
+			return
 		}
-	}()
+		// A change the fence counted keeps its families with Linux until the controller
+		// has read it: wake it, even where a notification will follow.
+		switch netlinkwatchLfpNlClass(binary.NativeEndian.Uint32(b)) {
+		case netlinkwatchLfpNlClassLFP_NL_IPSET:
+			ipsetRead.Reset(ipsetQuiet)
+		case netlinkwatchLfpNlClassLFP_NL_LINK:
+			w.send(ctx, DirtyLinks)
+		case netlinkwatchLfpNlClassLFP_NL_ADDR:
+			w.send(ctx, DirtyAddrs)
+		case netlinkwatchLfpNlClassLFP_NL_ROUTE:
+			w.send(ctx, DirtyRoutes)
+		case netlinkwatchLfpNlClassLFP_NL_NEIGH:
+			w.send(ctx, DirtyNeigh|DirtyFDB)
+		case netlinkwatchLfpNlClassLFP_NL_TC:
+			w.send(ctx, DirtyTC)
+		case netlinkwatchLfpNlClassLFP_NL_NFTABLES:
+			w.send(ctx, DirtyNetfilter)
+		default:
+			w.send(ctx, DirtyAll)
+		}
+	})
 	return nil
 }
 
@@ -154,30 +145,21 @@ func (w *Watcher) watchFDB(ctx context.Context, objs *netlinkwatchObjects) error
 			l.Close()
 		}
 	})
-	go func() {
-		for {
-			rec, err := rd.Read()
-			if err != nil {
-				if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
-					w.fail(fmt.Errorf("bridge FDB watcher: %w", err))
-				}
-				return
-			}
-			var k netlinkwatchLfpFdbKey
-			if len(rec.RawSample) < 10 {
-				continue
-			}
-			k.Bridge = binary.NativeEndian.Uint32(rec.RawSample)
-			copy(k.Mac[:], rec.RawSample[4:10])
-			w.fdbMu.Lock()
-			forgot := w.fdbForgot
-			w.fdbMu.Unlock()
-			if forgot != nil {
-				forgot(int(k.Bridge), net.HardwareAddr(k.Mac[:]))
-			}
-			w.send(ctx, DirtyFDB)
+	w.readRing(ctx, rd, "bridge FDB watcher", func(b []byte) {
+		var k netlinkwatchLfpFdbKey
+		if len(b) < 10 {
+			return
 		}
-	}()
+		k.Bridge = binary.NativeEndian.Uint32(b)
+		copy(k.Mac[:], b[4:10])
+		w.fdbMu.Lock()
+		forgot := w.fdbForgot
+		w.fdbMu.Unlock()
+		if forgot != nil {
+			forgot(int(k.Bridge), net.HardwareAddr(k.Mac[:]))
+		}
+		w.send(ctx, DirtyFDB)
+	})
 	return nil
 }
 
@@ -187,4 +169,22 @@ func (w *Watcher) OnFDBForgotten(fn func(bridge int, mac net.HardwareAddr)) {
 	w.fdbMu.Lock()
 	defer w.fdbMu.Unlock()
 	w.fdbForgot = fn
+}
+
+// readRing hands each record of rd to fn, on a goroutine of its own, until rd is closed; a
+// failure of the ring stops linuxfp (w.fail): without its events the data plane would follow
+// a configuration nobody watches.
+func (w *Watcher) readRing(ctx context.Context, rd *ringbuf.Reader, what string, fn func([]byte)) {
+	go func() {
+		for {
+			rec, err := rd.Read()
+			if err != nil {
+				if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
+					w.fail(fmt.Errorf("%s: %w", what, err))
+				}
+				return
+			}
+			fn(rec.RawSample)
+		}
+	}()
 }

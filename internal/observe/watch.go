@@ -498,35 +498,26 @@ func (w *Watcher) watchSysctls(ctx context.Context, shared map[string]*ebpf.Map)
 			return err
 		}
 		w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
-		go func() {
-			for {
-				rec, err := rd.Read()
-				if err != nil {
-					if !errors.Is(err, os.ErrClosed) && ctx.Err() == nil {
-						w.fail(fmt.Errorf("sysctl events: %w", err))
-					}
-					return
+		w.readRing(ctx, rd, "sysctl events", func(b []byte) {
+			name, _, _ := strings.Cut(string(b), "\x00")
+			if !forwardingSysctl(name) {
+				// Nothing the fast path follows: no read needed, the fence opens at once
+				// (unless a write that matters waits for its read).
+				if n, ack := w.sysctl.seen(false); ack != nil {
+					ack(n)
 				}
-				name, _, _ := strings.Cut(string(rec.RawSample), "\x00")
-				if !forwardingSysctl(name) {
-					// Nothing the fast path follows: no read needed, the fence opens at once
-					// (unless a write that matters waits for its read).
-					if n, ack := w.sysctl.seen(false); ack != nil {
-						ack(n)
-					}
-					continue
-				}
-				// The value is stored after the hook: an apply that starts within sysctlSettle
-				// of it may read the old one, and must not open the fence.
-				w.sysctl.seen(true)
+				return
+			}
+			// The value is stored after the hook: an apply that starts within sysctlSettle
+			// of it may read the old one, and must not open the fence.
+			w.sysctl.seen(true)
+			w.changes.addAll(DirtySysctl)
+			w.send(ctx, DirtySysctl)
+			time.AfterFunc(sysctlSettle, func() {
 				w.changes.addAll(DirtySysctl)
 				w.send(ctx, DirtySysctl)
-				time.AfterFunc(sysctlSettle, func() {
-					w.changes.addAll(DirtySysctl)
-					w.send(ctx, DirtySysctl)
-				})
-			}
-		}()
+			})
+		})
 		w.SysctlMethod = "event: cgroup/sysctl BPF program on the cgroup v2 root"
 		return nil
 	}()
