@@ -46,7 +46,7 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 		case fam == 1:
 			n += " (translated ones: Linux's, IPv6 NAT is not modelled)"
 		case f.PrePost[fam]:
-			n += " (translated ones: Linux's, rules on prerouting or postrouting would see them before or after the translation)"
+			n += " (translated ones: Linux's, a rule on prerouting or postrouting would see them before or after the translation: " + f.PrePostWhy[fam] + ")"
 		default:
 			n += ", translating them as their entry says"
 		}

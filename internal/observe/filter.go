@@ -27,11 +27,13 @@ type FilterState struct {
 	// chains): the conntrack module hands every other packet to Linux.
 	Tracked    [2]bool
 	TrackedWhy [2][]string
-	// PrePost: in the ruleset of established packets, a rule (or drop policy) sits on the
-	// prerouting or postrouting hook. Those see a translated (NAT) connection's packet before
-	// or after its translation, where forward sees it half translated: the fast path
-	// translates only where no such rule exists.
-	PrePost [2]bool
+	// PrePost: in the ruleset of established packets, a rule (or drop policy) on the
+	// prerouting or postrouting hook could act on an established connection's packet
+	// (model.Ruleset.ActsOnEstablished; PrePostWhy names it). Those hooks see a translated
+	// (NAT) connection's packet before or after its translation, where forward sees it half
+	// translated: the fast path translates only where no such rule exists.
+	PrePost    [2]bool
+	PrePostWhy [2]string
 	// Rules counts the family's rules (iptables and nft), for notes.
 	Rules [2]int
 	// CompileTime is how long reading and compiling took; SetsReadTime how long reading the
@@ -89,7 +91,7 @@ func (f *FilterState) compile() {
 	compiles.Add(1)
 	f.usesSets = false
 	for i, rs := range f.rulesets {
-		f.Prog[i], f.Err[i], f.Tracked[i], f.TrackedWhy[i], f.Rules[i], f.PrePost[i] = nil, "", false, nil, 0, false
+		f.Prog[i], f.Err[i], f.Tracked[i], f.TrackedWhy[i], f.Rules[i], f.PrePost[i], f.PrePostWhy[i] = nil, "", false, nil, 0, false, ""
 		if rs == nil {
 			f.Err[i] = "no ruleset read"
 			continue
@@ -104,10 +106,8 @@ func (f *FilterState) compile() {
 			rs = rs.Established()
 		}
 		for _, h := range []model.Hook{model.Prerouting, model.Postrouting} {
-			for _, ch := range rs.Base[h] {
-				if len(ch.Rules) > 0 || ch.Base.Policy == model.PolicyDrop {
-					f.PrePost[i] = true
-				}
+			if why := rs.ActsOnEstablished(h); why != "" && f.PrePostWhy[i] == "" {
+				f.PrePost[i], f.PrePostWhy[i] = true, why
 			}
 		}
 		p, err := compile.Compile(rs, f.sets)

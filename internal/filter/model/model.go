@@ -577,3 +577,85 @@ func (rs *Ruleset) Established() *Ruleset {
 	}
 	return out
 }
+
+// ActsOnEstablished says what, on hook h, could act on a packet of an established connection
+// (ct state established or related: the packets the conntrack module translates), or "" when
+// nothing could. rs is the Established view. A prerouting or postrouting rule sees a translated
+// packet before or after its translation, where the fast path sees it only once; it matters only
+// if it can match such a packet and then do something other than let it through. So a rule does
+// not count when one of its conntrack state matches excludes those states (kube-proxy's `ct state
+// new jump firewall-check`), or when its verdict is continue (a counter), accept or return; a
+// jump or goto counts when its target chain has a rule that counts. Everything else counts:
+// another verdict (drop, a Linux verdict), a match with side effects, a jump to a chain that
+// does not exist or too deep, and a drop policy.
+func (rs *Ruleset) ActsOnEstablished(h Hook) string {
+	memo := map[established]string{}
+	for _, ch := range rs.Base[h] {
+		states := CtEstablished | CtRelated
+		switch before, unsure := CtBefore(h, ch.Base.Priority); {
+		case before:
+			states = CtInvalid // no conntrack entry yet (see CtBefore)
+		case unsure:
+			states |= CtInvalid
+		}
+		if why := rs.actsOnEstablished(ch, states, 0, memo); why != "" {
+			return why
+		}
+		if ch.Base.Policy == PolicyDrop {
+			return "policy drop of " + ch.Key.String()
+		}
+	}
+	return ""
+}
+
+// established is a chain as seen by packets in one of states (ActsOnEstablished).
+type established struct {
+	chain  *Chain
+	states uint8
+}
+
+// maxJumpDepth bounds the jumps ActsOnEstablished follows (nf_tables refuses loops, and a
+// jump stack deeper than NFT_JUMP_STACK_SIZE).
+const maxJumpDepth = 64
+
+func (rs *Ruleset) actsOnEstablished(ch *Chain, states uint8, depth int, memo map[established]string) string {
+	key := established{ch, states}
+	if why, ok := memo[key]; ok {
+		return why
+	}
+	why := ""
+rules:
+	for _, r := range ch.Rules {
+		for _, m := range r.Matches {
+			switch m := m.(type) {
+			case CtState:
+				if m.Invert && states&^m.States == 0 || !m.Invert && states&m.States == 0 {
+					continue rules // the rule cannot match: nft stops at this match
+				}
+			case Unknown:
+				if m.SideEffect {
+					why = r.ID.String() + " (" + m.What + ")"
+					break rules
+				}
+			}
+		}
+		switch r.Verdict.Kind {
+		case Continue, Accept, Return:
+			continue
+		case Jump, Goto:
+			target := rs.Lookup(ch.Key, r.Verdict.Chain)
+			if target == nil || depth >= maxJumpDepth {
+				why = r.ID.String() + " (" + r.Verdict.String() + ")"
+				break rules
+			}
+			if why = rs.actsOnEstablished(target, states, depth+1, memo); why != "" {
+				break rules
+			}
+			continue
+		}
+		why = r.ID.String() + " (" + r.Verdict.String() + ")"
+		break
+	}
+	memo[key] = why
+	return why
+}
