@@ -53,7 +53,7 @@ the rates are over the interval.`,
 				fetch: func() (*status.Status, error) {
 					st, err := client.Status()
 					if errors.Is(err, status.ErrNotRunning) && netns != "" {
-						err = fmt.Errorf("linuxfp is not running in network namespace %s: %w", netns, err)
+						err = notRunningIn(netns)
 					}
 					return st, err
 				},
@@ -74,6 +74,14 @@ the rates are over the interval.`,
 	f.Lookup("watch").NoOptDefVal = "1s"
 	return cmd
 }
+
+// notRunningIn is status.ErrNotRunning said of the namespace -n named.
+type notRunningIn string
+
+func (n notRunningIn) Error() string {
+	return "linuxfp is not running in network namespace " + string(n)
+}
+func (n notRunningIn) Unwrap() error { return status.ErrNotRunning }
 
 // statusRun is one `linuxfp status`: a report, or with --watch one per interval.
 type statusRun struct {
