@@ -1,45 +1,220 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/status"
 )
 
 func statusCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		stats  bool
+		netns  string
+		watch  time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show what is installed where, why, and the counters",
-		Args:  cobra.NoArgs,
+		Long: `Show what is installed where, why, and the counters.
+
+-n NETNS asks the linuxfp of another network namespace (a name under /run/netns, as ip netns
+makes them, or a path such as /proc/PID/ns/net). -s reads the status twice, an interval apart,
+and shows packets per second beside each counter (with -j: "rates" per interface, and
+"rates_interval_seconds"). --watch[=INTERVAL] (default 1s) redraws until interrupted; with -s
+the rates are over the interval.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := status.NewClient().Status()
-			if err != nil {
-				return err
+			client := status.NewClient()
+			if netns != "" {
+				var err error
+				if client, err = status.NewClientInNetns(netns); err != nil {
+					return err
+				}
 			}
-			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r := &statusRun{
+				fetch: func() (*status.Status, error) {
+					st, err := client.Status()
+					if errors.Is(err, status.ErrNotRunning) && netns != "" {
+						err = notRunningIn(netns)
+					}
+					return st, err
+				},
+				out:      os.Stdout,
+				json:     asJSON,
+				stats:    stats,
+				watch:    watch,
+				terminal: isTerminal(os.Stdout),
 			}
-			printStatus(os.Stdout, st)
-			return nil
+			return r.run(ctx)
 		},
 	}
-	cmd.Flags().BoolVarP(&asJSON, "json", "j", false, "JSON output")
+	f := cmd.Flags()
+	f.BoolVarP(&asJSON, "json", "j", false, "JSON output")
+	f.StringVarP(&netns, "netns", "n", "", "the linuxfp of this network namespace (a name under /run/netns, as ip -n takes)")
+	f.BoolVarP(&stats, "stats", "s", false, "packets per second beside the counters (two readings an interval apart: 1s, or the --watch interval)")
+	f.DurationVar(&watch, "watch", 0, "redraw every INTERVAL until interrupted (--watch alone: 1s; give it as --watch=2s)")
+	f.Lookup("watch").NoOptDefVal = "1s"
 	return cmd
 }
 
-func printStatus(w io.Writer, st *status.Status) {
+// notRunningIn is status.ErrNotRunning said of the namespace -n named.
+type notRunningIn string
+
+func (n notRunningIn) Error() string {
+	return "linuxfp is not running in network namespace " + string(n)
+}
+func (n notRunningIn) Unwrap() error { return status.ErrNotRunning }
+
+// statusRun is one `linuxfp status`: a report, or with --watch one per interval.
+type statusRun struct {
+	fetch    func() (*status.Status, error)
+	out      io.Writer
+	json     bool
+	stats    bool
+	watch    time.Duration
+	terminal bool
+	now      func() time.Time // time.Now; tests set it
+}
+
+// statusJSON is the -j output: the status as the controller serves it, each interface with its
+// rates when -s asks for them.
+type statusJSON struct {
+	*status.Status
+	RatesInterval float64         `json:"rates_interval_seconds,omitempty"`
+	Interfaces    []interfaceJSON `json:"interfaces"`
+}
+
+type interfaceJSON struct {
+	status.Interface
+	Rates *rates `json:"rates,omitempty"`
+}
+
+func (r *statusRun) run(ctx context.Context) error {
+	interval := r.watch
+	if interval <= 0 {
+		interval = time.Second
+	}
+	now := r.now
+	if now == nil {
+		now = time.Now
+	}
+	var prev *status.Status
+	var prevAt time.Time
+	wait := func() bool {
+		t := time.NewTimer(interval)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	shown := 0
+	for {
+		st, err := r.fetch()
+		at := now()
+		switch {
+		case err != nil && r.watch <= 0:
+			return err
+		case err != nil:
+			// As watch(1) shows a failing command's error and goes on: linuxfp may be
+			// restarting.
+			r.show(shown, func(w io.Writer) error { _, err := fmt.Fprintf(w, "linuxfp status: %v\n", err); return err })
+			shown++
+			prev = nil
+		case r.stats && prev == nil:
+			// The first reading only starts the interval of the first rates.
+			prev, prevAt = st, at
+		default:
+			var rs map[int]rates
+			var dt time.Duration
+			if r.stats {
+				dt = at.Sub(prevAt)
+				rs = computeRates(prev, st, dt)
+			}
+			if err := r.show(shown, func(w io.Writer) error { return r.render(w, st, rs, dt) }); err != nil {
+				return err
+			}
+			shown++
+			prev, prevAt = st, at
+			if r.watch <= 0 {
+				return nil
+			}
+		}
+		if !wait() {
+			return nil
+		}
+	}
+}
+
+// show writes the report numbered n (from 0): over the previous one on a terminal, after a blank line
+// otherwise (a log, a pipe).
+func (r *statusRun) show(n int, render func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := render(&b); err != nil {
+		return err
+	}
+	switch {
+	case r.watch > 0 && r.terminal:
+		// Cursor home, clear the screen: the report is drawn whole, so it does not flicker
+		// line by line.
+		io.WriteString(r.out, "\x1b[H\x1b[2J")
+	case n > 0:
+		io.WriteString(r.out, "\n")
+	}
+	_, err := r.out.Write(b.Bytes())
+	return err
+}
+
+func (r *statusRun) render(w io.Writer, st *status.Status, rs map[int]rates, dt time.Duration) error {
+	if r.json {
+		out := statusJSON{Status: st, Interfaces: []interfaceJSON{}}
+		if r.stats {
+			out.RatesInterval = dt.Seconds()
+		}
+		for _, it := range st.Interfaces {
+			ij := interfaceJSON{Interface: it}
+			if v, ok := rs[it.Ifindex]; ok {
+				ij.Rates = &v
+			}
+			out.Interfaces = append(out.Interfaces, ij)
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	printStatus(w, st, rs, r.stats, dt)
+	return nil
+}
+
+// isTerminal: f is a terminal (TCGETS answers).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// printStatus writes the report; withRates (-s) puts each interface's packets per second over dt
+// beside its counters (rs, by ifindex; an interface with a program but no rate shows "?").
+func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates bool, dt time.Duration) {
 	fmt.Fprintf(w, "linuxfp pid %d, up %s, hook %s, netfilter %s\n", st.PID,
 		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
 	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)
@@ -81,6 +256,9 @@ func printStatus(w io.Writer, st *status.Status) {
 		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",
 			st.FDBEntries, st.FDBRefreshes)
 	}
+	if withRates {
+		fmt.Fprintf(w, "rates: packets per second over the last %s\n", dt.Round(time.Millisecond))
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "INTERFACE\tMASTER\tHOOK\tPROGRAM\tGRAPH\tINSTALLED\tROUTED\tBRIDGED\tDROPPED\tTO LINUX\tEGRESS")
@@ -89,15 +267,24 @@ func printStatus(w io.Writer, st *status.Status) {
 		if p := it.Program; p != nil {
 			hook = p.Hook
 			prog = fmt.Sprint(p.ID)
-			graph = strings.Join(p.Modules, ">")
+			graph = strings.Join(graphModules(st, &it), ">")
 			if len(p.Families) > 0 {
 				graph += "(" + strings.Join(p.Families, ",") + ")"
 			}
 			inst = p.InstalledAt.Format("15:04:05.000")
 		}
-		var passed uint64
-		for _, c := range it.Passed {
-			passed += c.Packets
+		t := interfaceTotals(&it)
+		rate, ok := rs[it.Ifindex]
+		cell := func(total uint64, r float64) string {
+			switch {
+			case withRates && !ok && it.Program == nil:
+				// Nothing counts for it: no rate to give.
+				return fmt.Sprint(total)
+			case withRates && !ok:
+				// Its program was replaced between the readings, say (see computeRates).
+				return fmt.Sprintf("%d (?)", total)
+			}
+			return counterCell(total, r, withRates)
 		}
 		var egress []string
 		if it.Egress {
@@ -116,8 +303,9 @@ func printStatus(w io.Writer, st *status.Status) {
 		if master == "" {
 			master = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", it.Name, master, hook, prog, graph, inst,
-			it.Forwarded.Packets+it.Encapsulated.Packets, it.Bridged.Packets, it.Dropped.Packets, passed, strings.Join(egress, ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Name, master, hook, prog, graph, inst,
+			cell(t.routed, rate.Routed), cell(t.bridged, rate.Bridged), cell(t.dropped, rate.Dropped), cell(t.toLinux, rate.ToLinux),
+			strings.Join(egress, ","))
 	}
 	tw.Flush()
 	for _, it := range st.Interfaces {

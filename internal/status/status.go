@@ -11,9 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
 // SocketName is the abstract unix socket ("@linuxfp") of the controller of this namespace.
@@ -185,7 +191,7 @@ func (c *Client) get(path string, v any) error {
 	resp, err := c.hc.Get("http://linuxfp" + path)
 	if err != nil {
 		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
+		if errors.As(err, &op) && op.Op == "dial" && !errors.Is(err, ErrNoNetns) {
 			return ErrNotRunning
 		}
 		return err
@@ -218,4 +224,50 @@ type FilterRule struct {
 	Family  string  `json:"family"`
 	Rule    string  `json:"rule"`
 	Counter Counter `json:"counter"`
+}
+
+// ErrNoNetns: no network namespace of that name (ip netns add makes them under /run/netns).
+var ErrNoNetns = errors.New("no such network namespace")
+
+// NewClientInNetns returns a client for the controller of the network namespace name, as `ip -n`
+// finds it: a name under /run/netns (a path, /proc/PID/ns/net say, when it has a slash). Each
+// dial enters the namespace on a locked OS thread, creates the socket there (an abstract socket
+// belongs to the namespace its socket was created in) and returns the thread.
+func NewClientInNetns(name string) (*Client, error) {
+	open := func() (netns.NsHandle, error) {
+		var h netns.NsHandle
+		var err error
+		if strings.ContainsRune(name, '/') {
+			h, err = netns.GetFromPath(name)
+		} else {
+			h, err = netns.GetFromName(name)
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return h, fmt.Errorf("network namespace %s: %w (ip netns list shows those there are)", name, ErrNoNetns)
+		}
+		if err != nil {
+			return h, fmt.Errorf("open network namespace %s: %w", name, err)
+		}
+		return h, nil
+	}
+	h, err := open()
+	if err != nil {
+		return nil, err
+	}
+	h.Close()
+	return NewClientWithDialer(func(ctx context.Context) (net.Conn, error) {
+		h, err := open()
+		if err != nil {
+			return nil, err
+		}
+		defer h.Close()
+		var c net.Conn
+		err = nsutil.Do(h, func() error {
+			var d net.Dialer
+			var err error
+			c, err = d.DialContext(ctx, "unix", SocketName)
+			return err
+		})
+		return c, err
+	}), nil
 }
