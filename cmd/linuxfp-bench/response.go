@@ -23,7 +23,11 @@ bridge fdb add, brctl delif), the time from the
 command's netlink event to the data plane reflecting it, and from the command's exit to the first
 packet that depends on it being fast-pathed. p50/p99/max over --repeats changes each. Then, as a
 baseline, the routed commands again with Linux alone: from the command's exit to the first packet
-delivered through the DUT (--no-linux skips it).`,
+delivered through the DUT (--no-linux skips it). Last, commands that forbid a stream (iptables -A
+... -j DROP, ipset add to a set a DROP rule matches, ip route replace blackhole) with linuxfp and
+then Linux alone: the stream's packets the sink counted after the command returned (want 0, as
+with Linux alone), and how long linuxfp's fence held the family on Linux's path (--no-after
+skips them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := linuxfpBinary()
@@ -39,6 +43,8 @@ delivered through the DUT (--no-linux skips it).`,
 	cmd.Flags().IntVar(&o.Repeats, "repeats", 50, "changes per command")
 	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "run only these commands (e.g. \"ip route add\")")
 	cmd.Flags().BoolVar(&o.NoLinux, "no-linux", false, "skip the Linux-alone baseline (the routed commands again without linuxfp)")
+	cmd.Flags().BoolVar(&o.NoAfter, "no-after", false, "skip the commands that forbid a stream, counted after their return")
+	cmd.Flags().IntVar(&o.AfterRepeats, "after-repeats", 10, "samples per command counted after its return")
 	cmd.Flags().StringVar(&o.LinuxfpLog, "linuxfp-log", "", "write linuxfp's debug log of the run to this file (what each change did and how long its steps took)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd

@@ -40,6 +40,10 @@ type ResponseOptions struct {
 	// LinuxfpLog: a file for linuxfp's own debug log of the run (what it changed, and how long
 	// each step took); empty for none.
 	LinuxfpLog string
+	// NoAfter skips the commands that forbid a stream, counted after their return (see
+	// response_after.go); AfterRepeats is their samples per command (default 10).
+	NoAfter      bool
+	AfterRepeats int
 }
 
 // ResponseResult is one command's distribution.
@@ -55,6 +59,9 @@ type ResponseResult struct {
 	// Verifying: samples in which linuxfp had the kernel verify a program (a kind of program no
 	// interface had yet); in the others it reused a verified one or changed only maps.
 	Verifying int `json:"samples_verifying"`
+	// After: for a command that forbids a stream, the stream's packets the sink counted after
+	// the command returned. A command measured only so has Samples 0.
+	After *AfterReturn `json:"after_return,omitempty"`
 }
 
 // Distribution summarises samples in milliseconds.
@@ -322,6 +329,9 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	if o.Repeats == 0 {
 		o.Repeats = 50
 	}
+	if o.AfterRepeats == 0 {
+		o.AfterRepeats = 10
+	}
 	tb, err := testbed.New("lfp-resp", testbed.Options{})
 	if err != nil {
 		return err
@@ -372,6 +382,42 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 			return ctx.Err()
 		}
 	}
+	var after []afterCase
+	if !o.NoAfter {
+		for _, c := range afterCases() {
+			if len(o.Only) == 0 || containsString(o.Only, c.name) {
+				after = append(after, c)
+			}
+		}
+	}
+	if len(after) > 0 && ctx.Err() == nil {
+		sk, err := attachSink(rc.tb.Sink, "eth0")
+		if err != nil {
+			return err
+		}
+		st, err := rc.client.Status()
+		if err != nil {
+			sk.Close()
+			return err
+		}
+		for _, c := range after {
+			pa, held, fenced, notes, err := rc.measureAfter(ctx, c, o.AfterRepeats, sk, rc.client)
+			if err != nil {
+				sk.Close()
+				return fmt.Errorf("%s, after its return: %w\nlinuxfp log:\n%s", c.name, err, lastLines(l.Log.String(), 30))
+			}
+			ar := &AfterReturn{Samples: o.AfterRepeats, Linuxfp: pa, FencedPackets: fenced, Notes: notes}
+			if !st.FenceWatch {
+				ar.Notes = append(ar.Notes, "linuxfp's fence is off here")
+			}
+			if len(held) > 0 {
+				d := distribution(held)
+				ar.Fence = &d
+			}
+			results = withAfter(results, c.name, ar)
+		}
+		sk.Close()
+	}
 	if !o.NoLinux && ctx.Err() == nil {
 		// The baseline: the same routed commands with Linux alone.
 		if err := l.Stop(); err != nil {
@@ -389,19 +435,74 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 				results[i].LinuxExitToDelivered = &d
 			}
 		}
+		if len(after) > 0 {
+			sk, err := attachSink(rc.tb.Sink, "eth0")
+			if err != nil {
+				return err
+			}
+			for _, c := range after {
+				pa, _, _, _, err := rc.measureAfter(ctx, c, o.AfterRepeats, sk, nil)
+				if err != nil {
+					sk.Close()
+					return fmt.Errorf("%s, after its return, Linux alone: %w", c.name, err)
+				}
+				for i := range results {
+					if results[i].Command == c.name && results[i].After != nil {
+						results[i].After.Linux = &pa
+					}
+				}
+			}
+			sk.Close()
+		}
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
 	}
-	fmt.Fprintf(w, "Response time (paper Table VI: 0.5-1.0 s), %d changes per command, ms\n", o.Repeats)
+	writeResponse(w, results, o.Repeats)
+	return nil
+}
+
+// withAfter gives the result of command name (a new one, if it was not measured otherwise) ar.
+func withAfter(results []ResponseResult, name string, ar *AfterReturn) []ResponseResult {
+	for i := range results {
+		if results[i].Command == name {
+			results[i].After = ar
+			return results
+		}
+	}
+	return append(results, ResponseResult{Command: name, After: ar})
+}
+
+// writeResponse writes the tables of RunResponse.
+func writeResponse(w io.Writer, results []ResponseResult, repeats int) {
+	var notes []string
+	timed := 0
+	for _, r := range results {
+		if r.Samples > 0 {
+			timed++
+		}
+	}
+	if timed > 0 {
+		writeResponseTimes(w, results, repeats, &notes)
+	}
+	writeAfter(w, results, &notes)
+	for _, n := range notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+}
+
+func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, notes *[]string) {
+	fmt.Fprintf(w, "Response time (paper Table VI: 0.5-1.0 s), %d changes per command, ms\n", repeats)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "command\tevent->dataplane p50\tp99\tmax\texit->fast path p50\tp99\tmax\tverifying\t")
-	var notes []string
 	for _, r := range results {
+		if r.Samples == 0 {
+			continue
+		}
 		if r.ExitToFastNote != "" {
-			notes = append(notes, r.Command+": "+r.ExitToFastNote)
+			*notes = append(*notes, r.Command+": "+r.ExitToFastNote)
 		}
 		fast := "-\t-\t-"
 		if r.ExitToFast != nil {
@@ -430,10 +531,6 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 		}
 		tw.Flush()
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, "note:", n)
-	}
-	return nil
 }
 
 func containsString(l []string, s string) bool {

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// responseLines is w's output with each line's runs of spaces made one.
+func responseLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return lines
+}
+
+func TestResponseAfterReport(t *testing.T) {
+	var pa PacketsAfter
+	for _, n := range []uint64{0, 3, 0, 1} {
+		pa.add(n)
+	}
+	if pa != (PacketsAfter{Total: 4, MaxSample: 3, SamplesWith: 2}) {
+		t.Errorf("packets after %+v, want 4 in all, 3 at most, in 2 samples", pa)
+	}
+
+	fence := &Distribution{P50: 2.5, P99: 4.25, Max: 4.25}
+	results := []ResponseResult{
+		{Command: "ip route add", Samples: 5, EventToDP: Distribution{P50: 2, P99: 3, Max: 3}},
+		{Command: "iptables -A FORWARD -d ... -j DROP", Samples: 5, EventToDP: Distribution{P50: 2, P99: 3, Max: 3}},
+	}
+	results = withAfter(results, "iptables -A FORWARD -d ... -j DROP", &AfterReturn{Samples: 4,
+		Linuxfp: PacketsAfter{}, Linux: &PacketsAfter{}, Fence: fence, FencedPackets: 120})
+	results = withAfter(results, "ip route replace blackhole", &AfterReturn{Samples: 4,
+		Linuxfp: pa, Linux: &PacketsAfter{Total: 1, MaxSample: 1, SamplesWith: 1}, Fence: fence, FencedPackets: 80})
+	results = withAfter(results, "ipset add", &AfterReturn{Samples: 4,
+		Notes: []string{"4 of 4 samples: no family fenced at the command's exit (or still after 3s)"}})
+	if len(results) != 4 || results[1].After == nil || results[1].Samples != 5 {
+		t.Fatalf("withAfter: %+v, want the timed command's result to carry it and two results more", results)
+	}
+
+	var b bytes.Buffer
+	writeResponse(&b, results, 5)
+	out := b.String()
+	lines := responseLines(out)
+	has := func(want string) {
+		t.Helper()
+		for _, l := range lines {
+			if l == want {
+				return
+			}
+		}
+		t.Errorf("no line %q in:\n%s", want, out)
+	}
+	has("Response time (paper Table VI: 0.5-1.0 s), 5 changes per command, ms")
+	has("iptables -A FORWARD -d ... -j DROP 2.00 3.00 3.00 - - - 0")
+	has("command Linux alone after exit max/sample linuxfp after exit max/sample fence held p50 p99 max fenced packets")
+	has("iptables -A FORWARD -d ... -j DROP 0 0 0 0 2.50 4.25 4.25 120")
+	has("ip route replace blackhole 1 1 4 3 2.50 4.25 4.25 80")
+	has("ipset add - - 0 0 - - - 0")
+	has("! ip route replace blackhole: the sink counted 4 packets after the command returned with linuxfp, in 2 of 4 samples (Linux alone: 1)")
+	has("note: ipset add (after its return): 4 of 4 samples: no family fenced at the command's exit (or still after 3s)")
+	if strings.Contains(out, "! iptables") || strings.Contains(out, "! ipset") {
+		t.Errorf("flagged a command with no packet after its return:\n%s", out)
+	}
+	// The commands measured only after their return have no row among the times.
+	if i := strings.Index(out, "After the command returns"); i < 0 || strings.Contains(out[:i], "blackhole") || strings.Contains(out[:i], "ipset add") {
+		t.Errorf("a command not timed has a row among the times:\n%s", out)
+	}
+
+	// Only commands counted after their return: no empty table of times.
+	b.Reset()
+	writeResponse(&b, results[2:], 5)
+	if strings.Contains(b.String(), "Response time") || !strings.Contains(b.String(), "After the command returns") {
+		t.Errorf("after-only run:\n%s", b.String())
+	}
+
+	j, err := json.Marshal(results[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{`"after_return":{"samples":4`, `"linuxfp":{"total":4,"max_sample":3,"samples_with_any":2}`,
+		`"linux":{"total":1`, `"fence_held_ms":{"p50":2.5`, `"fenced_packets":80`} {
+		if !strings.Contains(string(j), f) {
+			t.Errorf("JSON has no %s: %s", f, j)
+		}
+	}
+}
