@@ -25,7 +25,8 @@ type AfterReturn struct {
 	Linuxfp PacketsAfter  `json:"linuxfp"`
 	Linux   *PacketsAfter `json:"linux,omitempty"`
 	// Fence: from the command's exit until linuxfp's status no longer listed a family as fenced
-	// (polled), over the samples in which it did at the exit; FencedPackets: in0's packets passed
+	// (polled), over the samples in which the fence held (a family listed, or in0 passed
+	// packets as fenced); FencedPackets: in0's packets passed
 	// to Linux as `fenced` meanwhile, summed over the samples.
 	Fence         *Distribution `json:"fence_held_ms,omitempty"`
 	FencedPackets uint64        `json:"fenced_packets"`
@@ -136,12 +137,10 @@ func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk 
 			stop()
 			return pa, nil, 0, nil, err
 		}
+		var heldFor time.Duration
+		seen := false
 		if client != nil {
-			if d, ok := fenceHeld(client, exit); ok {
-				held = append(held, d)
-			} else {
-				noFence++
-			}
+			heldFor, seen = fenceHeld(client, exit)
 		}
 		time.Sleep(afterSettle)
 		stop()
@@ -152,7 +151,15 @@ func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk 
 		}
 		pa.add(after.Packets - atExit.Packets)
 		if client != nil {
-			fenced += rc.fencedCount(client) - fencedBase
+			// The status may answer only once the apply is done: in0's fenced packets show the
+			// fence held then as well.
+			got := rc.fencedCount(client) - fencedBase
+			fenced += got
+			if (seen || got > 0) && heldFor > 0 {
+				held = append(held, heldFor)
+			} else {
+				noFence++
+			}
 		}
 		if err := rc.dutScript(c.undo); err != nil {
 			return pa, nil, 0, nil, err
@@ -163,27 +170,27 @@ func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk 
 		notes = append(notes, fmt.Sprintf("%d of %d samples: in0 fast-pathed none of the stream before the command", noFast, n))
 	}
 	if noFence > 0 {
-		notes = append(notes, fmt.Sprintf("%d of %d samples: no family fenced at the command's exit (or still after %s)", noFence, n, responseWait))
+		notes = append(notes, fmt.Sprintf("%d of %d samples: neither a family listed fenced nor a packet fenced after the command (or the fence still closed after %s)", noFence, n, responseWait))
 	}
 	return pa, held, fenced, notes, nil
 }
 
 // fenceHeld polls linuxfp's status from exit until it lists no fenced family: how long after
-// exit that was. False if the first poll already found none (the fence never seen) or it did
-// not open within responseWait.
+// exit that was (0 if the fence did not open within responseWait), and whether a poll saw a
+// family fenced.
 func fenceHeld(client *status.Client, exit time.Time) (time.Duration, bool) {
 	seen := false
 	for time.Now().Before(exit.Add(responseWait)) {
 		st, err := client.Status()
 		if err != nil {
-			return 0, false
+			return 0, seen
 		}
 		if len(st.Fenced) == 0 {
 			return time.Since(exit), seen
 		}
 		seen = true
 	}
-	return 0, false
+	return 0, seen
 }
 
 // fencedCount is in0's packets passed to Linux as `fenced`.
