@@ -28,6 +28,7 @@ type statusCLI struct {
 			ToLinux float64 `json:"to_linux"`
 		} `json:"rates"`
 	} `json:"interfaces"`
+	Version string `json:"version"`
 }
 
 // linuxfpStatus runs the binary's status command from this (the root) network namespace.
@@ -52,6 +53,10 @@ func TestStatusCLIOtherNamespace(t *testing.T) {
 	waitFastPath(t, tb, l, "198.18.1.2")
 
 	st, out := linuxfpStatus(t, "-n", tb.DUT.Name, "-j")
+	// The daemon says which build it is (a test build: "dev").
+	if st.Version == "" {
+		t.Errorf("status names no version:\n%s", out)
+	}
 	in0 := -1
 	for i, it := range st.Interfaces {
 		if it.Name == "in0" {

@@ -215,6 +215,9 @@ func isTerminal(f *os.File) bool {
 // printStatus writes the report; withRates (-s) puts each interface's packets per second over dt
 // beside its counters (rs, by ifindex; an interface with a program but no rate shows "?").
 func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates bool, dt time.Duration) {
+	if st.Version != "" {
+		fmt.Fprintf(w, "linuxfp %s (%s)\n", st.Version, st.Commit)
+	}
 	fmt.Fprintf(w, "linuxfp pid %d, up %s, hook %s, netfilter %s\n", st.PID,
 		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
 	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)

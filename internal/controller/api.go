@@ -46,6 +46,8 @@ func (c *Controller) status() *status.Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &status.Status{
+		Version:     c.cfg.Metrics.Version,
+		Commit:      c.cfg.Metrics.Commit,
 		PID:         os.Getpid(),
 		StartedAt:   c.started,
 		HookOption:  string(c.cfg.Options.Hook),

@@ -33,6 +33,9 @@ var ErrNotAllowed = errors.New("linuxfp's status needs root or CAP_NET_ADMIN")
 
 // Status is the answer to GET /v1/status.
 type Status struct {
+	// Version and Commit: the running daemon's build (linuxfp version).
+	Version     string    `json:"version,omitempty"`
+	Commit      string    `json:"commit,omitempty"`
 	PID         int       `json:"pid"`
 	StartedAt   time.Time `json:"started_at"`
 	HookOption  string    `json:"hook_option"`
