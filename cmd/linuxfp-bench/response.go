@@ -27,7 +27,10 @@ delivered through the DUT (--no-linux skips it). Last, commands that forbid a st
 ... -j DROP, ipset add to a set a DROP rule matches, ip route replace blackhole) with linuxfp and
 then Linux alone: the stream's packets the sink counted after the command returned (want 0, as
 with Linux alone), and how long linuxfp's fence held the family on Linux's path (--no-after
-skips them).`,
+skips them). Then a stream whose path nothing changes, while --churn-rates unrelated changes per
+second (ip route replace of other prefixes, ipset add/del in a set no rule uses, iptables -A/-D
+FORWARD ... -j ACCEPT for other addresses) are made for --churn-seconds each: the share of its
+packets in0 fast-pathed, the share fenced, linuxfp's CPU (--no-churn skips it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := linuxfpBinary()
@@ -45,6 +48,9 @@ skips them).`,
 	cmd.Flags().BoolVar(&o.NoLinux, "no-linux", false, "skip the Linux-alone baseline (the routed commands again without linuxfp)")
 	cmd.Flags().BoolVar(&o.NoAfter, "no-after", false, "skip the commands that forbid a stream, counted after their return")
 	cmd.Flags().IntVar(&o.AfterRepeats, "after-repeats", 10, "samples per command counted after its return")
+	cmd.Flags().BoolVar(&o.NoChurn, "no-churn", false, "skip the stream measured while unrelated changes are made")
+	cmd.Flags().IntSliceVar(&o.ChurnRates, "churn-rates", []int{10, 100, 1000}, "unrelated changes per second, one window each")
+	cmd.Flags().Float64Var(&o.ChurnSeconds, "churn-seconds", 3, "seconds per churn window")
 	cmd.Flags().StringVar(&o.LinuxfpLog, "linuxfp-log", "", "write linuxfp's debug log of the run to this file (what each change did and how long its steps took)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	return cmd

@@ -44,6 +44,11 @@ type ResponseOptions struct {
 	// response_after.go); AfterRepeats is their samples per command (default 10).
 	NoAfter      bool
 	AfterRepeats int
+	// NoChurn skips the unrelated churn (see response_churn.go): ChurnRates changes per second
+	// (default 10, 100, 1000), each for ChurnSeconds (default 3 s).
+	NoChurn      bool
+	ChurnRates   []int
+	ChurnSeconds float64
 }
 
 // ResponseResult is one command's distribution.
@@ -62,6 +67,8 @@ type ResponseResult struct {
 	// After: for a command that forbids a stream, the stream's packets the sink counted after
 	// the command returned. A command measured only so has Samples 0.
 	After *AfterReturn `json:"after_return,omitempty"`
+	// Churn: for ChurnCommand, one window per rate of unrelated changes.
+	Churn []ChurnResult `json:"churn,omitempty"`
 }
 
 // Distribution summarises samples in milliseconds.
@@ -332,6 +339,12 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	if o.AfterRepeats == 0 {
 		o.AfterRepeats = 10
 	}
+	if len(o.ChurnRates) == 0 {
+		o.ChurnRates = []int{10, 100, 1000}
+	}
+	if o.ChurnSeconds == 0 {
+		o.ChurnSeconds = 3
+	}
 	tb, err := testbed.New("lfp-resp", testbed.Options{})
 	if err != nil {
 		return err
@@ -418,6 +431,13 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 		}
 		sk.Close()
 	}
+	if !o.NoChurn && ctx.Err() == nil && (len(o.Only) == 0 || containsString(o.Only, ChurnCommand)) {
+		rows, err := rc.measureChurn(ctx, o.ChurnRates, time.Duration(o.ChurnSeconds*float64(time.Second)))
+		if err != nil {
+			return fmt.Errorf("%s: %w\nlinuxfp log:\n%s", ChurnCommand, err, lastLines(l.Log.String(), 30))
+		}
+		results = append(results, ResponseResult{Command: ChurnCommand, Churn: rows})
+	}
 	if !o.NoLinux && ctx.Err() == nil {
 		// The baseline: the same routed commands with Linux alone.
 		if err := l.Stop(); err != nil {
@@ -488,6 +508,7 @@ func writeResponse(w io.Writer, results []ResponseResult, repeats int) {
 		writeResponseTimes(w, results, repeats, &notes)
 	}
 	writeAfter(w, results, &notes)
+	writeChurn(w, results)
 	for _, n := range notes {
 		fmt.Fprintln(w, "note:", n)
 	}

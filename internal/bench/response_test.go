@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // responseLines is w's output with each line's runs of spaces made one.
@@ -85,5 +87,67 @@ func TestResponseAfterReport(t *testing.T) {
 		if !strings.Contains(string(j), f) {
 			t.Errorf("JSON has no %s: %s", f, j)
 		}
+	}
+}
+
+func TestResponseChurnReport(t *testing.T) {
+	rows := []ChurnResult{
+		{Rate: 10, Achieved: 10, Changes: 20, Seconds: 2, Forwarded: 900, Passed: 100, Fenced: 80, Delivered: 1000, CPU: 0.1},
+		{Rate: 1000, Achieved: 312.4, Changes: 625, Seconds: 2, Forwarded: 0, Passed: 500, Fenced: 500, Delivered: 498, CPU: 1.5, Errors: 2},
+	}
+	if rows[0].FastShare() != 0.9 || rows[0].FencedShare() != 0.08 || (ChurnResult{}).FastShare() != 0 {
+		t.Errorf("shares %v %v, want 0.9 and 0.08, and 0 of no packet", rows[0].FastShare(), rows[0].FencedShare())
+	}
+	results := []ResponseResult{
+		{Command: "ip route add", Samples: 5, EventToDP: Distribution{P50: 2, P99: 3, Max: 3}},
+		{Command: ChurnCommand, Churn: rows},
+	}
+	var b bytes.Buffer
+	writeResponse(&b, results, 5)
+	out := b.String()
+	lines := responseLines(out)
+	has := func(want string) {
+		t.Helper()
+		for _, l := range lines {
+			if l == want {
+				return
+			}
+		}
+		t.Errorf("no line %q in:\n%s", want, out)
+	}
+	has("changes/s achieved seconds in0 packets fast-pathed fenced delivered linuxfp CPU errors")
+	has("10 10 2.0 1000 90.0% 8.0% 1000 5% 0")
+	has("1000 312 2.0 500 0.0% 100.0% 498 75% 2")
+	// The churn has no row among the times.
+	if i := strings.Index(out, "Unrelated churn"); i < 0 || strings.Contains(out[:i], ChurnCommand) {
+		t.Errorf("churn missing or among the times:\n%s", out)
+	}
+
+	j, err := json.Marshal(results[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{`"command":"unrelated churn"`, `"churn":[{"rate":10,"achieved_rate":10,"changes":20,"seconds":2`,
+		`"forwarded":900,"passed":100,"fenced":80,"delivered":1000,"linuxfp_cpu_s":0.1}`, `"errors":2`} {
+		if !strings.Contains(string(j), f) {
+			t.Errorf("JSON has no %s: %s", f, j)
+		}
+	}
+}
+
+// procCPU counts this process's CPU time: it grows while the test spins.
+func TestProcCPU(t *testing.T) {
+	if procCPU(-1) != 0 {
+		t.Errorf("procCPU of no process: %v", procCPU(-1))
+	}
+	c0 := procCPU(os.Getpid())
+	x := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && procCPU(os.Getpid()) <= c0; {
+		for i := 0; i < 1e6; i++ {
+			x += i
+		}
+	}
+	if procCPU(os.Getpid()) <= c0 {
+		t.Errorf("procCPU stayed at %v while spinning (%d)", c0, x)
 	}
 }
