@@ -207,6 +207,10 @@ func (rc *responseRun) churn(ctx context.Context, rate int, d time.Duration) (in
 		}()
 	}
 	wg.Wait()
+	// The window is d even when the last command came earlier.
+	if left := time.Until(start.Add(d)); left > 0 {
+		time.Sleep(left)
+	}
 	return made, failed
 }
 
