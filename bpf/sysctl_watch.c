@@ -12,7 +12,7 @@
 #include "fence.h"
 #include "kernel_ns.h"
 
-#define LFP_SYSCTL_NAME 96
+#define LFP_SYSCTL_NAME 128 /* a power of two: indexes are masked with it */
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -76,6 +76,40 @@ static __always_inline int unchanged(struct bpf_sysctl *ctx)
 	return 1;
 }
 
+/* name (len characters) starts with, or ends with, the n characters of p. */
+static __always_inline int starts(const char *name, const char *p, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (name[i & (LFP_SYSCTL_NAME - 1)] != p[i])
+			return 0;
+	return 1;
+}
+
+static __always_inline int ends(const char *name, long len, const char *p, int n)
+{
+	if (len < n)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (name[(len - n + i) & (LFP_SYSCTL_NAME - 1)] != p[i])
+			return 0;
+	return 1;
+}
+
+/* A device's knob (net/ipv4/conf/<dev>/..., net/ipv6/conf/<dev>/...) other than those the
+ * controller reads (observe's forwardingSysctl: forwarding, rp_filter, disable_ipv6,
+ * proxy_ndp): a CNI plugin writes accept_ra and the like for every pod it adds, and such a write
+ * must not fence anything even for the moment the controller takes to tell it apart. Every
+ * other name under net/ is handed to the controller, which tells the rest apart. */
+static __always_inline int other_device_knob(const char *name, long len)
+{
+	if (len < 0 || len >= LFP_SYSCTL_NAME - 1)
+		return 0; /* cut: may be anything */
+	if (!starts(name, "net/ipv4/conf/", 14) && !starts(name, "net/ipv6/conf/", 14))
+		return 0;
+	return !ends(name, len, "/forwarding", 11) && !ends(name, len, "/rp_filter", 10) &&
+	       !ends(name, len, "/disable_ipv6", 13) && !ends(name, len, "/proxy_ndp", 10);
+}
+
 SEC("cgroup/sysctl")
 int lfp_sysctl_write(struct bpf_sysctl *ctx)
 {
@@ -101,7 +135,12 @@ int lfp_sysctl_write(struct bpf_sysctl *ctx)
 	 * seen as many names. A full ring leaves the fence closed until a later read. */
 	ev = bpf_ringbuf_reserve(&lfp_sysctl_events, sizeof(*ev), 0);
 	if (ev) {
-		bpf_sysctl_get_name(ctx, ev->name, sizeof(ev->name), 0);
+		long len = bpf_sysctl_get_name(ctx, ev->name, sizeof(ev->name), 0);
+
+		if (other_device_knob(ev->name, len)) {
+			bpf_ringbuf_discard(ev, 0);
+			return 1;
+		}
 		bpf_ringbuf_submit(ev, 0);
 	}
 	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);

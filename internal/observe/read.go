@@ -342,7 +342,7 @@ func forwardingSysctl(name string) bool {
 
 // SysctlNameMax is the longest name the cgroup/sysctl hook hands over, with its NUL
 // (LFP_SYSCTL_NAME in bpf/sysctl_watch.c).
-const SysctlNameMax = 96
+const SysctlNameMax = 128
 
 // readSysctls reads the sysctls: the namespace-wide ones when global (a write seen by the cgroup
 // hook, a netconf event for "all" or "default") or never read, and the per-device ones of the
