@@ -237,7 +237,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// react re-reads what changed and brings the data plane to the new plan.
 // react re-reads what changed and brings the data plane to the new plan. It returns an error
 // when Linux's state could not be read several times in a row: the data plane would then follow
 // a configuration linuxfp no longer sees.
