@@ -36,17 +36,25 @@ func readLinks() (map[int]*Link, error) {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	out := make(map[int]*Link, len(msgs))
+	if err := addLinks(out, msgs); err != nil {
+		return nil, err
+	}
+	setMasterKinds(out)
+	return out, nil
+}
+
+// addLinks decodes the RTM_NEWLINK messages among msgs into out, by index.
+func addLinks(out map[int]*Link, msgs []mnl.Message) error {
 	for _, m := range msgs {
 		lk, err := decodeLink(m)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if lk != nil {
 			out[lk.Index] = lk
 		}
 	}
-	setMasterKinds(out)
-	return out, nil
+	return nil
 }
 
 // readChangedLinks re-reads only the links idxs (the ones events named) into a copy of prev:
@@ -74,14 +82,8 @@ func readChangedLinks(prev map[int]*Link, idxs []int) (map[int]*Link, error) {
 			return nil, fmt.Errorf("get link %d: %w", idx, err)
 		}
 		delete(out, idx)
-		for _, m := range msgs {
-			lk, err := decodeLink(m)
-			if err != nil {
-				return nil, err
-			}
-			if lk != nil {
-				out[lk.Index] = lk
-			}
+		if err := addLinks(out, msgs); err != nil {
+			return nil, err
 		}
 	}
 	setMasterKinds(out)
