@@ -58,7 +58,7 @@ volatile const __u32 cfg_netns = 0;
  * change no forwarding decision) do not count. */
 volatile const __u32 cfg_self = 0;
 
-/* Per class: changes seen. Written only here. */
+/* Per class: changes seen (linuxfp status shows them). Written only here. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, enum lfp_nl_class);

@@ -81,6 +81,16 @@ func TestFenceNothingAfterReturn(t *testing.T) {
 			}
 			// The fence opens again: the stream is fast once linuxfp follows.
 			waitVerdict(t, tb, l, "198.19.3.1", "forwarded", 10)
+			// Status names what the fence saw: each kind of command above, at least once.
+			st, err = l.Client.Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, class := range []string{"nftables", "ipset", "route", "address"} {
+				if st.NetlinkChanges[class] == 0 {
+					t.Errorf("status counts no %s change: %v", class, st.NetlinkChanges)
+				}
+			}
 			time.Sleep(10 * time.Millisecond)
 		})
 	}

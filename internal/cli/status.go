@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -222,6 +224,13 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 		time.Since(st.StartedAt).Round(time.Second), st.HookOption, st.NetfilterBackend)
 	fmt.Fprintf(w, "sysctl watch: %s\n", st.SysctlWatch)
 	fmt.Fprintf(w, "ipset watch: %s\n", st.IPSetWatch)
+	if len(st.NetlinkChanges) > 0 {
+		var seen []string
+		for _, class := range slices.Sorted(maps.Keys(st.NetlinkChanges)) {
+			seen = append(seen, fmt.Sprintf("%s %d", class, st.NetlinkChanges[class]))
+		}
+		fmt.Fprintf(w, "changes seen as made: %s\n", strings.Join(seen, ", "))
+	}
 	if st.FDBWatch != "" {
 		fmt.Fprintf(w, "bridge fdb watch: %s\n", st.FDBWatch)
 	}

@@ -46,19 +46,20 @@ func (c *Controller) status() *status.Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := &status.Status{
-		Version:     c.cfg.Metrics.Version,
-		Commit:      c.cfg.Metrics.Commit,
-		PID:         os.Getpid(),
-		StartedAt:   c.started,
-		HookOption:  string(c.cfg.Options.Hook),
-		SysctlWatch: c.w.SysctlMethod,
-		IPSetWatch:  c.w.IPSetMethod,
-		FDBWatch:    c.w.FDBMethod,
-		IPSetReads:  c.obs.SetReads(),
-		Events:      c.events,
-		Applies:     c.seq,
-		Busy:        c.busy.Load(),
-		Interfaces:  []status.Interface{},
+		Version:        c.cfg.Metrics.Version,
+		Commit:         c.cfg.Metrics.Commit,
+		PID:            os.Getpid(),
+		StartedAt:      c.started,
+		HookOption:     string(c.cfg.Options.Hook),
+		SysctlWatch:    c.w.SysctlMethod,
+		IPSetWatch:     c.w.IPSetMethod,
+		FDBWatch:       c.w.FDBMethod,
+		IPSetReads:     c.obs.SetReads(),
+		NetlinkChanges: c.w.NetlinkChanges(),
+		Events:         c.events,
+		Applies:        c.seq,
+		Busy:           c.busy.Load(),
+		Interfaces:     []status.Interface{},
 	}
 	if c.applyErr != "" {
 		since := c.applyErrSince

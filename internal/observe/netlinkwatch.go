@@ -79,6 +79,7 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 		return err
 	}
 	w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
+	w.nlChanges = objs.LfpNlChanges
 	if err := w.watchFDB(ctx, &objs); err != nil {
 		w.FDBMethod = "notification (" + err.Error() + ")"
 		w.log.Warn("cannot see bridge FDB changes as they happen; followed by notification", "err", err)
@@ -187,4 +188,32 @@ func (w *Watcher) readRing(ctx context.Context, rd *ringbuf.Reader, what string,
 			fn(rec.RawSample)
 		}
 	}()
+}
+
+// nlClassNames are the names status gives the netlink watcher's classes (enum lfp_nl_class).
+var nlClassNames = map[netlinkwatchLfpNlClass]string{
+	netlinkwatchLfpNlClassLFP_NL_LINK:     "link",
+	netlinkwatchLfpNlClassLFP_NL_ADDR:     "address",
+	netlinkwatchLfpNlClassLFP_NL_ROUTE:    "route",
+	netlinkwatchLfpNlClassLFP_NL_NEIGH:    "neighbour",
+	netlinkwatchLfpNlClassLFP_NL_TC:       "tc",
+	netlinkwatchLfpNlClassLFP_NL_OTHER:    "other",
+	netlinkwatchLfpNlClassLFP_NL_NFTABLES: "nftables",
+	netlinkwatchLfpNlClassLFP_NL_IPSET:    "ipset",
+}
+
+// NetlinkChanges is how many changes the netlink watcher has seen as they were made, by class
+// (nil without the watcher): what the fence saw, for status.
+func (w *Watcher) NetlinkChanges() map[string]uint64 {
+	if w.nlChanges == nil {
+		return nil
+	}
+	out := map[string]uint64{}
+	for class, name := range nlClassNames {
+		var n uint64
+		if err := w.nlChanges.Lookup(class, &n); err == nil && n > 0 {
+			out[name] = n
+		}
+	}
+	return out
 }

@@ -78,6 +78,8 @@ type Watcher struct {
 	IPSetMethod string
 	// Fence: the netlink watcher counts changes in the data plane's fence as they are made.
 	Fence bool
+	// nlChanges: the netlink watcher's count of changes by class (NetlinkChanges).
+	nlChanges *ebpf.Map
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	fdbMu     sync.Mutex

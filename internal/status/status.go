@@ -42,6 +42,9 @@ type Status struct {
 	SysctlWatch string    `json:"sysctl_watch"`
 	IPSetWatch  string    `json:"ipset_watch"`
 	FDBWatch    string    `json:"fdb_watch,omitempty"`
+	// NetlinkChanges: configuration changes the netlink watcher saw as they were made, by
+	// class (link, address, route, neighbour, tc, other, nftables, ipset).
+	NetlinkChanges map[string]uint64 `json:"netlink_changes,omitempty"`
 	// IPSetReads: how many times the ipsets were read (each change, with ipset_watch events).
 	IPSetReads       uint64  `json:"ipset_reads"`
 	NetfilterBackend string  `json:"netfilter_backend"`
