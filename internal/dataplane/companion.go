@@ -80,7 +80,7 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 		return 0, err
 	}
 	// Replaced or removed meanwhile: the program was loaded for a spec no longer in force.
-	if d.ifaces[ifindex] != cur || !cur.Spec.Equal(s) || cur.tcLink != nil {
+	if d.ifaces[ifindex] != cur || cur.Spec != s || cur.tcLink != nil {
 		prog.Close()
 		return 0, nil
 	}

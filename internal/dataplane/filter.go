@@ -470,3 +470,13 @@ func originName(o compile.Origin) string {
 	}
 	return o.Note
 }
+
+// filterModule is the filter's part of Sync once syncFilter has written its maps (Sync runs
+// that first, for the gate): lfp_config flips to the bank written, and the sets only the old
+// ruleset used are dropped after the flip.
+type filterModule struct{ flags, bank uint32 }
+
+func (f filterModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, after []func() error) {
+	cfg.FwFlags, cfg.FwBank, cfg.FwBase = f.flags, f.bank, f.bank*uint32(d.fwCap)
+	return nil, []func() error{d.dropOldSets}
+}

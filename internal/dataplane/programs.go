@@ -204,36 +204,3 @@ func (d *Dataplane) verify(k progKind, shared map[string]*ebpf.Map) (*ebpf.Progr
 	defer coll.Close()
 	return coll.DetachProgram(progName), nil
 }
-
-// putIface writes an interface's data (lfp_ifs) for slot: before a program runs there.
-func (d *Dataplane) putIface(s Spec, slot int) error {
-	v := linuxfpLfpIf{Flags: 1 /* LFP_IF_VALID */, Slot: uint32(slot), L3Ifindex: uint32(s.L3Ifindex)}
-	copy(v.Mac[:], s.MAC)
-	if err := d.ifsMap(s.Ifindex).Put(uint32(s.Ifindex), v); err != nil {
-		return fmt.Errorf("interface data of %s: %w", s.Name, err)
-	}
-	return nil
-}
-
-// clearIface removes an interface's data: after its programs are detached.
-func (d *Dataplane) clearIface(ifindex int) {
-	m := d.ifsMap(ifindex)
-	var err error
-	if m == d.maps.LfpIfs {
-		err = m.Put(uint32(ifindex), linuxfpLfpIf{})
-	} else if err = m.Delete(uint32(ifindex)); errors.Is(err, ebpf.ErrKeyNotExist) {
-		err = nil
-	}
-	if err != nil {
-		d.log.Warn("clear interface data", "ifindex", ifindex, "err", err)
-	}
-}
-
-func (d *Dataplane) ifsMap(ifindex int) *ebpf.Map {
-	if ifindex < ifsDirect {
-		return d.maps.LfpIfs
-	}
-	return d.maps.LfpIfsHi
-}
-
-const ifsDirect = 65536 // LFP_IFS_DIRECT

@@ -53,8 +53,8 @@ func TestProgramsSharedByKind(t *testing.T) {
 		return s.Bytes()
 	}
 
-	in := install(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
-	out := install(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
+	in := install(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true})
+	out := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookXDP, Router4: true, Router6: true})
 	if in.ProgramID != out.ProgramID || in.Slot == out.Slot || env.dp.Kinds() != 1 || env.dp.Verified() != 1 {
 		t.Fatalf("same kind: programs %d and %d, slots %d and %d, %d kinds, %d verified: want one program, two slots",
 			in.ProgramID, out.ProgramID, in.Slot, out.Slot, env.dp.Kinds(), env.dp.Verified())
@@ -71,7 +71,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 
 	// A new MAC is data: the same program, judging by the new MAC.
 	macNew := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x42}
-	moved := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true, Router6: true})
+	moved := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macNew), Hook: HookXDP, Router4: true, Router6: true})
 	if moved.ProgramID != out.ProgramID || moved.Slot != out.Slot {
 		t.Fatalf("MAC changed: program %d slot %d, want %d %d", moved.ProgramID, moved.Slot, out.ProgramID, out.Slot)
 	}
@@ -83,7 +83,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 	}
 
 	// Another kind: another program; in0's is untouched.
-	v4 := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
+	v4 := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macNew), Hook: HookXDP, Router4: true})
 	if v4.ProgramID == out.ProgramID || env.dp.Kinds() != 2 || env.dp.Verified() != 2 {
 		t.Fatalf("IPv4 only: program %d (was %d), %d kinds, %d verified", v4.ProgramID, out.ProgramID, env.dp.Kinds(), env.dp.Verified())
 	}
@@ -102,7 +102,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 		t.Fatal("after removal: counted")
 	}
 	// The program of a kind no interface runs is kept (not verified again when one comes back).
-	back := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
+	back := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macNew), Hook: HookXDP, Router4: true})
 	if back.ProgramID != v4.ProgramID || env.dp.Verified() != 2 {
 		t.Fatalf("same kind again: program %d, want the kept %d; %d verified", back.ProgramID, v4.ProgramID, env.dp.Verified())
 	}
@@ -117,7 +117,7 @@ func TestProgramsLargeIfindex(t *testing.T) {
 		t.Fatal(err)
 	}
 	mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x70}
-	prog, err := env.dp.LoadProgram(Spec{Ifindex: big, Name: "huge0", MAC: mac, Hook: HookXDP, Router4: true, Router6: true}, 0)
+	prog, err := env.dp.LoadProgram(Spec{Ifindex: big, Name: "huge0", MAC: MACOf(mac), Hook: HookXDP, Router4: true, Router6: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestProgramsLargeIfindex(t *testing.T) {
 // first); a kind an interface runs is never dropped.
 func TestProgramsIdleBound(t *testing.T) {
 	env := newTestEnv(t)
-	inst := env.install(t, Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
+	inst := env.install(t, Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true})
 	// Ten other kinds, loaded and dropped (the tc build, by families, conntrack and bridge).
 	n := 0
 	for _, r6 := range []bool{false, true} {
@@ -150,7 +150,7 @@ func TestProgramsIdleBound(t *testing.T) {
 					if n == 10 {
 						break
 					}
-					s := Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookTC, Router4: true, Router6: r6,
+					s := Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookTC, Router4: true, Router6: r6,
 						Conntrack4: ct, Bridge: br, SkbSender: sk}
 					p, err := env.dp.LoadProgram(s, 1)
 					if err != nil {
@@ -166,7 +166,7 @@ func TestProgramsIdleBound(t *testing.T) {
 		t.Fatalf("%d kinds held, want in0's and %d idle", got, maxIdlePrograms)
 	}
 	verified := env.dp.Verified()
-	again := env.install(t, Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
+	again := env.install(t, Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookXDP, Router4: true, Router6: true})
 	if again.ProgramID != inst.ProgramID || env.dp.Verified() != verified {
 		t.Fatalf("in0's kind on out0: program %d (in0 %d), %d verified (was %d): want in0's, none verified",
 			again.ProgramID, inst.ProgramID, env.dp.Verified(), verified)

@@ -120,18 +120,18 @@ func newTestEnv(t testing.TB) *testEnv {
 		env.in, env.out = in.Attrs().Index, out.Attrs().Index
 		big, _ := netlink.LinkByName("big0")
 		return dp.Sync(Data{
-			TxDevs:          []int{env.out, env.in, big.Attrs().Index}, // slow0 is not a redirect target
-			TCTx:            tcTx(env.out, env.in, big.Attrs().Index),
-			StaleNeighbours: []NeighKey{{env.out, netip.MustParseAddr("198.18.1.4")}},
-			LocalHosts: []netip.Addr{
+			TxData:    txTo(env.out, env.in, big.Attrs().Index), // slow0 is not a redirect target
+			NeighData: NeighData{StaleNeighbours: []NeighKey{{env.out, netip.MustParseAddr("198.18.1.4")}}},
+			RouterData: RouterData{LocalHosts: []netip.Addr{
 				netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.1"),
 				netip.MustParseAddr("198.18.1.255"), netip.MustParseAddr("2001:2:0:1::1"),
 			},
-			LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")},
-			RouteMTU4:     1450,
-			RouteMTU6:     1300,
-			// net.ipv4.ip_forward_update_priority's default.
-			FwdUpdatePriority4: true,
+				LocalPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17")},
+				RouteMTU4:     1450,
+				RouteMTU6:     1300,
+				// net.ipv4.ip_forward_update_priority's default.
+				FwdUpdatePriority4: true,
+			},
 		})
 	})
 	if err != nil {
@@ -161,12 +161,15 @@ func tcTx(idx ...int) []TCTx {
 	return out
 }
 
+// txTo: these devices as the egress of XDP and tc programs (plain redirects).
+func txTo(idx ...int) TxData { return TxData{TxDevs: idx, TCTx: tcTx(idx...)} }
+
 func (e *testEnv) prog(t testing.TB, r4, r6 bool) *ebpf.Program {
 	key := progKey{e.hook, r4, r6}
 	if p := e.progs[key]; p != nil {
 		return p
 	}
-	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: macIn, Hook: e.hook, Router4: r4, Router6: r6, Conntrack4: true, Conntrack6: true}, 0)
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: MACOf(macIn), Hook: e.hook, Router4: r4, Router6: r6, Conntrack4: true, Conntrack6: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +545,7 @@ func TestRouterTC(t *testing.T) {
 
 	// net.ipv4.ip_forward_update_priority=0: ip_forward() leaves the priority as it came.
 	if err := env.ns.Do(func() error {
-		return env.dp.Sync(Data{TxDevs: []int{env.out}, TCTx: tcTx(env.out)})
+		return env.dp.Sync(Data{TxData: txTo(env.out)})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +558,7 @@ func TestRouterTC(t *testing.T) {
 	// out0 as a veth into a container whose end has MTU 1300: delivered with
 	// bpf_redirect_peer(), priority zeroed as veth_xmit() does; above the peer's MTU, Linux's.
 	if err := env.ns.Do(func() error {
-		return env.dp.Sync(Data{TxDevs: []int{env.out}, TCTx: []TCTx{{Ifindex: env.out, Peer: true, PeerMTU: 1300}}})
+		return env.dp.Sync(Data{TxData: TxData{TxDevs: []int{env.out}, TCTx: []TCTx{{Ifindex: env.out, Peer: true, PeerMTU: 1300}}}})
 	}); err != nil {
 		t.Fatal(err)
 	}
