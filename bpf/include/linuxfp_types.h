@@ -4,6 +4,15 @@
 
 #include <linux/types.h>
 
+/* A setting: what a program is specialised for, a frozen .rodata constant (cfg_<name>) the
+ * verifier prunes by. Each is declared once, with its module; the Go side is generated from the
+ * declarations (internal/dataplane/settings_gen.go: the "lfp_setting" tag marks them in the
+ * object's BTF, the description becomes the Go field's comment), and a program kind is the
+ * values of all of them. */
+#define LFP_SETTING(type, name, init, description)                                  \
+	__attribute__((btf_decl_tag("lfp_setting"), btf_decl_tag(description)))  \
+	volatile const type cfg_##name = init
+
 /* Why a packet was handed to Linux (XDP_PASS), or that it was fast-pathed.
  * The Go side turns these into names with `go generate` (see
  * internal/dataplane/reasons.go); keep the two in the same order. */

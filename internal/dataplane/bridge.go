@@ -117,3 +117,9 @@ func (d *Dataplane) ReadFDBRefreshes(fn func(FDBRefresh)) error {
 		})
 	})
 }
+
+// bridgeSettings: a bridge port's program runs the bridge module.
+func bridgeSettings(k *settings, s Spec, companion bool) {
+	k.Bridge = boolU32(s.Bridge)
+	k.FdbRefreshNs = uint64(FDBRefreshInterval)
+}

@@ -152,3 +152,10 @@ func (d *Dataplane) detachCompanion(cur *iface) {
 	cur.tcProg.Close()
 	cur.tcLink, cur.tcProg, cur.TCProgramID = nil, nil, 0
 }
+
+// companionSettings: an XDP program with a tc program after it marks packets for it; the tc
+// program after XDP runs on marked packets only.
+func companionSettings(k *settings, s Spec, companion bool) {
+	k.TcAfter = boolU32(s.TCAfterXDP && s.Hook.XDP() && !companion)
+	k.TcCompanion = boolU32(companion)
+}

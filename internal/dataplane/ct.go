@@ -112,3 +112,8 @@ func parseCTRequest(b []byte) (CTRequest, bool) {
 		Reply: b[2] == 1,
 	}, true
 }
+
+// ctSettings: the families the conntrack module is built in for.
+func ctSettings(k *settings, s Spec, companion bool) {
+	k.Ct4, k.Ct6 = boolU32(s.Conntrack4), boolU32(s.Conntrack6)
+}

@@ -16,26 +16,21 @@ import (
 
 // progKind is what a program is specialised for: interfaces of one kind share a program.
 type progKind struct {
-	tc         bool // the tc object (the tc hook, or the tc program after XDP)
-	router4    bool
-	router6    bool
-	skbSender  bool
-	bridge     bool
-	tcAfter    bool // XDP: marks packets for a tc program after it
-	companion  bool // tc: the program after XDP (runs on marked packets only)
-	conntrack4 bool
-	conntrack6 bool
+	tc bool // the tc object (the tc hook, or the tc program after XDP)
+	settings
+}
+
+// moduleSettings set each module's settings (settings_gen.go) for an interface's program;
+// companion: the tc program after its XDP one. Each lives in its module's file.
+var moduleSettings = []func(k *settings, s Spec, companion bool){
+	routerSettings, bridgeSettings, ctSettings, companionSettings,
 }
 
 func keyOf(s Spec, companion bool) progKind {
-	k := progKind{
-		router4: s.Router4, router6: s.Router6, bridge: s.Bridge,
-		conntrack4: s.Conntrack4, conntrack6: s.Conntrack6,
-		tc: s.Hook == HookTC || companion, companion: companion,
-		// After native XDP, the tc program sees skbs built from XDP frames: no offload state.
-		skbSender: s.SkbSender && !(companion && s.Hook == HookXDP),
+	k := progKind{tc: s.Hook == HookTC || companion}
+	for _, set := range moduleSettings {
+		set(&k.settings, s, companion)
 	}
-	k.tcAfter = s.TCAfterXDP && s.Hook.XDP() && !k.tc
 	return k
 }
 
@@ -172,22 +167,12 @@ func (d *Dataplane) verify(k progKind, shared map[string]*ebpf.Map) (*ebpf.Progr
 	if k.tc {
 		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
 	}
-	sets := []struct {
-		name string
-		val  any
-	}{
-		{linuxfpVarCfgRouter4, boolU32(k.router4)},
-		{linuxfpVarCfgRouter6, boolU32(k.router6)},
-		{linuxfpVarCfgSkbSender, boolU32(k.skbSender)},
-		{linuxfpVarCfgBridge, boolU32(k.bridge)},
-		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
-		{linuxfpVarCfgTcAfter, boolU32(k.tcAfter)},
-		{linuxfpVarCfgTcCompanion, boolU32(k.companion)},
-		{linuxfpVarCfgCt4, boolU32(k.conntrack4)},
-		{linuxfpVarCfgCt6, boolU32(k.conntrack6)},
-	}
-	for _, v := range sets {
-		if err := cs.Variables[v.name].Set(v.val); err != nil {
+	for _, v := range k.variables() {
+		vs, ok := cs.Variables[v.name]
+		if !ok {
+			return nil, fmt.Errorf("set %s: not in the object (go generate ./internal/dataplane)", v.name)
+		}
+		if err := vs.Set(v.val); err != nil {
 			return nil, fmt.Errorf("set %s: %w", v.name, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"maps"
 	"net"
 	"slices"
 	"testing"
@@ -181,4 +182,46 @@ func (e *testEnv) install(t *testing.T, s Spec) Installed {
 		t.Fatal(err)
 	}
 	return inst
+}
+
+// Every setting of both objects is one the Go side sets (settings_gen.go, generated from the
+// LFP_SETTING declarations), and the other way round: a variable declared without the macro,
+// or an object not regenerated, would load with its default.
+func TestSettingsAreTheObjectsVariables(t *testing.T) {
+	var want []string
+	for _, v := range (&settings{}).variables() {
+		want = append(want, v.name)
+	}
+	slices.Sort(want)
+	for name, load := range map[string]func() (*ebpf.CollectionSpec, error){"xdp": loadLinuxfp, "tc": loadLinuxfpTc} {
+		cs, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.Sorted(maps.Keys(cs.Variables))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s object's variables %v, settings %v", name, got, want)
+		}
+	}
+}
+
+// A program kind follows from the modules' settings: the tc program after XDP is another kind
+// (the tc object, marked packets only, no skb offload state after native XDP), and the XDP
+// program marks packets for it only when asked to.
+func TestKindSettings(t *testing.T) {
+	s := Spec{Ifindex: 7, Name: "eth0", Hook: HookXDP, Router4: true, SkbSender: true, TCAfterXDP: true, Conntrack6: true}
+	x, c := keyOf(s, false), keyOf(s, true)
+	want := progKind{settings: settings{Router4: 1, SkbSender: 1, TcAfter: 1, Ct6: 1, FdbRefreshNs: uint64(FDBRefreshInterval)}}
+	if x != want {
+		t.Errorf("xdp kind %+v, want %+v", x, want)
+	}
+	want = progKind{tc: true, settings: settings{Router4: 1, TcCompanion: 1, Ct6: 1, FdbRefreshNs: uint64(FDBRefreshInterval)}}
+	if c != want {
+		t.Errorf("tc-after-xdp kind %+v, want %+v", c, want)
+	}
+	other := s
+	other.Ifindex, other.Name, other.MAC = 8, "eth1", MAC{2, 0, 0, 0, 0, 9}
+	if keyOf(other, false) != x {
+		t.Error("two interfaces that differ only in their data are of different kinds")
+	}
 }

@@ -66,3 +66,11 @@ func (r *routerMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 		func() error { return syncMap(d.maps.LfpLocal6, r.local6, l6) },
 	}, nil
 }
+
+// routerSettings: the families the router module forwards, and whether frames may be skbs
+// from a local stack.
+func routerSettings(k *settings, s Spec, companion bool) {
+	k.Router4, k.Router6 = boolU32(s.Router4), boolU32(s.Router6)
+	// After native XDP, the tc program sees skbs built from XDP frames: no offload state.
+	k.SkbSender = boolU32(s.SkbSender && !(companion && s.Hook == HookXDP))
+}
