@@ -16,20 +16,20 @@ type BridgeData struct {
 	FDB []FDBEntry
 }
 
-// L2Flags are struct lfp_l2_dev's LFP_L2_* flags.
+// L2Flags are struct lfp_l2_dev's flags (enum lfp_l2_flags).
 type L2Flags uint32
 
 const (
-	L2Bridge     L2Flags = 1 << iota // a bridge device
-	L2Forwarding                     // port in STP forwarding state
-	L2InOK                           // port: frames received may be fast-pathed
-	L2OutOK                          // bridge: routed packets may go through its FDB
-	L2Learning                       // port learns: refresh its addresses
-	L2Isolated                       // port isolated
-	L2NF4                            // br_netfilter validates and trims bridged IPv4
-	L2NF6                            // br_netfilter validates and trims bridged IPv6
-	L2IP4Off                         // bridged IPv4 goes to Linux
-	L2IP6Off                         // bridged IPv6 goes to Linux
+	L2Bridge     = L2Flags(linuxfpLfpL2FlagsLFP_L2BRIDGE)     // a bridge device
+	L2Forwarding = L2Flags(linuxfpLfpL2FlagsLFP_L2FORWARDING) // port in STP forwarding state
+	L2InOK       = L2Flags(linuxfpLfpL2FlagsLFP_L2IN_OK)      // port: frames received may be fast-pathed
+	L2OutOK      = L2Flags(linuxfpLfpL2FlagsLFP_L2OUT_OK)     // bridge: routed packets may go through its FDB
+	L2Learning   = L2Flags(linuxfpLfpL2FlagsLFP_L2LEARNING)   // port learns: refresh its addresses
+	L2Isolated   = L2Flags(linuxfpLfpL2FlagsLFP_L2ISOLATED)   // port isolated
+	L2NF4        = L2Flags(linuxfpLfpL2FlagsLFP_L2NF4)        // br_netfilter validates and trims bridged IPv4
+	L2NF6        = L2Flags(linuxfpLfpL2FlagsLFP_L2NF6)        // br_netfilter validates and trims bridged IPv6
+	L2IP4Off     = L2Flags(linuxfpLfpL2FlagsLFP_L2IP4OFF)     // bridged IPv4 goes to Linux
+	L2IP6Off     = L2Flags(linuxfpLfpL2FlagsLFP_L2IP6OFF)     // bridged IPv6 goes to Linux
 )
 
 // L2Dev is a bridge or a bridge port.
@@ -49,8 +49,6 @@ type FDBEntry struct {
 	Local  bool // NUD_PERMANENT: one of the bridge's own addresses
 }
 
-const fdbLocal = 1 // LFP_FDB_LOCAL
-
 // bridgeMaps mirror what the bridge module's maps hold.
 type bridgeMaps struct {
 	fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
@@ -67,7 +65,7 @@ func newBridgeMaps() bridgeMaps {
 func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, after []func() error) {
 	l2 := map[uint32]linuxfpLfpL2Dev{}
 	for _, dv := range data.L2 {
-		v := linuxfpLfpL2Dev{Bridge: uint32(dv.Bridge), Flags: uint32(dv.Flags), Mtu: uint32(dv.MTU)}
+		v := linuxfpLfpL2Dev{Bridge: uint32(dv.Bridge), Flags: linuxfpLfpL2Flags(dv.Flags), Mtu: uint32(dv.MTU)}
 		copy(v.BrMac[:], dv.BrMAC)
 		l2[uint32(dv.Ifindex)] = v
 		if dv.Flags&L2Bridge != 0 {
@@ -80,7 +78,7 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 		copy(k.Mac[:], e.MAC)
 		v := linuxfpLfpFdbVal{Port: uint32(e.Port)}
 		if e.Local {
-			v.Flags = fdbLocal
+			v.Flags = linuxfpLfpFdbFlagsLFP_FDB_LOCAL
 		}
 		// seen_ns is the data plane's: an entry that did not change is not rewritten (syncMap
 		// compares with what it wrote), so its refresh timestamp survives.

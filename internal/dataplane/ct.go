@@ -28,31 +28,22 @@ type CT struct {
 	UDP              time.Duration // unreplied
 }
 
-// LFP_CT_* flags of struct lfp_config.
-const (
-	ctActive4 = 1 << iota
-	ctActive6
-	ctTCPLiberal
-	ctNAT4
-	ctChecksum
-)
-
-func (c CT) flags() uint32 {
-	var f uint32
+func (c CT) flags() linuxfpLfpCtFlags {
+	var f linuxfpLfpCtFlags
 	if c.Active4 {
-		f |= ctActive4
+		f |= linuxfpLfpCtFlagsLFP_CT_ACTIVE4
 	}
 	if c.Active6 {
-		f |= ctActive6
+		f |= linuxfpLfpCtFlagsLFP_CT_ACTIVE6
 	}
 	if c.TCPLiberal {
-		f |= ctTCPLiberal
+		f |= linuxfpLfpCtFlagsLFP_CT_TCP_LIBERAL
 	}
 	if c.NAT4 {
-		f |= ctNAT4
+		f |= linuxfpLfpCtFlagsLFP_CT_NAT4
 	}
 	if c.Checksum {
-		f |= ctChecksum
+		f |= linuxfpLfpCtFlagsLFP_CT_CHECKSUM
 	}
 	return f
 }

@@ -154,8 +154,6 @@ type Dataplane struct {
 	fw      filterState
 }
 
-const maxSlots = 256 // LFP_MAX_SLOTS
-
 // Options size the data plane.
 type Options struct {
 	// FilterRules is the most flat rules (and leaves) of the filter module the maps may grow
@@ -179,13 +177,14 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	fwCap := min(initialFilterRules, o.FilterRules)
 	setFilterCapacity([]*ebpf.CollectionSpec{spec, tcSpec}, fwCap)
 	d := &Dataplane{
-		spec:       spec,
-		tcSpec:     tcSpec,
-		ifaces:     map[int]*iface{},
-		progs:      map[progKind]*cachedProg{},
-		btfCache:   btf.NewCache(),
-		owned:      map[int][]uint32{},
-		slots:      make([]bool, maxSlots),
+		spec:     spec,
+		tcSpec:   tcSpec,
+		ifaces:   map[int]*iface{},
+		progs:    map[progKind]*cachedProg{},
+		btfCache: btf.NewCache(),
+		owned:    map[int][]uint32{},
+		// A slot is a row of lfp_stats and an entry of lfp_tc_companions: LFP_MAX_SLOTS.
+		slots:      make([]bool, spec.Maps[linuxfpMapLfpTcCompanions].MaxEntries),
 		log:        log,
 		routerMaps: newRouterMaps(),
 		neighMaps:  newNeighMaps(),
@@ -496,7 +495,7 @@ func (d *Dataplane) allocSlot() (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("more than %d accelerated interfaces", maxSlots)
+	return 0, fmt.Errorf("more than %d accelerated interfaces", len(d.slots))
 }
 
 // resetSlot zeroes a reused slot's counters so a new interface starts from 0, and its tc

@@ -27,7 +27,7 @@ func (m MAC) String() string { return net.HardwareAddr(m[:]).String() }
 
 // putIface writes an interface's data (lfp_ifs) for slot: before a program runs there.
 func (d *Dataplane) putIface(s Spec, slot int) error {
-	v := linuxfpLfpIf{Mac: s.MAC, Flags: 1 /* LFP_IF_VALID */, Slot: uint32(slot), L3Ifindex: uint32(s.L3Ifindex)}
+	v := linuxfpLfpIf{Mac: s.MAC, Flags: linuxfpLfpIfFlagsLFP_IF_VALID, Slot: uint32(slot), L3Ifindex: uint32(s.L3Ifindex)}
 	if err := d.ifsMap(s.Ifindex).Put(uint32(s.Ifindex), v); err != nil {
 		return fmt.Errorf("interface data of %s: %w", s.Name, err)
 	}
@@ -49,10 +49,9 @@ func (d *Dataplane) clearIface(ifindex int) {
 }
 
 func (d *Dataplane) ifsMap(ifindex int) *ebpf.Map {
-	if ifindex < ifsDirect {
+	// lfp_ifs, an array, holds the ifindexes below its size; lfp_ifs_hi, a hash, the others.
+	if ifindex < int(d.maps.LfpIfs.MaxEntries()) {
 		return d.maps.LfpIfs
 	}
 	return d.maps.LfpIfsHi
 }
-
-const ifsDirect = 65536 // LFP_IFS_DIRECT

@@ -19,8 +19,6 @@ type TCTx struct {
 	PeerMTU int
 }
 
-const txPeer = 1 // LFP_TX_PEER
-
 // txMaps mirror what the transmit module's maps hold.
 type txMaps struct {
 	txDevs map[uint32]linuxfpBpfDevmapVal
@@ -41,7 +39,7 @@ func (t *txMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, 
 	for _, c := range data.TCTx {
 		v := linuxfpLfpTcTx{}
 		if c.Peer {
-			v.Flags, v.PeerMtu = txPeer, uint32(c.PeerMTU)
+			v.Flags, v.PeerMtu = linuxfpLfpTxFlagsLFP_TX_PEER, uint32(c.PeerMTU)
 		}
 		tcTx[uint32(c.Ifindex)] = v
 	}

@@ -56,23 +56,16 @@ type VXHost struct {
 	DefaultTTL int
 }
 
-// LFP_VX_* flags of struct lfp_config.
-const (
-	vxLocalOut4 = 1 << iota
-	vxLocalIn4
-	vxHopLimit4
-)
-
-func (v VXHost) flags() uint32 {
-	var f uint32
+func (v VXHost) flags() linuxfpLfpVxFlags {
+	var f linuxfpLfpVxFlags
 	if v.LocalOut4 {
-		f |= vxLocalOut4
+		f |= linuxfpLfpVxFlagsLFP_VX_LOCAL_OUT4
 	}
 	if v.LocalIn4 {
-		f |= vxLocalIn4
+		f |= linuxfpLfpVxFlagsLFP_VX_LOCAL_IN4
 	}
 	if v.HopLimit4 {
-		f |= vxHopLimit4
+		f |= linuxfpLfpVxFlagsLFP_VX_HOPLIMIT4
 	}
 	return f
 }
