@@ -135,13 +135,16 @@ type Dataplane struct {
 	// owned: every program id attached, per ifindex, until the interface is gone (Owns).
 	owned map[int][]uint32
 
+	closers []func()
+
 	// The in-memory copies of what each module's maps hold (router.go, neigh.go, ...).
 	routerMaps
 	neighMaps
 	bridgeMaps
 	txMaps
 	vxlanMaps
-	closers []func()
+	fw filterState
+
 	// failed: the families the gate holds (gate.go); gateWritten: the gate map has been written.
 	failed      Families
 	done        FenceSeq // the fence counts the data plane follows (gate.go)
@@ -151,7 +154,6 @@ type Dataplane struct {
 	// mapsGen counts the times the maps were replaced (a program loaded with older ones must
 	// not be attached).
 	mapsGen uint64
-	fw      filterState
 }
 
 // Options size the data plane.

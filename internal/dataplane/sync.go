@@ -37,8 +37,7 @@ func (d *Dataplane) Sync(data Data) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
-	// The filter goes first: a ruleset it could not write closes the gate for its families
-	// before anything else is written.
+	// The filter goes first, for the gate.
 	fwFlags, fwBank, fwErr := d.syncFilter(data.Filter)
 	var failed Families
 	if fwErr != nil {
