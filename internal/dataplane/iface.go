@@ -14,12 +14,10 @@ import (
 // MAC is an Ethernet address. An array, not a slice, so that a Spec is comparable.
 type MAC [6]byte
 
-// MACOf is a's first six bytes (zero for a shorter one).
+// MACOf is a's first six bytes (the rest zero), as lfp_ifs keeps it.
 func MACOf(a net.HardwareAddr) MAC {
 	var m MAC
-	if len(a) >= len(m) {
-		copy(m[:], a)
-	}
+	copy(m[:], a)
 	return m
 }
 
