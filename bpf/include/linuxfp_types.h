@@ -4,6 +4,15 @@
 
 #include <linux/types.h>
 
+/* A setting: what a program is specialised for, a frozen .rodata constant (cfg_<name>) the
+ * verifier prunes by. Each is declared once, with its module; the Go side is generated from the
+ * declarations (internal/dataplane/settings_gen.go: the "lfp_setting" tag marks them in the
+ * object's BTF, the description becomes the Go field's comment), and a program kind is the
+ * values of all of them. */
+#define LFP_SETTING(type, name, init, description)                                  \
+	__attribute__((btf_decl_tag("lfp_setting"), btf_decl_tag(description)))  \
+	volatile const type cfg_##name = init
+
 /* Why a packet was handed to Linux (XDP_PASS), or that it was fast-pathed.
  * The Go side turns these into names with `go generate` (see
  * internal/dataplane/reasons.go); keep the two in the same order. */
@@ -93,6 +102,38 @@ struct lfp_lpm_key {
 	__u32 addr[4];
 };
 
+/* Flags of struct lfp_config, named so that they reach Go (bpf2go -type), as do the other
+ * flag enums below: a struct field of the enum's type puts it in the object's BTF. */
+enum lfp_ct_flags {
+	LFP_CT_ACTIVE4     = 1 << 0, /* netfilter tracks forwarded IPv4 connections (NAT rules) */
+	LFP_CT_ACTIVE6     = 1 << 1,
+	LFP_CT_TCP_LIBERAL = 1 << 2, /* nf_conntrack_tcp_be_liberal=1 */
+	LFP_CT_NAT4        = 1 << 3, /* translate IPv4 connections (no rule on prerouting/postrouting) */
+	LFP_CT_CHECKSUM    = 1 << 4, /* nf_conntrack_checksum=1: conntrack verifies L4 checksums */
+};
+
+enum lfp_vx_flags {
+	LFP_VX_LOCAL_OUT4 = 1 << 0, /* no rule (but nat chains') sees IPv4 packets this host sends */
+	LFP_VX_LOCAL_IN4  = 1 << 1, /* no rule (but nat chains') sees IPv4 packets this host receives */
+	LFP_VX_HOPLIMIT4  = 1 << 2, /* some IPv4 route has a hoplimit metric */
+};
+
+enum lfp_fw_flags {
+	LFP_FW_ACTIVE4   = 1 << 0, /* classify IPv4 (a non-empty ruleset) */
+	LFP_FW_ACTIVE6   = 1 << 1,
+	LFP_FW_CUT_SRC4  = 1 << 2, /* leaves are selected by the source address (else destination) */
+	LFP_FW_CUT_SRC6  = 1 << 3,
+	LFP_FW_HAS_MARK4 = 1 << 4, /* mark matches were folded assuming mark 0 */
+	LFP_FW_HAS_MARK6 = 1 << 5,
+	/* Some rule tests the conntrack state: packets conntrack did not look up go to Linux. */
+	LFP_FW_HAS_CTSTATE4 = 1 << 6,
+	LFP_FW_HAS_CTSTATE6 = 1 << 7,
+	/* A rule before conntrack (raw) drops: a packet's conntrack entry is refreshed only once
+	 * the classification says no such rule dropped it (ct_refresh()). */
+	LFP_FW_PRE_CT_DROP4 = 1 << 8,
+	LFP_FW_PRE_CT_DROP6 = 1 << 9,
+};
+
 /* Data that changes without changing the graph: read per packet. */
 struct lfp_config {
 	/* Smallest MTU metric on any IPv4 / IPv6 route (0: none). Linux's forwarding
@@ -109,10 +150,10 @@ struct lfp_config {
 	__u32 bridges;
 	/* Filter module: the active bank of lfp_fw_rules/leaves/lpm, and LFP_FW_* flags. */
 	__u32 fw_bank;
-	__u32 fw_flags;
+	enum lfp_fw_flags fw_flags;
 	/* Conntrack module: LFP_CT_* flags, and the netns's nf_conntrack_* timeouts (ms) that
 	 * tcp_packet() and udp_packet() refresh established entries to. */
-	__u32 ct_flags;
+	enum lfp_ct_flags ct_flags;
 	__u32 ct_tcp_established_ms;
 	__u32 ct_tcp_unack_ms;
 	__u32 ct_tcp_retrans_ms;
@@ -122,7 +163,7 @@ struct lfp_config {
 	/* VXLAN: vxlan devices in lfp_vxlan (0: skip the lookup), LFP_VX_* flags, and what a
 	 * locally built IPv4 packet gets: net.ipv4.ip_default_ttl. */
 	__u32 vxlans;
-	__u32 vx_flags;
+	enum lfp_vx_flags vx_flags;
 	__u32 default_ttl;
 	/* Filter module: index of the active bank's first rule and leaf in lfp_fw_rules,
 	 * lfp_fw_leaves and lfp_fw_stats (fw_bank times the capacity the maps were made with). */
@@ -130,12 +171,6 @@ struct lfp_config {
 	/* net.ipv4.ip_forward_update_priority: ip_forward() sets the skb priority from the TOS
 	 * (tc: a redirected skb keeps it into the egress qdisc). */
 	__u32 fwd_update_prio4;
-};
-
-enum {
-	LFP_VX_LOCAL_OUT4 = 1 << 0, /* no rule (but nat chains') sees IPv4 packets this host sends */
-	LFP_VX_LOCAL_IN4  = 1 << 1, /* no rule (but nat chains') sees IPv4 packets this host receives */
-	LFP_VX_HOPLIMIT4  = 1 << 2, /* some IPv4 route has a hoplimit metric */
 };
 
 /* A vxlan device the fast path encapsulates for (bpf/lib/vxlan.h): the parts of its
@@ -180,14 +215,6 @@ struct lfp_vxfdb_val {
 	__u16 pad;
 };
 
-enum {
-	LFP_CT_ACTIVE4     = 1 << 0, /* netfilter tracks forwarded IPv4 connections (NAT rules) */
-	LFP_CT_ACTIVE6     = 1 << 1,
-	LFP_CT_TCP_LIBERAL = 1 << 2, /* nf_conntrack_tcp_be_liberal=1 */
-	LFP_CT_NAT4        = 1 << 3, /* translate IPv4 connections (no rule on prerouting/postrouting) */
-	LFP_CT_CHECKSUM    = 1 << 4, /* nf_conntrack_checksum=1: conntrack verifies L4 checksums */
-};
-
 /* The tc program after an interface's XDP program (bpf/lib/stats.h): attached or not, and when
  * the XDP program last asked for it (ring buffer record lfp_tc_request). */
 struct lfp_tc_companion {
@@ -219,22 +246,6 @@ struct lfp_ct_req {
 #define LFP_FW_MAX_LEAF  64
 #define LFP_FW_MAX_RULES 16384 /* per bank, both families, unless the controller sizes the maps */
 #define LFP_FW_MAX_SKIPS 16
-
-enum {
-	LFP_FW_ACTIVE4   = 1 << 0, /* classify IPv4 (a non-empty ruleset) */
-	LFP_FW_ACTIVE6   = 1 << 1,
-	LFP_FW_CUT_SRC4  = 1 << 2, /* leaves are selected by the source address (else destination) */
-	LFP_FW_CUT_SRC6  = 1 << 3,
-	LFP_FW_HAS_MARK4 = 1 << 4, /* mark matches were folded assuming mark 0 */
-	LFP_FW_HAS_MARK6 = 1 << 5,
-	/* Some rule tests the conntrack state: packets conntrack did not look up go to Linux. */
-	LFP_FW_HAS_CTSTATE4 = 1 << 6,
-	LFP_FW_HAS_CTSTATE6 = 1 << 7,
-	/* A rule before conntrack (raw) drops: a packet's conntrack entry is refreshed only once
-	 * the classification says no such rule dropped it (ct_refresh()). */
-	LFP_FW_PRE_CT_DROP4 = 1 << 8,
-	LFP_FW_PRE_CT_DROP6 = 1 << 9,
-};
 
 enum { LFP_FW_ACCEPT = 0, LFP_FW_DROP = 1, LFP_FW_LINUX = 2 };
 /* With LFP_FW_DROP: the rule that dropped runs before conntrack. */
@@ -302,11 +313,13 @@ struct lfp_fw_set_key {
 	__u32 addr[4];
 };
 
-#define LFP_FW_IF_MARK_UNSAFE 1 /* packets may carry a mark (a veth peer in this namespace) */
+enum lfp_fw_if_flags {
+	LFP_FW_IF_MARK_UNSAFE = 1, /* packets may carry a mark (a veth peer in this namespace) */
+};
 
 struct lfp_fw_if {
 	__u64 bits[2]; /* the interface-pattern bits of the IPv4 and the IPv6 ruleset */
-	__u32 flags;
+	enum lfp_fw_if_flags flags;
 	__u32 pad;
 };
 
@@ -318,26 +331,17 @@ struct lfp_fdb_key {
 	__u16 pad;
 };
 
-#define LFP_FDB_LOCAL 1 /* local entry (NUD_PERMANENT): the bridge's own addresses */
+enum lfp_fdb_flags {
+	LFP_FDB_LOCAL = 1, /* local entry (NUD_PERMANENT): the bridge's own addresses */
+};
 
 struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
-	__u32 flags;   /* LFP_FDB_* */
+	enum lfp_fdb_flags flags;
 	__u64 seen_ns; /* written by the data plane: last refresh request (see bridge_refresh) */
 };
 
-/* A bridge device or bridge port, by ifindex. */
-struct lfp_l2_dev {
-	__u32 bridge; /* the bridge's ifindex (its own, for a bridge) */
-	__u32 flags;  /* LFP_L2_* */
-	__u32 mtu;    /* largest L3 packet it transmits without dropping or fragmenting */
-	/* The bridge's MAC (frames to it are routed). Data, not a frozen constant: a bridge's MAC
-	 * follows its ports' unless set, and changing it must not reload every port's program. */
-	__u8 br_mac[6];
-	__u16 pad;
-};
-
-enum {
+enum lfp_l2_flags {
 	LFP_L2_BRIDGE     = 1 << 0, /* a bridge device: routed packets to it go through its FDB */
 	LFP_L2_FORWARDING = 1 << 1, /* port in STP forwarding state */
 	LFP_L2_IN_OK      = 1 << 2, /* port: no bridge/port option Linux handles for received frames */
@@ -350,6 +354,17 @@ enum {
 	LFP_L2_IP6_OFF    = 1 << 9, /* bridged IPv6 goes to Linux */
 };
 
+/* A bridge device or bridge port, by ifindex. */
+struct lfp_l2_dev {
+	__u32 bridge; /* the bridge's ifindex (its own, for a bridge) */
+	enum lfp_l2_flags flags;
+	__u32 mtu;    /* largest L3 packet it transmits without dropping or fragmenting */
+	/* The bridge's MAC (frames to it are routed). Data, not a frozen constant: a bridge's MAC
+	 * follows its ports' unless set, and changing it must not reload every port's program. */
+	__u8 br_mac[6];
+	__u16 pad;
+};
+
 /* Ring buffer record: a learned address the fast path keeps using (see bridge_refresh). */
 struct lfp_fdb_refresh_ev {
 	__u32 bridge;
@@ -359,10 +374,12 @@ struct lfp_fdb_refresh_ev {
 };
 
 /* TC hook: a device a redirected skb may leave by (bpf/lib/tx.h). */
-#define LFP_TX_PEER 1 /* a veth into another namespace: deliver with bpf_redirect_peer() */
+enum lfp_tx_flags {
+	LFP_TX_PEER = 1, /* a veth into another namespace: deliver with bpf_redirect_peer() */
+};
 
 struct lfp_tc_tx {
-	__u32 flags;    /* LFP_TX_* */
+	enum lfp_tx_flags flags;
 	__u32 peer_mtu; /* LFP_TX_PEER: the peer's MTU */
 };
 
@@ -370,11 +387,13 @@ struct lfp_tc_tx {
 
 /* An interface's own data (bpf/lib/iface.h): what is not the same for every interface whose
  * program has the same modules, so that one verified program serves all of them. */
-#define LFP_IF_VALID 1
+enum lfp_if_flags : __u8 {
+	LFP_IF_VALID = 1,
+};
 
 struct lfp_if {
 	__u8 mac[6];     /* the MAC Linux routes frames for: the device's (not used on a bridge port) */
-	__u8 flags;      /* LFP_IF_* */
+	enum lfp_if_flags flags; /* one byte: a fixed underlying type (C23, a clang extension before) */
 	__u8 pad;
 	__u32 slot;      /* row of lfp_stats and lfp_tc_companions */
 	__u32 l3_ifindex;/* bridge port: the bridge (br_pass_frame_up() hands frames up from it) */

@@ -143,8 +143,8 @@ struct {
  * programs without it, verified in half the time). The runtime flags (lfp_config ct_flags) say
  * whether it runs; a program built without it that finds it must run (the configuration
  * changed, its replacement is being loaded) hands the packet to Linux (LFP_PASS_RELOADING). */
-volatile const __u32 cfg_ct4 = 0;
-volatile const __u32 cfg_ct6 = 0;
+LFP_SETTING(__u32, ct4, 0, "the conntrack module is built in for IPv4");
+LFP_SETTING(__u32, ct6, 0, "the conntrack module is built in for IPv6");
 
 /* The packet's connection, as the conntrack lookup and the controller's request see it. */
 struct ct_pkt {

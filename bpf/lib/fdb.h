@@ -27,7 +27,7 @@ struct {
 } lfp_fdb_refresh SEC(".maps");
 
 /* How often, at most, one FDB entry is refreshed (set by the controller; see bridge_refresh). */
-volatile const __u64 cfg_fdb_refresh_ns = 1000000000ULL;
+LFP_SETTING(__u64, fdb_refresh_ns, 1000000000ULL, "the least time between two refreshes of one FDB entry (ns)");
 
 static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *mac)
 {

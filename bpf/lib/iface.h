@@ -28,7 +28,7 @@ struct {
 } lfp_ifs_hi SEC(".maps");
 
 /* Frozen per program: the interface is a bridge port (the program runs the bridge module). */
-volatile const __u32 cfg_bridge = 0;
+LFP_SETTING(__u32, bridge, 0, "the interface is a bridge port: the program runs the bridge module");
 
 /* Out of line, so the compiler cannot merge it with the lfp_ifs lookup into one call on a map
  * chosen at run time: the verifier inlines an array lookup only where the map is known. */

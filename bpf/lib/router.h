@@ -48,12 +48,12 @@ static __always_inline struct lfp_scratch *lfp_scratch(void)
 
 /* Frozen per interface: which families this interface forwards in the fast path (the controller
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
-volatile const __u32 cfg_router4 = 0;
-volatile const __u32 cfg_router6 = 0;
+LFP_SETTING(__u32, router4, 0, "the router module forwards IPv4");
+LFP_SETTING(__u32, router6, 0, "the router module forwards IPv6");
 /* The ingress is a veth: frames may be skbs from a local stack. The controller attaches native XDP
  * there only if the peer has no TCP/UDP checksum offload (otherwise generic XDP, which keeps the
  * skb's CHECKSUM_PARTIAL state); SCTP's CRC offload is a separate feature, so SCTP goes to Linux. */
-volatile const __u32 cfg_skb_sender = 0;
+LFP_SETTING(__u32, skb_sender, 0, "frames may be skbs from a local stack (a veth)");
 /* The device Linux routes the packet from: the ingress device, or on a bridge port the bridge
  * (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
 static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)

@@ -41,8 +41,8 @@ static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason
  * like every one until it is attached, goes to Linux unmarked, counted under its own reason. An
  * interface that never sees such packets costs no second program, and a new destination of
  * that kind changes no XDP program. */
-volatile const __u32 cfg_tc_after = 0;
-volatile const __u32 cfg_tc_companion = 0;
+LFP_SETTING(__u32, tc_after, 0, "XDP: marks the packets only an skb can take for the tc program after it");
+LFP_SETTING(__u32, tc_companion, 0, "tc: the program after XDP (runs on the packets XDP marked only)");
 
 #define LFP_META_TC 0x6c667063 /* "lfpc" */
 #define LFP_XDP_TO_TC 0x10000 /* lfp_pass()'s verdict for the tc program, with the reason */

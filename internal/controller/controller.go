@@ -403,7 +403,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 			continue
 		}
 		before, had := installed[idx]
-		if had && before.Spec.Equal(*it.Spec) {
+		if had && before.Spec == *it.Spec {
 			continue
 		}
 		jobs = append(jobs, &job{idx: idx, it: it, had: had})

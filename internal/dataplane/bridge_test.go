@@ -73,23 +73,21 @@ func newBridgeEnv(t *testing.T) *bridgeEnv {
 	e.br, e.bp1, e.bp2, e.bp3, e.bp4 = idx("br0"), idx("bp1"), idx("bp2"), idx("bp3"), idx("bp4")
 	port := L2Forwarding | L2InOK | L2Learning
 	e.base = Data{
-		TxDevs: []int{e.out, e.in, e.bp1, e.bp2, e.bp3},
-		TCTx:   tcTx(e.out, e.in, e.bp1, e.bp2, e.bp3),
-		L2: []L2Dev{
+		TxData: txTo(e.out, e.in, e.bp1, e.bp2, e.bp3),
+		BridgeData: BridgeData{L2: []L2Dev{
 			{Ifindex: e.br, Bridge: e.br, Flags: L2Bridge | L2OutOK, MTU: 1500},
 			{Ifindex: e.bp1, Bridge: e.br, Flags: port | L2NF4 | L2NF6, MTU: 1500, BrMAC: macBr},
 			{Ifindex: e.bp2, Bridge: e.br, Flags: port, MTU: 1500, BrMAC: macBr},
 			{Ifindex: e.bp3, Bridge: e.br, Flags: port | L2Isolated, MTU: 1400, BrMAC: macBr},
 			{Ifindex: e.bp4, Bridge: e.br, Flags: port, MTU: 1500, BrMAC: macBr},
-		},
-		FDB: []FDBEntry{
+		}, FDB: []FDBEntry{
 			{Bridge: e.br, MAC: macBr, Port: e.br, Local: true},
 			{Bridge: e.br, MAC: macBp2, Port: e.bp2, Local: true},
 			{Bridge: e.br, MAC: macA, Port: e.bp1},
 			{Bridge: e.br, MAC: macB, Port: e.bp2},
 			{Bridge: e.br, MAC: macC, Port: e.bp3},
 			{Bridge: e.br, MAC: macD, Port: e.bp4},
-		},
+		}},
 	}
 	return e
 }

@@ -80,7 +80,7 @@ func (d *Dataplane) AttachCompanion(ifindex int) (ebpf.ProgramID, error) {
 		return 0, err
 	}
 	// Replaced or removed meanwhile: the program was loaded for a spec no longer in force.
-	if d.ifaces[ifindex] != cur || !cur.Spec.Equal(s) || cur.tcLink != nil {
+	if d.ifaces[ifindex] != cur || cur.Spec != s || cur.tcLink != nil {
 		prog.Close()
 		return 0, nil
 	}
@@ -151,4 +151,11 @@ func (d *Dataplane) detachCompanion(cur *iface) {
 	cur.tcLink.Close()
 	cur.tcProg.Close()
 	cur.tcLink, cur.tcProg, cur.TCProgramID = nil, nil, 0
+}
+
+// companionSettings: an XDP program with a tc program after it marks packets for it; the tc
+// program after XDP runs on marked packets only.
+func companionSettings(k *settings, s Spec, companion bool) {
+	k.TcAfter = boolU32(s.TCAfterXDP && s.Hook.XDP() && !companion)
+	k.TcCompanion = boolU32(companion)
 }

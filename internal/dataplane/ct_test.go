@@ -33,7 +33,7 @@ func TestConntrack(t *testing.T) {
 	sync := func(c CT) {
 		t.Helper()
 		err := env.ns.Do(func() error {
-			return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in), CT: c})
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: c})
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +176,7 @@ func TestConntrack(t *testing.T) {
 		env.hook = hook
 		prog := env.prog(t, true, true)
 		// out0 runs the same kind of program, with its own MAC (counting into the same slot).
-		outProg, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: hook, Router4: true, Router6: true,
+		outProg, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: hook, Router4: true, Router6: true,
 			Conntrack4: true, Conntrack6: true}, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -294,7 +294,7 @@ func TestConntrackBuiltOut(t *testing.T) {
 	for _, hook := range hooks {
 		env.hook = hook
 		t.Run(string(hook), func(t *testing.T) {
-			prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: hook, Router4: true, Router6: true}, 0)
+			prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: hook, Router4: true, Router6: true}, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +307,7 @@ func TestConntrackBuiltOut(t *testing.T) {
 				{CT{Active4: true, Active6: true, UDP: 30 * time.Second, UDPStream: 120 * time.Second}, PassReloading},
 			} {
 				err := env.ns.Do(func() error {
-					return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in), CT: c.ct})
+					return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: c.ct})
 				})
 				if err != nil {
 					t.Fatal(err)

@@ -14,9 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +55,12 @@ func (e *AttachError) Error() string {
 }
 func (e *AttachError) Unwrap() error { return e.Err }
 
-// Spec is what one interface's program is specialised for. A different Spec means a new program.
+// Spec is what one interface's program is specialised for. A different Spec means a new program
+// or new interface data; two Specs compare with ==.
 type Spec struct {
 	Ifindex int
 	Name    string
-	MAC     net.HardwareAddr
+	MAC     MAC
 	Hook    Hook
 	Router4 bool
 	Router6 bool
@@ -80,14 +79,6 @@ type Spec struct {
 	// without it whose configuration says it must run hands the packet to Linux (reloading).
 	Conntrack4 bool
 	Conntrack6 bool
-}
-
-// Equal: the two specs make the same program.
-func (s Spec) Equal(o Spec) bool {
-	return s.Ifindex == o.Ifindex && s.Name == o.Name && slices.Equal(s.MAC, o.MAC) &&
-		s.Hook == o.Hook && s.Router4 == o.Router4 && s.Router6 == o.Router6 && s.SkbSender == o.SkbSender &&
-		s.Bridge == o.Bridge && s.L3Ifindex == o.L3Ifindex && s.TCAfterXDP == o.TCAfterXDP &&
-		s.Conntrack4 == o.Conntrack4 && s.Conntrack6 == o.Conntrack6
 }
 
 // Modules lists the fast-path modules the program runs, in order.
@@ -144,17 +135,16 @@ type Dataplane struct {
 	// owned: every program id attached, per ifindex, until the interface is gone (Owns).
 	owned map[int][]uint32
 
-	txDevs  map[uint32]linuxfpBpfDevmapVal
-	tcTx    map[uint32]linuxfpLfpTcTx
-	vxlan   map[uint32]linuxfpLfpVxlanDev
-	vxfdb   map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal
-	vxrx    map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx
-	stale   map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
-	local4  map[uint32]uint8
-	local6  map[linuxfpLfpIn6]uint8
-	pfx4    map[linuxfpLfpLpm4Key]uint8
-	pfx6    map[linuxfpLfpLpm6Key]uint8
 	closers []func()
+
+	// The in-memory copies of what each module's maps hold (router.go, neigh.go, ...).
+	routerMaps
+	neighMaps
+	bridgeMaps
+	txMaps
+	vxlanMaps
+	fw filterState
+
 	// failed: the families the gate holds (gate.go); gateWritten: the gate map has been written.
 	failed      Families
 	done        FenceSeq // the fence counts the data plane follows (gate.go)
@@ -164,12 +154,7 @@ type Dataplane struct {
 	// mapsGen counts the times the maps were replaced (a program loaded with older ones must
 	// not be attached).
 	mapsGen uint64
-	fw      filterState
-	fdb     map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
-	l2      map[uint32]linuxfpLfpL2Dev
 }
-
-const maxSlots = 256 // LFP_MAX_SLOTS
 
 // Options size the data plane.
 type Options struct {
@@ -196,26 +181,20 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	d := &Dataplane{
 		spec:     spec,
 		tcSpec:   tcSpec,
-		tcTx:     map[uint32]linuxfpLfpTcTx{},
-		vxlan:    map[uint32]linuxfpLfpVxlanDev{},
-		vxfdb:    map[linuxfpLfpVxfdbKey]linuxfpLfpVxfdbVal{},
-		vxrx:     map[linuxfpLfpVxlanRxKey]linuxfpLfpVxlanRx{},
 		ifaces:   map[int]*iface{},
 		progs:    map[progKind]*cachedProg{},
 		btfCache: btf.NewCache(),
 		owned:    map[int][]uint32{},
-		slots:    make([]bool, maxSlots),
-		log:      log,
-		txDevs:   map[uint32]linuxfpBpfDevmapVal{},
-		stale:    map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{},
-		local4:   map[uint32]uint8{},
-		local6:   map[linuxfpLfpIn6]uint8{},
-		pfx4:     map[linuxfpLfpLpm4Key]uint8{},
-		pfx6:     map[linuxfpLfpLpm6Key]uint8{},
-		fdb:      map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{},
-		l2:       map[uint32]linuxfpLfpL2Dev{},
-		fwCap:    fwCap,
-		fwMax:    o.FilterRules,
+		// A slot is a row of lfp_stats and an entry of lfp_tc_companions: LFP_MAX_SLOTS.
+		slots:      make([]bool, spec.Maps[linuxfpMapLfpTcCompanions].MaxEntries),
+		log:        log,
+		routerMaps: newRouterMaps(),
+		neighMaps:  newNeighMaps(),
+		bridgeMaps: newBridgeMaps(),
+		txMaps:     newTxMaps(),
+		vxlanMaps:  newVXLANMaps(),
+		fwCap:      fwCap,
+		fwMax:      o.FilterRules,
 	}
 	// Only the maps: programs are loaded per interface in Install.
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
@@ -280,20 +259,13 @@ func programID(prog *ebpf.Program) (ebpf.ProgramID, error) {
 	return id, nil
 }
 
-func boolU32(b bool) uint32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // Install attaches (or atomically replaces) the program of spec.Ifindex. It does nothing when
 // the interface already runs a program for an equal spec. Installs for different interfaces may
 // run concurrently: the program is loaded (and verified, the slow part) outside the lock.
 func (d *Dataplane) Install(s Spec) (Installed, error) {
 	d.mu.Lock()
 	cur := d.ifaces[s.Ifindex]
-	if cur != nil && cur.Spec.Equal(s) {
+	if cur != nil && cur.Spec == s {
 		d.mu.Unlock()
 		return cur.Installed, nil
 	}
@@ -525,7 +497,7 @@ func (d *Dataplane) allocSlot() (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("more than %d accelerated interfaces", maxSlots)
+	return 0, fmt.Errorf("more than %d accelerated interfaces", len(d.slots))
 }
 
 // resetSlot zeroes a reused slot's counters so a new interface starts from 0, and its tc

@@ -27,19 +27,13 @@ type FilterIface struct {
 	MarkUnsafe bool // its packets may carry a mark (a veth whose peer is in this namespace)
 }
 
-// Filter flags in lfp_config.fw_flags (LFP_FW_*).
+// Filter flags in lfp_config.fw_flags (enum lfp_fw_flags), IPv4's: IPv6's is the next bit.
 const (
-	fwActive4  = 1 << 0
-	fwActive6  = 1 << 1
-	fwCutSrc4  = 1 << 2
-	fwCutSrc6  = 1 << 3
-	fwHasMark4 = 1 << 4
-	fwHasMark6 = 1 << 5
-	// fwHasCtState4: a rule tests the conntrack state; packets the conntrack module did not
-	// look up go to Linux.
-	fwHasCtState4 = 1 << 6
-	// fwPreCTDrop4: a rule before conntrack drops: conntrack refreshes wait for the verdict.
-	fwPreCTDrop4 = 1 << 8
+	fwActive4     = uint32(linuxfpLfpFwFlagsLFP_FW_ACTIVE4)
+	fwCutSrc4     = uint32(linuxfpLfpFwFlagsLFP_FW_CUT_SRC4)
+	fwHasMark4    = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_MARK4)
+	fwHasCtState4 = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE4)
+	fwPreCTDrop4  = uint32(linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4)
 
 	// DefaultFilterRules is the most flat rules the filter takes when Options say nothing: as
 	// many as a ruleset may compile to.
@@ -143,7 +137,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	for _, i := range f.Ifaces {
 		v := linuxfpLfpFwIf{Bits: i.Bits}
 		if i.MarkUnsafe {
-			v.Flags = 1
+			v.Flags = linuxfpLfpFwIfFlagsLFP_FW_IF_MARK_UNSAFE
 		}
 		ifs[uint32(i.Ifindex)] = v
 	}
@@ -469,4 +463,14 @@ func originName(o compile.Origin) string {
 		return o.Chain.Key.String() + " policy"
 	}
 	return o.Note
+}
+
+// filterModule is the filter's part of Sync once syncFilter has written its maps (Sync runs
+// that first, for the gate): lfp_config flips to the bank written, and the sets only the old
+// ruleset used are dropped after the flip.
+type filterModule struct{ flags, bank uint32 }
+
+func (f filterModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, after []func() error) {
+	cfg.FwFlags, cfg.FwBank, cfg.FwBase = linuxfpLfpFwFlags(f.flags), f.bank, f.bank*uint32(d.fwCap)
+	return nil, []func() error{d.dropOldSets}
 }

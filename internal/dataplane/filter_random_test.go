@@ -69,7 +69,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.dp.Close() })
-	prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: inMAC, Hook: HookXDP, Router4: true, Router6: true, Conntrack4: true, Conntrack6: true}, 0)
+	prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(inMAC), Hook: HookXDP, Router4: true, Router6: true, Conntrack4: true, Conntrack6: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 		if err != nil {
 			continue // too large: the graph keeps the family on Linux
 		}
-		data := Data{TxDevs: []int{env.out}}
+		data := Data{TxData: TxData{TxDevs: []int{env.out}}}
 		if fam == model.IPv4 {
 			data.Filter.Prog4 = p
 		} else {

@@ -58,8 +58,7 @@ func TestFilterMatchesClassify(t *testing.T) {
 	env := newTestEnv(t)
 	prog := filterProgram()
 	data := Data{
-		TxDevs: []int{env.out, env.in},
-		TCTx:   tcTx(env.out, env.in),
+		TxData: txTo(env.out, env.in),
 		Filter: FilterData{Prog4: prog, Ifaces: []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}},
 	}
 	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
@@ -144,7 +143,7 @@ func TestFilterSetsInPlace(t *testing.T) {
 	sync := func(p *compile.Program) {
 		t.Helper()
 		err := env.ns.Do(func() error {
-			return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in),
 				Filter: FilterData{Prog4: p, Ifaces: ifs}})
 		})
 		if err != nil {

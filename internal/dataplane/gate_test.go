@@ -34,7 +34,7 @@ func TestGateFilterOverCapacity(t *testing.T) {
 	env.dp.fwCap, env.dp.fwMax = 8, 8
 	ifs := []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}
 	data := func(p *compile.Program) Data {
-		return Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
+		return Data{TxData: txTo(env.out, env.in),
 			Filter: FilterData{Prog4: p, Ifaces: ifs}}
 	}
 	sync := func(p *compile.Program) error {
@@ -95,7 +95,7 @@ func TestGateFailedUpdate(t *testing.T) {
 	for i := 0; i < 16385; i++ {
 		hosts = append(hosts, netip.AddrFrom4([4]byte{198, 18, byte(128 + i>>8), byte(i)}))
 	}
-	data := Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in)}
+	data := Data{TxData: txTo(env.out, env.in)}
 	pkt4 := v4("198.18.0.2", "198.19.0.9").Bytes()
 	pkt6 := v6("2001:2::2", "2001:2:1::9").Bytes()
 	for _, hook := range hooks {
@@ -134,7 +134,7 @@ func TestFilterMapsGrow(t *testing.T) {
 	ifs := []FilterIface{{Ifindex: env.in, Bits: [2]uint64{1, 1}}, {Ifindex: env.out, Bits: [2]uint64{2, 2}}}
 	sync := func(p *compile.Program) error {
 		return env.ns.Do(func() error {
-			return env.dp.Sync(Data{TxDevs: []int{env.out, env.in}, TCTx: tcTx(env.out, env.in),
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in),
 				Filter: FilterData{Prog4: p, Ifaces: ifs}})
 		})
 	}
@@ -155,7 +155,7 @@ func TestFilterMapsGrow(t *testing.T) {
 	for _, hook := range hooks {
 		env.hook = hook
 		// Programs loaded now use the new maps (the old ones are gone with their programs).
-		prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: hook, Router4: true, Router6: true}, 0)
+		prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: hook, Router4: true, Router6: true}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

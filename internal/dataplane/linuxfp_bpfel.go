@@ -31,8 +31,8 @@ type linuxfpLfpConfig struct {
 	StaleNeighs        uint32
 	Bridges            uint32
 	FwBank             uint32
-	FwFlags            uint32
-	CtFlags            uint32
+	FwFlags            linuxfpLfpFwFlags
+	CtFlags            linuxfpLfpCtFlags
 	CtTcpEstablishedMs uint32
 	CtTcpUnackMs       uint32
 	CtTcpRetransMs     uint32
@@ -40,7 +40,7 @@ type linuxfpLfpConfig struct {
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
 	Vxlans             uint32
-	VxFlags            uint32
+	VxFlags            linuxfpLfpVxFlags
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwdUpdatePrio4     uint32
@@ -59,6 +59,16 @@ type linuxfpLfpCtAsked struct {
 	Pad  uint32
 }
 
+type linuxfpLfpCtFlags uint32
+
+const (
+	linuxfpLfpCtFlagsLFP_CT_ACTIVE4     linuxfpLfpCtFlags = 1
+	linuxfpLfpCtFlagsLFP_CT_ACTIVE6     linuxfpLfpCtFlags = 2
+	linuxfpLfpCtFlagsLFP_CT_TCP_LIBERAL linuxfpLfpCtFlags = 4
+	linuxfpLfpCtFlagsLFP_CT_NAT4        linuxfpLfpCtFlags = 8
+	linuxfpLfpCtFlagsLFP_CT_CHECKSUM    linuxfpLfpCtFlags = 16
+)
+
 type linuxfpLfpCtReq struct {
 	_      structs.HostLayout
 	Family uint8
@@ -71,6 +81,12 @@ type linuxfpLfpCtReq struct {
 	Dport  uint16
 }
 
+type linuxfpLfpFdbFlags uint32
+
+const (
+	linuxfpLfpFdbFlagsLFP_FDB_LOCAL linuxfpLfpFdbFlags = 1
+)
+
 type linuxfpLfpFdbKey struct {
 	_      structs.HostLayout
 	Bridge uint32
@@ -81,7 +97,7 @@ type linuxfpLfpFdbKey struct {
 type linuxfpLfpFdbVal struct {
 	_      structs.HostLayout
 	Port   uint32
-	Flags  uint32
+	Flags  linuxfpLfpFdbFlags
 	SeenNs uint64
 }
 
@@ -89,6 +105,21 @@ type linuxfpLfpFence struct {
 	_   structs.HostLayout
 	Seq [3]uint64
 }
+
+type linuxfpLfpFwFlags uint32
+
+const (
+	linuxfpLfpFwFlagsLFP_FW_ACTIVE4      linuxfpLfpFwFlags = 1
+	linuxfpLfpFwFlagsLFP_FW_ACTIVE6      linuxfpLfpFwFlags = 2
+	linuxfpLfpFwFlagsLFP_FW_CUT_SRC4     linuxfpLfpFwFlags = 4
+	linuxfpLfpFwFlagsLFP_FW_CUT_SRC6     linuxfpLfpFwFlags = 8
+	linuxfpLfpFwFlagsLFP_FW_HAS_MARK4    linuxfpLfpFwFlags = 16
+	linuxfpLfpFwFlagsLFP_FW_HAS_MARK6    linuxfpLfpFwFlags = 32
+	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE4 linuxfpLfpFwFlags = 64
+	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE6 linuxfpLfpFwFlags = 128
+	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4 linuxfpLfpFwFlags = 256
+	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP6 linuxfpLfpFwFlags = 512
+)
 
 type linuxfpLfpFwHostKey struct {
 	_    structs.HostLayout
@@ -99,9 +130,15 @@ type linuxfpLfpFwHostKey struct {
 type linuxfpLfpFwIf struct {
 	_     structs.HostLayout
 	Bits  [2]uint64
-	Flags uint32
+	Flags linuxfpLfpFwIfFlags
 	Pad   uint32
 }
+
+type linuxfpLfpFwIfFlags uint32
+
+const (
+	linuxfpLfpFwIfFlagsLFP_FW_IF_MARK_UNSAFE linuxfpLfpFwIfFlags = 1
+)
 
 type linuxfpLfpFwLeaf struct {
 	_        structs.HostLayout
@@ -156,11 +193,17 @@ type linuxfpLfpGate struct {
 type linuxfpLfpIf struct {
 	_         structs.HostLayout
 	Mac       [6]uint8
-	Flags     uint8
+	Flags     linuxfpLfpIfFlags
 	Pad       uint8
 	Slot      uint32
 	L3Ifindex uint32
 }
+
+type linuxfpLfpIfFlags uint8
+
+const (
+	linuxfpLfpIfFlagsLFP_IF_VALID linuxfpLfpIfFlags = 1
+)
 
 type linuxfpLfpIn6 struct {
 	_ structs.HostLayout
@@ -170,11 +213,26 @@ type linuxfpLfpIn6 struct {
 type linuxfpLfpL2Dev struct {
 	_      structs.HostLayout
 	Bridge uint32
-	Flags  uint32
+	Flags  linuxfpLfpL2Flags
 	Mtu    uint32
 	BrMac  [6]uint8
 	Pad    uint16
 }
+
+type linuxfpLfpL2Flags uint32
+
+const (
+	linuxfpLfpL2FlagsLFP_L2BRIDGE     linuxfpLfpL2Flags = 1
+	linuxfpLfpL2FlagsLFP_L2FORWARDING linuxfpLfpL2Flags = 2
+	linuxfpLfpL2FlagsLFP_L2IN_OK      linuxfpLfpL2Flags = 4
+	linuxfpLfpL2FlagsLFP_L2OUT_OK     linuxfpLfpL2Flags = 8
+	linuxfpLfpL2FlagsLFP_L2LEARNING   linuxfpLfpL2Flags = 16
+	linuxfpLfpL2FlagsLFP_L2ISOLATED   linuxfpLfpL2Flags = 32
+	linuxfpLfpL2FlagsLFP_L2NF4        linuxfpLfpL2Flags = 64
+	linuxfpLfpL2FlagsLFP_L2NF6        linuxfpLfpL2Flags = 128
+	linuxfpLfpL2FlagsLFP_L2IP4OFF     linuxfpLfpL2Flags = 256
+	linuxfpLfpL2FlagsLFP_L2IP6OFF     linuxfpLfpL2Flags = 512
+)
 
 type linuxfpLfpLpm4Key struct {
 	_         structs.HostLayout
@@ -281,9 +339,23 @@ type linuxfpLfpTcCompanion struct {
 
 type linuxfpLfpTcTx struct {
 	_       structs.HostLayout
-	Flags   uint32
+	Flags   linuxfpLfpTxFlags
 	PeerMtu uint32
 }
+
+type linuxfpLfpTxFlags uint32
+
+const (
+	linuxfpLfpTxFlagsLFP_TX_PEER linuxfpLfpTxFlags = 1
+)
+
+type linuxfpLfpVxFlags uint32
+
+const (
+	linuxfpLfpVxFlagsLFP_VX_LOCAL_OUT4 linuxfpLfpVxFlags = 1
+	linuxfpLfpVxFlagsLFP_VX_LOCAL_IN4  linuxfpLfpVxFlags = 2
+	linuxfpLfpVxFlagsLFP_VX_HOPLIMIT4  linuxfpLfpVxFlags = 4
+)
 
 type linuxfpLfpVxfdbKey struct {
 	_   structs.HostLayout

@@ -16,26 +16,21 @@ import (
 
 // progKind is what a program is specialised for: interfaces of one kind share a program.
 type progKind struct {
-	tc         bool // the tc object (the tc hook, or the tc program after XDP)
-	router4    bool
-	router6    bool
-	skbSender  bool
-	bridge     bool
-	tcAfter    bool // XDP: marks packets for a tc program after it
-	companion  bool // tc: the program after XDP (runs on marked packets only)
-	conntrack4 bool
-	conntrack6 bool
+	tc bool // the tc object (the tc hook, or the tc program after XDP)
+	settings
+}
+
+// moduleSettings set each module's settings (settings_gen.go) for an interface's program;
+// companion: the tc program after its XDP one. Each lives in its module's file.
+var moduleSettings = []func(k *settings, s Spec, companion bool){
+	routerSettings, bridgeSettings, ctSettings, companionSettings,
 }
 
 func keyOf(s Spec, companion bool) progKind {
-	k := progKind{
-		router4: s.Router4, router6: s.Router6, bridge: s.Bridge,
-		conntrack4: s.Conntrack4, conntrack6: s.Conntrack6,
-		tc: s.Hook == HookTC || companion, companion: companion,
-		// After native XDP, the tc program sees skbs built from XDP frames: no offload state.
-		skbSender: s.SkbSender && !(companion && s.Hook == HookXDP),
+	k := progKind{tc: s.Hook == HookTC || companion}
+	for _, set := range moduleSettings {
+		set(&k.settings, s, companion)
 	}
-	k.tcAfter = s.TCAfterXDP && s.Hook.XDP() && !k.tc
 	return k
 }
 
@@ -172,22 +167,12 @@ func (d *Dataplane) verify(k progKind, shared map[string]*ebpf.Map) (*ebpf.Progr
 	if k.tc {
 		cs, progName = d.tcSpec.Copy(), linuxfpTcProgLinuxfpTc
 	}
-	sets := []struct {
-		name string
-		val  any
-	}{
-		{linuxfpVarCfgRouter4, boolU32(k.router4)},
-		{linuxfpVarCfgRouter6, boolU32(k.router6)},
-		{linuxfpVarCfgSkbSender, boolU32(k.skbSender)},
-		{linuxfpVarCfgBridge, boolU32(k.bridge)},
-		{linuxfpVarCfgFdbRefreshNs, uint64(FDBRefreshInterval)},
-		{linuxfpVarCfgTcAfter, boolU32(k.tcAfter)},
-		{linuxfpVarCfgTcCompanion, boolU32(k.companion)},
-		{linuxfpVarCfgCt4, boolU32(k.conntrack4)},
-		{linuxfpVarCfgCt6, boolU32(k.conntrack6)},
-	}
-	for _, v := range sets {
-		if err := cs.Variables[v.name].Set(v.val); err != nil {
+	for _, v := range k.variables() {
+		vs, ok := cs.Variables[v.name]
+		if !ok {
+			return nil, fmt.Errorf("set %s: not in the object (go generate ./internal/dataplane)", v.name)
+		}
+		if err := vs.Set(v.val); err != nil {
 			return nil, fmt.Errorf("set %s: %w", v.name, err)
 		}
 	}
@@ -204,36 +189,3 @@ func (d *Dataplane) verify(k progKind, shared map[string]*ebpf.Map) (*ebpf.Progr
 	defer coll.Close()
 	return coll.DetachProgram(progName), nil
 }
-
-// putIface writes an interface's data (lfp_ifs) for slot: before a program runs there.
-func (d *Dataplane) putIface(s Spec, slot int) error {
-	v := linuxfpLfpIf{Flags: 1 /* LFP_IF_VALID */, Slot: uint32(slot), L3Ifindex: uint32(s.L3Ifindex)}
-	copy(v.Mac[:], s.MAC)
-	if err := d.ifsMap(s.Ifindex).Put(uint32(s.Ifindex), v); err != nil {
-		return fmt.Errorf("interface data of %s: %w", s.Name, err)
-	}
-	return nil
-}
-
-// clearIface removes an interface's data: after its programs are detached.
-func (d *Dataplane) clearIface(ifindex int) {
-	m := d.ifsMap(ifindex)
-	var err error
-	if m == d.maps.LfpIfs {
-		err = m.Put(uint32(ifindex), linuxfpLfpIf{})
-	} else if err = m.Delete(uint32(ifindex)); errors.Is(err, ebpf.ErrKeyNotExist) {
-		err = nil
-	}
-	if err != nil {
-		d.log.Warn("clear interface data", "ifindex", ifindex, "err", err)
-	}
-}
-
-func (d *Dataplane) ifsMap(ifindex int) *ebpf.Map {
-	if ifindex < ifsDirect {
-		return d.maps.LfpIfs
-	}
-	return d.maps.LfpIfsHi
-}
-
-const ifsDirect = 65536 // LFP_IFS_DIRECT

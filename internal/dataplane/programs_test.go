@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"maps"
 	"net"
 	"slices"
 	"testing"
@@ -53,8 +54,8 @@ func TestProgramsSharedByKind(t *testing.T) {
 		return s.Bytes()
 	}
 
-	in := install(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
-	out := install(Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
+	in := install(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true})
+	out := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookXDP, Router4: true, Router6: true})
 	if in.ProgramID != out.ProgramID || in.Slot == out.Slot || env.dp.Kinds() != 1 || env.dp.Verified() != 1 {
 		t.Fatalf("same kind: programs %d and %d, slots %d and %d, %d kinds, %d verified: want one program, two slots",
 			in.ProgramID, out.ProgramID, in.Slot, out.Slot, env.dp.Kinds(), env.dp.Verified())
@@ -71,7 +72,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 
 	// A new MAC is data: the same program, judging by the new MAC.
 	macNew := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x42}
-	moved := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true, Router6: true})
+	moved := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macNew), Hook: HookXDP, Router4: true, Router6: true})
 	if moved.ProgramID != out.ProgramID || moved.Slot != out.Slot {
 		t.Fatalf("MAC changed: program %d slot %d, want %d %d", moved.ProgramID, moved.Slot, out.ProgramID, out.Slot)
 	}
@@ -83,7 +84,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 	}
 
 	// Another kind: another program; in0's is untouched.
-	v4 := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
+	v4 := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macNew), Hook: HookXDP, Router4: true})
 	if v4.ProgramID == out.ProgramID || env.dp.Kinds() != 2 || env.dp.Verified() != 2 {
 		t.Fatalf("IPv4 only: program %d (was %d), %d kinds, %d verified", v4.ProgramID, out.ProgramID, env.dp.Kinds(), env.dp.Verified())
 	}
@@ -102,7 +103,7 @@ func TestProgramsSharedByKind(t *testing.T) {
 		t.Fatal("after removal: counted")
 	}
 	// The program of a kind no interface runs is kept (not verified again when one comes back).
-	back := install(Spec{Ifindex: env.out, Name: "out0", MAC: macNew, Hook: HookXDP, Router4: true})
+	back := install(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macNew), Hook: HookXDP, Router4: true})
 	if back.ProgramID != v4.ProgramID || env.dp.Verified() != 2 {
 		t.Fatalf("same kind again: program %d, want the kept %d; %d verified", back.ProgramID, v4.ProgramID, env.dp.Verified())
 	}
@@ -117,7 +118,7 @@ func TestProgramsLargeIfindex(t *testing.T) {
 		t.Fatal(err)
 	}
 	mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x70}
-	prog, err := env.dp.LoadProgram(Spec{Ifindex: big, Name: "huge0", MAC: mac, Hook: HookXDP, Router4: true, Router6: true}, 0)
+	prog, err := env.dp.LoadProgram(Spec{Ifindex: big, Name: "huge0", MAC: MACOf(mac), Hook: HookXDP, Router4: true, Router6: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestProgramsLargeIfindex(t *testing.T) {
 // first); a kind an interface runs is never dropped.
 func TestProgramsIdleBound(t *testing.T) {
 	env := newTestEnv(t)
-	inst := env.install(t, Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true})
+	inst := env.install(t, Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true})
 	// Ten other kinds, loaded and dropped (the tc build, by families, conntrack and bridge).
 	n := 0
 	for _, r6 := range []bool{false, true} {
@@ -150,7 +151,7 @@ func TestProgramsIdleBound(t *testing.T) {
 					if n == 10 {
 						break
 					}
-					s := Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookTC, Router4: true, Router6: r6,
+					s := Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookTC, Router4: true, Router6: r6,
 						Conntrack4: ct, Bridge: br, SkbSender: sk}
 					p, err := env.dp.LoadProgram(s, 1)
 					if err != nil {
@@ -166,7 +167,7 @@ func TestProgramsIdleBound(t *testing.T) {
 		t.Fatalf("%d kinds held, want in0's and %d idle", got, maxIdlePrograms)
 	}
 	verified := env.dp.Verified()
-	again := env.install(t, Spec{Ifindex: env.out, Name: "out0", MAC: macOut, Hook: HookXDP, Router4: true, Router6: true})
+	again := env.install(t, Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookXDP, Router4: true, Router6: true})
 	if again.ProgramID != inst.ProgramID || env.dp.Verified() != verified {
 		t.Fatalf("in0's kind on out0: program %d (in0 %d), %d verified (was %d): want in0's, none verified",
 			again.ProgramID, inst.ProgramID, env.dp.Verified(), verified)
@@ -181,4 +182,46 @@ func (e *testEnv) install(t *testing.T, s Spec) Installed {
 		t.Fatal(err)
 	}
 	return inst
+}
+
+// Every setting of both objects is one the Go side sets (settings_gen.go, generated from the
+// LFP_SETTING declarations), and the other way round: a variable declared without the macro,
+// or an object not regenerated, would load with its default.
+func TestSettingsAreTheObjectsVariables(t *testing.T) {
+	var want []string
+	for _, v := range (&settings{}).variables() {
+		want = append(want, v.name)
+	}
+	slices.Sort(want)
+	for name, load := range map[string]func() (*ebpf.CollectionSpec, error){"xdp": loadLinuxfp, "tc": loadLinuxfpTc} {
+		cs, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.Sorted(maps.Keys(cs.Variables))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s object's variables %v, settings %v", name, got, want)
+		}
+	}
+}
+
+// A program kind follows from the modules' settings: the tc program after XDP is another kind
+// (the tc object, marked packets only, no skb offload state after native XDP), and the XDP
+// program marks packets for it only when asked to.
+func TestKindSettings(t *testing.T) {
+	s := Spec{Ifindex: 7, Name: "eth0", Hook: HookXDP, Router4: true, SkbSender: true, TCAfterXDP: true, Conntrack6: true}
+	x, c := keyOf(s, false), keyOf(s, true)
+	want := progKind{settings: settings{Router4: 1, SkbSender: 1, TcAfter: 1, Ct6: 1, FdbRefreshNs: uint64(FDBRefreshInterval)}}
+	if x != want {
+		t.Errorf("xdp kind %+v, want %+v", x, want)
+	}
+	want = progKind{tc: true, settings: settings{Router4: 1, TcCompanion: 1, Ct6: 1, FdbRefreshNs: uint64(FDBRefreshInterval)}}
+	if c != want {
+		t.Errorf("tc-after-xdp kind %+v, want %+v", c, want)
+	}
+	other := s
+	other.Ifindex, other.Name, other.MAC = 8, "eth1", MAC{2, 0, 0, 0, 0, 9}
+	if keyOf(other, false) != x {
+		t.Error("two interfaces that differ only in their data are of different kinds")
+	}
 }

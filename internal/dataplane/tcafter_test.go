@@ -25,7 +25,7 @@ func TestTCAfterXDP(t *testing.T) {
 	if env.hook != HookXDP {
 		t.Skip("the XDP build")
 	}
-	prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, 0)
+	prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTCAfterXDP(t *testing.T) {
 	env.checkRouted(t, prog, s.Bytes(), PassTTL, nil) // Linux's, not the tc program's
 
 	// The tc program after it: an unmarked packet is passed on, uncounted.
-	tcProg, _, _, err := env.dp.loadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, true)
+	tcProg, _, _, err := env.dp.loadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestCompanionLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := Spec{Ifindex: env.in, Name: "in0", MAC: macIn, Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}
+	s := Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true, TCAfterXDP: true}
 	var inst Installed
 	inst = env.install(t, s)
 	if inst.TCProgramID != 0 || state().Attached != 0 || len(tcxIDs()) != 0 {

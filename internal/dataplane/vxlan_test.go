@@ -68,11 +68,12 @@ func newVXLANEnv(t *testing.T) *testEnv {
 		in, out, vx = idx("in0"), idx("out0"), idx("flannel.1")
 		env.in, env.out = in, out
 		return dp.Sync(Data{
-			TCTx:     tcTx(in, out, vx),
-			VXLAN:    []VXLANDev{{Ifindex: vx, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), Port: 8472, PortMin: 32768, PortMax: 60999}},
-			VXLANFDB: []VXLANFDBEntry{{Dev: vx, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, Dst: netip.MustParseAddr("198.18.1.2"), VNI: 7}},
-			VXLANRx:  []VXLANRx{{Dev: vx, Port: 8472, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), MAC: macVX}},
-			VX:       VXHost{LocalOut4: true, LocalIn4: true, DefaultTTL: 64},
+			TxData: TxData{TCTx: tcTx(in, out, vx)},
+			VXLANData: VXLANData{VXLAN: []VXLANDev{{Ifindex: vx, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), Port: 8472, PortMin: 32768, PortMax: 60999}},
+				VXLANFDB: []VXLANFDBEntry{{Dev: vx, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, Dst: netip.MustParseAddr("198.18.1.2"), VNI: 7}},
+				VXLANRx:  []VXLANRx{{Dev: vx, Port: 8472, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), MAC: macVX}},
+				VX:       VXHost{LocalOut4: true, LocalIn4: true, DefaultTTL: 64},
+			},
 		})
 	})
 	if err != nil {
@@ -166,8 +167,8 @@ func TestVXLANDecapMatchesDriver(t *testing.T) {
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
-	outProg := load(Spec{Ifindex: env.out, Name: "out0", MAC: macOut})
-	vxProg := load(Spec{Ifindex: env.vx, Name: "flannel.1", MAC: macVX})
+	outProg := load(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut)})
+	vxProg := load(Spec{Ifindex: env.vx, Name: "flannel.1", MAC: MACOf(macVX)})
 	remote := net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}
 	outer := func(inner []byte, f func(b []byte)) []byte {
 		s := packet.Spec{SrcMAC: macNext, DstMAC: macOut, Src: netip.MustParseAddr("198.18.1.2"), Dst: netip.MustParseAddr("198.18.1.1"),

@@ -41,7 +41,7 @@ func l2Of(p *Plan, ifindex int) *dataplane.L2Dev {
 func TestBridgePort(t *testing.T) {
 	p := Build(bridged(), Options{Hook: HookAuto}, notOwned, nil)
 	it := p.Interfaces[5]
-	if it.Spec == nil || !it.Spec.Bridge || it.Spec.L3Ifindex != 4 || len(it.Spec.MAC) != 0 ||
+	if it.Spec == nil || !it.Spec.Bridge || it.Spec.L3Ifindex != 4 || it.Spec.MAC != (dataplane.MAC{}) ||
 		!it.Spec.Router4 || !it.Spec.Router6 {
 		t.Fatalf("port spec %+v, notes %q", it.Spec, it.Notes)
 	}

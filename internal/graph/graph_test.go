@@ -374,7 +374,7 @@ func TestTCAfterXDP(t *testing.T) {
 	plain := snapshot()
 	plain.Links[3].XDPFeatures |= observe.XDPActNdoXmit // the veth takes XDP frames
 	it := Build(plain, Options{Hook: HookAuto}, notOwned, nil).Interfaces[2]
-	if it.Spec == nil || !it.Spec.Equal(*eth0.Spec) || !strings.Contains(strings.Join(it.Notes, "\n"), "(none now)") {
+	if it.Spec == nil || *it.Spec != *eth0.Spec || !strings.Contains(strings.Join(it.Notes, "\n"), "(none now)") {
 		t.Errorf("every destination takes XDP frames: %+v %q, want the same XDP program", it.Spec, it.Notes)
 	}
 }

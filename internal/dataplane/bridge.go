@@ -1,0 +1,123 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"net"
+	"time"
+)
+
+// The bridge module (bpf/lib/bridge.h, fdb.h): switches frames between the ports of a bridge
+// by a mirror of its forwarding database, and refreshes in Linux the addresses it keeps using.
+
+// BridgeData is what the bridge module reads.
+type BridgeData struct {
+	// L2 are the bridges and bridge ports, FDB the bridges' forwarding databases (VLAN 0).
+	L2  []L2Dev
+	FDB []FDBEntry
+}
+
+// L2Flags are struct lfp_l2_dev's flags (enum lfp_l2_flags).
+type L2Flags uint32
+
+const (
+	L2Bridge     = L2Flags(linuxfpLfpL2FlagsLFP_L2BRIDGE)     // a bridge device
+	L2Forwarding = L2Flags(linuxfpLfpL2FlagsLFP_L2FORWARDING) // port in STP forwarding state
+	L2InOK       = L2Flags(linuxfpLfpL2FlagsLFP_L2IN_OK)      // port: frames received may be fast-pathed
+	L2OutOK      = L2Flags(linuxfpLfpL2FlagsLFP_L2OUT_OK)     // bridge: routed packets may go through its FDB
+	L2Learning   = L2Flags(linuxfpLfpL2FlagsLFP_L2LEARNING)   // port learns: refresh its addresses
+	L2Isolated   = L2Flags(linuxfpLfpL2FlagsLFP_L2ISOLATED)   // port isolated
+	L2NF4        = L2Flags(linuxfpLfpL2FlagsLFP_L2NF4)        // br_netfilter validates and trims bridged IPv4
+	L2NF6        = L2Flags(linuxfpLfpL2FlagsLFP_L2NF6)        // br_netfilter validates and trims bridged IPv6
+	L2IP4Off     = L2Flags(linuxfpLfpL2FlagsLFP_L2IP4OFF)     // bridged IPv4 goes to Linux
+	L2IP6Off     = L2Flags(linuxfpLfpL2FlagsLFP_L2IP6OFF)     // bridged IPv6 goes to Linux
+)
+
+// L2Dev is a bridge or a bridge port.
+type L2Dev struct {
+	Ifindex int
+	Bridge  int // the bridge's ifindex (its own for a bridge)
+	Flags   L2Flags
+	MTU     int
+	BrMAC   net.HardwareAddr // the bridge's MAC (ports)
+}
+
+// FDBEntry is one forwarding-database entry of a bridge.
+type FDBEntry struct {
+	Bridge int
+	MAC    net.HardwareAddr
+	Port   int  // ifindex of the port (or of the bridge, for some local entries)
+	Local  bool // NUD_PERMANENT: one of the bridge's own addresses
+}
+
+// bridgeMaps mirror what the bridge module's maps hold.
+type bridgeMaps struct {
+	fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
+	l2  map[uint32]linuxfpLfpL2Dev
+}
+
+func newBridgeMaps() bridgeMaps {
+	return bridgeMaps{fdb: map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{}, l2: map[uint32]linuxfpLfpL2Dev{}}
+}
+
+// The FDB goes in before the ports and bridges that make the data plane use it, and both
+// before lfp_config's count of bridges; an entry removed goes first (syncMap deletes before it
+// adds).
+func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, after []func() error) {
+	l2 := map[uint32]linuxfpLfpL2Dev{}
+	for _, dv := range data.L2 {
+		v := linuxfpLfpL2Dev{Bridge: uint32(dv.Bridge), Flags: linuxfpLfpL2Flags(dv.Flags), Mtu: uint32(dv.MTU)}
+		copy(v.BrMac[:], dv.BrMAC)
+		l2[uint32(dv.Ifindex)] = v
+		if dv.Flags&L2Bridge != 0 {
+			cfg.Bridges++
+		}
+	}
+	fdb := map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{}
+	for _, e := range data.FDB {
+		k := linuxfpLfpFdbKey{Bridge: uint32(e.Bridge)}
+		copy(k.Mac[:], e.MAC)
+		v := linuxfpLfpFdbVal{Port: uint32(e.Port)}
+		if e.Local {
+			v.Flags = linuxfpLfpFdbFlagsLFP_FDB_LOCAL
+		}
+		// seen_ns is the data plane's: an entry that did not change is not rewritten (syncMap
+		// compares with what it wrote), so its refresh timestamp survives.
+		fdb[k] = v
+	}
+	return []func() error{
+		func() error { return syncMap(d.maps.LfpFdb, b.fdb, fdb) },
+		func() error { return syncMap(d.maps.LfpL2, b.l2, l2) },
+	}, nil
+}
+
+// FDBRefreshInterval is how often, at most, the data plane asks for one learned address to be
+// refreshed in Linux (see bridge_refresh in bpf/lib/fdb.h).
+const FDBRefreshInterval = time.Second
+
+// FDBRefresh is a learned address the fast path keeps forwarding frames from: Linux, which does
+// not see those frames, must refresh its FDB entry or it would age out.
+type FDBRefresh struct {
+	Bridge, Port int
+	MAC          net.HardwareAddr
+}
+
+// ReadFDBRefreshes delivers the data plane's refresh requests to fn until Close.
+func (d *Dataplane) ReadFDBRefreshes(fn func(FDBRefresh)) error {
+	return d.readRing(d.maps.LfpFdbRefresh, "fdb refresh ring", func(b []byte) {
+		// struct lfp_fdb_refresh_ev: bridge u32, port u32, mac[6], pad u16.
+		if len(b) < 14 {
+			return
+		}
+		fn(FDBRefresh{
+			Bridge: int(binary.NativeEndian.Uint32(b[0:])),
+			Port:   int(binary.NativeEndian.Uint32(b[4:])),
+			MAC:    append(net.HardwareAddr(nil), b[8:14]...),
+		})
+	})
+}
+
+// bridgeSettings: a bridge port's program runs the bridge module.
+func bridgeSettings(k *settings, s Spec, companion bool) {
+	k.Bridge = boolU32(s.Bridge)
+	k.FdbRefreshNs = uint64(FDBRefreshInterval)
+}
