@@ -71,7 +71,8 @@ type Controller struct {
 	ctLiberal       atomic.Uint64
 	ctLiberalFailed atomic.Uint64
 	// pollSets: the filter's rules use ipsets and no netlink watcher sees their changes: poll.
-	lastFilter   *observe.FilterState
+	lastRules    *observe.Ruleset
+	lastFilter   *graph.Filter
 	pollSets     atomic.Bool
 	setsReadTime atomic.Int64
 	// warnedNoXDP: the warning that --hook xdp accelerates nothing here was logged.
@@ -331,15 +332,14 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	if err != nil {
 		return 0, &readError{err}
 	}
-	if dirty == observe.DirtyIPSet && c.lastFilter != nil && snap.Filter == c.lastFilter {
+	if dirty == observe.DirtyIPSet && c.lastRules != nil && snap.Rules == c.lastRules {
 		// Only the ipsets could have changed, and none did (a poll, or a command that
 		// changed nothing): the data plane follows them already.
-		c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
+		c.setsReadTime.Store(int64(snap.Rules.SetsReadTime))
 		c.openFence(t0, seq)
 		return 0, errSetsUnchanged
 	}
 	tRead := time.Since(t0)
-	defer c.returnMemory(largeReplaced(c.lastFilter, snap.Filter))
 	defer func() {
 		c.log.Debug("apply timing", "read", tRead, "total", time.Since(t0))
 	}()
@@ -347,14 +347,15 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		c.log.Info("interface changed: trying the hook the kernel refused again", "interface", name)
 	}
 	plan := graph.Build(snap, c.cfg.Options, c.dp.Owns, c.refused.graph())
-	c.lastFilter = snap.Filter
-	c.pollSets.Store(snap.Filter.UsesSets())
-	if snap.Filter != nil {
-		c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
+	defer c.returnMemory(largeReplaced(c.lastFilter, plan.Filter))
+	c.lastRules, c.lastFilter = snap.Rules, plan.Filter
+	c.pollSets.Store(plan.Filter.UsesSets())
+	if snap.Rules != nil {
+		c.setsReadTime.Store(int64(snap.Rules.SetsReadTime))
 	}
-	if dirty&(observe.DirtyNetfilter|observe.DirtyIPSet) != 0 && snap.Filter != nil {
-		c.log.Debug("netfilter ruleset compiled", "generation", snap.Filter.Generation,
-			"took", snap.Filter.CompileTime, "err4", snap.Filter.Err[0], "err6", snap.Filter.Err[1])
+	if dirty&(observe.DirtyNetfilter|observe.DirtyIPSet) != 0 && plan.Filter != nil {
+		c.log.Debug("netfilter ruleset compiled", "generation", plan.Filter.Generation,
+			"took", plan.Filter.CompileTime, "err4", plan.Filter.Err[0], "err6", plan.Filter.Err[1])
 	}
 	links := map[int]observe.Link{}
 	for idx, lk := range snap.Links {

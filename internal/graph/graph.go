@@ -54,6 +54,8 @@ type Interface struct {
 type Plan struct {
 	Interfaces map[int]*Interface
 	Data       dataplane.Data
+	// Filter is the netfilter ruleset compiled for the filter module (nil: not read).
+	Filter *Filter
 }
 
 // OwnedProgram tells whether prog is one of linuxfp's own programs on ifindex.
@@ -67,7 +69,7 @@ type Refused map[int]map[dataplane.Hook]string
 
 // Build computes the plan.
 func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) *Plan {
-	p := &Plan{Interfaces: map[int]*Interface{}}
+	p := &Plan{Interfaces: map[int]*Interface{}, Filter: filterOf(s)}
 	host := hostWideReasons(s)
 	for _, lk := range s.Links {
 		it := &Interface{Index: lk.Index, Name: lk.Name}
