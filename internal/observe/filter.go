@@ -67,8 +67,7 @@ func readRuleset(prev *Ruleset) (*Ruleset, error) {
 }
 
 // refreshSets re-reads the ipsets. It returns r itself when none changed, and otherwise the
-// same ruleset with the new sets. ipset sends no netlink notification for membership changes:
-// without the netlink watcher the watcher polls this while rules use sets.
+// same ruleset with the new sets (see ipsetPollMin for how set changes are seen).
 func (r *Ruleset) refreshSets() (*Ruleset, error) {
 	t0 := time.Now()
 	sets, err := ipset.List(ipset.Options{})
