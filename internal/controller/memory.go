@@ -5,7 +5,7 @@ import (
 	"runtime/metrics"
 	"time"
 
-	"github.com/linuxfp/linuxfp/internal/observe"
+	"github.com/linuxfp/linuxfp/internal/graph"
 )
 
 // largeRead is how long reading and compiling a netfilter ruleset takes when it leaves much
@@ -17,7 +17,7 @@ const largeRead = 100 * time.Millisecond
 
 // largeReplaced: an apply replaced the filter state before with after, and either is large
 // (see largeRead). A boolean, so that the caller holds neither state for returnMemory.
-func largeReplaced(before, after *observe.FilterState) bool {
+func largeReplaced(before, after *graph.Filter) bool {
 	return before != after && (large(before) || large(after))
 }
 
@@ -36,7 +36,7 @@ func (c *Controller) returnMemory(largeReplaced bool) {
 		"mapped_after_mb", mappedAfter>>20, "live_after_mb", liveAfter>>20, "took", time.Since(t0).Round(time.Millisecond))
 }
 
-func large(f *observe.FilterState) bool { return f != nil && f.CompileTime >= largeRead }
+func large(f *graph.Filter) bool { return f != nil && f.CompileTime >= largeRead }
 
 // heapBytes is the heap Go keeps mapped (objects, free and unused space in spans) and what was
 // live at the last collection.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linuxfp/linuxfp/internal/observe"
+	"github.com/linuxfp/linuxfp/internal/graph"
 )
 
 // When a large ruleset is dropped (or read), the heap it freed goes back to the kernel at once;
@@ -20,9 +20,9 @@ func TestReturnMemoryAfterLargeDrop(t *testing.T) {
 		metrics.Read(s)
 		return s[0].Value.Uint64()
 	}
-	big := &observe.FilterState{CompileTime: 2 * time.Second}
-	small := &observe.FilterState{CompileTime: time.Millisecond}
-	small2 := &observe.FilterState{CompileTime: time.Millisecond}
+	big := &graph.Filter{CompileTime: 2 * time.Second}
+	small := &graph.Filter{CompileTime: time.Millisecond}
+	small2 := &graph.Filter{CompileTime: time.Millisecond}
 
 	// 256 MB of small objects, live through a collection and then dropped: what a large
 	// ruleset's snapshot and its compile leave when the ruleset is flushed.
@@ -37,7 +37,7 @@ func TestReturnMemoryAfterLargeDrop(t *testing.T) {
 
 	for _, tc := range []struct {
 		name          string
-		before, after *observe.FilterState
+		before, after *graph.Filter
 	}{{"unchanged", big, big}, {"small to small", small, small2}, {"none to small", nil, small}} {
 		f := forced()
 		c.returnMemory(largeReplaced(tc.before, tc.after))

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
-	"github.com/linuxfp/linuxfp/internal/filter/compile"
 	"github.com/linuxfp/linuxfp/internal/observe"
 )
 
@@ -98,15 +97,14 @@ func TestBridgeFlags(t *testing.T) {
 			note: "bridged IPv4: bridge-nf-call-iptables=1: through the filter module with br0 as input and output device",
 			mutate: func(s *observe.Snapshot) {
 				s.Netfilter.V4 = []string{"x"}
-				s.Filter = &observe.FilterState{Prog: [2]*compile.Program{{Rules: []compile.Rule{{Action: compile.ActDrop}}}}}
+				s.Rules = forwardDrop()
 			}},
 		{name: "and nat chains", set: dataplane.L2NF4, clr: dataplane.L2IP4Off,
 			note: "and the conntrack module",
 			mutate: func(s *observe.Snapshot) {
 				s.Netfilter.V4 = []string{"x"}
 				s.Sysctl.Conntrack.TCPTimeoutEstablished = 432000
-				s.Filter = &observe.FilterState{Prog: [2]*compile.Program{{Rules: []compile.Rule{{Action: compile.ActDrop}}}},
-					Tracked: [2]bool{true, false}}
+				s.Rules = forwardDrop("nat chains")
 			}},
 		{name: "iptables rules, call-iptables off", clr: dataplane.L2NF4 | dataplane.L2IP4Off, noR4: true,
 			mutate: func(s *observe.Snapshot) { s.Netfilter.V4 = []string{"x"}; s.Sysctl.BrNFCallIPTables = false }},

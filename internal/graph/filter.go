@@ -29,7 +29,7 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 	if len(legacy) > 0 {
 		return prefix(legacy), nil
 	}
-	f := s.Filter
+	f := filterOf(s)
 	switch {
 	case f == nil:
 		return prefix(reasons), nil
@@ -70,7 +70,8 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 // connections, and the family is not off for another netfilter reason).
 func ctActive(s *observe.Snapshot, fam int) bool {
 	off, _ := netfilterWhy(s, fam)
-	return s.Filter != nil && s.Filter.Tracked[fam] && len(off) == 0
+	f := filterOf(s)
+	return f != nil && f.Tracked[fam] && len(off) == 0
 }
 
 // ctData is what the conntrack module reads.
@@ -79,7 +80,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	return dataplane.CT{
 		Active4: ctActive(s, 0), Active6: ctActive(s, 1),
-		NAT4:           ctActive(s, 0) && !s.Filter.PrePost[0],
+		NAT4:           ctActive(s, 0) && !filterOf(s).PrePost[0],
 		TCPLiberal:     c.TCPBeLiberal,
 		Checksum:       c.Checksum,
 		TCPEstablished: sec(c.TCPTimeoutEstablished),
@@ -95,13 +96,14 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 // every interface's pattern bits.
 func filterData(s *observe.Snapshot) dataplane.FilterData {
 	var fd dataplane.FilterData
-	if s.Filter == nil {
+	f := filterOf(s)
+	if f == nil {
 		return fd
 	}
 	var progs [2]*compile.Program
 	for fam := range progs {
 		off, _ := netfilterWhy(s, fam)
-		if p := s.Filter.Prog[fam]; len(off) == 0 && p != nil && !p.Empty {
+		if p := f.Prog[fam]; len(off) == 0 && p != nil && !p.Empty {
 			progs[fam] = p
 		}
 	}
@@ -146,7 +148,7 @@ func filterNotes(s *observe.Snapshot, r4, r6 bool) []string {
 
 // trackedWhy says what makes netfilter track family fam's connections: the first cause and how
 // many more.
-func trackedWhy(f *observe.FilterState, fam int) string {
+func trackedWhy(f *Filter, fam int) string {
 	why := f.TrackedWhy[fam]
 	switch len(why) {
 	case 0:

@@ -54,6 +54,8 @@ type Interface struct {
 type Plan struct {
 	Interfaces map[int]*Interface
 	Data       dataplane.Data
+	// Filter is the netfilter ruleset compiled for the filter module (nil: not read).
+	Filter *Filter
 }
 
 // OwnedProgram tells whether prog is one of linuxfp's own programs on ifindex.
@@ -67,7 +69,7 @@ type Refused map[int]map[dataplane.Hook]string
 
 // Build computes the plan.
 func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) *Plan {
-	p := &Plan{Interfaces: map[int]*Interface{}}
+	p := &Plan{Interfaces: map[int]*Interface{}, Filter: filterOf(s)}
 	host := hostWideReasons(s)
 	for _, lk := range s.Links {
 		it := &Interface{Index: lk.Index, Name: lk.Name}
@@ -166,11 +168,19 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 }
 
 // tcAfterXDP lets every XDP program (--hook auto) hand to a tc program of the same modules on
-// the same interface what it cannot redirect because only an skb can go there: a veth whose peer
-// takes no XDP frames (no XDP program, no GRO: a container's, as CNI plugins leave it), a vxlan
-// device the VXLAN module encapsulates into. The tc program is attached when the first such
-// packet arrives (dataplane/companion.go), so the XDP programs need no change when such a
-// destination appears or goes; the note names the ones there are now.
+// the same interface the packets it cannot redirect because only an skb can go where they go.
+// This is the one place that explains why; other comments point here.
+//
+// Two destinations take only skbs. A veth whose peer has no XDP program and no GRO (a
+// container's, as CNI plugins leave it) drops a frame redirected by XDP, because its peer has
+// no XDP receive path (egressReady). A vxlan device is encapsulated into by the VXLAN module at
+// tc only: it grows the skb with bpf_skb_adjust_room() and takes the outer source port from the
+// skb's flow hash, as the driver does (vxlanEncap, bpf/lib/vxlan.h). A tc program may redirect
+// an skb to both (tcEgress).
+//
+// The tc program is attached when the first such packet arrives (dataplane/companion.go), so
+// the XDP programs need no change when such a destination appears or goes. The note names the
+// ones there are now.
 func tcAfterXDP(p *Plan, o Options) {
 	if o.Hook != HookAuto && o.Hook != "" {
 		return

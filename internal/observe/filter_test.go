@@ -8,9 +8,10 @@ import (
 	"github.com/linuxfp/linuxfp/internal/filter/filtertest"
 )
 
-// One nf_tables generation is read and compiled once, however many events announce it: a
-// commit notifies every rule, and the controller may wake more than once for one commit.
-func TestFilterCompiledOncePerGeneration(t *testing.T) {
+// One nf_tables generation is read once, however many events announce it: a commit notifies
+// every rule, and the controller may wake more than once for one commit. The same generation
+// with the same ipsets is the same *Ruleset (the graph compiles it once by that).
+func TestRulesetReadOncePerGeneration(t *testing.T) {
 	filtertest.Require(t, "iptables-restore")
 	ns := filtertest.NewNS(t, "lfp-obsgen")
 	var rules strings.Builder
@@ -28,20 +29,27 @@ func TestFilterCompiledOncePerGeneration(t *testing.T) {
 			return err
 		}
 		defer o.Close()
-		refresh := func(d Dirty) (*FilterState, error) {
+		refresh := func(d Dirty) (*Ruleset, error) {
 			s, err := o.Refresh(d)
 			if err != nil {
 				return nil, err
 			}
-			return s.Filter, nil
+			return s.Rules, nil
 		}
-		c0 := compiles.Load()
+		rules := func(r *Ruleset) int {
+			n := 0
+			for _, ch := range r.Rulesets[0].Chains {
+				n += len(ch.Rules)
+			}
+			return n
+		}
+		c0 := rulesetReads.Load()
 		f1, err := refresh(DirtyAll)
 		if err != nil {
 			return err
 		}
-		if f1.Prog[0] == nil || f1.Rules[0] != 200 {
-			return fmt.Errorf("first read: IPv4 program %v, %d rules (err %q), want 200 rules compiled", f1.Prog[0] != nil, f1.Rules[0], f1.Err[0])
+		if f1.Rulesets[0] == nil || rules(f1) != 200 {
+			return fmt.Errorf("first read: IPv4 ruleset %v, want 200 rules", f1.Rulesets[0] != nil)
 		}
 		// The same generation again, as after a second wake-up or an overflow's re-read.
 		for _, d := range []Dirty{DirtyNetfilter, DirtyNetfilter, DirtyAll} {
@@ -49,14 +57,14 @@ func TestFilterCompiledOncePerGeneration(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if f.Prog[0] != f1.Prog[0] {
-				return fmt.Errorf("refresh %s of generation %d made a new program", d, f1.Generation)
+			if f != f1 {
+				return fmt.Errorf("refresh %s of generation %d made a new ruleset", d, f1.Generation)
 			}
 		}
-		if n := compiles.Load() - c0; n != 1 {
-			return fmt.Errorf("generation %d compiled %d times, want once", f1.Generation, n)
+		if n := rulesetReads.Load() - c0; n != 1 {
+			return fmt.Errorf("generation %d read %d times, want once", f1.Generation, n)
 		}
-		// A new generation is compiled.
+		// A new generation is read.
 		if err := filtertest.Stdin(ns, "", "iptables", "-A", "FORWARD", "-s", "198.18.9.9", "-j", "DROP"); err != nil {
 			return err
 		}
@@ -64,11 +72,11 @@ func TestFilterCompiledOncePerGeneration(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if f2.Generation == f1.Generation || f2.Rules[0] != 201 {
-			return fmt.Errorf("after iptables -A: generation %d (was %d), %d rules, want a new generation of 201", f2.Generation, f1.Generation, f2.Rules[0])
+		if f2.Generation == f1.Generation || rules(f2) != 201 {
+			return fmt.Errorf("after iptables -A: generation %d (was %d), %d rules, want a new generation of 201", f2.Generation, f1.Generation, rules(f2))
 		}
-		if n := compiles.Load() - c0; n != 2 {
-			return fmt.Errorf("two generations compiled %d times, want twice", n)
+		if n := rulesetReads.Load() - c0; n != 2 {
+			return fmt.Errorf("two generations read %d times, want twice", n)
 		}
 		return nil
 	})

@@ -17,11 +17,11 @@ import (
 // x_tables (iptables-legacy) tables are not visible to nf_tables and send no events: a loaded
 // legacy table is treated as holding rules (see legacyTables).
 //
-// The chains and their rule counts are the filter's own read of the ruleset (f): reading it again
+// The chains and their rule counts are the filter's own read of the ruleset (r): reading it again
 // costs as much (~100 ms for 10,000 rules here).
-func readNetfilter(f *FilterState) Netfilter {
+func readNetfilter(r *Ruleset) Netfilter {
 	nf := Netfilter{Backend: "nf_tables", Ingress: map[string][]string{}, Egress: map[string][]string{}}
-	for _, ch := range f.chains {
+	for _, ch := range r.chains {
 		if ch.Hooknum == nil {
 			continue // not a base chain: reachable only by jumps from one
 		}
@@ -36,7 +36,7 @@ func readNetfilter(f *FilterState) Netfilter {
 			why = append(why, name+": policy drop")
 		}
 		if len(why) == 0 {
-			if n := f.ruleCount(uint8(fam), ch.Table.Name, ch.Name); n > 0 {
+			if n := r.ruleCount(uint8(fam), ch.Table.Name, ch.Name); n > 0 {
 				why = append(why, fmt.Sprintf("%s: %d rules", name, n))
 			}
 		}

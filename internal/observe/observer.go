@@ -147,19 +147,19 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 	}
 	if d&DirtyNetfilter != 0 {
 		o.setReads.Add(1)
-		f, err := readFilter(s.Filter)
+		r, err := readRuleset(s.Rules)
 		if err != nil {
 			return nil, err
 		}
-		s.Filter = f
-		s.Netfilter = readNetfilter(f)
-	} else if d&DirtyIPSet != 0 && s.Filter != nil {
+		s.Rules = r
+		s.Netfilter = readNetfilter(r)
+	} else if d&DirtyIPSet != 0 && s.Rules != nil {
 		o.setReads.Add(1)
-		f, err := s.Filter.refreshSets()
+		r, err := s.Rules.refreshSets()
 		if err != nil {
 			return nil, err
 		}
-		s.Filter = f
+		s.Rules = r
 	}
 	if d&DirtyXfrm != 0 {
 		x, err := readXfrm(o.h)

@@ -22,8 +22,8 @@ type Snapshot struct {
 	Netfilter  Netfilter
 	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
 	XfrmPolicies bool
-	// Filter is the forward-path ruleset, compiled for the filter module (nil until read).
-	Filter *FilterState
+	// Rules is the netfilter ruleset with its ipsets (nil until read); graph compiles it.
+	Rules *Ruleset
 }
 
 // Link is one network device.

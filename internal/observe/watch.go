@@ -72,10 +72,12 @@ type Watcher struct {
 	SysctlMethod string
 	// LegacyPoll says that legacy iptables tables are polled (they have no events).
 	LegacyPoll time.Duration
-	// IPSetEvents: ipset changes arrive as events (netlinkwatch.go); otherwise the controller
-	// polls the sets its rules use. IPSetMethod says which (shown by `linuxfp status`).
+	// IPSetEvents: ipset changes arrive as events (netlinkwatch.go); otherwise the watcher
+	// polls the sets while rules use them (see PollSets). IPSetMethod says which (shown by
+	// `linuxfp status`).
 	IPSetEvents bool
 	IPSetMethod string
+	sets        setPoll
 	// Fence: the netlink watcher counts changes in the data plane's fence as they are made.
 	Fence bool
 	// nlChanges: the netlink watcher's count of changes by class (NetlinkChanges).
@@ -286,6 +288,9 @@ func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.M
 		w.IPSetMethod = "event: tp_btf/consume_skb sees each ipset command before it returns"
 	}
 	go w.pollLegacy(ctx)
+	if !w.IPSetEvents {
+		go w.pollSets(ctx)
+	}
 	ok = true
 	return w, nil
 }
@@ -583,23 +588,4 @@ func cgroup2Root() (path string, done func(), err error) {
 		unix.Unmount(dir, unix.MNT_DETACH)
 		os.Remove(dir)
 	}, nil
-}
-
-// pollLegacy: iptables-legacy tables appear without any event; their names are cheap to read.
-func (w *Watcher) pollLegacy(ctx context.Context) {
-	last4, last6 := legacyTables()
-	t := time.NewTicker(w.LegacyPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			v4, v6 := legacyTables()
-			if !slices.Equal(v4, last4) || !slices.Equal(v6, last6) {
-				last4, last6 = v4, v6
-				w.send(ctx, DirtyNetfilter)
-			}
-		}
-	}
 }

@@ -134,8 +134,8 @@ type Program struct {
 	Modules     []string  `json:"modules"`
 	Families    []string  `json:"families"`
 	InstalledAt time.Time `json:"installed_at"`
-	// TCAfterXDP: the XDP program has a tc program after it, id TCID, for what only an skb can
-	// take.
+	// TCAfterXDP: the XDP program has a tc program after it, id TCID, for the packets only an
+	// skb can take (see graph.tcAfterXDP for why).
 	TCAfterXDP bool   `json:"tc_after_xdp,omitempty"`
 	TCID       uint32 `json:"tc_id,omitempty"`
 }
