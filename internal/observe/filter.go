@@ -41,6 +41,7 @@ type FilterState struct {
 	CompileTime  time.Duration
 	SetsReadTime time.Duration
 	sets         map[string]*model.IPSet
+	written      nft.WrittenSets // sets packets change (made Unsupported at every read of the sets)
 	rulesets     [2]*model.Ruleset
 	chains       []*nftables.Chain // every chain, as read with the rules
 	ruleCounts   map[nft.ChainRef]int
@@ -78,7 +79,7 @@ func readFilter(prev *FilterState) (*FilterState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
 	}
-	f := &FilterState{Generation: snap.Generation, sets: snap.Sets, chains: snap.Chains, ruleCounts: snap.RuleCounts}
+	f := &FilterState{Generation: snap.Generation, sets: snap.Sets, written: snap.Written, chains: snap.Chains, ruleCounts: snap.RuleCounts}
 	for i, rs := range []*model.Ruleset{snap.IPv4, snap.IPv6} {
 		f.rulesets[i] = rs
 	}
@@ -132,12 +133,13 @@ func (f *FilterState) refreshSets() (*FilterState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read ipsets: %w", err)
 	}
+	f.written.Mark(sets)
 	if setsEqual(sets, f.sets) {
 		return f, nil
 	}
 	t0 = time.Now()
 	// The same ruleset: its chains and rule counts too (readNetfilter reads them from here).
-	n := &FilterState{Generation: f.Generation, sets: sets, rulesets: f.rulesets, SetsReadTime: f.SetsReadTime,
+	n := &FilterState{Generation: f.Generation, sets: sets, written: f.written, rulesets: f.rulesets, SetsReadTime: f.SetsReadTime,
 		chains: f.chains, ruleCounts: f.ruleCounts}
 	n.compile()
 	n.CompileTime = time.Since(t0)
