@@ -16,4 +16,7 @@ enum lfp_nl_class {
 	LFP_NL_CLASSES,
 };
 
+/* How many ipset names the watcher can be told to fence (lfp_nl_sets). */
+#define LFP_NL_SETS 1024
+
 #endif

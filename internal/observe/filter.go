@@ -56,6 +56,16 @@ func (f *FilterState) ruleCount(fam uint8, table, chain string) int {
 // UsesSets: the compiled rules test ipset membership (sets send no events: they are polled).
 func (f *FilterState) UsesSets() bool { return f != nil && f.usesSets }
 
+// addSetNames adds to names the ipsets f's rules test.
+func (f *FilterState) addSetNames(names map[string]bool) {
+	if f == nil {
+		return
+	}
+	for _, rs := range f.rulesets {
+		rs.AddSetNames(names)
+	}
+}
+
 // compiles counts compile() calls (the tests check that one generation compiles once).
 var compiles atomic.Uint64
 

@@ -47,6 +47,11 @@ const (
 	netlinkwatchLfpNlClassLFP_NL_CLASSES  netlinkwatchLfpNlClass = 9
 )
 
+type netlinkwatchLfpSetName struct {
+	_    structs.HostLayout
+	Name [32]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -56,6 +61,7 @@ const (
 	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
 	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
 	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
+	netlinkwatchMapLfpNlSets      = "lfp_nl_sets"
 	netlinkwatchProgLfpFdbDeleted = "lfp_fdb_deleted"
 	netlinkwatchProgLfpFdbMoved   = "lfp_fdb_moved"
 	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
@@ -119,6 +125,7 @@ type netlinkwatchMapSpecs struct {
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
+	LfpNlSets     *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
 }
 
 // netlinkwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -154,6 +161,7 @@ type netlinkwatchMaps struct {
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
+	LfpNlSets     *ebpf.Map `ebpf:"lfp_nl_sets"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
@@ -163,6 +171,7 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
+		m.LfpNlSets,
 	)
 }
 

@@ -151,6 +151,9 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
+		if f, err = o.watchSets(s.Filter, f); err != nil {
+			return nil, err
+		}
 		s.Filter = f
 		s.Netfilter = readNetfilter(f)
 	} else if d&DirtyIPSet != 0 && s.Filter != nil {
@@ -169,6 +172,27 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.XfrmPolicies = x
 	}
 	return s, nil
+}
+
+// watchSets tells the netlink watcher which ipsets to fence: those f's rules test, and those
+// of prev, which the data plane runs until f is applied. A set fenced only now may have been
+// changed after f read it, unfenced: then the sets are read again.
+func (o *Observer) watchSets(prev, f *FilterState) (*FilterState, error) {
+	if o.w == nil {
+		return f, nil
+	}
+	names := map[string]bool{}
+	prev.addSetNames(names)
+	f.addSetNames(names)
+	newly, err := o.w.watchSets(names)
+	if err != nil {
+		return nil, err
+	}
+	if !newly {
+		return f, nil
+	}
+	o.setReads.Add(1)
+	return f.refreshSets()
 }
 
 // keepFacts copies what other reads than the link dump found for the same link last time; the

@@ -80,6 +80,8 @@ type Watcher struct {
 	Fence bool
 	// nlChanges: the netlink watcher's count of changes by class (NetlinkChanges).
 	nlChanges *ebpf.Map
+	// sets: which ipsets the netlink watcher fences (watchSets).
+	sets setWatch
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	fdbMu     sync.Mutex
