@@ -66,11 +66,15 @@ struct {
 	__uint(max_entries, LFP_NL_CLASSES);
 } lfp_nl_changes SEC(".maps");
 
-/* One record (the class, a __u32) per change; a full ring means a wake-up is pending. */
+/* One struct lfp_nl_event per request that changed something; a full ring means a wake-up is
+ * pending (the controller re-reads everything when the fence stays closed). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 64 * 1024);
 } lfp_nl_events SEC(".maps");
+
+/* Names the record's type in BTF for bpf2go (a ring buffer's map has no value type). */
+const struct lfp_nl_event *lfp_nl_event_type __attribute__((unused));
 
 /* rtnetlink: a request type is NEW, DEL, GET or SET in that order for each object. */
 static __always_inline enum lfp_nl_class rtnl_class(__u16 type)
@@ -361,6 +365,7 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 {
 	struct sock *sk = skb->sk;
 	__u32 n[LFP_NL_CLASSES] = {}, quiet_ipset = 0, units = 0;
+	struct lfp_nl_event ev = {};
 	struct lfp_fence *fence;
 	__u32 off = 0, len, zero = 0;
 	__u64 head, r;
@@ -407,9 +412,9 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);
 	if (fence) {
 		if (units & UNIT_IPV4)
-			__sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1);
+			ev.seq[LFP_FENCE_IPV4] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1) + 1;
 		if (units & UNIT_IPV6)
-			__sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1);
+			ev.seq[LFP_FENCE_IPV6] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1) + 1;
 	}
 	for (__u32 c = LFP_NL_NONE + 1; c < LFP_NL_CLASSES; c++) {
 		__u64 *cnt;
@@ -419,13 +424,15 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		cnt = bpf_map_lookup_elem(&lfp_nl_changes, &c);
 		if (cnt)
 			__sync_fetch_and_add(cnt, n[c]);
-		/* Changes to sets no rule tests need no read. Any other change the fence counted
-		 * keeps its families with Linux until the controller has read it, and a route
-		 * change it did not count must still be read: wake the controller. */
+		/* Changes to sets no rule tests need no read. */
 		if (c == LFP_NL_IPSET && n[c] == quiet_ipset)
 			continue;
-		bpf_ringbuf_output(&lfp_nl_events, &c, sizeof(c), 0);
+		ev.classes |= 1 << c;
 	}
+	/* A change the fence counted keeps its families with Linux until the controller has read
+	 * it, and a route change it did not count must still be read: wake the controller. */
+	if (ev.classes || ev.seq[0] || ev.seq[1])
+		bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 	return 0;
 }
 

@@ -47,6 +47,9 @@ type Controller struct {
 	w       *observe.Watcher
 	started time.Time
 
+	// taken: the fence's counts whose events were merged into an apply (fence.go).
+	taken taken
+
 	mu      sync.Mutex
 	plan    *graph.Plan
 	links   map[int]observe.Link
@@ -135,7 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 	c.w.OnSysctlOnly(func(n uint64) {
 		seq := c.dp.Done()
 		seq[dataplane.FenceSysctl] = n
-		c.openFence(time.Time{}, seq)
+		c.openFence(time.Time{}, seq, false)
 	})
 	c.obs, err = observe.NewObserver()
 	if err != nil {
@@ -208,6 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("%w; stopping so that Linux handles every packet", err)
 		case ev = <-c.w.C:
 		}
+		c.taken.take(ev.Counted)
 		first, last, n, dirty := ev.At, ev.At, 1, ev.Dirty
 		deadline := time.NewTimer(cfg.MaxDelay)
 	coalesce:
@@ -220,6 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 				return nil
 			case ev = <-c.w.C:
 				quiet.Stop()
+				c.taken.take(ev.Counted)
 				dirty |= ev.Dirty
 				last = ev.At
 				n++
@@ -335,7 +340,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 		// Only the ipsets could have changed, and none did (a poll, or a command that
 		// changed nothing): the data plane follows them already.
 		c.setsReadTime.Store(int64(snap.Filter.SetsReadTime))
-		c.openFence(t0, seq)
+		c.openFence(t0, seq, false)
 		return 0, errSetsUnchanged
 	}
 	tRead := time.Since(t0)
@@ -463,7 +468,7 @@ func (c *Controller) apply(dirty observe.Dirty) (int, error) {
 	// fast-pathed. An interface whose program could not be installed has none (Linux's), so
 	// only a failed removal or map update keeps the fence closed (and the gate, for the latter).
 	if synced {
-		c.openFence(t0, seq)
+		c.openFence(t0, seq, dirty == observe.DirtyAll)
 	}
 	c.logDecisions(plan)
 	fdb := fdbLearning(plan)
@@ -532,7 +537,14 @@ func families(s dataplane.Spec) []string {
 // openFence lets the fast path decide again what the changes counted up to seq had fenced, for
 // a data plane brought to a state read from t0 on. Sysctl writes that matter are stored just
 // after they are counted: only a read started late enough has seen them (SysctlSettled).
-func (c *Controller) openFence(t0 time.Time, seq dataplane.FenceSeq) {
+//
+// The families' units open only up to the changes whose events were taken in (taken), unless
+// full: the state was read whole, which covers every change counted before seq was read.
+func (c *Controller) openFence(t0 time.Time, seq dataplane.FenceSeq, full bool) {
+	if full {
+		c.taken.all(seq)
+	}
+	c.taken.limit(&seq)
 	if !t0.IsZero() && !c.w.SysctlSettled(t0, seq[dataplane.FenceSysctl]) {
 		seq[dataplane.FenceSysctl] = c.dp.Done()[dataplane.FenceSysctl]
 	}

@@ -71,10 +71,11 @@ var compiles atomic.Uint64
 
 // readFilter reads and compiles the ruleset, unless its nf_tables generation is prev's: then only
 // the ipsets are re-read (they have no generation), and the ruleset is compiled again only if
-// one of them changed. A ruleset change is announced by one notification per rule (a
+// one of them changed; with keepSets (their commands are seen as made, and none was since the
+// last read) not even those. A ruleset change is announced by one notification per rule (a
 // 50,000-rule iptables-restore sends 50,000), which may wake the controller more than once
 // for one generation; reading and compiling such a ruleset takes seconds.
-func readFilter(prev *FilterState) (*FilterState, error) {
+func readFilter(prev *FilterState, keepSets bool) (*FilterState, error) {
 	t0 := time.Now()
 	if prev != nil {
 		gen, err := nft.Generation(nft.Options{})
@@ -82,6 +83,9 @@ func readFilter(prev *FilterState) (*FilterState, error) {
 			return nil, fmt.Errorf("read netfilter ruleset: %w", err)
 		}
 		if gen == prev.Generation {
+			if keepSets {
+				return prev, nil
+			}
 			return prev.refreshSets()
 		}
 	}

@@ -97,34 +97,50 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 	}
 	// Sets are read once ipset commands pause for ipsetQuiet: a dump holds each set it reads
 	// (ref_netlink) for as long as it takes, and a user's `ipset swap` or `destroy` meeting it
-	// fails with EBUSY, so linuxfp does not read in the middle of a script's commands.
-	ipsetRead := time.AfterFunc(time.Hour, func() { w.send(ctx, DirtyIPSet) })
+	// fails with EBUSY, so linuxfp does not read in the middle of a script's commands. The
+	// commands' counts wait with them.
+	var ipsetMu sync.Mutex
+	var ipsetCounted []Counted
+	ipsetRead := time.AfterFunc(time.Hour, func() {
+		ipsetMu.Lock()
+		counted := ipsetCounted
+		ipsetCounted = nil
+		ipsetMu.Unlock()
+		w.sendCounted(ctx, DirtyIPSet, counted)
+	})
 	ipsetRead.Stop()
 	w.closers = append(w.closers, func() { ipsetRead.Stop() })
 	w.readRing(ctx, rd, "netlink watcher", func(b []byte) {
-		if len(b) < 4 {
+		var ev netlinkwatchLfpNlEvent
+		if len(b) < 24 {
 			return
 		}
-		// A change the fence counted keeps its families with Linux until the controller
-		// has read it: wake it, even where a notification will follow.
-		switch netlinkwatchLfpNlClass(binary.NativeEndian.Uint32(b)) {
-		case netlinkwatchLfpNlClassLFP_NL_IPSET:
-			ipsetRead.Reset(ipsetQuiet)
-		case netlinkwatchLfpNlClassLFP_NL_LINK:
-			w.send(ctx, DirtyLinks)
-		case netlinkwatchLfpNlClassLFP_NL_ADDR:
-			w.send(ctx, DirtyAddrs)
-		case netlinkwatchLfpNlClassLFP_NL_ROUTE:
-			w.send(ctx, DirtyRoutes)
-		case netlinkwatchLfpNlClassLFP_NL_NEIGH:
-			w.send(ctx, DirtyNeigh|DirtyFDB)
-		case netlinkwatchLfpNlClassLFP_NL_TC:
-			w.send(ctx, DirtyTC)
-		case netlinkwatchLfpNlClassLFP_NL_NFTABLES:
-			w.send(ctx, DirtyNetfilter)
-		default:
-			w.send(ctx, DirtyAll)
+		ev.Classes = binary.NativeEndian.Uint32(b)
+		ev.Seq[0] = binary.NativeEndian.Uint64(b[8:])
+		ev.Seq[1] = binary.NativeEndian.Uint64(b[16:])
+		var counted []Counted
+		for u, seq := range ev.Seq {
+			if seq != 0 {
+				counted = append(counted, Counted{Unit: u, Seq: seq})
+			}
 		}
+		if ev.Classes&(1<<netlinkwatchLfpNlClassLFP_NL_IPSET) != 0 {
+			ipsetMu.Lock()
+			ipsetCounted = append(ipsetCounted, counted...)
+			ipsetMu.Unlock()
+			ipsetRead.Reset(ipsetQuiet)
+			return
+		}
+		var d Dirty
+		for class, dirty := range nlClassDirty {
+			if ev.Classes&(1<<class) != 0 {
+				d |= dirty
+			}
+		}
+		if d == 0 {
+			d = DirtyAll
+		}
+		w.sendCounted(ctx, d, counted)
 	})
 	return nil
 }
@@ -263,6 +279,17 @@ func (w *Watcher) readRing(ctx context.Context, rd *ringbuf.Reader, what string,
 			fn(rec.RawSample)
 		}
 	}()
+}
+
+// nlClassDirty is what each class of change makes the controller read.
+var nlClassDirty = map[netlinkwatchLfpNlClass]Dirty{
+	netlinkwatchLfpNlClassLFP_NL_LINK:     DirtyLinks,
+	netlinkwatchLfpNlClassLFP_NL_ADDR:     DirtyAddrs,
+	netlinkwatchLfpNlClassLFP_NL_ROUTE:    DirtyRoutes,
+	netlinkwatchLfpNlClassLFP_NL_NEIGH:    DirtyNeigh | DirtyFDB,
+	netlinkwatchLfpNlClassLFP_NL_TC:       DirtyTC,
+	netlinkwatchLfpNlClassLFP_NL_OTHER:    DirtyAll,
+	netlinkwatchLfpNlClassLFP_NL_NFTABLES: DirtyNetfilter,
 }
 
 // nlClassNames are the names status gives the netlink watcher's classes (enum lfp_nl_class).

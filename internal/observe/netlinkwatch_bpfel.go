@@ -47,6 +47,13 @@ const (
 	netlinkwatchLfpNlClassLFP_NL_CLASSES  netlinkwatchLfpNlClass = 9
 )
 
+type netlinkwatchLfpNlEvent struct {
+	_       structs.HostLayout
+	Classes uint32
+	Pad     uint32
+	Seq     [2]uint64
+}
+
 type netlinkwatchLfpSetName struct {
 	_    structs.HostLayout
 	Name [32]int8
@@ -67,6 +74,7 @@ const (
 	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
 	netlinkwatchVarCfgNetns       = "cfg_netns"
 	netlinkwatchVarCfgSelf        = "cfg_self"
+	netlinkwatchVarLfpNlEventType = "lfp_nl_event_type"
 )
 
 // loadNetlinkwatch returns the embedded CollectionSpec for netlinkwatch.
@@ -132,8 +140,9 @@ type netlinkwatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchVariableSpecs struct {
-	CfgNetns *ebpf.VariableSpec `ebpf:"cfg_netns"`
-	CfgSelf  *ebpf.VariableSpec `ebpf:"cfg_self"`
+	CfgNetns       *ebpf.VariableSpec `ebpf:"cfg_netns"`
+	CfgSelf        *ebpf.VariableSpec `ebpf:"cfg_self"`
+	LfpNlEventType *ebpf.VariableSpec `ebpf:"lfp_nl_event_type"`
 }
 
 // netlinkwatchObjects contains all objects after they have been loaded into the kernel.
@@ -179,8 +188,9 @@ func (m *netlinkwatchMaps) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchVariables struct {
-	CfgNetns *ebpf.Variable `ebpf:"cfg_netns"`
-	CfgSelf  *ebpf.Variable `ebpf:"cfg_self"`
+	CfgNetns       *ebpf.Variable `ebpf:"cfg_netns"`
+	CfgSelf        *ebpf.Variable `ebpf:"cfg_self"`
+	LfpNlEventType *ebpf.Variable `ebpf:"lfp_nl_event_type"`
 }
 
 // netlinkwatchPrograms contains all programs after they have been loaded into the kernel.

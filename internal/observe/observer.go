@@ -147,7 +147,9 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 	}
 	if d&DirtyNetfilter != 0 {
 		o.setReads.Add(1)
-		f, err := readFilter(s.Filter)
+		// A wake for the ruleset with no ipset command since the last read (the watcher sees
+		// each one) need not read the sets again if the ruleset is the same.
+		f, err := readFilter(s.Filter, o.w != nil && o.w.IPSetEvents && d&DirtyIPSet == 0)
 		if err != nil {
 			return nil, err
 		}
