@@ -96,6 +96,9 @@ const (
 
 const keepChanges = 4096
 
+// fencedQuiet is Quiet while a change the fence counted waits to be applied.
+const fencedQuiet = 250 * time.Microsecond
+
 // Run runs the controller until ctx is cancelled, then detaches everything.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Quiet == 0 {
@@ -213,10 +216,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		c.taken.take(ev.Counted)
 		first, last, n, dirty := ev.At, ev.At, 1, ev.Dirty
+		// While a change the fence counted waits, its families' packets go to Linux: wait
+		// for further events only briefly (the notifications that follow a command come
+		// within microseconds).
+		fenced := len(ev.Counted) > 0
 		deadline := time.NewTimer(cfg.MaxDelay)
 	coalesce:
 		for {
-			quiet := time.NewTimer(cfg.Quiet)
+			wait := cfg.Quiet
+			if fenced {
+				wait = min(wait, fencedQuiet)
+			}
+			quiet := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				quiet.Stop()
@@ -225,6 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 			case ev = <-c.w.C:
 				quiet.Stop()
 				c.taken.take(ev.Counted)
+				fenced = fenced || len(ev.Counted) > 0
 				dirty |= ev.Dirty
 				last = ev.At
 				n++
