@@ -66,11 +66,15 @@ struct {
 	__uint(max_entries, LFP_NL_CLASSES);
 } lfp_nl_changes SEC(".maps");
 
-/* One record (the class, a __u32) per change; a full ring means a wake-up is pending. */
+/* One struct lfp_nl_event per request that changed something; a full ring means a wake-up is
+ * pending (the controller re-reads everything when the fence stays closed). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 64 * 1024);
 } lfp_nl_events SEC(".maps");
+
+/* Names the record's type in BTF for bpf2go (a ring buffer's map has no value type). */
+const struct lfp_nl_event *lfp_nl_event_type __attribute__((unused));
 
 /* rtnetlink: a request type is NEW, DEL, GET or SET in that order for each object. */
 static __always_inline enum lfp_nl_class rtnl_class(__u16 type)
@@ -113,11 +117,141 @@ static __always_inline __u32 family_units(__u8 family)
 	return UNITS_ALL;
 }
 
-/* Messages of a batch whose families are looked at; a longer batch is taken as both families'. */
-#define BATCH_SCAN 16
+/* Messages of one request looked at; a longer request is taken as changing everything. */
+#define MSG_SCAN 16
+/* Attributes of one message looked at; a message with more is taken as it comes. */
+#define ATTR_SCAN 16
 
-/* The units an nf_tables batch may change: the family of every message up to its end. */
-static __always_inline __u32 batch_units(const unsigned char *data, __u32 len)
+/* The functions below that read a request are global: the verifier checks each once, on its
+ * own, instead of once per path through the loops that call them (inlined, the message and
+ * attribute loops multiply past its limit). So they take the request's kernel address as a
+ * number and read it with bpf_probe_read_kernel(). */
+
+/* struct rtmsg, as far as it is read. */
+struct rtmsg_head {
+	__u8 family, dst_len, src_len, tos, table, protocol, scope, type;
+};
+
+/* Whether a route request (at msg, len bytes, its header's type and flags) leaves what the
+ * controller reads of the routing tables as it was or smaller, so that the data plane, which
+ * forwards with the kernel's live FIB (bpf_fib_lookup), stays exact without waiting for it.
+ * The controller reads of routes only what the FIB lookup does not tell (observe's Routes):
+ * local, broadcast, anycast and multicast routes (martian sources), MTU and hoplimit metrics,
+ * multipath routes and nexthop objects; each of them only ever sends more packets to Linux. A
+ * deletion can only take such a route away, and a replaced route loses its old attributes:
+ * what the data plane holds until the controller has read again is then a superset, still
+ * exact. A new route is fenced when it is itself such a route, or may become part of one (an
+ * IPv6 route added without NLM_F_EXCL joins a route of the same prefix and metric as a
+ * multipath sibling). */
+__noinline int route_plain(__u64 msg, __u32 len, __u32 type, __u32 flags)
+{
+	struct rtmsg_head rt;
+	struct nlattr a;
+	__u32 off;
+
+	if (type == RTM_DELROUTE)
+		return 1;
+	if (type != RTM_NEWROUTE)
+		return 0;
+	if (bpf_probe_read_kernel(&rt, sizeof(rt), (void *)(msg + NLMSG_HDRLEN)))
+		return 0;
+	switch (rt.type) {
+	case RTN_UNICAST:
+	case RTN_BLACKHOLE:
+	case RTN_UNREACHABLE:
+	case RTN_PROHIBIT:
+	case RTN_THROW:
+		break;
+	default:
+		return 0;
+	}
+	if (rt.family == 10 && !(flags & (NLM_F_REPLACE | NLM_F_EXCL)))
+		return 0;
+	off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct rtmsg));
+	for (int i = 0; i < ATTR_SCAN; i++) {
+		if (off >= len)
+			return 1;
+		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
+		    a.nla_len < sizeof(a))
+			return 0;
+		switch (a.nla_type & NLA_TYPE_MASK) {
+		case RTA_METRICS:
+		case RTA_MULTIPATH:
+		case RTA_NH_ID:
+			return 0;
+		}
+		off += NLA_ALIGN(a.nla_len);
+	}
+	return off >= len;
+}
+
+/* The ipsets whose changes are fenced: those the data plane's rules test, by name, written by
+ * the controller before it reads them (observe's watchSets). The all-zero name stands for every
+ * set (from loading until the controller has said which). */
+struct lfp_set_name {
+	char name[IPSET_MAXNAMELEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_set_name);
+	__type(value, __u8);
+	__uint(max_entries, LFP_NL_SETS);
+} lfp_nl_sets SEC(".maps");
+
+/* Whether the set named by the attribute at attr (IPSET_ATTR_SETNAME or SETNAME2) is watched. */
+__noinline int set_watched(__u64 attr)
+{
+	struct lfp_set_name k = {};
+	int end = 0;
+
+	if (bpf_probe_read_kernel(k.name, sizeof(k.name), (void *)(attr + NLA_HDRLEN)))
+		return 1;
+	for (int i = 0; i < IPSET_MAXNAMELEN; i++) {
+		end |= k.name[i] == 0;
+		if (end)
+			k.name[i] = 0;
+	}
+	return bpf_map_lookup_elem(&lfp_nl_sets, &k) != 0;
+}
+
+/* Whether an ipset command (at msg, len bytes) may change a set the data plane uses: it names
+ * one that is watched, or names none (flush and destroy of every set). */
+__noinline int ipset_fenced(__u64 msg, __u32 len, __u32 cmd)
+{
+	struct lfp_set_name all = {};
+	struct nlattr a;
+	__u32 off;
+	int named = 0;
+
+	if (bpf_map_lookup_elem(&lfp_nl_sets, &all))
+		return 1;
+	off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct nfgenmsg));
+	for (int i = 0; i < ATTR_SCAN; i++) {
+		if (off >= len)
+			return !named;
+		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
+		    a.nla_len < sizeof(a))
+			return 1;
+		switch (a.nla_type & NLA_TYPE_MASK) {
+		case IPSET_ATTR_SETNAME:
+			named = 1;
+			if (set_watched(msg + off))
+				return 1;
+			break;
+		case IPSET_ATTR_SETNAME2: /* IPSET_ATTR_TYPENAME in a create */
+			if (cmd != IPSET_CMD_CREATE && set_watched(msg + off))
+				return 1;
+			break;
+		}
+		off += NLA_ALIGN(a.nla_len);
+	}
+	return 1;
+}
+
+/* The units an nf_tables batch (at data, len bytes) may change: the family of every message up
+ * to its end. */
+__noinline __u32 batch_units(__u64 data, __u32 len)
 {
 	struct {
 		struct nlmsghdr h;
@@ -125,8 +259,8 @@ static __always_inline __u32 batch_units(const unsigned char *data, __u32 len)
 	} m;
 	__u32 off = 0, units = 0;
 
-	for (int i = 0; i < BATCH_SCAN; i++) {
-		if (off + sizeof(m) > len || bpf_probe_read_kernel(&m, sizeof(m), data + off))
+	for (int i = 0; i < MSG_SCAN; i++) {
+		if (off + sizeof(m) > len || bpf_probe_read_kernel(&m, sizeof(m), (void *)(data + off)))
 			return UNITS_ALL;
 		if (m.h.nlmsg_type == NFNL_MSG_BATCH_END)
 			return units ? units : UNITS_ALL;
@@ -139,47 +273,104 @@ static __always_inline __u32 batch_units(const unsigned char *data, __u32 len)
 	return UNITS_ALL;
 }
 
-/* nfnetlink: nf_tables changes come as batches; ipset commands one by one. */
-static __always_inline enum lfp_nl_class nfnl_class(const struct nlmsghdr *nlh, const unsigned char *data)
-{
-	__u16 subsys = nlh->nlmsg_type >> 8, cmd = nlh->nlmsg_type & 0xff;
-	__u16 res_id;
+/* What the message functions say of one message: the bytes to the next one (0: stop here), its
+ * class and the fence units it may concern, packed in one number. */
+#define MSG_STEP(r) ((__u32)(r))
+#define MSG_CLASS(r) (((r) >> 32) & 0xff)
+#define MSG_UNITS(r) (((r) >> 40) & 0xff)
+#define MSG_QUIET ((__u64)1 << 48) /* an ipset command on a set no rule tests */
+#define MSG(step, class, units) ((__u64)(step) | (__u64)(class) << 32 | (__u64)(units) << 40)
 
-	if (nlh->nlmsg_type == NFNL_MSG_BATCH_BEGIN) {
-		/* struct nfgenmsg after the header: family, version, res_id (the batch's subsystem). */
-		if (bpf_probe_read_kernel(&res_id, sizeof(res_id), data + NLMSG_HDRLEN + 2))
-			return LFP_NL_NFTABLES;
-		return bpf_ntohs(res_id) == NFNL_SUBSYS_NFTABLES ? LFP_NL_NFTABLES : LFP_NL_NONE;
+/* One rtnetlink message at msg, rest bytes before the request's end. */
+__noinline __u64 rtnl_message(__u64 msg, __u32 rest)
+{
+	struct nlmsghdr h;
+	enum lfp_nl_class class;
+	__u32 step, units = 0;
+	__u8 family;
+
+	if (rest < sizeof(h) || bpf_probe_read_kernel(&h, sizeof(h), (void *)msg) ||
+	    h.nlmsg_len < NLMSG_HDRLEN || h.nlmsg_len > rest)
+		return 0;
+	step = NLMSG_ALIGN(h.nlmsg_len);
+	if (!(h.nlmsg_flags & NLM_F_REQUEST))
+		return MSG(step, LFP_NL_NONE, 0);
+	class = rtnl_class(h.nlmsg_type);
+	switch (class) {
+	case LFP_NL_ROUTE:
+		if (route_plain(msg, h.nlmsg_len, h.nlmsg_type, h.nlmsg_flags))
+			break;
+		/* fallthrough */
+	case LFP_NL_ADDR:
+	case LFP_NL_NEIGH:
+		/* ifaddrmsg, rtmsg, fib_rule_hdr, nhmsg, ndmsg: the family comes first. */
+		if (bpf_probe_read_kernel(&family, 1, (void *)(msg + NLMSG_HDRLEN)))
+			units = UNITS_ALL;
+		else
+			units = family_units(family);
+		break;
+	default:
+		/* Links, tc and the rest are not fenced yet: the data plane follows them by
+		 * notification (a few ms late); fenced by family, each pod a CNI plugin adds would
+		 * hand every packet of both families to Linux for as long as its commands take. */
+		break;
 	}
-	switch (subsys) {
-	case NFNL_SUBSYS_IPSET:
-		switch (cmd) {
-		case IPSET_CMD_CREATE:
-		case IPSET_CMD_DESTROY:
-		case IPSET_CMD_FLUSH:
-		case IPSET_CMD_RENAME:
-		case IPSET_CMD_SWAP:
-		case IPSET_CMD_ADD:
-		case IPSET_CMD_DEL:
-			return LFP_NL_IPSET;
-		}
-		return LFP_NL_NONE;
+	return MSG(step, class, units);
+}
+
+/* One nfnetlink message at msg, rest bytes before the request's end (an nf_tables batch is
+ * read whole from its first message). */
+__noinline __u64 nfnl_message(__u64 msg, __u32 rest)
+{
+	struct nlmsghdr h;
+	__u32 step;
+	__u16 res_id;
+	__u8 cmd;
+
+	if (rest < sizeof(h) || bpf_probe_read_kernel(&h, sizeof(h), (void *)msg) ||
+	    h.nlmsg_len < NLMSG_HDRLEN || h.nlmsg_len > rest)
+		return 0;
+	step = NLMSG_ALIGN(h.nlmsg_len);
+	if (!(h.nlmsg_flags & NLM_F_REQUEST))
+		return MSG(step, LFP_NL_NONE, 0);
+	if (h.nlmsg_type == NFNL_MSG_BATCH_BEGIN) {
+		/* struct nfgenmsg after the header: family, version, res_id (the batch's subsystem).
+		 * nf_tables changes come only in batches (outside one nfnetlink accepts reads). */
+		if (!bpf_probe_read_kernel(&res_id, sizeof(res_id), (void *)(msg + NLMSG_HDRLEN + 2)) &&
+		    bpf_ntohs(res_id) != NFNL_SUBSYS_NFTABLES)
+			return 0;
+		return MSG(0, LFP_NL_NFTABLES, batch_units(msg, rest));
 	}
-	/* nf_tables outside a batch: nfnetlink accepts only reads there. */
-	return LFP_NL_NONE;
+	if (h.nlmsg_type >> 8 != NFNL_SUBSYS_IPSET)
+		return MSG(step, LFP_NL_NONE, 0);
+	cmd = h.nlmsg_type & 0xff;
+	switch (cmd) {
+	case IPSET_CMD_CREATE:
+	case IPSET_CMD_DESTROY:
+	case IPSET_CMD_FLUSH:
+	case IPSET_CMD_RENAME:
+	case IPSET_CMD_SWAP:
+	case IPSET_CMD_ADD:
+	case IPSET_CMD_DEL:
+		/* A set's family is not in the command. */
+		if (ipset_fenced(msg, h.nlmsg_len, cmd))
+			return MSG(step, LFP_NL_IPSET, UNITS_ALL);
+		return MSG(step, LFP_NL_IPSET, 0) | MSG_QUIET;
+	}
+	return MSG(step, LFP_NL_NONE, 0);
 }
 
 SEC("tp_btf/consume_skb")
 int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 {
 	struct sock *sk = skb->sk;
-	struct nlmsghdr nlh;
-	unsigned char *data;
-	enum lfp_nl_class class;
+	__u32 n[LFP_NL_CLASSES] = {}, quiet_ipset = 0, units = 0;
+	struct lfp_nl_event ev = {};
 	struct lfp_fence *fence;
-	__u32 units, zero = 0;
-	__u8 family;
-	__u64 *n;
+	__u32 off = 0, len, zero = 0;
+	__u64 head, r;
+	__u16 proto;
+	int i;
 
 	if (!sk || sk->__sk_common.skc_family != AF_NETLINK)
 		return 0;
@@ -189,62 +380,59 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		return 0;
 	if (sk->__sk_common.skc_net.net->ns.inum != cfg_netns)
 		return 0;
-	/* The handler has pulled the messages it processed (netlink_rcv_skb()): they start at the
-	 * head, where netlink_sendmsg() copied them. */
-	data = skb->head;
-	if (skb->tail < sizeof(nlh) || bpf_probe_read_kernel(&nlh, sizeof(nlh), data))
-		return 0;
-	if (!(nlh.nlmsg_flags & NLM_F_REQUEST))
+	proto = sk->sk_protocol;
+	if (proto != NETLINK_ROUTE && proto != NETLINK_NETFILTER)
 		return 0;
 	/* The request is consumed in its sender's sendmsg(). */
 	if (bpf_get_current_pid_tgid() >> 32 == cfg_self)
 		return 0;
-	switch (sk->sk_protocol) {
-	case NETLINK_ROUTE:
-		class = rtnl_class(nlh.nlmsg_type);
-		break;
-	case NETLINK_NETFILTER:
-		class = nfnl_class(&nlh, data);
-		break;
-	default:
-		return 0;
-	}
-	if (class == LFP_NL_NONE)
-		return 0;
-	switch (class) {
-	case LFP_NL_ADDR:
-	case LFP_NL_ROUTE:
-	case LFP_NL_NEIGH:
-		/* ifaddrmsg, rtmsg, fib_rule_hdr, nhmsg, ndmsg: the family comes first. */
-		if (bpf_probe_read_kernel(&family, 1, data + NLMSG_HDRLEN))
-			units = UNITS_ALL;
+	/* The handler has pulled the messages it processed (netlink_rcv_skb()): they start at the
+	 * head, where netlink_sendmsg() copied them. (Read, so that it is a number; see above.) */
+	head = (__u64)BPF_CORE_READ(skb, head);
+	len = skb->tail;
+	for (i = 0; i < MSG_SCAN && off < len; i++) {
+		if (proto == NETLINK_ROUTE)
+			r = rtnl_message(head + off, len - off);
 		else
-			units = family_units(family);
-		break;
-	case LFP_NL_NFTABLES:
-		units = batch_units(data, skb->tail);
-		break;
-	case LFP_NL_IPSET:
-		/* A set's family is not in the command. */
+			r = nfnl_message(head + off, len - off);
+		units |= MSG_UNITS(r);
+		if (MSG_CLASS(r) < LFP_NL_CLASSES)
+			n[MSG_CLASS(r)]++;
+		if (r & MSG_QUIET)
+			quiet_ipset++;
+		if (!MSG_STEP(r))
+			break;
+		off += MSG_STEP(r);
+	}
+	if (i == MSG_SCAN && off < len) {
+		/* More messages than are looked at: whatever they are, every unit. */
+		n[LFP_NL_OTHER]++;
 		units = UNITS_ALL;
-		break;
-	default:
-		/* Links, tc and the rest are not fenced yet: the data plane follows them by
-		 * notification (a few ms late); fenced by family, each pod a CNI plugin adds would
-		 * hand every packet of both families to Linux for as long as its commands take. */
-		units = 0;
 	}
 	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);
 	if (fence) {
 		if (units & UNIT_IPV4)
-			__sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1);
+			ev.seq[LFP_FENCE_IPV4] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1) + 1;
 		if (units & UNIT_IPV6)
-			__sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1);
+			ev.seq[LFP_FENCE_IPV6] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1) + 1;
 	}
-	n = bpf_map_lookup_elem(&lfp_nl_changes, &class);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	bpf_ringbuf_output(&lfp_nl_events, &class, sizeof(class), 0);
+	for (__u32 c = LFP_NL_NONE + 1; c < LFP_NL_CLASSES; c++) {
+		__u64 *cnt;
+
+		if (!n[c])
+			continue;
+		cnt = bpf_map_lookup_elem(&lfp_nl_changes, &c);
+		if (cnt)
+			__sync_fetch_and_add(cnt, n[c]);
+		/* Changes to sets no rule tests need no read. */
+		if (c == LFP_NL_IPSET && n[c] == quiet_ipset)
+			continue;
+		ev.classes |= 1 << c;
+	}
+	/* A change the fence counted keeps its families with Linux until the controller has read
+	 * it, and a route change it did not count must still be read: wake the controller. */
+	if (ev.classes || ev.seq[0] || ev.seq[1])
+		bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 	return 0;
 }
 

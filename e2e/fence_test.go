@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"os/exec"
 	"strings"
@@ -21,6 +22,13 @@ import (
 // gen; it returns how many arrive at the sink.
 func probesAfter(t *testing.T, tb *testbed.Testbed, cmd string, dst string, n int) int {
 	t.Helper()
+	return probesAfterArgs(t, tb, strings.Fields(cmd), dst, n)
+}
+
+// probesAfterArgs is probesAfter for a command given as its arguments.
+func probesAfterArgs(t *testing.T, tb *testbed.Testbed, argv []string, dst string, n int) int {
+	t.Helper()
+	cmd := strings.Join(argv, " ")
 	fd := openCapture(t, tb.Sink, tb.SinkIfindex)
 	defer unix.Close(fd)
 	// The sender's socket belongs to gen's namespace from its creation on.
@@ -33,7 +41,7 @@ func probesAfter(t *testing.T, tb *testbed.Testbed, cmd string, dst string, n in
 		t.Fatal(err)
 	}
 	defer c.Close()
-	args := append([]string{"netns", "exec", tb.DUT.Name}, strings.Fields(cmd)...)
+	args := append([]string{"netns", "exec", tb.DUT.Name}, argv...)
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", cmd, err, out)
 	}
@@ -172,4 +180,82 @@ func TestSysctlWatchInCgroupNamespace(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The fence counts only changes that can affect what the data plane holds: a route the kernel's
+// FIB answers for alone (the data plane looks routes up live), a set no rule tests. Each of the
+// others is counted in its families.
+func TestFenceCountsWhatMatters(t *testing.T) {
+	requireTool(t, "iptables")
+	requireTool(t, "ipset")
+	tb := newTestbed(t, testbed.Options{})
+	sh(t, tb.DUT, `ipset create lfpused hash:ip
+ipset create lfpunused hash:ip
+iptables -A FORWARD -m set --match-set lfpused dst -j DROP`)
+	l := startLinuxfp(t, tb)
+	counts := func() map[string]uint64 {
+		t.Helper()
+		st, err := l.Client.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.FenceWatch {
+			t.Skip("no fence here")
+		}
+		return st.FenceCounts
+	}
+	for _, c := range []struct {
+		cmd        string
+		ipv4, ipv6 uint64
+	}{
+		{"ip route replace 198.19.200.1/32 via 198.18.1.2", 0, 0},
+		{"ip route add 198.19.201.0/24 via 198.18.1.2", 0, 0},
+		{"ip route add blackhole 198.19.202.0/24", 0, 0},
+		{"ip route del 198.19.201.0/24", 0, 0},
+		{"ip -6 route replace 2001:2:0:99::/64 via 2001:2:0:1::2", 0, 0},
+		{"ip -6 route add 2001:2:0:98::/64 via 2001:2:0:1::2", 0, 0},
+		{"ipset add lfpunused 198.19.9.1", 0, 0},
+		{"ipset flush lfpunused", 0, 0},
+		// What observe reads of routes: metrics, local routes, multipath.
+		{"ip route add 198.19.203.0/24 via 198.18.1.2 mtu 1400", 1, 0},
+		{"ip route add local 198.19.204.1 dev out0", 1, 0},
+		{"ip route add 198.19.205.0/24 nexthop via 198.18.1.2 nexthop via 198.18.0.2", 1, 0},
+		// An IPv6 route added without NLM_F_EXCL may join another as a multipath sibling.
+		{"ip -6 route append 2001:2:0:98::/64 via 2001:2:0:1::3", 0, 1},
+		{"ipset add lfpused 198.19.9.1", 1, 1},
+		{"ipset rename lfpunused lfpother", 0, 0},
+		{"ipset swap lfpother lfpused", 1, 1},
+		{"ip addr add 198.18.7.1/24 dev out0", 1, 0},
+		{"iptables -A FORWARD -d 198.19.9.2 -j ACCEPT", 1, 0},
+	} {
+		before := counts()
+		args := append([]string{"netns", "exec", tb.DUT.Name}, strings.Fields(c.cmd)...)
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", c.cmd, err, out)
+		}
+		after := counts()
+		if d4, d6 := after["ipv4"]-before["ipv4"], after["ipv6"]-before["ipv6"]; d4 != c.ipv4 || d6 != c.ipv6 {
+			t.Errorf("%s: counted ipv4 %d, ipv6 %d; want %d, %d", c.cmd, d4, d6, c.ipv4, c.ipv6)
+		}
+	}
+}
+
+// A change is let through the fence only once the controller has taken in its event: here an
+// ipset command (whose sets are read once ipset commands pause, 20 ms) followed by an address
+// change the controller applies within a few ms. That apply must not open the family for the
+// set's change it has not read yet.
+func TestFenceWaitsForEveryCountedChange(t *testing.T) {
+	requireTool(t, "ipset")
+	requireTool(t, "iptables")
+	tb := newTestbed(t, testbed.Options{})
+	sh(t, tb.DUT, "ipset create lfpused hash:ip\niptables -A FORWARD -m set --match-set lfpused dst -j DROP")
+	l := startLinuxfp(t, tb)
+	waitVerdict(t, tb, l, "198.19.9.1", "forwarded", 10)
+	for i, delay := range []string{"0.005", "0.01", "0.015"} {
+		addr := fmt.Sprintf("198.19.9.%d", i+1)
+		script := fmt.Sprintf("ipset add lfpused %s && ip addr add 198.18.%d.1/24 dev out0 && sleep %s", addr, 7+i, delay)
+		if got := probesAfterArgs(t, tb, []string{"bash", "-c", script}, addr, 20); got != 0 {
+			t.Errorf("%s returned, then %s later %d of 20 datagrams to %s arrived (Linux drops them)", script, delay, got, addr)
+		}
+	}
 }

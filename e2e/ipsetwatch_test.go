@@ -64,3 +64,36 @@ func TestIPSetFollowedByEvents(t *testing.T) {
 		t.Fatalf("ipsets read %d times for the changes, want one or more each", r-r0)
 	}
 }
+
+// Sets that change with no netlink message: members that expire (timeout), and members a SET
+// target adds as packets pass (here in INPUT, where the fast path never looks). A copy of such a
+// set in the fast path would be stale at once: rules that test them hand packets to Linux.
+func TestIPSetChangedWithoutMessage(t *testing.T) {
+	requireTool(t, "ipset")
+	tb := newTestbed(t, testbed.Options{})
+	sh(t, tb.DUT, `ipset create lfpto hash:ip timeout 600
+ipset create lfpknock hash:ip
+iptables -A INPUT -p udp --dport 9 -j SET --add-set lfpknock src
+iptables -A FORWARD -d 198.19.10.0/24 -m set --match-set lfpknock src -j DROP
+iptables -A FORWARD -d 198.19.9.0/24 -m set --match-set lfpto dst -j DROP`)
+	l := startLinuxfp(t, tb)
+	waitVerdict(t, tb, l, "198.19.9.1", "filter", 10)
+	waitVerdict(t, tb, l, "198.19.10.1", "filter", 10)
+
+	// A member that expires: dropped while it is one, forwarded once the kernel's timer has
+	// removed it (no event says so).
+	sh(t, tb.DUT, "ipset add lfpto 198.19.9.1 timeout 1")
+	waitVerdict(t, tb, l, "198.19.9.1", "filter", 0)
+	time.Sleep(1500 * time.Millisecond)
+	waitVerdict(t, tb, l, "198.19.9.1", "filter", 10)
+
+	// gen knocks on the DUT's port 9: the SET target adds its address, and Linux drops what it
+	// then sends to 198.19.10.0/24.
+	if out, err := tb.Gen.Run("bash", "-c", "echo knock > /dev/udp/198.18.0.1/9"); err != nil {
+		t.Fatalf("knock: %v: %s", err, out)
+	}
+	waitVerdict(t, tb, l, "198.19.10.1", "filter", 0)
+	if out, err := tb.DUT.Run("ipset", "test", "lfpknock", "198.18.0.2"); err != nil {
+		t.Fatalf("the knock did not add gen's address: %v: %s", err, out)
+	}
+}

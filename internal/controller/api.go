@@ -70,6 +70,14 @@ func (c *Controller) status() *status.Status {
 	if f, err := c.dp.Fenced(); err == nil {
 		st.Fenced = f.Names()
 	}
+	if st.FenceWatch {
+		if seq, err := c.dp.Fence(); err == nil {
+			st.FenceCounts = map[string]uint64{}
+			for u, n := range seq {
+				st.FenceCounts[dataplane.FenceUnitName(u)] = n
+			}
+		}
+	}
 	if n := len(c.changes); n > 0 {
 		last := c.changes[n-1]
 		st.LastApply = &last

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestCoalesceQueued(t *testing.T) {
 	c <- event(observe.DirtyLinks|observe.DirtyTC, t0.Add(2))
 	b, ok := coalesce(context.Background(), c, event(observe.DirtyAddrs, t0), time.Millisecond, time.Hour)
 	want := burst{dirty: observe.DirtyAddrs | observe.DirtyRoutes | observe.DirtyLinks | observe.DirtyTC, first: t0, last: t0.Add(2), n: 3}
-	if !ok || b != want {
+	if !ok || !reflect.DeepEqual(b, want) {
 		t.Fatalf("burst %+v ok %v, want %+v", b, ok, want)
 	}
 }
@@ -57,5 +58,27 @@ func TestCoalesceCancelled(t *testing.T) {
 	cancel()
 	if _, ok := coalesce(ctx, make(chan observe.Event), event(observe.DirtyAll, time.Now()), time.Hour, time.Hour); ok {
 		t.Fatal("coalesce went on after its context ended")
+	}
+}
+
+// The counts of the changes the events are for come with the burst; while one waits, the quiet
+// is fencedQuiet, not the configured one.
+func TestCoalesceCounted(t *testing.T) {
+	c := make(chan observe.Event, 8)
+	c <- observe.Event{Dirty: observe.DirtyRoutes, At: time.Now(), Counted: []observe.Counted{{Unit: 0, Seq: 2}}}
+	first := observe.Event{Dirty: observe.DirtyNetfilter, At: time.Now(), Counted: []observe.Counted{{Unit: 1, Seq: 7}}}
+	done := make(chan burst)
+	go func() {
+		b, _ := coalesce(context.Background(), c, first, time.Hour, time.Hour)
+		done <- b
+	}()
+	select {
+	case b := <-done:
+		want := []observe.Counted{{Unit: 1, Seq: 7}, {Unit: 0, Seq: 2}}
+		if !reflect.DeepEqual(b.counted, want) || b.n != 2 {
+			t.Fatalf("burst %+v, want counts %v of 2 events", b, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a burst with counted changes waited for the configured quiet (an hour)")
 	}
 }

@@ -47,6 +47,8 @@ type Controller struct {
 	obs     *observe.Observer
 	w       *observe.Watcher
 	started time.Time
+	// taken: the fence's counts whose events were merged into an update (taken.go).
+	taken taken
 
 	mu      sync.Mutex
 	plan    *graph.Plan
@@ -169,6 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if !ok {
 			return nil
 		}
+		c.taken.take(b.counted)
 		if err := c.react(b); err != nil {
 			return fmt.Errorf("%w (3 times in a row); stopping so that Linux handles every packet", err)
 		}
@@ -233,7 +236,7 @@ func (c *Controller) update(dirty observe.Dirty) (int, error) {
 		// Only the ipsets could have changed, and none did (a poll, or a command that
 		// changed nothing): the data plane follows them already.
 		c.w.PollSets(c.lastFilter.UsesSets(), snap.Rules.SetsReadTime)
-		c.openFence(t0, seq)
+		c.openFence(t0, seq, false)
 		return 0, errSetsUnchanged
 	}
 	tRead := time.Since(t0)
@@ -246,7 +249,7 @@ func (c *Controller) update(dirty observe.Dirty) (int, error) {
 	programs, synced, err := c.apply(snap, plan)
 	// Only a failed removal or map update keeps the fence closed (see apply).
 	if synced {
-		c.openFence(t0, seq)
+		c.openFence(t0, seq, dirty == observe.DirtyAll)
 	}
 	c.logDecisions(plan)
 	fdb := fdbLearning(plan)

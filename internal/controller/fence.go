@@ -15,7 +15,14 @@ import (
 // openFence lets the fast path decide again what the changes counted up to seq had fenced, for
 // a data plane brought to a state read from t0 on. Sysctl writes that matter are stored just
 // after they are counted: only a read started late enough has seen them (SysctlSettled).
-func (c *Controller) openFence(t0 time.Time, seq dataplane.FenceSeq) {
+//
+// The families' units open only up to the changes whose events were taken in (taken.go),
+// unless full: the state was read whole, which covers every change counted before seq was read.
+func (c *Controller) openFence(t0 time.Time, seq dataplane.FenceSeq, full bool) {
+	if full {
+		c.taken.all(seq)
+	}
+	c.taken.limit(&seq)
 	if !t0.IsZero() && !c.w.SysctlSettled(t0, seq[dataplane.FenceSysctl]) {
 		seq[dataplane.FenceSysctl] = c.dp.Done()[dataplane.FenceSysctl]
 	}
@@ -29,7 +36,7 @@ func (c *Controller) openFence(t0 time.Time, seq dataplane.FenceSeq) {
 func (c *Controller) sysctlOnly(n uint64) {
 	seq := c.dp.Done()
 	seq[dataplane.FenceSysctl] = n
-	c.openFence(time.Time{}, seq)
+	c.openFence(time.Time{}, seq, false)
 }
 
 // fenceRecheck: how long the fence may stay closed after an apply before the controller reads

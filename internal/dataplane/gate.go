@@ -68,6 +68,19 @@ type FenceSeq [len(linuxfpLfpFence{}.Seq)]uint64
 // FenceSysctl is the sysctl unit's index (LFP_FENCE_SYSCTL): it fences both families.
 const FenceSysctl = 2
 
+// FenceUnitName names fence unit u (an index of FenceSeq) as status shows it.
+func FenceUnitName(u int) string {
+	switch u {
+	case 0:
+		return "ipv4"
+	case 1:
+		return "ipv6"
+	case FenceSysctl:
+		return "sysctl"
+	}
+	return fmt.Sprintf("unit%d", u)
+}
+
 // WatcherMaps are the maps the watchers write (they are loaded with them): the fence, and the
 // FDB mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {

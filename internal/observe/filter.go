@@ -32,6 +32,17 @@ type Ruleset struct {
 	SetsReadTime time.Duration
 	chains       []*nftables.Chain // every chain, as read with the rules
 	ruleCounts   map[nft.ChainRef]int
+	written      nft.WrittenSets // sets packets change (made Unsupported at every read of the sets)
+}
+
+// addSetNames adds to names the ipsets r's rules test.
+func (r *Ruleset) addSetNames(names map[string]bool) {
+	if r == nil {
+		return
+	}
+	for _, rs := range r.Rulesets {
+		rs.AddSetNames(names)
+	}
 }
 
 // ruleCount is how many rules a chain held when the ruleset was read.
@@ -43,10 +54,11 @@ func (r *Ruleset) ruleCount(fam uint8, table, chain string) int {
 var rulesetReads atomic.Uint64
 
 // readRuleset reads the ruleset, unless its nf_tables generation is prev's: then only the
-// ipsets are re-read (they have no generation). A ruleset change is announced by one
+// ipsets are re-read (they have no generation), or, with keepSets (their commands are seen as
+// made, and none was since the last read), nothing. A ruleset change is announced by one
 // notification per rule (a 50,000-rule iptables-restore sends 50,000), which may wake the
 // controller more than once for one generation; reading such a ruleset takes a second.
-func readRuleset(prev *Ruleset) (*Ruleset, error) {
+func readRuleset(prev *Ruleset, keepSets bool) (*Ruleset, error) {
 	t0 := time.Now()
 	if prev != nil {
 		gen, err := nft.Generation(nft.Options{})
@@ -54,6 +66,9 @@ func readRuleset(prev *Ruleset) (*Ruleset, error) {
 			return nil, fmt.Errorf("read netfilter ruleset: %w", err)
 		}
 		if gen == prev.Generation {
+			if keepSets {
+				return prev, nil
+			}
 			return prev.refreshSets()
 		}
 	}
@@ -63,7 +78,7 @@ func readRuleset(prev *Ruleset) (*Ruleset, error) {
 		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
 	}
 	return &Ruleset{Generation: snap.Generation, Rulesets: [2]*model.Ruleset{snap.IPv4, snap.IPv6}, Sets: snap.Sets,
-		chains: snap.Chains, ruleCounts: snap.RuleCounts, ReadTime: time.Since(t0)}, nil
+		chains: snap.Chains, ruleCounts: snap.RuleCounts, written: snap.Written, ReadTime: time.Since(t0)}, nil
 }
 
 // refreshSets re-reads the ipsets. It returns r itself when none changed, and otherwise the
@@ -78,12 +93,13 @@ func (r *Ruleset) refreshSets() (*Ruleset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read ipsets: %w", err)
 	}
+	r.written.Mark(sets)
 	if setsEqual(sets, r.Sets) {
 		return r, nil
 	}
 	// The same ruleset: its chains and rule counts too (readNetfilter reads them from here).
 	return &Ruleset{Generation: r.Generation, Rulesets: r.Rulesets, Sets: sets, SetsReadTime: r.SetsReadTime,
-		chains: r.chains, ruleCounts: r.ruleCounts}, nil
+		chains: r.chains, ruleCounts: r.ruleCounts, written: r.written}, nil
 }
 
 func setsEqual(a, b map[string]*model.IPSet) bool {

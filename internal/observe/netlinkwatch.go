@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -80,6 +81,14 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 	}
 	w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
 	w.nlChanges = objs.LfpNlChanges
+	// Every ipset command is fenced until the controller has said which sets its rules test.
+	if err := objs.LfpNlSets.Put(netlinkwatchLfpSetName{}, uint8(1)); err != nil {
+		rd.Close()
+		l.Close()
+		objs.Close()
+		return fmt.Errorf("netlink watcher: fence every ipset: %w", err)
+	}
+	w.fencedSets = setWatch{m: objs.LfpNlSets, all: true, names: map[string]bool{}}
 	if err := w.watchFDB(ctx, &objs); err != nil {
 		w.FDBMethod = "notification (" + err.Error() + ")"
 		w.log.Warn("cannot see bridge FDB changes as they happen; followed by notification", "err", err)
@@ -88,36 +97,118 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 	}
 	// Sets are read once ipset commands pause for ipsetQuiet: a dump holds each set it reads
 	// (ref_netlink) for as long as it takes, and a user's `ipset swap` or `destroy` meeting it
-	// fails with EBUSY, so linuxfp does not read in the middle of a script's commands.
-	ipsetRead := time.AfterFunc(time.Hour, func() { w.send(ctx, DirtyIPSet) })
+	// fails with EBUSY, so linuxfp does not read in the middle of a script's commands. The
+	// commands' counts wait with them.
+	var ipsetMu sync.Mutex
+	var ipsetCounted []Counted
+	ipsetRead := time.AfterFunc(time.Hour, func() {
+		ipsetMu.Lock()
+		counted := ipsetCounted
+		ipsetCounted = nil
+		ipsetMu.Unlock()
+		w.sendCounted(ctx, DirtyIPSet, counted)
+	})
 	ipsetRead.Stop()
 	w.closers = append(w.closers, func() { ipsetRead.Stop() })
 	w.readRing(ctx, rd, "netlink watcher", func(b []byte) {
-		if len(b) < 4 {
+		var ev netlinkwatchLfpNlEvent
+		if len(b) < 24 {
 			return
 		}
-		// A change the fence counted keeps its families with Linux until the controller
-		// has read it: wake it, even where a notification will follow.
-		switch netlinkwatchLfpNlClass(binary.NativeEndian.Uint32(b)) {
-		case netlinkwatchLfpNlClassLFP_NL_IPSET:
-			ipsetRead.Reset(ipsetQuiet)
-		case netlinkwatchLfpNlClassLFP_NL_LINK:
-			w.send(ctx, DirtyLinks)
-		case netlinkwatchLfpNlClassLFP_NL_ADDR:
-			w.send(ctx, DirtyAddrs)
-		case netlinkwatchLfpNlClassLFP_NL_ROUTE:
-			w.send(ctx, DirtyRoutes)
-		case netlinkwatchLfpNlClassLFP_NL_NEIGH:
-			w.send(ctx, DirtyNeigh|DirtyFDB)
-		case netlinkwatchLfpNlClassLFP_NL_TC:
-			w.send(ctx, DirtyTC)
-		case netlinkwatchLfpNlClassLFP_NL_NFTABLES:
-			w.send(ctx, DirtyNetfilter)
-		default:
-			w.send(ctx, DirtyAll)
+		ev.Classes = binary.NativeEndian.Uint32(b)
+		ev.Seq[0] = binary.NativeEndian.Uint64(b[8:])
+		ev.Seq[1] = binary.NativeEndian.Uint64(b[16:])
+		var counted []Counted
+		for u, seq := range ev.Seq {
+			if seq != 0 {
+				counted = append(counted, Counted{Unit: u, Seq: seq})
+			}
 		}
+		if ev.Classes&(1<<netlinkwatchLfpNlClassLFP_NL_IPSET) != 0 {
+			ipsetMu.Lock()
+			ipsetCounted = append(ipsetCounted, counted...)
+			ipsetMu.Unlock()
+			ipsetRead.Reset(ipsetQuiet)
+			return
+		}
+		var d Dirty
+		for class, dirty := range nlClassDirty {
+			if ev.Classes&(1<<class) != 0 {
+				d |= dirty
+			}
+		}
+		if d == 0 {
+			d = DirtyAll
+		}
+		w.sendCounted(ctx, d, counted)
 	})
 	return nil
+}
+
+// setWatch is the watcher's view of lfp_nl_sets: the ipsets whose commands are fenced.
+type setWatch struct {
+	mu    sync.Mutex
+	m     *ebpf.Map // nil: no netlink watcher (sets are polled)
+	all   bool      // the all-zero name is in the map: every command is fenced
+	names map[string]bool
+}
+
+// watchSets makes the ipset commands fenced those that name one of names (the sets the data
+// plane's rules test, and those the rules it still runs test), and no others. Commands on other
+// sets change nothing the data plane holds: they are counted and wake nobody. newly reports a
+// name that was not fenced before: a command on it between the sets' last read and this call
+// was not fenced, so the caller reads the sets again. When the map cannot take a name, every
+// ipset command is fenced (and newly is true).
+func (w *Watcher) watchSets(names map[string]bool) (newly bool, err error) {
+	sw := &w.fencedSets
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.m == nil {
+		return false, nil
+	}
+	for n := range names {
+		if sw.names[n] {
+			continue
+		}
+		if err := sw.m.Put(setName(n), uint8(1)); err != nil {
+			// Full (or refused): fence every command again, and say so.
+			if perr := sw.m.Put(netlinkwatchLfpSetName{}, uint8(1)); perr != nil {
+				return true, fmt.Errorf("fence ipset %s: %w; fence every ipset: %w", n, err, perr)
+			}
+			if !sw.all {
+				w.log.Warn("cannot fence ipset commands set by set; every ipset command is fenced", "set", n, "err", err)
+			}
+			sw.all = true
+			return true, nil
+		}
+		sw.names[n] = true
+		newly = newly || !sw.all
+	}
+	if sw.all {
+		if err := sw.m.Delete(netlinkwatchLfpSetName{}); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return newly, fmt.Errorf("stop fencing every ipset: %w", err)
+		}
+		sw.all = false
+	}
+	for n := range sw.names {
+		if names[n] {
+			continue
+		}
+		if err := sw.m.Delete(setName(n)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return newly, fmt.Errorf("stop fencing ipset %s: %w", n, err)
+		}
+		delete(sw.names, n)
+	}
+	return newly, nil
+}
+
+// setName is an ipset name as lfp_nl_sets holds it (NUL-padded; ipset names are shorter).
+func setName(n string) netlinkwatchLfpSetName {
+	var k netlinkwatchLfpSetName
+	for i := 0; i < len(n) && i < len(k.Name)-1; i++ {
+		k.Name[i] = int8(n[i])
+	}
+	return k
 }
 
 // watchFDB attaches the bridge FDB watcher (its programs and ring are in objs).
@@ -188,6 +279,17 @@ func (w *Watcher) readRing(ctx context.Context, rd *ringbuf.Reader, what string,
 			fn(rec.RawSample)
 		}
 	}()
+}
+
+// nlClassDirty is what each class of change makes the controller read.
+var nlClassDirty = map[netlinkwatchLfpNlClass]Dirty{
+	netlinkwatchLfpNlClassLFP_NL_LINK:     DirtyLinks,
+	netlinkwatchLfpNlClassLFP_NL_ADDR:     DirtyAddrs,
+	netlinkwatchLfpNlClassLFP_NL_ROUTE:    DirtyRoutes,
+	netlinkwatchLfpNlClassLFP_NL_NEIGH:    DirtyNeigh | DirtyFDB,
+	netlinkwatchLfpNlClassLFP_NL_TC:       DirtyTC,
+	netlinkwatchLfpNlClassLFP_NL_OTHER:    DirtyAll,
+	netlinkwatchLfpNlClassLFP_NL_NFTABLES: DirtyNetfilter,
 }
 
 // nlClassNames are the names status gives the netlink watcher's classes (enum lfp_nl_class).

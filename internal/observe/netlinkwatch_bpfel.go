@@ -47,6 +47,18 @@ const (
 	netlinkwatchLfpNlClassLFP_NL_CLASSES  netlinkwatchLfpNlClass = 9
 )
 
+type netlinkwatchLfpNlEvent struct {
+	_       structs.HostLayout
+	Classes uint32
+	Pad     uint32
+	Seq     [2]uint64
+}
+
+type netlinkwatchLfpSetName struct {
+	_    structs.HostLayout
+	Name [32]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -56,11 +68,13 @@ const (
 	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
 	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
 	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
+	netlinkwatchMapLfpNlSets      = "lfp_nl_sets"
 	netlinkwatchProgLfpFdbDeleted = "lfp_fdb_deleted"
 	netlinkwatchProgLfpFdbMoved   = "lfp_fdb_moved"
 	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
 	netlinkwatchVarCfgNetns       = "cfg_netns"
 	netlinkwatchVarCfgSelf        = "cfg_self"
+	netlinkwatchVarLfpNlEventType = "lfp_nl_event_type"
 )
 
 // loadNetlinkwatch returns the embedded CollectionSpec for netlinkwatch.
@@ -119,14 +133,16 @@ type netlinkwatchMapSpecs struct {
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
+	LfpNlSets     *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
 }
 
 // netlinkwatchVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchVariableSpecs struct {
-	CfgNetns *ebpf.VariableSpec `ebpf:"cfg_netns"`
-	CfgSelf  *ebpf.VariableSpec `ebpf:"cfg_self"`
+	CfgNetns       *ebpf.VariableSpec `ebpf:"cfg_netns"`
+	CfgSelf        *ebpf.VariableSpec `ebpf:"cfg_self"`
+	LfpNlEventType *ebpf.VariableSpec `ebpf:"lfp_nl_event_type"`
 }
 
 // netlinkwatchObjects contains all objects after they have been loaded into the kernel.
@@ -154,6 +170,7 @@ type netlinkwatchMaps struct {
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
+	LfpNlSets     *ebpf.Map `ebpf:"lfp_nl_sets"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
@@ -163,6 +180,7 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
+		m.LfpNlSets,
 	)
 }
 
@@ -170,8 +188,9 @@ func (m *netlinkwatchMaps) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchVariables struct {
-	CfgNetns *ebpf.Variable `ebpf:"cfg_netns"`
-	CfgSelf  *ebpf.Variable `ebpf:"cfg_self"`
+	CfgNetns       *ebpf.Variable `ebpf:"cfg_netns"`
+	CfgSelf        *ebpf.Variable `ebpf:"cfg_self"`
+	LfpNlEventType *ebpf.Variable `ebpf:"lfp_nl_event_type"`
 }
 
 // netlinkwatchPrograms contains all programs after they have been loaded into the kernel.

@@ -147,8 +147,13 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 	}
 	if d&DirtyNetfilter != 0 {
 		o.setReads.Add(1)
-		r, err := readRuleset(s.Rules)
+		// A wake for the ruleset with no ipset command since the last read (the watcher sees
+		// each one) need not read the sets again if the ruleset is the same.
+		r, err := readRuleset(s.Rules, o.w != nil && o.w.IPSetEvents && d&DirtyIPSet == 0)
 		if err != nil {
+			return nil, err
+		}
+		if r, err = o.watchSets(s.Rules, r); err != nil {
 			return nil, err
 		}
 		s.Rules = r
@@ -169,6 +174,27 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.XfrmPolicies = x
 	}
 	return s, nil
+}
+
+// watchSets tells the netlink watcher which ipsets to fence: those r's rules test, and those
+// of prev, which the data plane runs until r is applied. A set fenced only now may have been
+// changed after r read it, unfenced: then the sets are read again.
+func (o *Observer) watchSets(prev, r *Ruleset) (*Ruleset, error) {
+	if o.w == nil {
+		return r, nil
+	}
+	names := map[string]bool{}
+	prev.addSetNames(names)
+	r.addSetNames(names)
+	newly, err := o.w.watchSets(names)
+	if err != nil {
+		return nil, err
+	}
+	if !newly {
+		return r, nil
+	}
+	o.setReads.Add(1)
+	return r.refreshSets()
 }
 
 // keepFacts copies what other reads than the link dump found for the same link last time; the

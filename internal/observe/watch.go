@@ -57,6 +57,15 @@ func (d Dirty) String() string {
 type Event struct {
 	Dirty Dirty
 	At    time.Time
+	// Counted: the fence counts of the changes this event is for (netlink watcher events only);
+	// the controller lets a change through the fence only once it has taken in its event.
+	Counted []Counted
+}
+
+// Counted is one change's count in one fence unit (dataplane.FenceSeq's index).
+type Counted struct {
+	Unit int
+	Seq  uint64
 }
 
 // Watcher delivers Events from every source. Sources are opened by NewWatcher, before the first
@@ -82,6 +91,8 @@ type Watcher struct {
 	Fence bool
 	// nlChanges: the netlink watcher's count of changes by class (NetlinkChanges).
 	nlChanges *ebpf.Map
+	// fencedSets: which ipsets the netlink watcher fences (watchSets).
+	fencedSets setWatch
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	fdbMu     sync.Mutex
@@ -316,8 +327,11 @@ func (w *Watcher) Close() {
 // send delivers an event without blocking its source: when the controller is busy and C is
 // full, the event's kinds are held and delivered as one event once C has room, so the source
 // keeps reading and its socket does not overflow (an overflow costs a re-read of everything).
-func (w *Watcher) send(ctx context.Context, d Dirty) {
-	ev := Event{Dirty: d, At: time.Now()}
+func (w *Watcher) send(ctx context.Context, d Dirty) { w.sendCounted(ctx, d, nil) }
+
+// sendCounted is send for the changes counted is the fence's counts of.
+func (w *Watcher) sendCounted(ctx context.Context, d Dirty, counted []Counted) {
+	ev := Event{Dirty: d, At: time.Now(), Counted: counted}
 	select {
 	case w.C <- ev:
 		return
@@ -329,6 +343,7 @@ func (w *Watcher) send(ctx context.Context, d Dirty) {
 		w.held.At = ev.At
 	}
 	w.held.Dirty |= d
+	w.held.Counted = append(w.held.Counted, counted...)
 	if w.flushing {
 		return
 	}

@@ -62,9 +62,13 @@ type Status struct {
 	FamiliesToLinux []string   `json:"families_to_linux,omitempty"`
 	// FenceWatch: configuration changes are counted as they are made (the fence), so the fast
 	// path hands a family's packets to Linux from the moment Linux applied a change of it until
-	// the data plane follows it. Fenced: the families waiting for that right now.
-	FenceWatch bool     `json:"fence_watch"`
-	Fenced     []string `json:"fenced,omitempty"`
+	// the data plane follows it. Fenced: the families waiting for that right now. FenceCounts:
+	// per unit (ipv4, ipv6, sysctl), the changes the fence has counted since linuxfp started
+	// (a change that cannot affect what the data plane holds is not counted: see
+	// bpf/netlink_watch.c).
+	FenceWatch  bool              `json:"fence_watch"`
+	Fenced      []string          `json:"fenced,omitempty"`
+	FenceCounts map[string]uint64 `json:"fence_counts,omitempty"`
 	// FilterRules: per netfilter rule (or chain policy), the packets the fast path matched with
 	// it (rules of a jump's path included); iptables -v counts only what Linux saw.
 	FilterRules []FilterRule `json:"filter_rules,omitempty"`

@@ -246,7 +246,10 @@ func header(s *model.IPSet, b []byte) error {
 				unsupported(s, fmt.Sprintf("%s with netmask %d", s.Type, n))
 			}
 		case attrTimeout:
+			// Members expire by a kernel timer, and no event says when: a copy of the set
+			// would keep matching an address Linux no longer does.
 			s.Timeout = true
+			unsupported(s, "members expire (timeout) without an event")
 		case attrCADTFlags:
 			f := ad.Uint32()
 			if rest := f &^ (flagWithCounters | flagWithComment | flagWithForceAdd | flagWithSkbInfo); rest != 0 {

@@ -64,7 +64,7 @@ add h 198.18.1.1
 	want := map[string]string{
 		"a": `hash:ip ipv4 netmask=0 timeout=false unsupported="" [198.18.0.1/32 198.18.0.2/32]`,
 		"b": `hash:net ipv6 netmask=0 timeout=false unsupported="" [2001:2::/48 2001:2:0:1::/64 nomatch]`,
-		"c": `hash:ip,port ipv4 netmask=0 timeout=true unsupported="" [198.18.0.3/32,tcp:80 198.18.0.3/32,udp:53 198.18.0.4/32,icmp:2048]`,
+		"c": `hash:ip,port ipv4 netmask=0 timeout=true unsupported="members expire (timeout) without an event" [198.18.0.3/32,tcp:80 198.18.0.3/32,udp:53 198.18.0.4/32,icmp:2048]`,
 		"d": `hash:net,port ipv4 netmask=0 timeout=false unsupported="" [198.18.4.0/24,sctp:9]`,
 		"e": `hash:ip ipv4 netmask=24 timeout=false unsupported="" [198.18.7.0/32]`,
 		"f": `hash:net,iface ipv4 netmask=0 timeout=false unsupported="type hash:net,iface is not modelled" []`,

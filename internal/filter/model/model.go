@@ -518,6 +518,22 @@ func (rs *Ruleset) AddChain(c *Chain) {
 	}
 }
 
+// AddSetNames adds to names the ipsets the ruleset's rules test (by name, as read).
+func (rs *Ruleset) AddSetNames(names map[string]bool) {
+	if rs == nil {
+		return
+	}
+	for _, ch := range rs.Chains {
+		for _, r := range ch.Rules {
+			for _, m := range r.Matches {
+				if s, ok := m.(Set); ok {
+					names[s.Name] = true
+				}
+			}
+		}
+	}
+}
+
 // Sort orders every hook's base chains by priority (then by key, for a stable order).
 func (rs *Ruleset) Sort() {
 	for _, cs := range rs.Base {

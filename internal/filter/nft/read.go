@@ -50,6 +50,9 @@ type Snapshot struct {
 	// which hooks hold something.
 	Chains     []*nftables.Chain
 	RuleCounts map[ChainRef]int
+	// Written: the sets packets change (SET targets), already marked Unsupported in Sets; a
+	// later read of the sets alone must mark them again (WrittenSets.Mark).
+	Written WrittenSets
 }
 
 // ChainRef names a chain: its table's family (NFPROTO_*), table and name.
@@ -143,7 +146,10 @@ func Read(o Options) (*Snapshot, error) {
 			}
 			return nil, fmt.Errorf("nftables ruleset changed during each of %d reads", tries)
 		}
+		written := writtenSets(rules)
+		written.Mark(sets)
 		s := build(tables, chains, rules, sets)
+		s.Written = written
 		s.Chains = chains
 		s.RuleCounts = map[ChainRef]int{}
 		for _, r := range rules {
