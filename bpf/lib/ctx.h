@@ -402,8 +402,7 @@ static __always_inline int ctx_redirect_ingress(lfp_ctx *ctx, __u32 ifindex)
 	return CTX_PASS;
 }
 
-/* A frame leaves only into a device of the devmap lfp_tx_devs (tx.h): an XDP redirect into a
- * device that cannot take it is dropped where Linux would have sent the packet. A frame has no
+/* A frame leaves only into a device of the devmap lfp_tx_devs (tx.h says why). A frame has no
  * priority, and there is no peer redirect at XDP. */
 #define CTX_REDIRECT_BY_DEVMAP 1
 

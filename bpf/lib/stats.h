@@ -34,15 +34,15 @@ static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason
 }
 
 /* XDP with a tc program after it on the same interface (--hook auto). Some packets only an skb
- * can take where they are routed or bridged: into a veth whose peer has neither XDP nor GRO (an
- * XDP redirect there is dropped, LFP_PASS_EGRESS_NOT_READY), into a vxlan device (LFP_PASS_VXLAN;
- * ctx.h). The XDP program marks such a packet in its metadata, which the skb carries to the tc
- * program; that one runs the same modules for marked packets only (cfg_tc_companion). The tc
- * program is attached on demand: the first such packet asks the controller for it
- * (lfp_tc_requests) and, like every one until it is attached, goes to Linux unmarked, counted
- * under its own reason. An interface that never sees such packets costs no second program, and a
- * new destination of that kind changes no XDP program. Both settings are 0 in the tc object's
- * programs but the companion's. */
+ * can take where they go: a redirect into a device that cannot take an XDP frame
+ * (LFP_PASS_EGRESS_NOT_READY, tx.h: a veth whose peer has neither XDP nor GRO, a vxlan device),
+ * a VXLAN packet for a device of this host (LFP_PASS_VXLAN, ctx.h). The XDP program marks such a
+ * packet in its metadata, which the skb carries to the tc program; that one runs the same modules
+ * for marked packets only (cfg_tc_companion). The tc program is attached on demand: the first
+ * such packet asks the controller for it (lfp_tc_requests) and, like every one until it is
+ * attached, goes to Linux unmarked, counted under its own reason. An interface that never sees
+ * such packets costs no second program, and a new destination of that kind changes no XDP
+ * program. cfg_tc_after is set only in XDP programs, cfg_tc_companion only in that tc program. */
 volatile const __u32 cfg_tc_after = 0;
 volatile const __u32 cfg_tc_companion = 0;
 

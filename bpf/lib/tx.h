@@ -6,8 +6,9 @@
 #include "ctx.h"
 #include "linuxfp_types.h"
 
-/* XDP: devices that can take an XDP redirect without dropping it (see the controller: for a
- * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
+/* XDP: devices that take a redirected frame. A redirect into one that cannot (a veth whose peer
+ * has no NAPI: neither XDP nor GRO) is dropped where Linux would have delivered the packet; the
+ * controller adds a device when the kernel reports its NDO_XMIT XDP feature. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__type(key, __u32);
