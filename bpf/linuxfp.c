@@ -1,13 +1,16 @@
 /* linuxfp data plane entry point: one program per kind of interface, specialised by the frozen
  * .rodata constants of the modules it includes (the verifier removes what the interface does not
  * use); what differs between interfaces of a kind (MAC, counters, bridge) is data (lib/iface.h).
- * Compiled twice from this source: for XDP, and with -DLFP_HOOK_TC for tc (tcx) ingress.
- * The graph: a bridge port runs bridge -> (router for frames to the bridge's MAC); any other
- * interface runs router; the router's egress may continue into a bridge's FDB (router -> bridge). */
+ * Compiled twice from this source: for XDP, and with -DLFP_HOOK_TC for tc (tcx) ingress. The
+ * modules are composed here, in the order Linux applies them (linuxfp_rx, linuxfp_route). */
 #include "lib/ctx.h"
 #include "lib/parse.h"
 #include "lib/stats.h"
+#include "lib/iface.h"
 #include "lib/gate.h"
+#include "lib/state.h"
+#include "lib/ct.h"
+#include "lib/filter.h"
 #include "lib/router.h"
 #include "lib/bridge.h"
 
@@ -17,6 +20,68 @@ char LICENSE[] SEC("license") = "GPL";
  * (TC: an skb may hold less than that in its linear part). */
 #define LFP_PULL_LEN (14 + 40 + 20)
 
+/* A step's reason as the program's verdict: dropped as Linux would, or Linux's. */
+static __always_inline int linuxfp_verdict(lfp_ctx *ctx, enum lfp_reason r)
+{
+	if (r == LFP_FILTER_DROPPED)
+		return lfp_drop(ctx, r);
+	return lfp_pass(ctx, r);
+}
+
+/* The routed path, in Linux's order: the family's input checks, conntrack (prerouting), VXLAN
+ * for this host, the filter's view of the packet and prerouting's translation, the routing
+ * decision, the forward and postrouting rules, the checks on the way out, and the rewrite. Each
+ * step goes on (LFP_FORWARDED) or says why not. v4 is a constant: each family gets its own
+ * inlined copy. */
+static __always_inline int linuxfp_route(lfp_ctx *ctx, const int v4)
+{
+	struct bpf_fib_lookup fib;
+	struct router_pkt p = { .fib = &fib, .v4 = v4 };
+	enum lfp_reason r;
+	int v;
+
+	r = v4 ? router_ipv4(ctx, &p) : router_ipv6(ctx, &p);
+	if (r == LFP_FORWARDED)
+		r = router_prepare(ctx, &p);
+	if (r == LFP_FORWARDED)
+		r = router_conntrack(ctx, &p);
+	if (r != LFP_FORWARDED)
+		return linuxfp_verdict(ctx, r);
+	if (router_vxlan_rx(ctx, &p, &v))
+		return v;
+	if (p.fw) {
+		r = filter_l4(&p.scr->fp, p.proto, p.l4, p.data_end, p.l4len, p.tot);
+		if (r != LFP_FORWARDED)
+			return linuxfp_verdict(ctx, r);
+	}
+	router_dnat(&p);
+	r = router_fib(ctx, &p);
+	/* The filter once the output interface is known (filter.h); before the egress checks: a
+	 * packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
+	if (r == LFP_FORWARDED && p.fw)
+		r = filter_forward(ctx, p.cfg, &p.scr->fp, &p.scr->ct, router_in_ifindex(ctx), fib.ifindex);
+	if (r == LFP_FORWARDED)
+		r = router_egress(ctx, &p);
+	if (r != LFP_FORWARDED)
+		return linuxfp_verdict(ctx, r);
+	return router_xmit(ctx, &p);
+}
+
+static __always_inline int linuxfp_router(lfp_ctx *ctx, __be16 proto)
+{
+	switch (proto) {
+	case bpf_htons(ETH_P_IP):
+		return linuxfp_route(ctx, 1);
+	case bpf_htons(ETH_P_IPV6):
+		return linuxfp_route(ctx, 0);
+	}
+	/* ARP, VLAN tags (802.1Q is not even built here), LLDP ...: Linux's. */
+	return lfp_pass(ctx, LFP_PASS_NOT_IP);
+}
+
+/* The graph: the gate first; a bridge port runs bridge -> (router for frames to the bridge's
+ * MAC); any other interface runs the router for frames to its MAC. The router's way out may
+ * continue into a bridge's FDB (router -> bridge, router_egress). */
 static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 {
 	const struct lfp_if *iface;
@@ -41,8 +106,14 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	r = gate_check(eth->h_proto);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
-	if (cfg_bridge)
-		return bridge_rx(ctx);
+	if (cfg_bridge) {
+		struct bridge_up up;
+		int v = bridge_rx(ctx, &up);
+
+		if (!up.route)
+			return v;
+		return bridge_routed(&up, linuxfp_router(ctx, up.proto));
+	}
 
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
 	iface = lfp_iface(ctx);
@@ -50,23 +121,15 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 		return CTX_PASS;
 	if (!mac_equal(eth->h_dest, iface->mac))
 		return lfp_pass(ctx, LFP_PASS_NOT_FOR_US);
-
-	switch (eth->h_proto) {
-	case bpf_htons(ETH_P_IP):
-		return router_ipv4(ctx);
-	case bpf_htons(ETH_P_IPV6):
-		return router_ipv6(ctx);
-	}
-	/* ARP, VLAN tags (802.1Q is not even built here), LLDP ...: Linux's. */
-	return lfp_pass(ctx, LFP_PASS_NOT_IP);
+	return linuxfp_router(ctx, eth->h_proto);
 }
 
 #if LFP_TC
 SEC("tc")
 int linuxfp_tc(struct __sk_buff *ctx)
 {
-	/* After the interface's XDP program: only what it marked for tc; the rest it has counted
-	 * and handed to Linux already. */
+	/* After the interface's XDP program: only what it marked for tc (see cfg_tc_after); the
+	 * rest it has counted and handed to Linux already. */
 	if (cfg_tc_companion && !lfp_marked_for_tc(ctx))
 		return CTX_PASS;
 	return linuxfp_rx(ctx);

@@ -69,7 +69,7 @@ enum lfp_reason {
 	LFP_PASS_VXLAN,           /* a VXLAN packet for a local device that vxlan_rcv() must see */
 	LFP_PASS_CT_INVALID,      /* conntrack would find the packet INVALID (bad header, flags, length) */
 	LFP_PASS_CT_CHECKSUM,     /* conntrack would verify its L4 checksum (nf_conntrack_checksum) */
-	LFP_TO_TC,                /* XDP: handed, marked, to the interface's tc program (an skb can go where it goes) */
+	LFP_TO_TC,                /* XDP: handed, marked, to the interface's tc program (see bpf/lib/stats.h) */
 	LFP_PASS_RELOADING,       /* built without a module the configuration now needs; its replacement is loading */
 	LFP_PASS_APPLY_FAILED,    /* the data plane could not be brought to Linux's configuration for this family */
 	LFP_PASS_FENCED,          /* Linux has applied a change of this family's configuration the data plane does not follow yet */

@@ -8,9 +8,15 @@
 
 #include "ctx.h"
 #include "parse.h"
+#include "linuxfp_types.h"
 #include "stats.h"
+#include "iface.h"
+#include "state.h"
 #include "fdb.h"
-#include "router.h"
+#include "filter.h"
+#include "ct.h"
+#include "nat.h"
+#include "tx.h"
 
 /* cfg_bridge (iface.h): the interface is a bridge port; the bridge's ifindex is its lfp_if's
  * l3_ifindex, the bridge's MAC in the port's lfp_l2 entry. */
@@ -126,17 +132,13 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 	if ((v6 ? cfg_ct6 : cfg_ct4) && nf->ct) {
 		struct ct_pkt *c = &nf->scr->ct;
 
-		ct_parse(c, fp->src, fp->dst, v6, l4proto, l4, data_end);
-		c->defer = !!(nf->cfg->fw_flags & (v6 ? LFP_FW_PRE_CT_DROP6 : LFP_FW_PRE_CT_DROP4));
 		/* A translated connection's bridged packets (br_netfilter runs nf_nat too): those
 		 * whose destination stays are translated here, after the rules (the source is
 		 * postrouting's manip: the reply of a DNAT'd connection, from a pod to a pod on the
 		 * same bridge through a service address). A new destination makes br_netfilter
 		 * route the packet again (br_nf_pre_routing_finish()): Linux's. */
-		c->nat_ok = 1;
-		r = ct_valid(ctx, nf->cfg, c, l4, data_end, tot - l3hdr, nf->scr->buf);
-		if (r == LFP_FORWARDED)
-			r = ct_forward(ctx, nf->cfg, c);
+		r = ct_prerouting(ctx, nf->cfg, c, fp->src, fp->dst, v6, l4proto, l4, data_end, tot - l3hdr,
+				  nf->scr->buf);
 		if (r == LFP_FORWARDED && c->nat && (c->nat_daddr != fp->dst[0] || c->nat_dport != c->t.ipv4.dport))
 			r = LFP_PASS_CT_NAT;
 		if (r != LFP_FORWARDED)
@@ -148,7 +150,20 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 	return LFP_FORWARDED;
 }
 
-static __always_inline int bridge_rx(lfp_ctx *ctx)
+/* A frame to the bridge's own MAC, which the router takes as received by the bridge device
+ * (bridge -> router), and what bridge_routed() needs of it afterwards. */
+struct bridge_up {
+	int route; /* the router takes the frame */
+	struct lfp_fdb_val *src;
+	struct lfp_l2_dev *port;
+	__u32 bridge, in;
+	__be16 proto;
+	__u8 smac[ETH_ALEN];
+};
+
+/* A frame received on a bridge port: bridged, dropped or Linux's (the verdict), or for the
+ * router (up->route, with the rest of *up filled). */
+static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
 	__u32 in = ctx_ingress_ifindex(ctx), bridge = lfp_l3_ifindex(ctx), out = 0, l3len;
@@ -159,8 +174,9 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	__u8 smac[ETH_ALEN];
 	enum lfp_reason r;
 	__u16 proto;
-	int act, nf_ip;
+	int nf_ip;
 
+	up->route = 0;
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
 	port = l2_dev(in);
@@ -202,17 +218,14 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 		 * delivered as PACKET_OTHERHOST or HOST depending on the port: Linux's. */
 		if (!mac_equal(eth->h_dest, port->br_mac))
 			return lfp_pass(ctx, LFP_PASS_BR_LOCAL);
-		switch (proto) {
-		case bpf_htons(ETH_P_IP):
-			act = router_ipv4(ctx);
-			break;
-		default:
-			act = router_ipv6(ctx);
-			break;
-		}
-		if (act == CTX_REDIRECT && (port->flags & LFP_L2_LEARNING))
-			bridge_refresh(src, bridge, in, smac);
-		return act;
+		up->route = 1;
+		up->src = src;
+		up->port = port;
+		up->bridge = bridge;
+		up->in = in;
+		up->proto = proto;
+		__builtin_memcpy(up->smac, smac, ETH_ALEN);
+		return CTX_PASS;
 	}
 
 	/* Bridged IP and br_netfilter: with rules the filter module does not take over, Linux's;
@@ -239,14 +252,11 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 	/* br_netfilter's forward hook (br_nf_forward_ip()), then its postrouting: the filter module,
 	 * with the bridge as input and output device. */
 	if (nf_ip && nf.fw && nf.scr) {
-		__u32 v = filter_classify(nf.cfg, &nf.scr->fp, bridge, bridge, in);
-
-		ct_refresh(ctx, &nf.scr->ct, v);
-		v &= 3;
-		if (v == LFP_FW_DROP)
-			return lfp_drop(ctx, LFP_FILTER_DROPPED);
-		if (v != LFP_FW_ACCEPT)
-			return lfp_pass(ctx, LFP_PASS_FILTER);
+		r = filter_forward(ctx, nf.cfg, &nf.scr->fp, &nf.scr->ct, bridge, bridge);
+		if (r == LFP_FILTER_DROPPED)
+			return lfp_drop(ctx, r);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
 	}
 	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
 	if (r != LFP_FORWARDED)
@@ -263,6 +273,15 @@ static __always_inline int bridge_rx(lfp_ctx *ctx)
 		bridge_refresh(src, bridge, in, smac);
 	lfp_count(ctx, LFP_BRIDGED);
 	return CTX_REDIRECT;
+}
+
+/* After the router (up->route): a frame routed out refreshes its source's FDB
+ * entry as the bridge's learning would have (bridge_refresh). */
+static __always_inline int bridge_routed(const struct bridge_up *up, int verdict)
+{
+	if (verdict == CTX_REDIRECT && (up->port->flags & LFP_L2_LEARNING))
+		bridge_refresh(up->src, up->bridge, up->in, up->smac);
+	return verdict;
 }
 
 #endif

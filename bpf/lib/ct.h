@@ -208,11 +208,7 @@ static __always_inline struct nf_conn *ct_lookup(lfp_ctx *ctx, struct ct_pkt *c,
 
 	o->netns_id = BPF_F_CURRENT_NETNS;
 	o->l4proto = c->proto;
-#if LFP_TC
-	return bpf_skb_ct_lookup(ctx, &c->t, tlen, o, sizeof(*o));
-#else
-	return bpf_xdp_ct_lookup(ctx, &c->t, tlen, o, sizeof(*o));
-#endif
+	return ctx_ct_lookup(ctx, &c->t, tlen, o, sizeof(*o));
 }
 
 /* Ask the controller to set IP_CT_TCP_FLAG_BE_LIBERAL on the connection (both directions). */
@@ -332,13 +328,8 @@ static __always_inline int ct_l4_csum(lfp_ctx *ctx, const struct ct_pkt *c, __u3
 		n4 = (n + 3) & ~3U;
 		/* Zero the word the last bytes share with padding, then load over it. */
 		*(__u32 *)(buf + ((n & ~3U) & 0x1fc)) = 0;
-#if LFP_TC
-		if (bpf_skb_load_bytes(ctx, l4off + off, buf, n))
+		if (ctx_load_bytes(ctx, l4off + off, buf, n))
 			return -1;
-#else
-		if (bpf_xdp_load_bytes(ctx, l4off + off, buf, n))
-			return -1;
-#endif
 		r = bpf_csum_diff(0, 0, (__be32 *)buf, n4, sum);
 		if (r < 0)
 			return -1;
@@ -477,6 +468,26 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	}
 	bpf_ct_release(ct);
 	return why;
+}
+
+/* The conntrack step of a forwarded or bridged packet (src, dst: its addresses; l4: its L4
+ * header, l4len bytes of it in the packet; buf: ct_l4_csum()'s scratch): c is parsed, validated
+ * as conntrack's error handlers would, then looked up (ct_forward). The caller translates the
+ * IPv4 connections the fast path may translate; rules before conntrack that may drop the packet
+ * defer the timeout refresh. */
+static __always_inline enum lfp_reason ct_prerouting(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c,
+						     const __u32 *src, const __u32 *dst, int v6, __u8 proto,
+						     const void *l4, const void *data_end, __u32 l4len, __u8 *buf)
+{
+	enum lfp_reason r;
+
+	ct_parse(c, src, dst, v6, proto, l4, data_end);
+	c->defer = !!(cfg->fw_flags & (v6 ? LFP_FW_PRE_CT_DROP6 : LFP_FW_PRE_CT_DROP4));
+	c->nat_ok = 1;
+	r = ct_valid(ctx, cfg, c, l4, data_end, l4len, buf);
+	if (r == LFP_FORWARDED)
+		r = ct_forward(ctx, cfg, c);
+	return r;
 }
 
 /* The deferred refresh (c->defer), once the filter has classified the packet: verdict says

@@ -1,6 +1,8 @@
 /* Context abstraction: the fast-path modules use these instead of struct xdp_md or struct
  * __sk_buff, so one source builds for both hooks. bpf/linuxfp.c is compiled twice: as is for XDP,
- * and with -DLFP_HOOK_TC for the TC (tcx) ingress hook. */
+ * and with -DLFP_HOOK_TC for the TC (tcx) ingress hook. What only one hook can do is a stub in the
+ * other (it fails, or does nothing, where the caller's result is then the one it has on that hook),
+ * so module bodies carry no #if. */
 #ifndef LFP_CTX_H
 #define LFP_CTX_H
 
@@ -8,9 +10,23 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "parse.h"
 
 /* The kernel's own structure behind the context (struct sk_buff, struct xdp_buff). */
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+#define CTX_CSUM_NONE        0
+#define CTX_CSUM_UNNECESSARY 1
+#define CTX_CSUM_COMPLETE    2
+#define CTX_CSUM_PARTIAL     3
+
+/* The packet's checksum state (ctx_csum_state). */
+struct ctx_csum {
+	__u32 ip_summed; /* CTX_CSUM_* */
+	__s32 start;     /* PARTIAL: where the checksummed part starts, from ctx_data */
+	__u32 offset;    /* PARTIAL: where the checksum goes, from start */
+	__u32 l4_hash;   /* the skb's hash is an L4 one */
+};
 
 #ifdef LFP_HOOK_TC
 
@@ -24,6 +40,18 @@ typedef struct __sk_buff lfp_ctx;
 #define CTX_DROP     TC_ACT_SHOT
 #define CTX_REDIRECT TC_ACT_REDIRECT
 
+#else /* XDP */
+
+typedef struct xdp_md lfp_ctx;
+
+#define LFP_TC 0
+#define CTX_PASS     XDP_PASS
+#define CTX_DROP     XDP_DROP
+#define CTX_REDIRECT XDP_REDIRECT
+
+#endif
+
+/* struct xdp_md and struct __sk_buff both carry these as 32-bit offsets. */
 static __always_inline void *ctx_data(const lfp_ctx *ctx)
 {
 	return (void *)(long)ctx->data;
@@ -34,8 +62,21 @@ static __always_inline void *ctx_data_end(const lfp_ctx *ctx)
 	return (void *)(long)ctx->data_end;
 }
 
+static __always_inline void *ctx_data_meta(const lfp_ctx *ctx)
+{
+	return (void *)(long)ctx->data_meta;
+}
+
+
+#ifdef LFP_HOOK_TC
+
 /* The whole packet, including what is not in the linear part (ctx_data_end). */
 static __always_inline __u32 ctx_len(const lfp_ctx *ctx)
+{
+	return ctx->len;
+}
+
+static __always_inline __u32 ctx_full_len(const lfp_ctx *ctx)
 {
 	return ctx->len;
 }
@@ -60,11 +101,6 @@ static __always_inline void ctx_pull(lfp_ctx *ctx, __u32 bytes)
 		len = bytes;
 	if (ctx_data(ctx) + len > ctx_data_end(ctx))
 		bpf_skb_pull_data(ctx, len);
-}
-
-static __always_inline __u32 ctx_full_len(const lfp_ctx *ctx)
-{
-	return ctx->len;
 }
 
 /* An skb's data beyond its linear part is reached with ctx_pull(): never a reason to pass. */
@@ -109,18 +145,6 @@ struct sk_buff {
 	__u8 l4_hash : 1;
 } __attribute__((preserve_access_index));
 
-#define CTX_CSUM_NONE        0
-#define CTX_CSUM_UNNECESSARY 1
-#define CTX_CSUM_COMPLETE    2
-#define CTX_CSUM_PARTIAL     3
-
-struct ctx_csum {
-	__u32 ip_summed; /* CTX_CSUM_* */
-	__s32 start;     /* PARTIAL: where the checksummed part starts, from ctx_data */
-	__u32 offset;    /* PARTIAL: where the checksum goes, from start */
-	__u32 l4_hash;
-};
-
 static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
 {
 	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
@@ -131,24 +155,97 @@ static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
 	c->offset = skb->csum_offset;
 }
 
+/* Writes that keep the skb's checksum state right (CHECKSUM_COMPLETE's sum, PARTIAL's pseudo
+ * header): the helpers. */
+static __always_inline int ctx_store_bytes(lfp_ctx *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
+{
+	return bpf_skb_store_bytes(ctx, off, from, len, flags);
+}
+
+static __always_inline int ctx_l3_csum_replace(lfp_ctx *ctx, __u32 off, __u32 from, __u32 to, __u64 size)
+{
+	return bpf_l3_csum_replace(ctx, off, from, to, size);
+}
+
+static __always_inline int ctx_l4_csum_replace(lfp_ctx *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)
+{
+	return bpf_l4_csum_replace(ctx, off, from, to, flags);
+}
+
+static __always_inline int ctx_load_bytes(lfp_ctx *ctx, __u32 off, void *to, __u32 len)
+{
+	return bpf_skb_load_bytes(ctx, off, to, len);
+}
+
+/* The conntrack lookup kfunc of this hook (declared in ct.h). */
+#define ctx_ct_lookup bpf_skb_ct_lookup
+
+/* Encapsulation and decapsulation as the vxlan driver does them (vxlan.h) need an skb: its mark,
+ * flow hash, room at the front with the checksum and GSO state adjusted, and a way into a
+ * device's receive path. */
+#define CTX_TUNNEL 1
+
+static __always_inline __u32 ctx_mark(const lfp_ctx *ctx)
+{
+	return ctx->mark;
+}
+
+static __always_inline __u32 ctx_hash_recalc(lfp_ctx *ctx)
+{
+	return bpf_get_hash_recalc(ctx);
+}
+
+static __always_inline void ctx_clear_hash(lfp_ctx *ctx)
+{
+	bpf_set_hash_invalid(ctx);
+}
+
+static __always_inline void ctx_csum_level_dec(lfp_ctx *ctx)
+{
+	bpf_csum_level(ctx, BPF_CSUM_LEVEL_DEC);
+}
+
+static __always_inline int ctx_adjust_room(lfp_ctx *ctx, __s32 len_diff, __u32 mode, __u64 flags)
+{
+	return bpf_skb_adjust_room(ctx, len_diff, mode, flags);
+}
+
+static __always_inline int ctx_redirect_ingress(lfp_ctx *ctx, __u32 ifindex)
+{
+	return bpf_redirect(ifindex, BPF_F_INGRESS);
+}
+
+/* How a packet leaves (tx.h): an skb may be redirected to any device, and carries the priority
+ * the egress qdisc may classify by. */
+#define CTX_REDIRECT_BY_DEVMAP 0
+
+static __always_inline void ctx_set_priority(lfp_ctx *ctx, __u32 prio)
+{
+	ctx->priority = prio;
+}
+
+static __always_inline void ctx_redirect(lfp_ctx *ctx, __u32 ifindex)
+{
+	bpf_redirect(ifindex, 0);
+}
+
+static __always_inline void ctx_redirect_peer(lfp_ctx *ctx, __u32 ifindex)
+{
+	bpf_redirect_peer(ifindex, 0);
+}
+
+static __always_inline int ctx_redirect_map(void *map, __u32 key)
+{
+	return -1;
+}
+
+/* XDP metadata in front of the packet (stats.h: the mark for the tc program after XDP). */
+static __always_inline int ctx_adjust_meta(lfp_ctx *ctx, int delta)
+{
+	return -1;
+}
+
 #else /* XDP */
-
-typedef struct xdp_md lfp_ctx;
-
-#define LFP_TC 0
-#define CTX_PASS     XDP_PASS
-#define CTX_DROP     XDP_DROP
-#define CTX_REDIRECT XDP_REDIRECT
-
-static __always_inline void *ctx_data(const lfp_ctx *ctx)
-{
-	return (void *)(long)ctx->data;
-}
-
-static __always_inline void *ctx_data_end(const lfp_ctx *ctx)
-{
-	return (void *)(long)ctx->data_end;
-}
 
 /* The frame is all in [data, data_end): multi-buffer frames are handed to Linux before any
  * module runs (ctx_multi_buffer). */
@@ -174,11 +271,12 @@ enum xdp_buff_flags {
 
 /* The XDP program is loaded frags-aware (SEC("xdp.frags"), BPF_F_XDP_HAS_FRAGS): without that,
  * veth refuses the program while its peer's MTU exceeds what fits in a page (3506 bytes) and
- * caps the peer's MTU there while it is attached, which would make a user's `ip link set ... mtu 9000` fail. The price is that a
- * frame may now arrive in several buffers (a jumbo frame on a veth, a GRO train at generic XDP),
- * with the bytes beyond data_end in fragments that direct packet access cannot read.
- * The flag is read from the kernel's xdp_buff rather than compared with bpf_xdp_get_buff_len():
- * that helper call cost every frame ~7 ns here (BPF_PROG_TEST_RUN), the load ~0. */
+ * caps the peer's MTU there while it is attached, which would make a user's `ip link set ...
+ * mtu 9000` fail. The price is that a frame may now arrive in several buffers (a jumbo frame on
+ * a veth, a GRO train at generic XDP), with the bytes beyond data_end in fragments that direct
+ * packet access cannot read. The flag is read from the kernel's xdp_buff rather than compared
+ * with bpf_xdp_get_buff_len(): that helper call cost every frame ~7 ns here
+ * (BPF_PROG_TEST_RUN), the load ~0. */
 static __always_inline int ctx_multi_buffer(lfp_ctx *ctx)
 {
 	struct xdp_buff *x = bpf_cast_to_kern_ctx(ctx);
@@ -212,18 +310,6 @@ static __always_inline int ctx_trim(lfp_ctx *ctx, __u32 bytes)
 	return bpf_xdp_adjust_tail(ctx, -(int)bytes);
 }
 
-#define CTX_CSUM_NONE        0
-#define CTX_CSUM_UNNECESSARY 1
-#define CTX_CSUM_COMPLETE    2
-#define CTX_CSUM_PARTIAL     3
-
-struct ctx_csum {
-	__u32 ip_summed;
-	__s32 start;
-	__u32 offset;
-	__u32 l4_hash;
-};
-
 /* An XDP frame has no checksum state: what it carries is complete (see the hook choice). */
 static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
 {
@@ -231,6 +317,116 @@ static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
 	c->start = 0;
 	c->offset = 0;
 	c->l4_hash = 0;
+}
+
+/* A frame has no checksum state to keep: direct writes, with the helpers' arithmetic (the same
+ * incremental updates, a UDP checksum of 0 left alone and a result of 0 sent as 0xffff under
+ * BPF_F_MARK_MANGLED_0). */
+static __always_inline int ctx_store_bytes(lfp_ctx *ctx, __u32 off, const void *from, __u32 len, __u64 flags)
+{
+	void *p = ctx_data(ctx) + off;
+
+	if (p + len > ctx_data_end(ctx))
+		return -1;
+	if (len == 4)
+		*(__u32 *)p = *(const __u32 *)from;
+	else if (len == 2)
+		*(__u16 *)p = *(const __u16 *)from;
+	else
+		return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
+	return 0;
+}
+
+static __always_inline int ctx_l3_csum_replace(lfp_ctx *ctx, __u32 off, __u32 from, __u32 to, __u64 size)
+{
+	__u16 *sum = ctx_data(ctx) + off;
+
+	if ((void *)(sum + 1) > ctx_data_end(ctx))
+		return -1;
+	*sum = csum_replace(*sum, from, to);
+	return 0;
+}
+
+static __always_inline int ctx_l4_csum_replace(lfp_ctx *ctx, __u32 off, __u32 from, __u32 to, __u64 flags)
+{
+	__u16 *sum = ctx_data(ctx) + off;
+
+	if ((void *)(sum + 1) > ctx_data_end(ctx))
+		return -1;
+	if ((flags & BPF_F_MARK_MANGLED_0) && !*sum)
+		return 0;
+	*sum = csum_replace(*sum, from, to);
+	if ((flags & BPF_F_MARK_MANGLED_0) && !*sum)
+		*sum = CSUM_MANGLED_0;
+	return 0;
+}
+
+static __always_inline int ctx_load_bytes(lfp_ctx *ctx, __u32 off, void *to, __u32 len)
+{
+	return bpf_xdp_load_bytes(ctx, off, to, len);
+}
+
+#define ctx_ct_lookup bpf_xdp_ct_lookup
+
+/* Only an skb can be encapsulated or decapsulated the way the vxlan driver does it (its mark,
+ * flow hash, checksum and GSO state) and handed to a device's receive path: at XDP a VXLAN packet
+ * takes Linux's path (the graph puts a decapsulating device's underlay on tc, internal/graph:
+ * vxlanUnderlay). The stubs below only let the vxlan module build here. */
+#define CTX_TUNNEL 0
+
+static __always_inline __u32 ctx_mark(const lfp_ctx *ctx)
+{
+	return 0;
+}
+
+static __always_inline __u32 ctx_hash_recalc(lfp_ctx *ctx)
+{
+	return 0;
+}
+
+static __always_inline void ctx_clear_hash(lfp_ctx *ctx)
+{
+}
+
+static __always_inline void ctx_csum_level_dec(lfp_ctx *ctx)
+{
+}
+
+static __always_inline int ctx_adjust_room(lfp_ctx *ctx, __s32 len_diff, __u32 mode, __u64 flags)
+{
+	return -1;
+}
+
+static __always_inline int ctx_redirect_ingress(lfp_ctx *ctx, __u32 ifindex)
+{
+	return CTX_PASS;
+}
+
+/* A frame leaves only into a device of the devmap lfp_tx_devs (tx.h says why). A frame has no
+ * priority, and there is no peer redirect at XDP. */
+#define CTX_REDIRECT_BY_DEVMAP 1
+
+static __always_inline void ctx_set_priority(lfp_ctx *ctx, __u32 prio)
+{
+}
+
+static __always_inline void ctx_redirect(lfp_ctx *ctx, __u32 ifindex)
+{
+}
+
+static __always_inline void ctx_redirect_peer(lfp_ctx *ctx, __u32 ifindex)
+{
+}
+
+/* 0 with the redirect set up; on a miss the frame is untouched. */
+static __always_inline int ctx_redirect_map(void *map, __u32 key)
+{
+	return bpf_redirect_map(map, key, XDP_PASS) == XDP_REDIRECT ? 0 : -1;
+}
+
+static __always_inline int ctx_adjust_meta(lfp_ctx *ctx, int delta)
+{
+	return bpf_xdp_adjust_meta(ctx, delta);
 }
 
 #endif

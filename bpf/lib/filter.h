@@ -20,6 +20,7 @@
 #include "ctx.h"
 #include "parse.h"
 #include "stats.h"
+#include "ct.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -328,6 +329,23 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	s.verdict = LFP_FW_ACCEPT;
 	bpf_loop(LFP_FW_MAX_LEAF, fw_scan_one, &s, 0);
 	return s.verdict;
+}
+
+/* The forward and postrouting hooks of a packet the fast path would send: the filter's verdict,
+ * then conntrack's deferred refresh (ct_refresh) as that verdict says. LFP_FORWARDED: accepted;
+ * LFP_FILTER_DROPPED: dropped, as Linux would; LFP_PASS_FILTER: Linux must evaluate it. */
+static __always_inline enum lfp_reason filter_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct fw_pkt *p,
+						      struct ct_pkt *c, __u32 in_ifindex, __u32 out_ifindex)
+{
+	__u32 v = filter_classify(cfg, p, in_ifindex, out_ifindex, ctx_ingress_ifindex(ctx));
+
+	ct_refresh(ctx, c, v);
+	v &= 3;
+	if (v == LFP_FW_DROP)
+		return LFP_FILTER_DROPPED;
+	if (v != LFP_FW_ACCEPT)
+		return LFP_PASS_FILTER;
+	return LFP_FORWARDED;
 }
 
 #endif

@@ -8,25 +8,10 @@
 #include "parse.h"
 #include "ct.h"
 
-#ifndef CSUM_MANGLED_0
-#define CSUM_MANGLED_0 0xffff
-#endif
-
-#if !LFP_TC
-/* RFC 1624 incremental update of a checksum field for a changed 32/16-bit word. */
-static __always_inline __u16 csum_replace(__u16 check, __u32 from, __u32 to)
-{
-	__u32 sum = (__u16)~check;
-
-	sum += (__u16)~from + (__u16)~(from >> 16);
-	sum += (__u16)to + (__u16)(to >> 16);
-	return csum_fold(sum);
-}
-#endif
-
-/* Rewrite an IPv4 TCP or UDP packet (headers at ETH_HLEN, no options) to c's translation.
- * Every packet pointer is invalid afterwards. Returns 0, or <0 when a helper failed (the
- * packet may be half rewritten then: the caller drops it; cannot happen for a linear header). */
+/* Rewrite an IPv4 TCP or UDP packet (headers at ETH_HLEN, no options) to c's translation, one
+ * changed field at a time, as the kernel's manip functions do. Every packet pointer is invalid
+ * afterwards. Returns 0, or <0 when a write failed (the packet may be half rewritten then: the
+ * caller drops it; cannot happen for a linear header). */
 static __always_inline int nat_rewrite4(lfp_ctx *ctx, const struct ct_pkt *c)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
@@ -34,8 +19,12 @@ static __always_inline int nat_rewrite4(lfp_ctx *ctx, const struct ct_pkt *c)
 	__be16 *ports = (void *)(iph + 1);
 	__u32 l4 = ETH_HLEN + sizeof(struct iphdr);
 	__u32 csum_off = l4 + (c->proto == IPPROTO_TCP ? 16 : 6);
+	/* UDP: a zero checksum (none) stays zero, a result of zero becomes 0xffff
+	 * (udp_manip_pkt()); for CHECKSUM_PARTIAL only the pseudo-header part changes. */
+	__u64 mangled = c->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 	__be32 osaddr, odaddr;
 	__be16 osport, odport;
+	int err = 0;
 
 	if ((void *)(ports + 2) > data_end)
 		return -1;
@@ -43,61 +32,25 @@ static __always_inline int nat_rewrite4(lfp_ctx *ctx, const struct ct_pkt *c)
 	odaddr = iph->daddr;
 	osport = ports[0];
 	odport = ports[1];
-#if LFP_TC
-	{
-		/* UDP: a zero checksum (none) stays zero, a result of zero becomes 0xffff
-		 * (udp_manip_pkt()); for CHECKSUM_PARTIAL only the pseudo-header part changes. */
-		__u64 mangled = c->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-		int err = 0;
-
-		if (osaddr != c->nat_saddr) {
-			err |= bpf_l4_csum_replace(ctx, csum_off, osaddr, c->nat_saddr, BPF_F_PSEUDO_HDR | mangled | 4);
-			err |= bpf_l3_csum_replace(ctx, ETH_HLEN + 10, osaddr, c->nat_saddr, 4);
-			err |= bpf_skb_store_bytes(ctx, ETH_HLEN + 12, &c->nat_saddr, 4, 0);
-		}
-		if (odaddr != c->nat_daddr) {
-			err |= bpf_l4_csum_replace(ctx, csum_off, odaddr, c->nat_daddr, BPF_F_PSEUDO_HDR | mangled | 4);
-			err |= bpf_l3_csum_replace(ctx, ETH_HLEN + 10, odaddr, c->nat_daddr, 4);
-			err |= bpf_skb_store_bytes(ctx, ETH_HLEN + 16, &c->nat_daddr, 4, 0);
-		}
-		if (osport != c->nat_sport) {
-			err |= bpf_l4_csum_replace(ctx, csum_off, osport, c->nat_sport, mangled | 2);
-			err |= bpf_skb_store_bytes(ctx, l4, &c->nat_sport, 2, 0);
-		}
-		if (odport != c->nat_dport) {
-			err |= bpf_l4_csum_replace(ctx, csum_off, odport, c->nat_dport, mangled | 2);
-			err |= bpf_skb_store_bytes(ctx, l4 + 2, &c->nat_dport, 2, 0);
-		}
-		return err ? -1 : 0;
+	if (osaddr != c->nat_saddr) {
+		err |= ctx_l4_csum_replace(ctx, csum_off, osaddr, c->nat_saddr, BPF_F_PSEUDO_HDR | mangled | 4);
+		err |= ctx_l3_csum_replace(ctx, ETH_HLEN + 10, osaddr, c->nat_saddr, 4);
+		err |= ctx_store_bytes(ctx, ETH_HLEN + 12, &c->nat_saddr, 4, 0);
 	}
-#else
-	{
-		/* XDP frames carry complete checksums (see the hook choice). */
-		__u16 *check = data + csum_off;
-		int udp_none;
-
-		if ((void *)(check + 1) > data_end)
-			return -1;
-		udp_none = c->proto == IPPROTO_UDP && *check == 0;
-		if (!udp_none) {
-			__u16 v = *check;
-
-			v = csum_replace(v, osaddr, c->nat_saddr);
-			v = csum_replace(v, odaddr, c->nat_daddr);
-			v = csum_replace(v, osport, c->nat_sport);
-			v = csum_replace(v, odport, c->nat_dport);
-			if (c->proto == IPPROTO_UDP && v == 0)
-				v = CSUM_MANGLED_0;
-			*check = v;
-		}
-		iph->check = csum_replace(csum_replace(iph->check, osaddr, c->nat_saddr), odaddr, c->nat_daddr);
-		iph->saddr = c->nat_saddr;
-		iph->daddr = c->nat_daddr;
-		ports[0] = c->nat_sport;
-		ports[1] = c->nat_dport;
-		return 0;
+	if (odaddr != c->nat_daddr) {
+		err |= ctx_l4_csum_replace(ctx, csum_off, odaddr, c->nat_daddr, BPF_F_PSEUDO_HDR | mangled | 4);
+		err |= ctx_l3_csum_replace(ctx, ETH_HLEN + 10, odaddr, c->nat_daddr, 4);
+		err |= ctx_store_bytes(ctx, ETH_HLEN + 16, &c->nat_daddr, 4, 0);
 	}
-#endif
+	if (osport != c->nat_sport) {
+		err |= ctx_l4_csum_replace(ctx, csum_off, osport, c->nat_sport, mangled | 2);
+		err |= ctx_store_bytes(ctx, l4, &c->nat_sport, 2, 0);
+	}
+	if (odport != c->nat_dport) {
+		err |= ctx_l4_csum_replace(ctx, csum_off, odport, c->nat_dport, mangled | 2);
+		err |= ctx_store_bytes(ctx, l4 + 2, &c->nat_dport, 2, 0);
+	}
+	return err ? -1 : 0;
 }
 
 #endif

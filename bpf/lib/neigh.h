@@ -6,7 +6,7 @@
 #include "parse.h"
 #include "linuxfp_types.h"
 
-/* The neighbours Linux reports STALE, maintained from netlink events (see router_check_egress). */
+/* The neighbours Linux reports STALE, maintained from netlink events (see neigh_stale). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct lfp_neigh_key);

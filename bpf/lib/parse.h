@@ -40,6 +40,22 @@ static __always_inline __u16 csum_fold(__u32 csum)
 	return (__u16)~csum;
 }
 
+/* RFC 1624 incremental update of a checksum field for a changed 32/16-bit word (a 16-bit one
+ * zero-extended, as the kernel's inet_proto_csum_replace2() does). */
+static __always_inline __u16 csum_replace(__u16 check, __u32 from, __u32 to)
+{
+	__u32 sum = (__u16)~check;
+
+	sum += (__u16)~from + (__u16)~(from >> 16);
+	sum += (__u16)to + (__u16)(to >> 16);
+	return csum_fold(sum);
+}
+
+/* A UDP checksum that computes to 0 is sent as this (0 means "no checksum"). */
+#ifndef CSUM_MANGLED_0
+#define CSUM_MANGLED_0 0xffff
+#endif
+
 /* The checksum of a 20-byte IPv4 header whose check field is 0 (ip_send_check()). */
 static __always_inline __u16 ipv4_csum(const struct iphdr *iph)
 {

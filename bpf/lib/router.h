@@ -1,50 +1,23 @@
 /* Router module: IPv4/IPv6 forwarding through the kernel's own FIB (bpf_fib_lookup), exactly as
- * ip_forward()/ip6_forward() would do it, or the packet goes to Linux untouched with its reason. */
+ * ip_forward()/ip6_forward() would do it, or the packet goes to Linux untouched with its reason.
+ * One core for both families: a family's entry point (router_ipv4, router_ipv6) checks what that
+ * family's input path checks and fills struct router_pkt; every step after it is shared (the
+ * pipeline in bpf/linuxfp.c chains them, with the other modules' steps between). */
 #ifndef LFP_ROUTER_H
 #define LFP_ROUTER_H
 
 #include "ctx.h"
 #include "parse.h"
+#include "linuxfp_types.h"
 #include "stats.h"
+#include "iface.h"
+#include "state.h"
 #include "fdb.h"
-#include "filter.h"
+#include "neigh.h"
 #include "tx.h"
 #include "ct.h"
-#include "neigh.h"
-#include "vxlan.h"
 #include "nat.h"
-
-/* Per-packet scratch space for what does not fit the 512-byte stack (the filter's and the
- * conntrack module's view of the packet). Per CPU: a program runs to its end on one CPU with
- * bottom halves off, so no other packet uses it meanwhile. One packet uses it once: the bridge
- * module's netfilter step (bridge_nf_ip) and the router never both run for one frame. */
-struct lfp_scratch {
-	struct fw_pkt fp;
-	struct ct_pkt ct;
-	/* The router's packet leaves through a vxlan device and is encapsulated here (vxlan.h). */
-	__u32 vx_on;
-	/* The router's packet is bridged back out of the bridge it came from, as br_netfilter does
-	 * after a DNAT (router_bridged_dnat). */
-	__u32 br_dnat;
-	struct vxlan_plan vx;
-	/* ct_l4_csum()'s buffer; vxlan_plan()'s outer route lookup. */
-	__u8 buf[CT_CSUM_CHUNK + 4];
-	__u64 ofib[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct lfp_scratch);
-	__uint(max_entries, 1);
-} lfp_scratch_map SEC(".maps");
-
-static __always_inline struct lfp_scratch *lfp_scratch(void)
-{
-	__u32 key = 0;
-
-	return bpf_map_lookup_elem(&lfp_scratch_map, &key);
-}
+#include "vxlan.h"
 
 /* Frozen per interface: which families this interface forwards in the fast path (the controller
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
@@ -108,20 +81,6 @@ struct {
 	__uint(max_entries, 4096);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } lfp_local_pfx6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct lfp_config);
-	__uint(max_entries, 1);
-} lfp_config_map SEC(".maps");
-
-static __always_inline struct lfp_config *lfp_config(void)
-{
-	__u32 key = 0;
-
-	return bpf_map_lookup_elem(&lfp_config_map, &key);
-}
 
 /* ip_forward() sets skb->priority = rt_tos2priority(tos) (net/ipv4/route.c's ip_tos2prio[],
  * indexed by IPTOS_TOS(tos) >> 1) when net.ipv4.ip_forward_update_priority=1, the default, and
@@ -215,120 +174,23 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	return r;
 }
 
-/* Checks on the routing decision shared by both families; the last one sets up the redirect.
- * Returns LFP_FORWARDED when the packet may be rewritten and redirected to fib->ifindex. */
-static __always_inline enum lfp_reason router_check_egress(lfp_ctx *ctx,
-							   const struct lfp_config *cfg,
-							   const struct bpf_fib_lookup *fib,
-							   __u32 l3len, int v4, __u32 prio, __u8 tos)
-{
-	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
-	 * the full source validation for this case. */
-	__u32 out = fib->ifindex;
-
-	if (fib->ifindex == router_in_ifindex(ctx)) {
-		if (v4 && cfg_ct4 && cfg_bridge)
-			return router_bridged_dnat(ctx, cfg, fib, l3len);
-		return LFP_PASS_HAIRPIN;
-	}
-
-	/* ip_forward() and ip6_forward() honour an unlocked route MTU metric; bpf_fib_lookup() checks
-	 * only the device MTU, locked metrics and PMTU exceptions (found by the differential test
-	 * for IPv6). Packets above the smallest route MTU of their family go to Linux. */
-	if (v4 && cfg->route_mtu4 && l3len > cfg->route_mtu4)
-		return LFP_PASS_ROUTE_MTU;
-	if (!v4 && cfg->route_mtu6 && l3len > cfg->route_mtu6)
-		return LFP_PASS_ROUTE_MTU;
-
-	if (neigh_stale(cfg, fib))
-		return LFP_PASS_NEIGH_STALE;
-
-	/* Into a vxlan device: encapsulated here when everything the driver would do is
-	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
-	if (LFP_TC && v4 && cfg->vxlans) {
-		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
-		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
-
-		/* Not a translated packet: the driver hashes the translated inner packet for the
-		 * source port; its path. */
-		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, tos, l3len, prio, &scr->vx, &scr->ct, (struct bpf_fib_lookup *)scr->ofib)) {
-			scr->vx_on = 1;
-			return LFP_FORWARDED;
-		}
-	}
-
-	/* Router -> bridge: a route out of a bridge device ends in br_dev_xmit(), which sends the
-	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). */
-	if (cfg->bridges) {
-		struct lfp_l2_dev *br = l2_dev(fib->ifindex);
-
-		if (br && (br->flags & LFP_L2_BRIDGE)) {
-			enum lfp_reason r;
-
-			/* Something on the bridge device's own transmit path (tc, qdisc, nft). */
-			if (!(br->flags & LFP_L2_OUT_OK))
-				return LFP_PASS_BR_CONFIG;
-			r = bridge_out_port(fib->ifindex, fib->dmac, 0, 0, l3len, &out);
-			if (r != LFP_FORWARDED)
-				return r;
-		}
-	}
-
-	/* Last: only devices the controller proved can take the frame (an XDP redirect into a veth
-	 * whose peer has no NAPI is silently dropped, where Linux would have delivered it). */
-	return tx_prepare(ctx, out, l3len, prio);
-}
-
-/* The routing decision and what follows it, for both families: the kernel's FIB, the checks on
- * its result, then the Ethernet padding beyond the IP length trimmed as ip_rcv_core() and
- * ip6_rcv_core() do (only now, when the packet is surely ours: a packet handed to Linux stays
- * untouched). Every packet pointer is invalid afterwards. */
-static __always_inline enum lfp_reason router_route(lfp_ctx *ctx, const struct lfp_config *cfg,
-						    struct bpf_fib_lookup *fib, __u32 tot, __u32 l3len, int v4,
-						    int fw, struct fw_pkt *fp, struct ct_pkt *c)
-{
-	/* Read before the lookup, which overwrites them (tot_len shares a union with mtu_result,
-	 * tos with rt_metric). fib->tot_len is the length the MTU checks see: a GSO train's
-	 * segment length. */
-	__u32 mtulen = fib->tot_len;
-	__u32 prio = v4 && cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
-	__u8 tos = fib->tos;
-	enum lfp_reason r;
-	int rc;
-
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return fib_reason(rc);
-	/* The filter module, once the output interface is known (see bpf/lib/filter.h). Before the
-	 * egress checks: a packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
-	if (fw) {
-		__u32 v = filter_classify(cfg, fp, router_in_ifindex(ctx), fib->ifindex, ctx_ingress_ifindex(ctx));
-
-		/* Before vxlan_plan() reuses c for the outer flow. */
-		ct_refresh(ctx, c, v);
-		v &= 3;
-		if (v == LFP_FW_DROP)
-			return LFP_FILTER_DROPPED;
-		if (v != LFP_FW_ACCEPT)
-			return LFP_PASS_FILTER;
-	}
-	r = router_check_egress(ctx, cfg, fib, mtulen, v4, prio, tos);
-	if (r != LFP_FORWARDED)
-		return r;
-	if (tot < l3len && ctx_trim(ctx, l3len - tot))
-		return LFP_PASS_MALFORMED;
-	return LFP_FORWARDED;
-}
-
-/* Rewrite the Ethernet header as neigh_resolve_output() would; the redirect is already set up. */
-static __always_inline int router_xmit(lfp_ctx *ctx, struct ethhdr *eth, const struct bpf_fib_lookup *fib)
-{
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
-	lfp_count(ctx, LFP_FORWARDED);
-	return CTX_REDIRECT;
-}
-
+/* The router's view of one packet, from its family's entry point through the shared steps. In
+ * each inlined copy of the pipeline v4 is a constant, so the compiler keeps one family's code. */
+struct router_pkt {
+	struct bpf_fib_lookup *fib; /* the lookup's input, then its result (the caller's stack) */
+	void *l3, *l4, *data_end;   /* valid until router_egress() */
+	struct lfp_config *cfg;
+	struct lfp_scratch *scr;
+	__u32 tot;    /* IP length, header included */
+	__u32 l3len;  /* bytes after the Ethernet header */
+	__u32 l4len;  /* tot less the IP header */
+	__u32 mtulen; /* what the MTU checks see (router_fib) */
+	__u32 prio;   /* the skb priority Linux's forwarding gives it (router_fib) */
+	__u8 tos;
+	__u8 proto;
+	__u8 v4;
+	__u8 fw;      /* the filter module runs for this family */
+};
 
 /* A GSO train (TC only: a TCP stack's super-packet, or GRO's) leaves as segments of
  * ip header + TCP header + gso_size bytes: Linux checks that length against the MTU
@@ -346,6 +208,19 @@ static __always_inline __u32 router_gso_seglen(const lfp_ctx *ctx, void *l4, voi
 	if (proto != IPPROTO_TCP || tot != l3len || (void *)(th + 1) > data_end)
 		return 0;
 	return l4off + (th->res1_doff >> 4) * 4 + ctx_gso_size(ctx);
+}
+
+/* The end of a family's entry point: where the shared steps find the headers (hlen: the IP
+ * header's, proto: the protocol after it). */
+static __always_inline enum lfp_reason router_headers(struct router_pkt *p, void *l3, __u32 hlen, __u8 proto,
+						      void *data_end)
+{
+	p->l3 = l3;
+	p->l4 = l3 + hlen;
+	p->data_end = data_end;
+	p->l4len = p->tot - hlen;
+	p->proto = proto;
+	return LFP_FORWARDED;
 }
 
 static __always_inline int ipv4_martian_src(__be32 addr)
@@ -389,168 +264,49 @@ static __always_inline int icmp4_is_error(__u8 type)
 	return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
 }
 
-static __always_inline int router_ipv4(lfp_ctx *ctx)
+/* IPv4's entry point: what ip_rcv_core() and ip_forward() check before routing, and the routing
+ * lookup's IPv4 fields. */
+static __always_inline enum lfp_reason router_ipv4(lfp_ctx *ctx, struct router_pkt *p)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
-	struct ethhdr *eth = data;
-	struct iphdr *iph = data + sizeof(*eth);
-	struct bpf_fib_lookup fib;
-	struct lfp_scratch *scr;
-	struct lfp_config *cfg;
-	__u32 l3len, tot;
-	enum lfp_reason r;
-	int off;
+	struct iphdr *iph = data + sizeof(struct ethhdr);
+	struct bpf_fib_lookup *fib = p->fib;
 
 	if (!cfg_router4)
-		return lfp_pass(ctx, LFP_PASS_FAMILY_OFF);
+		return LFP_PASS_FAMILY_OFF;
 	if ((void *)(iph + 1) > data_end)
-		return lfp_pass(ctx, LFP_PASS_MALFORMED);
-
+		return LFP_PASS_MALFORMED;
 	/* ip_rcv_core() drops these; Linux counts them, so let it see them. */
 	if (iph->version != 4 || iph->ihl < 5)
-		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		return LFP_PASS_MALFORMED;
 	/* Options (record route, timestamps, source routing, router alert) are processed by
 	 * ip_forward_options() and may make Linux answer with ICMP. */
 	if (iph->ihl != 5)
-		return lfp_pass(ctx, LFP_PASS_IP_OPTIONS);
-	l3len = ctx_len(ctx) - sizeof(*eth);
-	tot = bpf_ntohs(iph->tot_len);
-	if (tot < sizeof(*iph) || tot > l3len)
-		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		return LFP_PASS_IP_OPTIONS;
+	p->l3len = ctx_len(ctx) - sizeof(struct ethhdr);
+	p->tot = bpf_ntohs(iph->tot_len);
+	if (p->tot < sizeof(*iph) || p->tot > p->l3len)
+		return LFP_PASS_MALFORMED;
 	/* Fragments: conntrack/defrag or the MTU logic may treat them differently. */
 	if (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-		return lfp_pass(ctx, LFP_PASS_FRAGMENT);
+		return LFP_PASS_FRAGMENT;
 	if (ipv4_csum_bad(iph))
-		return lfp_pass(ctx, LFP_PASS_BAD_CSUM);
+		return LFP_PASS_BAD_CSUM;
 	/* Linux sends ICMP time exceeded. */
 	if (iph->ttl <= 1)
-		return lfp_pass(ctx, LFP_PASS_TTL);
+		return LFP_PASS_TTL;
 	if (ipv4_martian_src(iph->saddr))
-		return lfp_pass(ctx, LFP_PASS_MARTIAN_SRC);
+		return LFP_PASS_MARTIAN_SRC;
 	if (ipv4_martian_dst(iph->daddr))
-		return lfp_pass(ctx, LFP_PASS_MARTIAN_DST);
+		return LFP_PASS_MARTIAN_DST;
 
 	/* Clang 14 trap (KERNEL-NOTES): no initialiser for this struct; zero it, then assign. */
-	__builtin_memset(&fib, 0, sizeof(fib));
-	fib.family = AF_INET;
-	fib.tos = iph->tos;
-	fib.l4_protocol = iph->protocol;
-	fib.tot_len = tot;
-	fib.ifindex = router_in_ifindex(ctx);
-	fib.ipv4_src = iph->saddr;
-	fib.ipv4_dst = iph->daddr;
-	if (ctx_gso_size(ctx)) {
-		fib.tot_len = router_gso_seglen(ctx, (void *)(iph + 1), data_end, iph->protocol,
-						 sizeof(*iph), tot, l3len);
-		if (!fib.tot_len)
-			return lfp_pass(ctx, LFP_PASS_GSO);
-	}
-
-	if (cfg_skb_sender && iph->protocol == IPPROTO_SCTP)
-		return lfp_pass(ctx, LFP_PASS_SCTP_OFFLOAD);
-
-	/* The same L4 "ports" the flow dissector gives fib rules (ipproto/sport/dport) and the L4
-	 * multipath hash; zero when the header is not all there, as in Linux. */
-	off = l4_ports_offset(iph->protocol);
-	if (off >= 0) {
-		__be16 *ports = (void *)(iph + 1) + off;
-
-		if ((void *)(ports + 2) <= data_end && sizeof(*iph) + off + 4 <= tot) {
-			fib.sport = ports[0];
-			fib.dport = ports[1];
-		}
-	} else if (iph->protocol == IPPROTO_ICMP) {
-		__u8 *type = (void *)(iph + 1);
-
-		/* Linux's multipath hash uses the embedded header of an ICMP error; bpf_fib_lookup()
-		 * hashes the outer one, so with ECMP the two could pick different nexthops. */
-		if ((void *)(type + 1) <= data_end && tot > sizeof(*iph) && icmp4_is_error(*type))
-			return lfp_pass(ctx, LFP_PASS_ICMP_ERROR);
-	}
-
-	cfg = lfp_config();
-	if (!cfg)
-		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
-	if (ipv4_local_src(cfg, fib.ipv4_src))
-		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
-
-	scr = lfp_scratch();
-	if (!scr)
-		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
-	scr->vx_on = 0;
-	scr->br_dnat = 0;
-	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
-	scr->fp.src[0] = iph->saddr;
-	scr->fp.dst[0] = iph->daddr;
-	scr->ct.nat = 0;
-	scr->ct.refresh = 0;
-	if (cfg->ct_flags & LFP_CT_ACTIVE4) {
-		if (!cfg_ct4)
-			return lfp_pass(ctx, LFP_PASS_RELOADING);
-		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 0, iph->protocol, (void *)(iph + 1), data_end);
-		scr->ct.defer = !!(cfg->fw_flags & LFP_FW_PRE_CT_DROP4);
-		scr->ct.nat_ok = 1;
-		r = ct_valid(ctx, cfg, &scr->ct, (void *)(iph + 1), data_end, tot - sizeof(*iph), scr->buf);
-		if (r == LFP_FORWARDED)
-			r = ct_forward(ctx, cfg, &scr->ct);
-		if (r != LFP_FORWARDED)
-			return lfp_pass(ctx, r);
-		scr->fp.ctstate = scr->ct.state;
-	}
-	/* VXLAN for a device of this host: decapsulated here (tc), or Linux's (bpf/lib/vxlan.h). */
-	if (cfg->vxlans && iph->protocol == IPPROTO_UDP && !scr->ct.nat) {
-		int v;
-
-		if (vxlan_rx(ctx, cfg, iph, data_end, tot, &v))
-			return v;
-	}
-	if (cfg->fw_flags & LFP_FW_ACTIVE4) {
-		r = filter_l4(&scr->fp, iph->protocol, (void *)(iph + 1), data_end, tot - sizeof(*iph), tot);
-		if (r != LFP_FORWARDED)
-			return lfp_pass(ctx, r);
-	}
-	if (cfg_ct4 && scr->ct.nat) {
-		/* A translated connection: prerouting's translation (the destination, or for a reply
-		 * the un-SNAT'd destination) comes before routing and the forward rules; postrouting's
-		 * (the source) after them (bpf/lib/nat.h). */
-		fib.ipv4_dst = scr->ct.nat_daddr;
-		fib.dport = scr->ct.nat_dport;
-		scr->fp.dst[0] = scr->ct.nat_daddr;
-		scr->fp.dport = bpf_ntohs(scr->ct.nat_dport);
-	}
-	r = router_route(ctx, cfg, &fib, tot, l3len, 1, cfg->fw_flags & LFP_FW_ACTIVE4, &scr->fp, &scr->ct);
-	if (r == LFP_FILTER_DROPPED)
-		return lfp_drop(ctx, r);
-	if (r != LFP_FORWARDED)
-		return lfp_pass(ctx, r);
-	data = ctx_data(ctx);
-	data_end = ctx_data_end(ctx);
-	eth = data;
-	iph = data + sizeof(*eth);
-	if ((void *)(iph + 1) > data_end)
-		return CTX_DROP; /* cannot happen: a trim keeps tot >= 20 bytes */
-	if (scr->vx_on)
-		return vxlan_push(ctx, &scr->vx);
-	if (cfg_ct4 && scr->ct.nat) {
-		/* The redirect is set up: a failure here (none for a linear header) cannot hand the
-		 * packet to Linux half rewritten. */
-		if (nat_rewrite4(ctx, &scr->ct))
-			return CTX_DROP;
-		data = ctx_data(ctx);
-		data_end = ctx_data_end(ctx);
-		eth = data;
-		iph = data + sizeof(*eth);
-		if ((void *)(iph + 1) > data_end)
-			return CTX_DROP;
-		if (scr->br_dnat) {
-			/* Bridged, not routed (router_bridged_dnat): the neighbour's MAC, nothing else. */
-			__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-			lfp_count(ctx, LFP_BRIDGED);
-			return CTX_REDIRECT;
-		}
-	}
-	ipv4_decrease_ttl(iph);
-	return router_xmit(ctx, eth, &fib);
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = AF_INET;
+	fib->tos = iph->tos;
+	fib->ipv4_src = iph->saddr;
+	fib->ipv4_dst = iph->daddr;
+	return router_headers(p, iph, sizeof(*iph), iph->protocol, data_end);
 }
 
 static __always_inline int ipv6_martian(const struct lfp_in6 *a, int src)
@@ -587,122 +343,299 @@ static __always_inline int ipv6_local_src(const struct lfp_config *cfg, const st
 	return 0;
 }
 
-static __always_inline int router_ipv6(lfp_ctx *ctx)
+/* IPv6's entry point: what ip6_rcv_core() and ip6_forward() check before routing, and the routing
+ * lookup's IPv6 fields. */
+static __always_inline enum lfp_reason router_ipv6(lfp_ctx *ctx, struct router_pkt *p)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
-	struct ethhdr *eth = data;
-	struct ipv6hdr *ip6 = data + sizeof(*eth);
-	struct bpf_fib_lookup fib;
-	struct lfp_in6 src, dst;
-	struct lfp_scratch *scr;
-	struct lfp_config *cfg;
-	__u32 l3len, tot;
-	enum lfp_reason r;
-	int off;
+	struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+	struct bpf_fib_lookup *fib = p->fib;
 
 	if (!cfg_router6)
-		return lfp_pass(ctx, LFP_PASS_FAMILY_OFF);
+		return LFP_PASS_FAMILY_OFF;
 	if ((void *)(ip6 + 1) > data_end)
-		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		return LFP_PASS_MALFORMED;
 	if (ip6->version != 6)
-		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		return LFP_PASS_MALFORMED;
 	/* Hop-by-hop options (router alert, jumbograms) are processed by Linux. */
 	if (ip6->nexthdr == NEXTHDR_HOP)
-		return lfp_pass(ctx, LFP_PASS_V6_HOPOPTS);
-	l3len = ctx_len(ctx) - sizeof(*eth);
-	tot = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
-	if (tot > l3len)
-		return lfp_pass(ctx, LFP_PASS_MALFORMED);
+		return LFP_PASS_V6_HOPOPTS;
+	p->l3len = ctx_len(ctx) - sizeof(struct ethhdr);
+	p->tot = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	if (p->tot > p->l3len)
+		return LFP_PASS_MALFORMED;
 	/* Linux sends ICMPv6 time exceeded. */
 	if (ip6->hop_limit <= 1)
-		return lfp_pass(ctx, LFP_PASS_TTL);
+		return LFP_PASS_TTL;
 
-	__builtin_memcpy(&src, &ip6->saddr, sizeof(src));
-	__builtin_memcpy(&dst, &ip6->daddr, sizeof(dst));
-	if (ipv6_martian(&src, 1))
-		return lfp_pass(ctx, LFP_PASS_MARTIAN_SRC);
-	if (ipv6_martian(&dst, 0))
-		return lfp_pass(ctx, LFP_PASS_MARTIAN_DST);
-
-	__builtin_memset(&fib, 0, sizeof(fib));
-	fib.family = AF_INET6;
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = AF_INET6;
 	/* ip6_flowinfo(): traffic class and flow label, as ip6_route_input() uses them. */
-	fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
-	fib.l4_protocol = ip6->nexthdr;
-	fib.tot_len = tot;
-	fib.ifindex = router_in_ifindex(ctx);
-	__builtin_memcpy(fib.ipv6_src, &src, sizeof(src));
-	__builtin_memcpy(fib.ipv6_dst, &dst, sizeof(dst));
+	fib->flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
+	__builtin_memcpy(fib->ipv6_src, &ip6->saddr, sizeof(fib->ipv6_src));
+	__builtin_memcpy(fib->ipv6_dst, &ip6->daddr, sizeof(fib->ipv6_dst));
+	if (ipv6_martian((struct lfp_in6 *)fib->ipv6_src, 1))
+		return LFP_PASS_MARTIAN_SRC;
+	if (ipv6_martian((struct lfp_in6 *)fib->ipv6_dst, 0))
+		return LFP_PASS_MARTIAN_DST;
+	return router_headers(p, ip6, sizeof(*ip6), ip6->nexthdr, data_end);
+}
+
+/* ICMP errors: Linux's multipath hash uses the embedded header of an ICMP error; bpf_fib_lookup()
+ * hashes the outer one, so with ECMP the two could pick different nexthops. */
+static __always_inline int router_icmp_error(const struct router_pkt *p)
+{
+	__u8 *type = p->l4;
+
+	if (p->proto != (p->v4 ? IPPROTO_ICMP : NEXTHDR_ICMPV6))
+		return 0;
+	if ((void *)(type + 1) > p->data_end || p->l4len == 0)
+		return 0;
+	/* ICMPv6 errors are the types below 128. */
+	return p->v4 ? icmp4_is_error(*type) : *type < 128;
+}
+
+/* The shared checks before the routing lookup, the settings, and the scratch space with the
+ * filter's view of the packet. */
+static __always_inline enum lfp_reason router_prepare(lfp_ctx *ctx, struct router_pkt *p)
+{
+	struct bpf_fib_lookup *fib = p->fib;
+	struct lfp_scratch *scr;
+	int off;
+
+	fib->l4_protocol = p->proto;
+	fib->tot_len = p->tot;
+	fib->ifindex = router_in_ifindex(ctx);
 	if (ctx_gso_size(ctx)) {
-		fib.tot_len = router_gso_seglen(ctx, (void *)(ip6 + 1), data_end, ip6->nexthdr,
-						 sizeof(*ip6), tot, l3len);
-		if (!fib.tot_len)
-			return lfp_pass(ctx, LFP_PASS_GSO);
+		fib->tot_len = router_gso_seglen(ctx, p->l4, p->data_end, p->proto, p->tot - p->l4len,
+						 p->tot, p->l3len);
+		if (!fib->tot_len)
+			return LFP_PASS_GSO;
 	}
 
-	if (cfg_skb_sender && ip6->nexthdr == IPPROTO_SCTP)
-		return lfp_pass(ctx, LFP_PASS_SCTP_OFFLOAD);
+	if (cfg_skb_sender && p->proto == IPPROTO_SCTP)
+		return LFP_PASS_SCTP_OFFLOAD;
 
-	off = l4_ports_offset(ip6->nexthdr);
+	/* The same L4 "ports" the flow dissector gives fib rules (ipproto/sport/dport) and the L4
+	 * multipath hash; zero when the header is not all there, as in Linux. */
+	off = l4_ports_offset(p->proto);
 	if (off >= 0) {
-		__be16 *ports = (void *)(ip6 + 1) + off;
+		__be16 *ports = p->l4 + off;
 
-		if ((void *)(ports + 2) <= data_end && sizeof(*ip6) + off + 4 <= tot) {
-			fib.sport = ports[0];
-			fib.dport = ports[1];
+		if ((void *)(ports + 2) <= p->data_end && off + 4 <= p->l4len) {
+			fib->sport = ports[0];
+			fib->dport = ports[1];
 		}
-	} else if (ip6->nexthdr == NEXTHDR_ICMPV6) {
-		__u8 *type = (void *)(ip6 + 1);
-
-		/* ICMPv6 errors (types < 128): the multipath hash uses the embedded header. */
-		if ((void *)(type + 1) <= data_end && tot > sizeof(*ip6) && *type < 128)
-			return lfp_pass(ctx, LFP_PASS_ICMP_ERROR);
+	} else if (router_icmp_error(p)) {
+		return LFP_PASS_ICMP_ERROR;
 	}
 
-	cfg = lfp_config();
-	if (!cfg)
-		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
-	if (ipv6_local_src(cfg, &src))
-		return lfp_pass(ctx, LFP_PASS_LOCAL_SRC);
+	p->cfg = lfp_config();
+	if (!p->cfg)
+		return LFP_PASS_FIB_OTHER;
+	if (p->v4 ? ipv4_local_src(p->cfg, fib->ipv4_src) :
+		    ipv6_local_src(p->cfg, (struct lfp_in6 *)fib->ipv6_src))
+		return LFP_PASS_LOCAL_SRC;
+	p->fw = !!(p->cfg->fw_flags & (p->v4 ? LFP_FW_ACTIVE4 : LFP_FW_ACTIVE6));
 
 	scr = lfp_scratch();
 	if (!scr)
-		return lfp_pass(ctx, LFP_PASS_FIB_OTHER);
+		return LFP_PASS_FIB_OTHER;
+	p->scr = scr;
+	scr->vx_on = 0;
+	scr->br_dnat = 0;
 	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
-	__builtin_memcpy(scr->fp.src, &src, sizeof(src));
-	__builtin_memcpy(scr->fp.dst, &dst, sizeof(dst));
-	scr->fp.v6 = 1;
+	if (p->v4) {
+		scr->fp.src[0] = fib->ipv4_src;
+		scr->fp.dst[0] = fib->ipv4_dst;
+	} else {
+		__builtin_memcpy(scr->fp.src, fib->ipv6_src, sizeof(fib->ipv6_src));
+		__builtin_memcpy(scr->fp.dst, fib->ipv6_dst, sizeof(fib->ipv6_dst));
+		scr->fp.v6 = 1;
+	}
+	scr->ct.nat = 0;
 	scr->ct.refresh = 0;
-	if (cfg->ct_flags & LFP_CT_ACTIVE6) {
-		if (!cfg_ct6)
-			return lfp_pass(ctx, LFP_PASS_RELOADING);
-		ct_parse(&scr->ct, scr->fp.src, scr->fp.dst, 1, ip6->nexthdr, (void *)(ip6 + 1), data_end);
-		scr->ct.defer = !!(cfg->fw_flags & LFP_FW_PRE_CT_DROP6);
-		r = ct_valid(ctx, cfg, &scr->ct, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), scr->buf);
-		if (r == LFP_FORWARDED)
-			r = ct_forward(ctx, cfg, &scr->ct);
-		if (r != LFP_FORWARDED)
-			return lfp_pass(ctx, r);
-		scr->fp.ctstate = scr->ct.state;
-	}
-	if (cfg->fw_flags & LFP_FW_ACTIVE6) {
-		r = filter_l4(&scr->fp, ip6->nexthdr, (void *)(ip6 + 1), data_end, tot - sizeof(*ip6), tot);
-		if (r != LFP_FORWARDED)
-			return lfp_pass(ctx, r);
-	}
-	r = router_route(ctx, cfg, &fib, tot, l3len, 0, cfg->fw_flags & LFP_FW_ACTIVE6, &scr->fp, &scr->ct);
-	if (r == LFP_FILTER_DROPPED)
-		return lfp_drop(ctx, r);
+	return LFP_FORWARDED;
+}
+
+/* The conntrack module, where nf_conntrack_in() runs (prerouting, before routing). */
+static __always_inline enum lfp_reason router_conntrack(lfp_ctx *ctx, struct router_pkt *p)
+{
+	struct lfp_scratch *scr = p->scr;
+	enum lfp_reason r;
+
+	if (!(p->cfg->ct_flags & (p->v4 ? LFP_CT_ACTIVE4 : LFP_CT_ACTIVE6)))
+		return LFP_FORWARDED;
+	if (!(p->v4 ? cfg_ct4 : cfg_ct6))
+		return LFP_PASS_RELOADING;
+	r = ct_prerouting(ctx, p->cfg, &scr->ct, scr->fp.src, scr->fp.dst, !p->v4, p->proto, p->l4,
+			  p->data_end, p->l4len, scr->buf);
 	if (r != LFP_FORWARDED)
-		return lfp_pass(ctx, r);
-	data = ctx_data(ctx);
-	data_end = ctx_data_end(ctx);
-	eth = data;
-	ip6 = data + sizeof(*eth);
-	if ((void *)(ip6 + 1) > data_end)
-		return CTX_DROP; /* cannot happen: a trim keeps the 40-byte header */
-	ip6->hop_limit--;
-	return router_xmit(ctx, eth, &fib);
+		return r;
+	scr->fp.ctstate = scr->ct.state;
+	return LFP_FORWARDED;
+}
+
+/* VXLAN for a device of this host: decapsulated here, or Linux's (vxlan_rx). Returns 1 with
+ * *verdict set, or 0 when the packet is no such thing (only an untranslated IPv4 UDP packet can
+ * be). */
+static __always_inline int router_vxlan_rx(lfp_ctx *ctx, const struct router_pkt *p, int *verdict)
+{
+	if (!p->v4 || !p->cfg->vxlans || p->proto != IPPROTO_UDP || p->scr->ct.nat)
+		return 0;
+	return vxlan_rx(ctx, p->cfg, p->l3, p->data_end, p->tot, verdict);
+}
+
+/* A translated connection: prerouting's translation (the destination, or for a reply the
+ * un-SNAT'd destination) comes before routing and the forward rules; postrouting's (the source)
+ * after them (nat.h, in router_xmit). */
+static __always_inline void router_dnat(struct router_pkt *p)
+{
+	struct lfp_scratch *scr = p->scr;
+
+	if (!p->v4 || !cfg_ct4 || !scr->ct.nat)
+		return;
+	p->fib->ipv4_dst = scr->ct.nat_daddr;
+	p->fib->dport = scr->ct.nat_dport;
+	scr->fp.dst[0] = scr->ct.nat_daddr;
+	scr->fp.dport = bpf_ntohs(scr->ct.nat_dport);
+}
+
+/* The routing decision: the kernel's FIB. */
+static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pkt *p)
+{
+	struct bpf_fib_lookup *fib = p->fib;
+	int rc;
+
+	/* Read before the lookup, which overwrites them (tot_len shares a union with mtu_result,
+	 * tos with rt_metric). fib->tot_len is the length the MTU checks see: a GSO train's
+	 * segment length. */
+	p->mtulen = fib->tot_len;
+	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
+	p->tos = fib->tos;
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return fib_reason(rc);
+	return LFP_FORWARDED;
+}
+
+/* Checks on the routing decision, the last one setting up the redirect; then the Ethernet padding
+ * beyond the IP length is trimmed as ip_rcv_core() and ip6_rcv_core() do (only now, when the
+ * packet is surely ours: a packet handed to Linux stays untouched). LFP_FORWARDED when the packet
+ * may be rewritten and sent; every packet pointer is invalid afterwards. */
+static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct router_pkt *p)
+{
+	const struct bpf_fib_lookup *fib = p->fib;
+	const struct lfp_config *cfg = p->cfg;
+	__u32 out = fib->ifindex;
+	enum lfp_reason r;
+
+	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
+	 * the full source validation for this case. */
+	if (fib->ifindex == router_in_ifindex(ctx)) {
+		if (p->v4 && cfg_ct4 && cfg_bridge)
+			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen);
+		else
+			r = LFP_PASS_HAIRPIN;
+		goto trim;
+	}
+
+	/* ip_forward() and ip6_forward() honour an unlocked route MTU metric; bpf_fib_lookup() checks
+	 * only the device MTU, locked metrics and PMTU exceptions (found by the differential test
+	 * for IPv6). Packets above the smallest route MTU of their family go to Linux. */
+	if (p->v4 && cfg->route_mtu4 && p->mtulen > cfg->route_mtu4)
+		return LFP_PASS_ROUTE_MTU;
+	if (!p->v4 && cfg->route_mtu6 && p->mtulen > cfg->route_mtu6)
+		return LFP_PASS_ROUTE_MTU;
+
+	if (neigh_stale(cfg, fib))
+		return LFP_PASS_NEIGH_STALE;
+
+	/* Into a vxlan device: encapsulated here when everything the driver would do is
+	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
+	if (CTX_TUNNEL && p->v4 && cfg->vxlans) {
+		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
+		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
+
+		/* Not a translated packet: the driver hashes the translated inner packet for the
+		 * source port; its path. */
+		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct, (struct bpf_fib_lookup *)scr->ofib)) {
+			scr->vx_on = 1;
+			r = LFP_FORWARDED;
+			goto trim;
+		}
+	}
+
+	/* Router -> bridge: a route out of a bridge device ends in br_dev_xmit(), which sends the
+	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). */
+	if (cfg->bridges) {
+		struct lfp_l2_dev *br = l2_dev(fib->ifindex);
+
+		if (br && (br->flags & LFP_L2_BRIDGE)) {
+			/* Something on the bridge device's own transmit path (tc, qdisc, nft). */
+			if (!(br->flags & LFP_L2_OUT_OK))
+				return LFP_PASS_BR_CONFIG;
+			r = bridge_out_port(fib->ifindex, fib->dmac, 0, 0, p->mtulen, &out);
+			if (r != LFP_FORWARDED)
+				return r;
+		}
+	}
+
+	/* Last: only devices that take the packet as Linux's transmit would (tx.h). */
+	r = tx_prepare(ctx, out, p->mtulen, p->prio);
+trim:
+	if (r != LFP_FORWARDED)
+		return r;
+	if (p->tot < p->l3len && ctx_trim(ctx, p->l3len - p->tot))
+		return LFP_PASS_MALFORMED;
+	return LFP_FORWARDED;
+}
+
+/* The packet is the fast path's: encapsulated (vxlan.h), translated (nat.h) and bridged back out
+ * (router_bridged_dnat), or its TTL or hop limit decreased; then the Ethernet header rewritten as
+ * neigh_resolve_output() would. The redirect is set up: a rewrite that fails (none for a linear
+ * header) cannot hand the packet to Linux half rewritten. */
+static __always_inline int router_xmit(lfp_ctx *ctx, const struct router_pkt *p)
+{
+	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
+	struct lfp_scratch *scr = p->scr;
+	struct ethhdr *eth = data;
+
+	if (p->v4) {
+		struct iphdr *iph = data + sizeof(*eth);
+
+		if ((void *)(iph + 1) > data_end)
+			return CTX_DROP; /* cannot happen: a trim keeps tot >= 20 bytes */
+		if (CTX_TUNNEL && scr->vx_on)
+			return vxlan_push(ctx, &scr->vx);
+		if (cfg_ct4 && scr->ct.nat) {
+			if (nat_rewrite4(ctx, &scr->ct))
+				return CTX_DROP;
+			data = ctx_data(ctx);
+			data_end = ctx_data_end(ctx);
+			eth = data;
+			iph = data + sizeof(*eth);
+			if ((void *)(iph + 1) > data_end)
+				return CTX_DROP;
+			if (scr->br_dnat) {
+				/* Bridged, not routed: the neighbour's MAC, nothing else. */
+				__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);
+				lfp_count(ctx, LFP_BRIDGED);
+				return CTX_REDIRECT;
+			}
+		}
+		ipv4_decrease_ttl(iph);
+	} else {
+		struct ipv6hdr *ip6 = data + sizeof(*eth);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return CTX_DROP; /* cannot happen: a trim keeps the 40-byte header */
+		ip6->hop_limit--;
+	}
+	__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p->fib->smac, ETH_ALEN);
+	lfp_count(ctx, LFP_FORWARDED);
+	return CTX_REDIRECT;
 }
 
 #endif

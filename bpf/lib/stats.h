@@ -33,14 +33,16 @@ static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason
 	}
 }
 
-/* XDP with a tc program after it on the same interface (--hook auto): a packet XDP hands on
- * because only an skb can go where it is routed or bridged (a veth whose peer has neither XDP nor
- * GRO, a vxlan device) is marked in its metadata, which the skb carries to the tc program; that
- * one runs the same modules for marked packets only (cfg_tc_companion). The tc program is
- * attached on demand: the first such packet asks the controller for it (lfp_tc_requests) and,
- * like every one until it is attached, goes to Linux unmarked, counted under its own reason. An
- * interface that never sees such packets costs no second program, and a new destination of
- * that kind changes no XDP program. */
+/* XDP with a tc program after it on the same interface (--hook auto). Some packets only an skb
+ * can take where they go: a redirect into a device that cannot take an XDP frame
+ * (LFP_PASS_EGRESS_NOT_READY, tx.h: a veth whose peer has neither XDP nor GRO, a vxlan device),
+ * a VXLAN packet for a device of this host (LFP_PASS_VXLAN, ctx.h). The XDP program marks such a
+ * packet in its metadata, which the skb carries to the tc program; that one runs the same modules
+ * for marked packets only (cfg_tc_companion). The tc program is attached on demand: the first
+ * such packet asks the controller for it (lfp_tc_requests) and, like every one until it is
+ * attached, goes to Linux unmarked, counted under its own reason. An interface that never sees
+ * such packets costs no second program, and a new destination of that kind changes no XDP
+ * program. cfg_tc_after is set only in XDP programs, cfg_tc_companion only in that tc program. */
 LFP_SETTING(__u32, tc_after, 0, "XDP: marks the packets only an skb can take for the tc program after it");
 LFP_SETTING(__u32, tc_companion, 0, "tc: the program after XDP (runs on the packets XDP marked only)");
 
@@ -63,23 +65,20 @@ struct {
 } lfp_tc_requests SEC(".maps");
 
 /* Hand the packet to Linux, untouched, and say why; at XDP with a tc program after it, hand
- * what only an skb can take to that program instead. */
+ * what only an skb can take to that program instead (see cfg_tc_after). */
 static __always_inline int lfp_pass(const lfp_ctx *ctx, enum lfp_reason reason)
 {
-#if !LFP_TC
 	/* The entry point marks it (lfp_xdp_finish): one place, not every caller's stack. */
 	if (cfg_tc_after && (reason == LFP_PASS_EGRESS_NOT_READY || reason == LFP_PASS_VXLAN))
 		return LFP_XDP_TO_TC | reason;
-#endif
 	lfp_count(ctx, reason);
 	return CTX_PASS;
 }
 
-#if !LFP_TC
 /* The XDP entry point's last step: a packet lfp_pass() meant for the tc program gets the mark
  * when that program is attached; otherwise (or where the driver gives no room for metadata) it
  * goes to Linux as it would have, and the controller is asked for the tc program. */
-static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
+static __always_inline int lfp_xdp_finish(lfp_ctx *ctx, int verdict)
 {
 	enum lfp_reason reason = (enum lfp_reason)(verdict & 0xff);
 	const struct lfp_if *i;
@@ -90,7 +89,7 @@ static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 		return verdict;
 	i = lfp_iface(ctx);
 	if (!i)
-		return XDP_PASS;
+		return CTX_PASS;
 	key = i->slot;
 	c = bpf_map_lookup_elem(&lfp_tc_companions, &key);
 	if (!c)
@@ -107,31 +106,28 @@ static __always_inline int lfp_xdp_finish(struct xdp_md *ctx, int verdict)
 		}
 		goto linux;
 	}
-	if (!bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32))) {
-		meta = (void *)(long)ctx->data_meta;
-		if ((void *)(meta + 1) <= (void *)(long)ctx->data) {
+	if (!ctx_adjust_meta(ctx, -(int)sizeof(__u32))) {
+		meta = ctx_data_meta(ctx);
+		if ((void *)(meta + 1) <= ctx_data(ctx)) {
 			*meta = LFP_META_TC;
 			lfp_count(ctx, LFP_TO_TC);
-			return XDP_PASS;
+			return CTX_PASS;
 		}
 	}
 linux:
 	lfp_count(ctx, reason);
-	return XDP_PASS;
+	return CTX_PASS;
 }
-#endif
 
-#if LFP_TC
 /* The tc program after XDP: is the packet one XDP marked for it? */
-static __always_inline int lfp_marked_for_tc(struct __sk_buff *ctx)
+static __always_inline int lfp_marked_for_tc(const lfp_ctx *ctx)
 {
-	__u32 *meta = (void *)(long)ctx->data_meta;
+	__u32 *meta = ctx_data_meta(ctx);
 
-	if ((void *)(meta + 1) > (void *)(long)ctx->data)
+	if ((void *)(meta + 1) > ctx_data(ctx))
 		return 0;
 	return *meta == LFP_META_TC;
 }
-#endif
 
 /* Drop the packet in the fast path (Linux would drop it: a netfilter rule or policy). */
 static __always_inline int lfp_drop(const lfp_ctx *ctx, enum lfp_reason reason)

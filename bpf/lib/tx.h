@@ -6,8 +6,9 @@
 #include "ctx.h"
 #include "linuxfp_types.h"
 
-/* XDP: devices that can take an XDP redirect without dropping it (see the controller: for a
- * veth, the peer must have NAPI, which the kernel reports as the NDO_XMIT XDP feature). */
+/* XDP: devices that take a redirected frame. A redirect into one that cannot (a veth whose peer
+ * has no NAPI: neither XDP nor GRO) is dropped where Linux would have delivered the packet; the
+ * controller adds a device when the kernel reports its NDO_XMIT XDP feature. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__type(key, __u32);
@@ -28,21 +29,24 @@ struct {
 
 /* Set up the redirect of the packet out of `out`; l3len is its length after the Ethernet header
  * as it will leave (for GSO, one segment's). prio is the skb priority Linux's forwarding gives it
- * (TC; TX_PRIO_KEEP: unchanged). Returns LFP_FORWARDED, or why not: the packet is still untouched
+ * (TX_PRIO_KEEP: unchanged). Returns LFP_FORWARDED, or why not: the packet is still untouched
  * then. */
 static __always_inline enum lfp_reason tx_prepare(lfp_ctx *ctx, __u32 out, __u32 l3len, __u32 prio)
 {
-#if LFP_TC
-	struct lfp_tc_tx *tx = bpf_map_lookup_elem(&lfp_tc_tx_devs, &out);
+	struct lfp_tc_tx *tx;
 
+	/* XDP (ctx.h): the devmap holds only the devices that take a redirected frame. */
+	if (CTX_REDIRECT_BY_DEVMAP)
+		return ctx_redirect_map(&lfp_tx_devs, out) ? LFP_PASS_EGRESS_NOT_READY : LFP_FORWARDED;
+	tx = bpf_map_lookup_elem(&lfp_tc_tx_devs, &out);
 	if (!tx)
 		return LFP_PASS_EGRESS_NOT_READY;
 	/* A redirected skb goes through dev_queue_xmit() of `out`: its qdisc, tc egress and
 	 * netfilter egress hook still apply, as for a packet Linux forwards. */
 	if (!(tx->flags & LFP_TX_PEER)) {
 		if (prio != TX_PRIO_KEEP)
-			ctx->priority = prio;
-		bpf_redirect(out, 0);
+			ctx_set_priority(ctx, prio);
+		ctx_redirect(ctx, out);
 		return LFP_FORWARDED;
 	}
 	/* `out` is a veth whose peer is in another namespace (a container) and whose own transmit
@@ -53,15 +57,9 @@ static __always_inline enum lfp_reason tx_prepare(lfp_ctx *ctx, __u32 out, __u32
 	if (!ctx_gso_size(ctx) && l3len > tx->peer_mtu)
 		return LFP_PASS_EGRESS_NOT_READY;
 	/* ____dev_forward_skb() zeroes the priority of what crosses a veth. */
-	ctx->priority = 0;
-	bpf_redirect_peer(out, 0);
+	ctx_set_priority(ctx, 0);
+	ctx_redirect_peer(ctx, out);
 	return LFP_FORWARDED;
-#else
-	/* On a miss the helper returns XDP_PASS and the packet is still untouched. */
-	if (bpf_redirect_map(&lfp_tx_devs, out, XDP_PASS) != XDP_REDIRECT)
-		return LFP_PASS_EGRESS_NOT_READY;
-	return LFP_FORWARDED;
-#endif
 }
 
 #endif

@@ -1,14 +1,17 @@
-/* VXLAN module (tc): a packet the router sends into a vxlan device is encapsulated here, with the
+/* VXLAN module: a packet the router sends into a vxlan device is encapsulated here, with the
  * outer headers the device's driver would build (vxlan_xmit_one(), udp_tunnel_xmit_skb(),
- * iptunnel_xmit()), and sent out of the underlay device the outer route names. Whatever the
- * driver would do that is not reproduced here makes the packet take the driver's own path (a
- * redirect to the vxlan device: exact by construction), never a different result. */
+ * iptunnel_xmit()), and sent out of the underlay device the outer route names; a VXLAN packet for
+ * a device of this host is decapsulated into that device (vxlan_rx). Whatever the driver would do
+ * that is not reproduced here makes the packet take the driver's own path (a redirect to the vxlan
+ * device, or Linux's receive path: exact by construction), never a different result. Only an skb
+ * can be encapsulated or decapsulated so (ctx.h): at XDP every such packet takes that path. */
 #ifndef LFP_VXLAN_H
 #define LFP_VXLAN_H
 
 #include "ctx.h"
 #include "parse.h"
 #include "linuxfp_types.h"
+#include "stats.h"
 #include "ct.h"
 #include "tx.h"
 #include "neigh.h"
@@ -69,7 +72,6 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 				      __u8 inner_tos, __u32 tot, __u32 prio, struct vxlan_plan *p,
 				      struct ct_pkt *c, struct bpf_fib_lookup *op)
 {
-#if LFP_TC
 	/* The outer route's lookup structure is scratch space (op): the stack is short. */
 #define o (*op)
 	struct lfp_vxfdb_key k = {};
@@ -90,7 +92,7 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	/* udp_flow_src_port(): the flow hash of the inner packet (the same skb_get_hash() the
 	 * driver would compute on this skb), spread over the port range. A zero hash makes the
 	 * driver hash the MACs: its path. */
-	hash = bpf_get_hash_recalc(ctx);
+	hash = ctx_hash_recalc(ctx);
 	if (!hash)
 		return 0;
 	lo = vx->port_min;
@@ -102,7 +104,7 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	p->saddr = vx->local;
 	p->daddr = rd->dst;
 	/* The route's mark is the skb's (flowi4_mark); bpf_fib_lookup() looks up with mark 0. */
-	if (ctx->mark)
+	if (ctx_mark(ctx))
 		return 0;
 	/* The checksum state: udp_set_csum() computes a udpcsum device's outer checksum from the
 	 * inner one left to offload (lco_csum()) for a single packet; a GSO train or a packet with
@@ -176,9 +178,6 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	__builtin_memcpy(p->inner_smac, fib->smac, ETH_ALEN);
 	return 1;
 #undef o
-#else
-	return 0;
-#endif
 }
 
 /* Encapsulate as planned: the inner frame (MACs and TTL as the router leaves them) behind
@@ -186,7 +185,6 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
  * that can fail (room for the headers) the packet is still untouched and goes to Linux. */
 static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 {
-#if LFP_TC
 	struct iphdr ip = {};
 	struct {
 		struct iphdr ip;
@@ -204,11 +202,11 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	/* The room after the Ethernet header; the inner L2 header is part of it. The GSO size
 	 * stays (the driver keeps the inner segment size: outer segments are 50 bytes longer).
 	 * An UNNECESSARY checksum state becomes NONE, PARTIAL stays: iptunnel_handle_offloads(). */
-	if (bpf_skb_adjust_room(ctx, VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
+	if (ctx_adjust_room(ctx, VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
 				BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
 				BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN)))
 		return lfp_pass(ctx, LFP_PASS_ENCAP);
-	len = ctx->len;
+	len = ctx_len(ctx);
 
 	ip.version = 4;
 	ip.ihl = 5;
@@ -235,7 +233,7 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	h.inner_proto = bpf_htons(ETH_P_IP);
 	/* Through the helper, with BPF_F_RECOMPUTE_CSUM: a CHECKSUM_COMPLETE skb's sum then covers
 	 * the new headers too. The outer Ethernet header is outside that sum. */
-	if (bpf_skb_store_bytes(ctx, ETH_HLEN, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM))
+	if (ctx_store_bytes(ctx, ETH_HLEN, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM))
 		return CTX_DROP; /* cannot happen: the room was just made */
 	data = ctx_data(ctx);
 	data_end = ctx_data_end(ctx);
@@ -267,12 +265,9 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	}
 	/* iptunnel_xmit(): a hash not computed from the L4 flow is cleared. */
 	if (!p->l4_hash)
-		bpf_set_hash_invalid(ctx);
+		ctx_clear_hash(ctx);
 	lfp_count(ctx, LFP_ENCAPSULATED);
 	return CTX_REDIRECT;
-#else
-	return CTX_PASS;
-#endif
 }
 
 /* vxlan devices the fast path decapsulates for, by (port, VNI). */
@@ -296,14 +291,11 @@ struct {
 static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
 				    void *data_end, __u32 tot, int *verdict)
 {
-#if LFP_TC
 	struct {
 		__be16 sport, dport, len, check;
 		__be32 flags, vni;
-		__u8 dmac[ETH_ALEN];
-		__u8 smac[ETH_ALEN];
-		__be16 proto;
 	} *h = (void *)(iph + 1);
+	struct ethhdr *ie = (void *)(h + 1); /* the inner frame's */
 	struct bpf_sock_tuple t = {};
 	struct lfp_vxlan_rx_key k = {};
 	struct lfp_vxlan_rx *rx;
@@ -321,7 +313,14 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	if (!rx || iph->daddr != rx->local)
 		return 0;
 	/* From here on it is VXLAN for a device of this host: what the fast path does not do exactly
-	 * goes to Linux. Not through rules on the local input path (other than nat chains'). */
+	 * goes to Linux. Only an skb can be decapsulated (ctx.h). */
+	if (!CTX_TUNNEL)
+		goto linux;
+	/* Too short for an inner Ethernet header: not taken for VXLAN here (the router goes on, and
+	 * the local route hands it to Linux). */
+	if ((void *)(ie + 1) > data_end)
+		return 0;
+	/* Not through rules on the local input path (other than nat chains'). */
 	if (!(cfg->vx_flags & LFP_VX_LOCAL_IN4))
 		goto linux;
 	/* A GSO train (GRO merged VXLAN packets), a UDP checksum to verify, a length that is not
@@ -331,7 +330,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	 * state Linux's UDP layer would adjust, IP options or fragments inside: Linux. */
 	if (ctx_gso_size(ctx) || bpf_ntohs(h->len) != l4len || l4len < 8 + VXLAN_HLEN + ETH_HLEN ||
 	    h->flags != bpf_htonl(VXLAN_HF_VNI) || (h->vni & bpf_htonl(0xff)) || (iph->tos & INET_ECN_MASK) ||
-	    mac_equal(h->smac, rx->mac))
+	    mac_equal(ie->h_source, rx->mac))
 		goto linux;
 	/* udp4_csum_init(): a zero checksum, or one the skb's state says is verified (UNNECESSARY)
 	 * or will be completed by whoever fills the inner one (PARTIAL, as from a local sender), is
@@ -354,54 +353,31 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	if (!own)
 		goto linux;
 	/* Only IPv4 inside (an inner IPv6 packet would change the skb's protocol). */
-	if (h->proto != bpf_htons(ETH_P_IP))
+	if (ie->h_proto != bpf_htons(ETH_P_IP))
 		goto linux;
-	__builtin_memcpy(inner.h_dest, h->dmac, ETH_ALEN);
-	__builtin_memcpy(inner.h_source, h->smac, ETH_ALEN);
-	inner.h_proto = h->proto;
+	__builtin_memcpy(&inner, ie, sizeof(inner));
 
 	/* Strip outer IPv4, UDP, VXLAN and the inner Ethernet header's room; the outer Ethernet
 	 * header's place takes the inner one. A CHECKSUM_COMPLETE sum is adjusted by the helper. */
-	if (bpf_skb_adjust_room(ctx, -(__s32)VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
+	if (ctx_adjust_room(ctx, -(__s32)VXLAN_ENCAP, BPF_ADJ_ROOM_MAC,
 				BPF_F_ADJ_ROOM_DECAP_L3_IPV4 | BPF_F_ADJ_ROOM_NO_CSUM_RESET))
 		goto linux;
 	/* The outer UDP checksum counted as verified: one level of UNNECESSARY is used up
 	 * (__skb_decr_checksum_unnecessary()); iptunnel_pull_header() clears a non-L4 hash. */
 	if (cs.ip_summed == CTX_CSUM_UNNECESSARY)
-		bpf_csum_level(ctx, BPF_CSUM_LEVEL_DEC);
+		ctx_csum_level_dec(ctx);
 	if (!cs.l4_hash)
-		bpf_set_hash_invalid(ctx);
-	if (bpf_skb_store_bytes(ctx, 0, &inner, sizeof(inner), 0))
+		ctx_clear_hash(ctx);
+	if (ctx_store_bytes(ctx, 0, &inner, sizeof(inner), 0))
 		*verdict = CTX_DROP; /* cannot happen: the room was just shrunk */
 	else {
 		lfp_count(ctx, LFP_DECAPSULATED);
-		*verdict = bpf_redirect(rx->dev, BPF_F_INGRESS);
+		*verdict = ctx_redirect_ingress(ctx, rx->dev);
 	}
 	return 1;
 linux:
 	*verdict = lfp_pass(ctx, LFP_PASS_VXLAN);
 	return 1;
-#else
-	/* At XDP the inner frame cannot be handed to the vxlan device's ingress: Linux's (counted
-	 * as VXLAN, not as a packet the route sends up the stack). The graph puts a decapsulating
-	 * device's underlay on tc (internal/graph: vxlanUnderlay). */
-	struct {
-		__be16 sport, dport, len, check;
-		__be32 flags, vni;
-	} *h = (void *)(iph + 1);
-	struct lfp_vxlan_rx_key k = {};
-	struct lfp_vxlan_rx *rx;
-
-	if ((void *)(h + 1) > data_end)
-		return 0;
-	k.port = h->dport;
-	k.vni = bpf_ntohl(h->vni) >> 8;
-	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &k);
-	if (!rx || iph->daddr != rx->local)
-		return 0;
-	*verdict = lfp_pass(ctx, LFP_PASS_VXLAN);
-	return 1;
-#endif
 }
 
 #endif
