@@ -12,6 +12,7 @@
 #include <linux/bpf.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/if_link.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/ipset/ip_set.h>
 #include <bpf/bpf_endian.h>
@@ -185,6 +186,58 @@ __noinline int route_plain(__u64 msg, __u32 len, __u32 type, __u32 flags)
 	return off >= len;
 }
 
+/* struct ifinfomsg, as far as it is read. */
+struct ifinfo_head {
+	__u8 family, pad;
+	__u16 type;
+	__s32 index;
+};
+
+/* Whether a link request (at msg, len bytes) changes something the data plane holds of an
+ * existing device: its MAC address (frames to the old one are not for us any more), MTU,
+ * name (iptables' -i and -o match names), bridge master, its kind's options (a bridge's
+ * vlan_filtering ...), or, over AF_BRIDGE, a bridge port's state, flags and VLANs. Those are
+ * counted in both families. A device created (ip link add, NLM_F_CREATE) holds nothing yet; a
+ * device deleted or moved to another namespace takes its routes and its place in the data
+ * plane's redirect maps with it, in the kernel, at once; a device going down or up changes
+ * what the kernel's FIB answers live, and a bridge port going down forwards nothing in Linux
+ * nor in the fast path (a redirect to a down device is dropped). Not counting those keeps a
+ * CNI plugin's pod setup (add, move, up) from handing every packet to Linux, but for its
+ * one `master` request. */
+__noinline int link_fenced(__u64 msg, __u32 len, __u32 type, __u32 flags)
+{
+	struct ifinfo_head ifi;
+	struct nlattr a;
+	__u32 off;
+
+	if (bpf_probe_read_kernel(&ifi, sizeof(ifi), (void *)(msg + NLMSG_HDRLEN)))
+		return 1;
+	if (ifi.family == 7) /* AF_BRIDGE: bridge port settings, VLANs */
+		return 1;
+	if (type == RTM_DELLINK || (type == RTM_NEWLINK && (flags & NLM_F_CREATE)))
+		return 0;
+	off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct ifinfomsg));
+	for (int i = 0; i < ATTR_SCAN; i++) {
+		if (off >= len)
+			return 0;
+		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
+		    a.nla_len < sizeof(a))
+			return 1;
+		switch (a.nla_type & NLA_TYPE_MASK) {
+		case IFLA_ADDRESS:
+		case IFLA_MTU:
+		case IFLA_IFNAME:
+		case IFLA_MASTER:
+		case IFLA_PROTINFO:
+		case IFLA_LINKINFO:
+		case IFLA_AF_SPEC:
+			return 1;
+		}
+		off += NLA_ALIGN(a.nla_len);
+	}
+	return 1;
+}
+
 /* The ipsets whose changes are fenced: those the data plane's rules test, by name, written by
  * the controller before it reads them (observe's watchSets). The all-zero name stands for every
  * set (from loading until the controller has said which). */
@@ -309,10 +362,13 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 		else
 			units = family_units(family);
 		break;
+	case LFP_NL_LINK:
+		if (link_fenced(msg, h.nlmsg_len, h.nlmsg_type, h.nlmsg_flags))
+			units = UNITS_ALL;
+		break;
 	default:
-		/* Links, tc and the rest are not fenced yet: the data plane follows them by
-		 * notification (a few ms late); fenced by family, each pod a CNI plugin adds would
-		 * hand every packet of both families to Linux for as long as its commands take. */
+		/* tc and the rest are not fenced: the data plane follows them by notification (a
+		 * few ms late). */
 		break;
 	}
 	return MSG(step, class, units);

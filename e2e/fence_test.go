@@ -227,6 +227,19 @@ iptables -A FORWARD -m set --match-set lfpused dst -j DROP`)
 		{"ipset swap lfpother lfpused", 1, 1},
 		{"ip addr add 198.18.7.1/24 dev out0", 1, 0},
 		{"iptables -A FORWARD -d 198.19.9.2 -j ACCEPT", 1, 0},
+		// Links: a new device holds nothing yet, up and down are the kernel's FIB's; what the
+		// data plane holds of a device (MAC, MTU, name, master, bridge port settings) counts.
+		{"ip link add lfpd0 type veth peer name lfpd0p", 0, 0},
+		{"ip link add lfpbr0 type bridge", 0, 0},
+		{"ip link set lfpd0 up", 0, 0},
+		{"ip link set lfpd0 down", 0, 0},
+		{"ip link set lfpd0 mtu 1400", 1, 1},
+		{"ip link set lfpd0 address 02:00:00:00:00:99", 1, 1},
+		{"ip link set lfpd0 name lfpd1", 1, 1},
+		{"ip link set lfpd1 master lfpbr0", 1, 1},
+		{"bridge link set dev lfpd1 learning off", 1, 1},
+		{"ip link set lfpbr0 type bridge ageing_time 1000", 1, 1},
+		{"ip link del lfpd1", 0, 0},
 	} {
 		before := counts()
 		args := append([]string{"netns", "exec", tb.DUT.Name}, strings.Fields(c.cmd)...)
