@@ -106,6 +106,7 @@ static __always_inline enum lfp_nl_class rtnl_class(__u16 type)
 #define UNIT_IPV4 (1 << LFP_FENCE_IPV4)
 #define UNIT_IPV6 (1 << LFP_FENCE_IPV6)
 #define UNITS_ALL (UNIT_IPV4 | UNIT_IPV6)
+#define UNIT_LINK (1 << LFP_FENCE_LINK)
 
 /* The fence units of an address family (AF_* or NFPROTO_*: the same numbers for IPv4 and
  * IPv6); any other family (bridge, inet, unspecified ...) may concern both. */
@@ -326,18 +327,23 @@ __noinline __u32 batch_units(__u64 data, __u32 len)
 	return UNITS_ALL;
 }
 
-/* What the message functions say of one message: the bytes to the next one (0: stop here), its
- * class and the fence units it may concern, packed in one number. */
-#define MSG_STEP(r) ((__u32)(r))
-#define MSG_CLASS(r) (((r) >> 32) & 0xff)
-#define MSG_UNITS(r) (((r) >> 40) & 0xff)
-#define MSG_QUIET ((__u64)1 << 48) /* an ipset command on a set no rule tests */
-#define MSG(step, class, units) ((__u64)(step) | (__u64)(class) << 32 | (__u64)(units) << 40)
+/* What the message functions say of one message, packed in one number: the bytes to the next
+ * one (0: stop here; a message is at most MSG_MAX bytes), its class, the fence units it may
+ * concern and, for the link unit, the device. */
+#define MSG_MAX 0xffffff
+#define MSG_STEP(r) ((__u32)(r) & MSG_MAX)
+#define MSG_CLASS(r) (((r) >> 24) & 0xff)
+#define MSG_UNITS(r) (((r) >> 32) & 0xff)
+#define MSG_QUIET ((__u64)1 << 40) /* an ipset command on a set no rule tests */
+#define MSG_IFINDEX(r) ((__u32)((r) >> 42))
+#define MSG_IFINDEX_MAX ((1 << 22) - 1)
+#define MSG(step, class, units) ((__u64)(step) | (__u64)(class) << 24 | (__u64)(units) << 32)
 
 /* One rtnetlink message at msg, rest bytes before the request's end. */
 __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 {
 	struct nlmsghdr h;
+	struct ifinfo_head ifi;
 	enum lfp_nl_class class;
 	__u32 step, units = 0;
 	__u8 family;
@@ -345,6 +351,8 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 	if (rest < sizeof(h) || bpf_probe_read_kernel(&h, sizeof(h), (void *)msg) ||
 	    h.nlmsg_len < NLMSG_HDRLEN || h.nlmsg_len > rest)
 		return 0;
+	if (h.nlmsg_len > MSG_MAX)
+		return MSG(0, LFP_NL_OTHER, UNITS_ALL);
 	step = NLMSG_ALIGN(h.nlmsg_len);
 	if (!(h.nlmsg_flags & NLM_F_REQUEST))
 		return MSG(step, LFP_NL_NONE, 0);
@@ -363,8 +371,14 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 			units = family_units(family);
 		break;
 	case LFP_NL_LINK:
-		if (link_fenced(msg, h.nlmsg_len, h.nlmsg_type, h.nlmsg_flags))
+		if (!link_fenced(msg, h.nlmsg_len, h.nlmsg_type, h.nlmsg_flags))
+			break;
+		/* Per device; a device named only by its name (no index) in both families. */
+		if (bpf_probe_read_kernel(&ifi, sizeof(ifi), (void *)(msg + NLMSG_HDRLEN)) ||
+		    ifi.index <= 0 || ifi.index > MSG_IFINDEX_MAX)
 			units = UNITS_ALL;
+		else
+			return MSG(step, class, UNIT_LINK) | (__u64)ifi.index << 42;
 		break;
 	default:
 		/* tc and the rest are not fenced: the data plane follows them by notification (a
@@ -423,7 +437,7 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	__u32 n[LFP_NL_CLASSES] = {}, quiet_ipset = 0, units = 0;
 	struct lfp_nl_event ev = {};
 	struct lfp_fence *fence;
-	__u32 off = 0, len, zero = 0;
+	__u32 off = 0, len, zero = 0, link_if = 0;
 	__u64 head, r;
 	__u16 proto;
 	int i;
@@ -451,6 +465,13 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 			r = rtnl_message(head + off, len - off);
 		else
 			r = nfnl_message(head + off, len - off);
+		if (MSG_UNITS(r) & UNIT_LINK) {
+			/* One device per request is counted as such; another one in both families. */
+			if (link_if)
+				units |= UNITS_ALL;
+			else
+				link_if = MSG_IFINDEX(r);
+		}
 		units |= MSG_UNITS(r);
 		if (MSG_CLASS(r) < LFP_NL_CLASSES)
 			n[MSG_CLASS(r)]++;
@@ -465,12 +486,25 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		n[LFP_NL_OTHER]++;
 		units = UNITS_ALL;
 	}
+	/* The device's entry says "being counted" (all ones, above any count the data plane
+	 * follows) before the unit's count moves, and then the count it was given. A full map:
+	 * both families instead. */
+	if (units & UNIT_LINK) {
+		__u64 pending = ~0ULL;
+
+		if (bpf_map_update_elem(&lfp_if_fence, &link_if, &pending, BPF_ANY))
+			units = (units & ~UNIT_LINK) | UNITS_ALL;
+	}
 	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);
 	if (fence) {
 		if (units & UNIT_IPV4)
 			ev.seq[LFP_FENCE_IPV4] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1) + 1;
 		if (units & UNIT_IPV6)
 			ev.seq[LFP_FENCE_IPV6] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1) + 1;
+		if (units & UNIT_LINK) {
+			ev.seq[LFP_FENCE_LINK] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_LINK], 1) + 1;
+			bpf_map_update_elem(&lfp_if_fence, &link_if, &ev.seq[LFP_FENCE_LINK], BPF_ANY);
+		}
 	}
 	for (__u32 c = LFP_NL_NONE + 1; c < LFP_NL_CLASSES; c++) {
 		__u64 *cnt;
@@ -487,7 +521,7 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	}
 	/* A change the fence counted keeps its families with Linux until the controller has read
 	 * it, and a route change it did not count must still be read: wake the controller. */
-	if (ev.classes || ev.seq[0] || ev.seq[1])
+	if (ev.classes || units)
 		bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 	return 0;
 }
