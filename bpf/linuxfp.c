@@ -56,6 +56,10 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const int v4)
 	}
 	router_dnat(&p);
 	r = router_fib(ctx, &p);
+	/* The device the packet is routed to (a VXLAN or bridge device too, whose own way out is
+	 * checked again where it is chosen): a change of it not followed yet (gate.h). */
+	if (r == LFP_FORWARDED)
+		r = gate_egress(fib.ifindex);
 	/* The filter once the output interface is known (filter.h); before the egress checks: a
 	 * packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
 	if (r == LFP_FORWARDED && p.fw)
@@ -103,7 +107,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
-	r = gate_check(eth->h_proto);
+	r = gate_check(eth->h_proto, ctx_ingress_ifindex(ctx));
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	if (cfg_bridge) {

@@ -12,6 +12,7 @@
 #include <linux/bpf.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/if_link.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/ipset/ip_set.h>
 #include <bpf/bpf_endian.h>
@@ -105,6 +106,7 @@ static __always_inline enum lfp_nl_class rtnl_class(__u16 type)
 #define UNIT_IPV4 (1 << LFP_FENCE_IPV4)
 #define UNIT_IPV6 (1 << LFP_FENCE_IPV6)
 #define UNITS_ALL (UNIT_IPV4 | UNIT_IPV6)
+#define UNIT_LINK (1 << LFP_FENCE_LINK)
 
 /* The fence units of an address family (AF_* or NFPROTO_*: the same numbers for IPv4 and
  * IPv6); any other family (bridge, inet, unspecified ...) may concern both. */
@@ -183,6 +185,58 @@ __noinline int route_plain(__u64 msg, __u32 len, __u32 type, __u32 flags)
 		off += NLA_ALIGN(a.nla_len);
 	}
 	return off >= len;
+}
+
+/* struct ifinfomsg, as far as it is read. */
+struct ifinfo_head {
+	__u8 family, pad;
+	__u16 type;
+	__s32 index;
+};
+
+/* Whether a link request (at msg, len bytes) changes something the data plane holds of an
+ * existing device: its MAC address (frames to the old one are not for us any more), MTU,
+ * name (iptables' -i and -o match names), bridge master, its kind's options (a bridge's
+ * vlan_filtering ...), or, over AF_BRIDGE, a bridge port's state, flags and VLANs. Those are
+ * counted in both families. A device created (ip link add, NLM_F_CREATE) holds nothing yet; a
+ * device deleted or moved to another namespace takes its routes and its place in the data
+ * plane's redirect maps with it, in the kernel, at once; a device going down or up changes
+ * what the kernel's FIB answers live, and a bridge port going down forwards nothing in Linux
+ * nor in the fast path (a redirect to a down device is dropped). Not counting those keeps a
+ * CNI plugin's pod setup (add, move, up) from handing every packet to Linux, but for its
+ * one `master` request. */
+__noinline int link_fenced(__u64 msg, __u32 len, __u32 type, __u32 flags)
+{
+	struct ifinfo_head ifi;
+	struct nlattr a;
+	__u32 off;
+
+	if (bpf_probe_read_kernel(&ifi, sizeof(ifi), (void *)(msg + NLMSG_HDRLEN)))
+		return 1;
+	if (ifi.family == 7) /* AF_BRIDGE: bridge port settings, VLANs */
+		return 1;
+	if (type == RTM_DELLINK || (type == RTM_NEWLINK && (flags & NLM_F_CREATE)))
+		return 0;
+	off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct ifinfomsg));
+	for (int i = 0; i < ATTR_SCAN; i++) {
+		if (off >= len)
+			return 0;
+		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
+		    a.nla_len < sizeof(a))
+			return 1;
+		switch (a.nla_type & NLA_TYPE_MASK) {
+		case IFLA_ADDRESS:
+		case IFLA_MTU:
+		case IFLA_IFNAME:
+		case IFLA_MASTER:
+		case IFLA_PROTINFO:
+		case IFLA_LINKINFO:
+		case IFLA_AF_SPEC:
+			return 1;
+		}
+		off += NLA_ALIGN(a.nla_len);
+	}
+	return 1;
 }
 
 /* The ipsets whose changes are fenced: those the data plane's rules test, by name, written by
@@ -273,18 +327,23 @@ __noinline __u32 batch_units(__u64 data, __u32 len)
 	return UNITS_ALL;
 }
 
-/* What the message functions say of one message: the bytes to the next one (0: stop here), its
- * class and the fence units it may concern, packed in one number. */
-#define MSG_STEP(r) ((__u32)(r))
-#define MSG_CLASS(r) (((r) >> 32) & 0xff)
-#define MSG_UNITS(r) (((r) >> 40) & 0xff)
-#define MSG_QUIET ((__u64)1 << 48) /* an ipset command on a set no rule tests */
-#define MSG(step, class, units) ((__u64)(step) | (__u64)(class) << 32 | (__u64)(units) << 40)
+/* What the message functions say of one message, packed in one number: the bytes to the next
+ * one (0: stop here; a message is at most MSG_MAX bytes), its class, the fence units it may
+ * concern and, for the link unit, the device. */
+#define MSG_MAX 0xffffff
+#define MSG_STEP(r) ((__u32)(r) & MSG_MAX)
+#define MSG_CLASS(r) (((r) >> 24) & 0xff)
+#define MSG_UNITS(r) (((r) >> 32) & 0xff)
+#define MSG_QUIET ((__u64)1 << 40) /* an ipset command on a set no rule tests */
+#define MSG_IFINDEX(r) ((__u32)((r) >> 42))
+#define MSG_IFINDEX_MAX ((1 << 22) - 1)
+#define MSG(step, class, units) ((__u64)(step) | (__u64)(class) << 24 | (__u64)(units) << 32)
 
 /* One rtnetlink message at msg, rest bytes before the request's end. */
 __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 {
 	struct nlmsghdr h;
+	struct ifinfo_head ifi;
 	enum lfp_nl_class class;
 	__u32 step, units = 0;
 	__u8 family;
@@ -292,6 +351,8 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 	if (rest < sizeof(h) || bpf_probe_read_kernel(&h, sizeof(h), (void *)msg) ||
 	    h.nlmsg_len < NLMSG_HDRLEN || h.nlmsg_len > rest)
 		return 0;
+	if (h.nlmsg_len > MSG_MAX)
+		return MSG(0, LFP_NL_OTHER, UNITS_ALL);
 	step = NLMSG_ALIGN(h.nlmsg_len);
 	if (!(h.nlmsg_flags & NLM_F_REQUEST))
 		return MSG(step, LFP_NL_NONE, 0);
@@ -309,10 +370,19 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 		else
 			units = family_units(family);
 		break;
+	case LFP_NL_LINK:
+		if (!link_fenced(msg, h.nlmsg_len, h.nlmsg_type, h.nlmsg_flags))
+			break;
+		/* Per device; a device named only by its name (no index) in both families. */
+		if (bpf_probe_read_kernel(&ifi, sizeof(ifi), (void *)(msg + NLMSG_HDRLEN)) ||
+		    ifi.index <= 0 || ifi.index > MSG_IFINDEX_MAX)
+			units = UNITS_ALL;
+		else
+			return MSG(step, class, UNIT_LINK) | (__u64)ifi.index << 42;
+		break;
 	default:
-		/* Links, tc and the rest are not fenced yet: the data plane follows them by
-		 * notification (a few ms late); fenced by family, each pod a CNI plugin adds would
-		 * hand every packet of both families to Linux for as long as its commands take. */
+		/* tc and the rest are not fenced: the data plane follows them by notification (a
+		 * few ms late). */
 		break;
 	}
 	return MSG(step, class, units);
@@ -367,7 +437,7 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	__u32 n[LFP_NL_CLASSES] = {}, quiet_ipset = 0, units = 0;
 	struct lfp_nl_event ev = {};
 	struct lfp_fence *fence;
-	__u32 off = 0, len, zero = 0;
+	__u32 off = 0, len, zero = 0, link_if = 0;
 	__u64 head, r;
 	__u16 proto;
 	int i;
@@ -395,6 +465,13 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 			r = rtnl_message(head + off, len - off);
 		else
 			r = nfnl_message(head + off, len - off);
+		if (MSG_UNITS(r) & UNIT_LINK) {
+			/* One device per request is counted as such; another one in both families. */
+			if (link_if)
+				units |= UNITS_ALL;
+			else
+				link_if = MSG_IFINDEX(r);
+		}
 		units |= MSG_UNITS(r);
 		if (MSG_CLASS(r) < LFP_NL_CLASSES)
 			n[MSG_CLASS(r)]++;
@@ -409,12 +486,25 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		n[LFP_NL_OTHER]++;
 		units = UNITS_ALL;
 	}
+	/* The device's entry says "being counted" (all ones, above any count the data plane
+	 * follows) before the unit's count moves, and then the count it was given. A full map:
+	 * both families instead. */
+	if (units & UNIT_LINK) {
+		__u64 pending = ~0ULL;
+
+		if (bpf_map_update_elem(&lfp_if_fence, &link_if, &pending, BPF_ANY))
+			units = (units & ~UNIT_LINK) | UNITS_ALL;
+	}
 	fence = bpf_map_lookup_elem(&lfp_fence_map, &zero);
 	if (fence) {
 		if (units & UNIT_IPV4)
 			ev.seq[LFP_FENCE_IPV4] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV4], 1) + 1;
 		if (units & UNIT_IPV6)
 			ev.seq[LFP_FENCE_IPV6] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1) + 1;
+		if (units & UNIT_LINK) {
+			ev.seq[LFP_FENCE_LINK] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_LINK], 1) + 1;
+			bpf_map_update_elem(&lfp_if_fence, &link_if, &ev.seq[LFP_FENCE_LINK], BPF_ANY);
+		}
 	}
 	for (__u32 c = LFP_NL_NONE + 1; c < LFP_NL_CLASSES; c++) {
 		__u64 *cnt;
@@ -431,7 +521,7 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 	}
 	/* A change the fence counted keeps its families with Linux until the controller has read
 	 * it, and a route change it did not count must still be read: wake the controller. */
-	if (ev.classes || ev.seq[0] || ev.seq[1])
+	if (ev.classes || units)
 		bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 	return 0;
 }

@@ -17,14 +17,14 @@ enum lfp_nl_class {
 };
 
 /* One ring record per request that changed something: which classes of change it made (bits
- * 1 << enum lfp_nl_class) and, per family (LFP_FENCE_IPV4, LFP_FENCE_IPV6), the fence count this
- * request's change was given (0: not counted in that family). The controller opens a family's
- * fence only up to counts whose records it has taken in, so that no change is let through
- * before the controller knows what to read for it. */
+ * 1 << enum lfp_nl_class) and, per fence unit (enum lfp_fence_unit; the sysctl unit is never
+ * set here), the count this request's change was given (0: not counted in that unit). The
+ * controller opens a unit only up to counts whose records it has taken in, so that no change is
+ * let through before the controller knows what to read for it. */
 struct lfp_nl_event {
 	__u32 classes;
 	__u32 pad;
-	__u64 seq[2];
+	__u64 seq[4];
 };
 
 /* How many ipset names the watcher can be told to fence (lfp_nl_sets). */

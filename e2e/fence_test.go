@@ -205,28 +205,42 @@ iptables -A FORWARD -m set --match-set lfpused dst -j DROP`)
 		return st.FenceCounts
 	}
 	for _, c := range []struct {
-		cmd        string
-		ipv4, ipv6 uint64
+		cmd              string
+		ipv4, ipv6, link uint64
 	}{
-		{"ip route replace 198.19.200.1/32 via 198.18.1.2", 0, 0},
-		{"ip route add 198.19.201.0/24 via 198.18.1.2", 0, 0},
-		{"ip route add blackhole 198.19.202.0/24", 0, 0},
-		{"ip route del 198.19.201.0/24", 0, 0},
-		{"ip -6 route replace 2001:2:0:99::/64 via 2001:2:0:1::2", 0, 0},
-		{"ip -6 route add 2001:2:0:98::/64 via 2001:2:0:1::2", 0, 0},
-		{"ipset add lfpunused 198.19.9.1", 0, 0},
-		{"ipset flush lfpunused", 0, 0},
+		{"ip route replace 198.19.200.1/32 via 198.18.1.2", 0, 0, 0},
+		{"ip route add 198.19.201.0/24 via 198.18.1.2", 0, 0, 0},
+		{"ip route add blackhole 198.19.202.0/24", 0, 0, 0},
+		{"ip route del 198.19.201.0/24", 0, 0, 0},
+		{"ip -6 route replace 2001:2:0:99::/64 via 2001:2:0:1::2", 0, 0, 0},
+		{"ip -6 route add 2001:2:0:98::/64 via 2001:2:0:1::2", 0, 0, 0},
+		{"ipset add lfpunused 198.19.9.1", 0, 0, 0},
+		{"ipset flush lfpunused", 0, 0, 0},
 		// What observe reads of routes: metrics, local routes, multipath.
-		{"ip route add 198.19.203.0/24 via 198.18.1.2 mtu 1400", 1, 0},
-		{"ip route add local 198.19.204.1 dev out0", 1, 0},
-		{"ip route add 198.19.205.0/24 nexthop via 198.18.1.2 nexthop via 198.18.0.2", 1, 0},
+		{"ip route add 198.19.203.0/24 via 198.18.1.2 mtu 1400", 1, 0, 0},
+		{"ip route add local 198.19.204.1 dev out0", 1, 0, 0},
+		{"ip route add 198.19.205.0/24 nexthop via 198.18.1.2 nexthop via 198.18.0.2", 1, 0, 0},
 		// An IPv6 route added without NLM_F_EXCL may join another as a multipath sibling.
-		{"ip -6 route append 2001:2:0:98::/64 via 2001:2:0:1::3", 0, 1},
-		{"ipset add lfpused 198.19.9.1", 1, 1},
-		{"ipset rename lfpunused lfpother", 0, 0},
-		{"ipset swap lfpother lfpused", 1, 1},
-		{"ip addr add 198.18.7.1/24 dev out0", 1, 0},
-		{"iptables -A FORWARD -d 198.19.9.2 -j ACCEPT", 1, 0},
+		{"ip -6 route append 2001:2:0:98::/64 via 2001:2:0:1::3", 0, 1, 0},
+		{"ipset add lfpused 198.19.9.1", 1, 1, 0},
+		{"ipset rename lfpunused lfpother", 0, 0, 0},
+		{"ipset swap lfpother lfpused", 1, 1, 0},
+		{"ip addr add 198.18.7.1/24 dev out0", 1, 0, 0},
+		{"iptables -A FORWARD -d 198.19.9.2 -j ACCEPT", 1, 0, 0},
+		// Links: a new device holds nothing yet, up and down are the kernel's FIB's; what the
+		// data plane holds of a device (MAC, MTU, name, master, bridge port settings) counts in
+		// the link unit (per device).
+		{"ip link add lfpd0 type veth peer name lfpd0p", 0, 0, 0},
+		{"ip link add lfpbr0 type bridge", 0, 0, 0},
+		{"ip link set lfpd0 up", 0, 0, 0},
+		{"ip link set lfpd0 down", 0, 0, 0},
+		{"ip link set lfpd0 mtu 1400", 0, 0, 1},
+		{"ip link set lfpd0 address 02:00:00:00:00:99", 0, 0, 1},
+		{"ip link set lfpd0 name lfpd1", 0, 0, 1},
+		{"ip link set lfpd1 master lfpbr0", 0, 0, 1},
+		{"bridge link set dev lfpd1 learning off", 0, 0, 1},
+		{"ip link set lfpbr0 type bridge ageing_time 1000", 0, 0, 1},
+		{"ip link del lfpd1", 0, 0, 0},
 	} {
 		before := counts()
 		args := append([]string{"netns", "exec", tb.DUT.Name}, strings.Fields(c.cmd)...)
@@ -234,8 +248,9 @@ iptables -A FORWARD -m set --match-set lfpused dst -j DROP`)
 			t.Fatalf("%s: %v: %s", c.cmd, err, out)
 		}
 		after := counts()
-		if d4, d6 := after["ipv4"]-before["ipv4"], after["ipv6"]-before["ipv6"]; d4 != c.ipv4 || d6 != c.ipv6 {
-			t.Errorf("%s: counted ipv4 %d, ipv6 %d; want %d, %d", c.cmd, d4, d6, c.ipv4, c.ipv6)
+		d4, d6, dl := after["ipv4"]-before["ipv4"], after["ipv6"]-before["ipv6"], after["link"]-before["link"]
+		if d4 != c.ipv4 || d6 != c.ipv6 || dl != c.link {
+			t.Errorf("%s: counted ipv4 %d, ipv6 %d, link %d; want %d, %d, %d", c.cmd, d4, d6, dl, c.ipv4, c.ipv6, c.link)
 		}
 	}
 }

@@ -407,12 +407,14 @@ enum {
 	LFP_GATE_IPV6 = 1 << 1,
 };
 
-/* The fence's units (include/fence.h): changes of one family's configuration, and sysctl
- * writes (both families'; the controller tells the ones that matter from the others). */
+/* The fence's units (include/fence.h): changes of one family's configuration, sysctl writes
+ * (both families'; the controller tells the ones that matter from the others), and changes of
+ * what the data plane holds of a device (per device: lfp_if_fence). */
 enum lfp_fence_unit {
 	LFP_FENCE_IPV4 = 0,
 	LFP_FENCE_IPV6 = 1,
 	LFP_FENCE_SYSCTL = 2,
+	LFP_FENCE_LINK = 3,
 	LFP_FENCE_UNITS,
 };
 

@@ -17,6 +17,7 @@
 #include "ct.h"
 #include "nat.h"
 #include "tx.h"
+#include "gate.h"
 
 /* cfg_bridge (iface.h): the interface is a bridge port; the bridge's ifindex is its lfp_if's
  * l3_ifindex, the bridge's MAC in the port's lfp_l2 entry. */
@@ -258,7 +259,9 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
-	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
+	r = gate_egress(out);
+	if (r == LFP_FORWARDED)
+		r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	/* Now surely ours: trim the Ethernet padding br_validate_ipv4/6() would have trimmed. */

@@ -22,10 +22,11 @@ struct {
 /* LFP_FORWARDED (0) where the gate lets a frame of ethertype proto (network byte order)
  * through, or the reason it goes to Linux. Out of line: inlined, it made the entry function's
  * frame 8 bytes larger, and the bridge's tc build is at the verifier's 512-byte stack limit. */
-static __attribute__((noinline)) enum lfp_reason gate_check(__be16 proto)
+static __attribute__((noinline)) enum lfp_reason gate_check(__be16 proto, __u32 ifindex)
 {
 	const struct lfp_fence *f;
 	const struct lfp_gate *g;
+	const __u64 *changed;
 	__u32 key = 0, unit, bit;
 
 	if (proto == bpf_htons(ETH_P_IP))
@@ -41,6 +42,33 @@ static __attribute__((noinline)) enum lfp_reason gate_check(__be16 proto)
 	if (g->failed & bit)
 		return LFP_PASS_APPLY_FAILED;
 	if (f->seq[unit] != g->done[unit] || f->seq[LFP_FENCE_SYSCTL] != g->done[LFP_FENCE_SYSCTL])
+		return LFP_PASS_FENCED;
+	if (f->seq[LFP_FENCE_LINK] != g->done[LFP_FENCE_LINK]) {
+		changed = bpf_map_lookup_elem(&lfp_if_fence, &ifindex);
+		if (changed && *changed > g->done[LFP_FENCE_LINK])
+			return LFP_PASS_FENCED;
+	}
+	return LFP_FORWARDED;
+}
+
+/* LFP_FORWARDED where a packet may leave by device ifindex, LFP_PASS_FENCED where a change of
+ * the device (include/fence.h, the link unit) is not followed yet. The first test is all a
+ * packet costs while no such change waits. */
+static __always_inline enum lfp_reason gate_egress(__u32 ifindex)
+{
+	const struct lfp_fence *f;
+	const struct lfp_gate *g;
+	const __u64 *changed;
+	__u32 key = 0;
+
+	g = bpf_map_lookup_elem(&lfp_gate_map, &key);
+	f = bpf_map_lookup_elem(&lfp_fence_map, &key);
+	if (!g || !f)
+		return LFP_PASS_APPLY_FAILED;
+	if (f->seq[LFP_FENCE_LINK] == g->done[LFP_FENCE_LINK])
+		return LFP_FORWARDED;
+	changed = bpf_map_lookup_elem(&lfp_if_fence, &ifindex);
+	if (changed && *changed > g->done[LFP_FENCE_LINK])
 		return LFP_PASS_FENCED;
 	return LFP_FORWARDED;
 }

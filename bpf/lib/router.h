@@ -15,6 +15,7 @@
 #include "fdb.h"
 #include "neigh.h"
 #include "tx.h"
+#include "gate.h"
 #include "ct.h"
 #include "nat.h"
 #include "vxlan.h"
@@ -168,7 +169,9 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	r = bridge_out_port(bridge, fib->dmac, in, port->flags, l3len, &out);
 	if (r != LFP_FORWARDED)
 		return r;
-	r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
+	r = gate_egress(out);
+	if (r == LFP_FORWARDED)
+		r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
 	if (r == LFP_FORWARDED)
 		scr->br_dnat = 1;
 	return r;
@@ -581,8 +584,11 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 		}
 	}
 
-	/* Last: only devices that take the packet as Linux's transmit would (tx.h). */
-	r = tx_prepare(ctx, out, p->mtulen, p->prio);
+	/* Last: only devices whose changes are followed (gate.h) and that take the packet as
+	 * Linux's transmit would (tx.h). */
+	r = gate_egress(out);
+	if (r == LFP_FORWARDED)
+		r = tx_prepare(ctx, out, p->mtulen, p->prio);
 trim:
 	if (r != LFP_FORWARDED)
 		return r;

@@ -14,6 +14,7 @@
 #include "stats.h"
 #include "ct.h"
 #include "tx.h"
+#include "gate.h"
 #include "neigh.h"
 
 #define VXLAN_HLEN   8
@@ -170,7 +171,8 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	}
 	/* Out of the underlay device through its own transmit path (or into its peer's
 	 * namespace), with the priority ip_forward() gave the inner packet. */
-	if (tx_prepare(ctx, o.ifindex, tot + VXLAN_ENCAP, prio) != LFP_FORWARDED)
+	if (gate_egress(o.ifindex) != LFP_FORWARDED ||
+	    tx_prepare(ctx, o.ifindex, tot + VXLAN_ENCAP, prio) != LFP_FORWARDED)
 		return 0;
 	__builtin_memcpy(p->dmac, o.dmac, ETH_ALEN);
 	__builtin_memcpy(p->smac, o.smac, ETH_ALEN);

@@ -17,8 +17,8 @@ import (
 // the other).
 type taken struct {
 	mu    sync.Mutex
-	upTo  [2]uint64          // every count up to this one was taken in
-	above [2]map[uint64]bool // counts taken in above upTo
+	upTo  dataplane.FenceSeq                         // every count up to this one was taken in
+	above [len(dataplane.FenceSeq{})]map[uint64]bool // counts taken in above upTo
 }
 
 // take records the counts of an event the controller merged.
@@ -26,7 +26,7 @@ func (t *taken) take(cs []observe.Counted) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range cs {
-		if c.Unit < 0 || c.Unit >= len(t.upTo) || c.Seq <= t.upTo[c.Unit] {
+		if c.Unit < 0 || c.Unit >= len(t.upTo) || c.Unit == dataplane.FenceSysctl || c.Seq <= t.upTo[c.Unit] {
 			continue
 		}
 		if t.above[c.Unit] == nil {
@@ -50,7 +50,7 @@ func (t *taken) all(seq dataplane.FenceSeq) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for u := range t.upTo {
-		if seq[u] <= t.upTo[u] {
+		if u == dataplane.FenceSysctl || seq[u] <= t.upTo[u] {
 			continue
 		}
 		t.upTo[u] = seq[u]
@@ -63,11 +63,14 @@ func (t *taken) all(seq dataplane.FenceSeq) {
 	}
 }
 
-// limit lowers seq's family units to what was taken in.
+// limit lowers seq's units to what was taken in (the sysctl unit has its own rule:
+// Watcher.SysctlSettled).
 func (t *taken) limit(seq *dataplane.FenceSeq) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for u := range t.upTo {
-		seq[u] = min(seq[u], t.upTo[u])
+		if u != dataplane.FenceSysctl {
+			seq[u] = min(seq[u], t.upTo[u])
+		}
 	}
 }

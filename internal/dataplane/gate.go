@@ -14,6 +14,8 @@ type Families uint32
 const (
 	IPv4 Families = 1 << iota
 	IPv6
+	// Devices: in Fenced, the packets of some devices (the link unit), not a family.
+	Devices
 	BothFamilies = IPv4 | IPv6
 )
 
@@ -25,6 +27,9 @@ func (f Families) Names() []string {
 	}
 	if f&IPv6 != 0 {
 		n = append(n, "ipv6")
+	}
+	if f&Devices != 0 {
+		n = append(n, "devices changed")
 	}
 	return n
 }
@@ -66,7 +71,11 @@ func (d *Dataplane) writeGateLocked(f Families, done FenceSeq) error {
 type FenceSeq [len(linuxfpLfpFence{}.Seq)]uint64
 
 // FenceSysctl is the sysctl unit's index (LFP_FENCE_SYSCTL): it fences both families.
-const FenceSysctl = 2
+// FenceLink is the link unit's (LFP_FENCE_LINK): it fences the packets of the devices changed.
+const (
+	FenceSysctl = 2
+	FenceLink   = 3
+)
 
 // FenceUnitName names fence unit u (an index of FenceSeq) as status shows it.
 func FenceUnitName(u int) string {
@@ -77,6 +86,8 @@ func FenceUnitName(u int) string {
 		return "ipv6"
 	case FenceSysctl:
 		return "sysctl"
+	case FenceLink:
+		return "link"
 	}
 	return fmt.Sprintf("unit%d", u)
 }
@@ -84,7 +95,7 @@ func FenceUnitName(u int) string {
 // WatcherMaps are the maps the watchers write (they are loaded with them): the fence, and the
 // FDB mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_fdb": d.maps.LfpFdb}
+	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb": d.maps.LfpFdb}
 }
 
 // ForgetFDB: the FDB mirror's entry for (bridge, mac) was deleted behind the data plane's back
@@ -143,6 +154,8 @@ func (d *Dataplane) Fenced() (Families, error) {
 		case seq[u] == d.done[u]:
 		case u == FenceSysctl:
 			f |= BothFamilies
+		case u == FenceLink:
+			f |= Devices
 		default:
 			f |= 1 << u
 		}

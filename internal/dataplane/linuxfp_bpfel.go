@@ -103,7 +103,7 @@ type linuxfpLfpFdbVal struct {
 
 type linuxfpLfpFence struct {
 	_   structs.HostLayout
-	Seq [3]uint64
+	Seq [4]uint64
 }
 
 type linuxfpLfpFwFlags uint32
@@ -187,7 +187,7 @@ type linuxfpLfpGate struct {
 	_      structs.HostLayout
 	Failed uint32
 	Pad    uint32
-	Done   [3]uint64
+	Done   [4]uint64
 }
 
 type linuxfpLfpIf struct {
@@ -419,6 +419,7 @@ const (
 	linuxfpMapLfpFwSets       = "lfp_fw_sets"
 	linuxfpMapLfpFwStats      = "lfp_fw_stats"
 	linuxfpMapLfpGateMap      = "lfp_gate_map"
+	linuxfpMapLfpIfFence      = "lfp_if_fence"
 	linuxfpMapLfpIfs          = "lfp_ifs"
 	linuxfpMapLfpIfsHi        = "lfp_ifs_hi"
 	linuxfpMapLfpL2           = "lfp_l2"
@@ -511,6 +512,7 @@ type linuxfpMapSpecs struct {
 	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap      *ebpf.MapSpec `ebpf:"lfp_gate_map"`
+	LfpIfFence      *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
@@ -579,6 +581,7 @@ type linuxfpMaps struct {
 	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap      *ebpf.Map `ebpf:"lfp_gate_map"`
+	LfpIfFence      *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
@@ -614,6 +617,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFwSets,
 		m.LfpFwStats,
 		m.LfpGateMap,
+		m.LfpIfFence,
 		m.LfpIfs,
 		m.LfpIfsHi,
 		m.LfpL2,

@@ -87,7 +87,7 @@ type linuxfpTcLfpFdbVal struct {
 
 type linuxfpTcLfpFence struct {
 	_   structs.HostLayout
-	Seq [3]uint64
+	Seq [4]uint64
 }
 
 type linuxfpTcLfpFwHostKey struct {
@@ -150,7 +150,7 @@ type linuxfpTcLfpGate struct {
 	_      structs.HostLayout
 	Failed uint32
 	Pad    uint32
-	Done   [3]uint64
+	Done   [4]uint64
 }
 
 type linuxfpTcLfpIf struct {
@@ -347,6 +347,7 @@ const (
 	linuxfpTcMapLfpFwSets       = "lfp_fw_sets"
 	linuxfpTcMapLfpFwStats      = "lfp_fw_stats"
 	linuxfpTcMapLfpGateMap      = "lfp_gate_map"
+	linuxfpTcMapLfpIfFence      = "lfp_if_fence"
 	linuxfpTcMapLfpIfs          = "lfp_ifs"
 	linuxfpTcMapLfpIfsHi        = "lfp_ifs_hi"
 	linuxfpTcMapLfpL2           = "lfp_l2"
@@ -439,6 +440,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap      *ebpf.MapSpec `ebpf:"lfp_gate_map"`
+	LfpIfFence      *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
@@ -507,6 +509,7 @@ type linuxfpTcMaps struct {
 	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap      *ebpf.Map `ebpf:"lfp_gate_map"`
+	LfpIfFence      *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
 	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
@@ -542,6 +545,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFwSets,
 		m.LfpFwStats,
 		m.LfpGateMap,
+		m.LfpIfFence,
 		m.LfpIfs,
 		m.LfpIfsHi,
 		m.LfpL2,

@@ -112,12 +112,13 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 	w.closers = append(w.closers, func() { ipsetRead.Stop() })
 	w.readRing(ctx, rd, "netlink watcher", func(b []byte) {
 		var ev netlinkwatchLfpNlEvent
-		if len(b) < 24 {
+		if len(b) < 8+8*len(ev.Seq) {
 			return
 		}
 		ev.Classes = binary.NativeEndian.Uint32(b)
-		ev.Seq[0] = binary.NativeEndian.Uint64(b[8:])
-		ev.Seq[1] = binary.NativeEndian.Uint64(b[16:])
+		for u := range ev.Seq {
+			ev.Seq[u] = binary.NativeEndian.Uint64(b[8+8*u:])
+		}
 		var counted []Counted
 		for u, seq := range ev.Seq {
 			if seq != 0 {

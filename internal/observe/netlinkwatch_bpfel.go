@@ -29,7 +29,7 @@ type netlinkwatchLfpFdbVal struct {
 
 type netlinkwatchLfpFence struct {
 	_   structs.HostLayout
-	Seq [3]uint64
+	Seq [4]uint64
 }
 
 type netlinkwatchLfpNlClass uint32
@@ -51,7 +51,7 @@ type netlinkwatchLfpNlEvent struct {
 	_       structs.HostLayout
 	Classes uint32
 	Pad     uint32
-	Seq     [2]uint64
+	Seq     [4]uint64
 }
 
 type netlinkwatchLfpSetName struct {
@@ -66,6 +66,7 @@ const (
 	netlinkwatchMapLfpFdb         = "lfp_fdb"
 	netlinkwatchMapLfpFdbChanges  = "lfp_fdb_changes"
 	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
+	netlinkwatchMapLfpIfFence     = "lfp_if_fence"
 	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
 	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
 	netlinkwatchMapLfpNlSets      = "lfp_nl_sets"
@@ -131,6 +132,7 @@ type netlinkwatchMapSpecs struct {
 	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpIfFence    *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
 	LfpNlSets     *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
@@ -168,6 +170,7 @@ type netlinkwatchMaps struct {
 	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpIfFence    *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
 	LfpNlSets     *ebpf.Map `ebpf:"lfp_nl_sets"`
@@ -178,6 +181,7 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpFdb,
 		m.LfpFdbChanges,
 		m.LfpFenceMap,
+		m.LfpIfFence,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
 		m.LfpNlSets,

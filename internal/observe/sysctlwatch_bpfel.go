@@ -15,7 +15,7 @@ import (
 
 type sysctlwatchLfpFence struct {
 	_   structs.HostLayout
-	Seq [3]uint64
+	Seq [4]uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -23,6 +23,7 @@ type sysctlwatchLfpFence struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	sysctlwatchMapLfpFenceMap     = "lfp_fence_map"
+	sysctlwatchMapLfpIfFence      = "lfp_if_fence"
 	sysctlwatchMapLfpSysctlEvents = "lfp_sysctl_events"
 	sysctlwatchProgLfpSysctlWrite = "lfp_sysctl_write"
 	sysctlwatchVarCfgNetns        = "cfg_netns"
@@ -78,6 +79,7 @@ type sysctlwatchProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type sysctlwatchMapSpecs struct {
 	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpIfFence      *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpSysctlEvents *ebpf.MapSpec `ebpf:"lfp_sysctl_events"`
 }
 
@@ -109,12 +111,14 @@ func (o *sysctlwatchObjects) Close() error {
 // It can be passed to loadSysctlwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sysctlwatchMaps struct {
 	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpIfFence      *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpSysctlEvents *ebpf.Map `ebpf:"lfp_sysctl_events"`
 }
 
 func (m *sysctlwatchMaps) Close() error {
 	return _SysctlwatchClose(
 		m.LfpFenceMap,
+		m.LfpIfFence,
 		m.LfpSysctlEvents,
 	)
 }
