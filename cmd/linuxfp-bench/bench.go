@@ -52,7 +52,7 @@ Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, 
 
 // forwardingBenchCmd is a benchmark of the gen -> dut -> sink pipeline (bench router, bench
 // bridge): the same flags, run by run.
-func forwardingBenchCmd(use, short, long string, run func(context.Context, bench.Config) (*bench.Result, error)) *cobra.Command {
+func forwardingBenchCmd(use, short, long string, run func(context.Context, harness.PipelineConfig) (*harness.PipelineResult, error)) *cobra.Command {
 	var (
 		bf benchFlags
 		tf testFlags
@@ -63,7 +63,7 @@ func forwardingBenchCmd(use, short, long string, run func(context.Context, bench
 		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
 				return run(ctx, cfg)
 			})
@@ -81,7 +81,7 @@ type testFlags struct {
 
 // add adds the flags (--no-throughput only with throughput: the benchmark can skip it), with
 // sessions request/response sessions by default.
-func (tf *testFlags) add(cmd *cobra.Command, cfg *bench.Config, throughput bool, sessions int) {
+func (tf *testFlags) add(cmd *cobra.Command, cfg *harness.PipelineConfig, throughput bool, sessions int) {
 	f := cmd.Flags()
 	f.IntVar(&cfg.Sessions, "sessions", sessions, "parallel TCP request/response sessions in the latency test")
 	if throughput {
@@ -96,7 +96,7 @@ func (tf *testFlags) add(cmd *cobra.Command, cfg *bench.Config, throughput bool,
 		"offered load of the CPU test in frames/s (default: half of Linux's 64-byte rate)")
 }
 
-func (tf *testFlags) set(cfg *bench.Config) {
+func (tf *testFlags) set(cfg *harness.PipelineConfig) {
 	cfg.Throughput, cfg.Latency, cfg.CPU = !tf.noThroughput, !tf.noLatency, !tf.noCPU
 }
 
@@ -156,9 +156,9 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 				}
 				gc.Traffic = append(gc.Traffic, t)
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
-				gc.Config = cfg
+				gc.PipelineConfig = cfg
 				return bench.RunGateway(ctx, gc)
 			})
 		},
@@ -203,7 +203,7 @@ on exit, including on Ctrl-C.
 Quick run: linuxfp bench modules --rounds 1 --duration 500ms --no-cpu`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
 				return bench.RunModules(ctx, cfg)
 			})
@@ -251,7 +251,7 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 				}
 				pc.Workloads = append(pc.Workloads, w)
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				pc.Run = cfg.Run
 				return bench.RunPods(ctx, pc)
 			})
@@ -309,7 +309,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 				}
 				sc.Workloads = append(sc.Workloads, w)
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				sc.Run = cfg.Run
 				return bench.RunServices(ctx, sc)
 			})
@@ -384,7 +384,7 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 				return fmt.Errorf("--lookup %q: want hash or lpm", lookup)
 			}
 			cc.TestRun, cc.Live = !noTestRun, !noForward
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				cc.Run = cfg.Run
 				return bench.RunCompose(ctx, cc)
 			})
@@ -409,7 +409,7 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 
 // benchFlags are the flags every benchmark of the gen -> dut -> sink pipeline has.
 type benchFlags struct {
-	cfg    bench.Config
+	cfg    harness.PipelineConfig
 	modes  []string
 	asJSON bool
 	level  string
@@ -433,7 +433,7 @@ func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
 
 // run runs a benchmark with the configuration the flags give, stops it on Ctrl-C, and prints
 // what it measured (also when it failed or was interrupted half-way).
-func (bf *benchFlags) run(run func(context.Context, bench.Config) (harness.Result, error)) error {
+func (bf *benchFlags) run(run func(context.Context, harness.PipelineConfig) (harness.Result, error)) error {
 	log, err := newLogger(bf.level)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -24,26 +26,33 @@ import (
 // router benchmark. The bridge learns where gen and the sink are before every measurement
 // (bridgeLearn). It returns what it measured even when ctx is cancelled half-way (with ctx's
 // error); every namespace it created is gone when it returns.
-func RunBridge(ctx context.Context, cfg Config) (*Result, error) {
-	return run(ctx, cfg, bridgeTopology)
+func RunBridge(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
+	return harness.RunPipeline(ctx, cfg, bridgeTopology)
 }
 
-var bridgeTopology = &topology{
-	name:  "bridge",
-	build: func(o testbed.Options) (*testbed.Testbed, error) { return testbed.NewBridge("lfp-bridge", o) },
-	// From gen to the sink's own MAC and address: the bridge finds out0 in its FDB.
-	flow: func(tb *testbed.Testbed) genFlow {
-		return genFlow{src: tb.GenMAC, dst: tb.SinkMAC, srcIP: tb.GenIP, dstIP: tb.SinkIP, ifindex: tb.GenIfindex}
+var bridgeTopology = &harness.Topology{
+	Name:   "bridge",
+	Module: "bridge",
+	Describe: func(w io.Writer, s *harness.PipelineSettings) {
+		fmt.Fprintln(w, "Bridge: gen -> DUT (br0, in0 -> out0) -> sink over veth, one IPv4 subnet, UDP to port 9")
+		if br, ok := s.Bridge.(*BridgeSettings); ok {
+			fmt.Fprintf(w, "br0: FDB learned (%s), ageing %s, bridge-nf-call-iptables=%d\n", br.Learning, br.Ageing, br.NFCallIptables)
+		}
 	},
-	l2: true,
+	Build: func(o testbed.Options) (*testbed.Testbed, error) { return testbed.NewBridge("lfp-bridge", o) },
+	// From gen to the sink's own MAC and address: the bridge finds out0 in its FDB.
+	Flow: func(tb *testbed.Testbed) harness.Flow {
+		return harness.Flow{Src: tb.GenMAC, Dst: tb.SinkMAC, SrcIP: tb.GenIP, DstIP: tb.SinkIP, Ifindex: tb.GenIfindex}
+	},
+	L2: true,
 	// No pings: the generator addresses its frames itself, the bridge learns from bridgeLearn's
 	// frames, and the latency test's TCP resolves (and confirms) the neighbours as it connects.
 	// A ping would leave neighbour probes for seconds afterwards (the answering host's entry
 	// goes STALE -> DELAY -> PROBE), answered by gen's stack in the middle of measurements.
-	resolve:      false,
-	startLinuxfp: startLinuxfpSettled,
-	setup:        bridgeSetup,
-	prepare:      bridgeLearn,
+	Resolve:      false,
+	StartLinuxfp: startLinuxfpSettled,
+	Setup:        bridgeSetup,
+	Prepare:      bridgeLearn,
 }
 
 // BridgeSettings is the DUT's bridge as the benchmark found it (iproute2's defaults).
@@ -61,16 +70,16 @@ const learningNote = "gen and sink send one frame each before every measurement"
 
 // bridgeSetup records how the DUT's bridge is configured, and checks that its FDB entries cannot
 // age out during one measurement (they are learned again before the next).
-func bridgeSetup(b *pipeline) error {
+func bridgeSetup(b *harness.Pipeline) error {
 	var ageing time.Duration
-	err := b.tb.DUT.Do(func() error {
-		lk, err := netlink.LinkByName(b.tb.Bridge)
+	err := b.TB.DUT.Do(func() error {
+		lk, err := netlink.LinkByName(b.TB.Bridge)
 		if err != nil {
 			return err
 		}
 		br, ok := lk.(*netlink.Bridge)
 		if !ok || br.AgeingTime == nil {
-			return fmt.Errorf("%s: no bridge ageing time in its attributes", b.tb.Bridge)
+			return fmt.Errorf("%s: no bridge ageing time in its attributes", b.TB.Bridge)
 		}
 		ageing = time.Duration(*br.AgeingTime) * time.Second / 100 // centiseconds
 		return nil
@@ -78,17 +87,17 @@ func bridgeSetup(b *pipeline) error {
 	if err != nil {
 		return fmt.Errorf("read the DUT's bridge: %w", err)
 	}
-	longest := b.cfg.Warmup + max(b.cfg.Duration, b.cfg.CPUDuration)
+	longest := b.Cfg.Warmup + max(b.Cfg.Duration, b.Cfg.CPUDuration)
 	if ageing > 0 && longest >= ageing {
 		return fmt.Errorf("a measurement (warm-up + duration: %s) would outlast %s's FDB ageing time (%s): learned entries could expire during it",
-			longest, b.tb.Bridge, ageing)
+			longest, b.TB.Bridge, ageing)
 	}
 	s := &BridgeSettings{Ageing: ageing.String(), Learning: learningNote}
 	for name, v := range map[string]*int{
 		"net.bridge.bridge-nf-call-iptables":  &s.NFCallIptables,
 		"net.bridge.bridge-nf-call-ip6tables": &s.NFCallIp6tables,
 	} {
-		out, err := b.tb.DUT.Run("sysctl", "-n", name)
+		out, err := b.TB.DUT.Run("sysctl", "-n", name)
 		if err != nil {
 			return err
 		}
@@ -96,8 +105,8 @@ func bridgeSetup(b *pipeline) error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	b.res.Config.Bridge = s
-	b.log.Info("DUT bridge", "bridge", b.tb.Bridge, "ageing", s.Ageing,
+	b.Res.Config.Bridge = s
+	b.Log.Info("DUT bridge", "bridge", b.TB.Bridge, "ageing", s.Ageing,
 		"bridge_nf_call_iptables", s.NFCallIptables, "bridge_nf_call_ip6tables", s.NFCallIp6tables)
 	return nil
 }
@@ -117,8 +126,8 @@ const learnEthertype = 0x88b5
 // measurement, see measureFull); and the receiving stack drops them.
 //
 // A bridge that has not learned both after a second is reported as the round's problem.
-func bridgeLearn(b *pipeline) (problem string, err error) {
-	tb := b.tb
+func bridgeLearn(b *harness.Pipeline) (problem string, err error) {
+	tb := b.TB
 	t0 := time.Now()
 	if err := sendFrame(tb.Gen, tb.GenIfindex, learnFrame(tb.GenMAC, tb.SinkMAC)); err != nil {
 		return "", err
@@ -206,7 +215,7 @@ func fdbProblem(tb *testbed.Testbed, want []fdbWant, since time.Duration) (strin
 }
 
 // fdbTick is the unit of an FDB entry's times: USER_HZ ticks.
-const fdbTick = time.Second / userHZ
+const fdbTick = time.Second / harness.UserHZ
 
 // fdbAge is how long ago the bridge last saw a frame from e's MAC on e's port.
 func fdbAge(e *netlink.Neigh) time.Duration { return time.Duration(e.Updated) * fdbTick }
@@ -235,7 +244,7 @@ func startLinuxfpSettled(tb *testbed.Testbed, bin string, args ...string) (*test
 			last, since = st.Applies, time.Now()
 			return false
 		}
-		return time.Since(since) >= linuxfpSettle
+		return time.Since(since) >= harness.LinuxfpSettle
 	})
 	if err != nil {
 		l.Stop()
@@ -243,7 +252,3 @@ func startLinuxfpSettled(tb *testbed.Testbed, bin string, args ...string) (*test
 	}
 	return l, nil
 }
-
-// linuxfpSettle is how long linuxfp must apply no change before a measurement: ten times its
-// longest coalescing delay for a burst of events (20 ms).
-const linuxfpSettle = 200 * time.Millisecond

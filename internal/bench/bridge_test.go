@@ -6,13 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 // bridgeLearn must leave the DUT's bridge with gen's MAC learned on in0 and the sink's on out0,
 // and fdbProblem must notice when an entry is not where it should be.
 func TestBridgeLearn(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	tb, err := testbed.NewBridge("lfp-test", testbed.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,7 @@ func TestBridgeLearn(t *testing.T) {
 		t.Fatalf("a MAC nobody has: problem %q (%v), want it not on in0", p, err)
 	}
 	for i := range 2 { // the second time, the entries exist and must be refreshed
-		p, err := bridgeLearn(&pipeline{tb: tb})
+		p, err := bridgeLearn(&harness.Pipeline{TB: tb})
 		if err != nil || p != "" {
 			t.Fatalf("learning %d: problem %q (%v)", i, p, err)
 		}

@@ -130,7 +130,7 @@ func newComposer(comps []Composition, modules []int, lpm bool) (c *composer, err
 }
 
 func (c *composer) loadComposition(comp Composition, modules []int, testRun bool) error {
-	vars := map[string]uint32{composeVarCfgLpm: boolU32(c.lpm), composeVarCfgTestRun: boolU32(testRun)}
+	vars := map[string]uint32{composeVarCfgLpm: harness.BoolU32(c.lpm), composeVarCfgTestRun: harness.BoolU32(testRun)}
 	if comp == ComposeInline {
 		for _, n := range modules {
 			vars[composeVarCfgModules] = uint32(n)
@@ -156,7 +156,7 @@ func (c *composer) loadComposition(comp Composition, modules []int, testRun bool
 	for i := range names {
 		names[i] = fmt.Sprintf("compose_tail%d", i)
 	}
-	vars[composeVarCfgNextFromMap] = boolU32(comp == ComposeTailMap)
+	vars[composeVarCfgNextFromMap] = harness.BoolU32(comp == ComposeTailMap)
 	coll, err := c.load(vars, t.chain, names...)
 	if err != nil {
 		return fmt.Errorf("load the %s chain: %w", comp, err)

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"slices"
 	"time"
 
 	"github.com/cilium/ebpf/asm"
-	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/packet"
@@ -67,11 +65,11 @@ func (c *ComposeConfig) defaults() error {
 
 // composeTopology is the router benchmark's gen -> DUT -> sink under names of its own: the
 // composed chain on in0 forwards to out0 what the generator sends to the 50 routed prefixes.
-var composeTopology = func() *topology {
+var composeTopology = func() *harness.Topology {
 	t := *routerTopology
-	t.name = "compose"
-	t.build = func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New("lfp-compose", o) }
-	t.startLinuxfp = nil
+	t.Name = "compose"
+	t.Build = func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New("lfp-compose", o) }
+	t.StartLinuxfp = nil
 	return &t
 }()
 
@@ -93,7 +91,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 			return nil, err
 		}
 	}
-	err = withTestbed(composeTopology, 1, func(tb *testbed.Testbed) error {
+	err = harness.WithTestbed(composeTopology, 1, func(tb *testbed.Testbed) error {
 		// Every module (all 16, whatever the length run) routes the generator's prefixes to
 		// the sink through out0.
 		for m := range ComposeMaxModules {
@@ -108,22 +106,22 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 		if err := tb.DUT.Do(func() error { return errors.Join(c.addTx(tb.OutIfindex), c.addIngress(tb.InIfindex)) }); err != nil {
 			return err
 		}
-		pcfg := Config{Run: cfg.Run}
-		b, err := newPipeline(ctx, pcfg, composeTopology, tb, nil)
+		pcfg := harness.PipelineConfig{Run: cfg.Run}
+		b, err := harness.NewPipeline(ctx, pcfg, composeTopology, tb, nil)
 		if err != nil {
 			return err
 		}
-		defer b.close()
+		defer b.Close()
 		cpus, err := harness.UsableCPUs()
 		if err != nil {
 			return err
 		}
 		cpus = cpus[:1]
 		frame := packet.Spec{SrcMAC: tb.GenMAC, DstMAC: tb.InMAC, Src: tb.GenIP, Dst: testbed.Prefix4(0, 1),
-			SrcPort: 1024, DstPort: 9, Size: cfg.Size - fcsLen}.Bytes()
+			SrcPort: 1024, DstPort: 9, Size: cfg.Size - harness.FCSLen}.Bytes()
 		for r := range cfg.Rounds {
 			if cfg.TestRun {
-				err := onCPU(cpus[0], func() error {
+				err := harness.OnCPU(cpus[0], func() error {
 					for _, cell := range res.roundOrder(r) {
 						if err := ctx.Err(); err != nil {
 							return err
@@ -204,17 +202,17 @@ func (cell *ComposeCell) testRun(c *composer, frame []byte, d time.Duration) err
 }
 
 // forward attaches the cell's program to the DUT's in0 and measures what reaches the sink.
-func (cell *ComposeCell) forward(b *pipeline, c *composer, cpus []int, size int) error {
+func (cell *ComposeCell) forward(b *harness.Pipeline, c *composer, cpus []int, size int) error {
 	prog, err := c.program(cell.Composition, cell.Modules, false)
 	if err != nil {
 		return err
 	}
-	if on, err := attached(b.tb.DUT, "in0"); err != nil {
+	if on, err := harness.Attached(b.TB.DUT, "in0"); err != nil {
 		return err
 	} else if on != "" {
 		return fmt.Errorf("%s is still attached to the DUT's in0", on)
 	}
-	l, err := attachXDP(b.tb.DUT, "in0", prog)
+	l, err := harness.AttachXDP(b.TB.DUT, "in0", prog)
 	if err != nil {
 		return err
 	}
@@ -223,7 +221,7 @@ func (cell *ComposeCell) forward(b *pipeline, c *composer, cpus []int, size int)
 	if err != nil {
 		return err
 	}
-	rd, err := b.measureFull(size, cpus, 0)
+	rd, err := b.MeasureFull(size, cpus, 0)
 	if err != nil {
 		return fmt.Errorf("%s, %d modules: %w", cell.Composition, cell.Modules, err)
 	}
@@ -257,21 +255,4 @@ func (cell *ComposeCell) programSize(c *composer) error {
 		}
 	}
 	return nil
-}
-
-// onCPU runs fn on a thread pinned to cpu: the test runs are timed on the CPU the generator
-// and the DUT's softirq work use in the forwarding measurement.
-func onCPU(cpu int, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return fmt.Errorf("get cpu affinity: %w", err)
-	}
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return fmt.Errorf("pin to cpu %d: %w", cpu, err)
-	}
-	defer unix.SchedSetaffinity(0, &old)
-	return fn()
 }

@@ -14,7 +14,7 @@ import (
 
 // ComposeResult is what bench compose measured. The JSON form is for scripts.
 type ComposeResult struct {
-	Machine Machine         `json:"machine"`
+	Machine harness.Machine `json:"machine"`
 	Config  ComposeSettings `json:"config"`
 	Cells   []*ComposeCell  `json:"cells"`
 	// Per composition: the cost of one more module, fitted over the chain lengths.
@@ -69,7 +69,7 @@ type ComposeLive struct {
 
 // ComposeRound is one forwarding round and what the chain counted meanwhile.
 type ComposeRound struct {
-	Round
+	harness.Round
 	Counted composeCounters `json:"counted"`
 }
 
@@ -115,7 +115,7 @@ func newComposeResult(cfg ComposeConfig) *ComposeResult {
 	r := &ComposeResult{
 		Machine: harness.ThisMachine(),
 		Config: ComposeSettings{Modules: cfg.Modules, Compositions: cfg.Compositions, Lookup: "hash",
-			FrameSize: cfg.Size, Prefixes: routerTopology.prefixes, Timing: harness.Timing{Rounds: cfg.Rounds}},
+			FrameSize: cfg.Size, Prefixes: routerTopology.Prefixes, Timing: harness.Timing{Rounds: cfg.Rounds}},
 	}
 	if cfg.LPM {
 		r.Config.Lookup = "lpm"
@@ -384,7 +384,7 @@ func (r *ComposeResult) flags() []string {
 			if len(rd.Discarded) > 0 {
 				out = append(out, fmt.Sprintf("%s %d window(s) measured again: frames were lost before the DUT", what, len(rd.Discarded)))
 			}
-			if rd.lostBeforeSink() {
+			if rd.LostBeforeSink() {
 				out = append(out, fmt.Sprintf("%s received %d of %d offered", what, rd.Received, rd.Offered))
 			}
 			fwd := rd.Counted.Reasons["forwarded"]

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/packet"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -28,8 +29,8 @@ func composeMAC(role, i int) net.HardwareAddr {
 // the same counters; and so must their BPF_PROG_TEST_RUN variants, but for the TTL they leave
 // alone. The expected outcome is written down, so chains that are all equally wrong fail too.
 func TestComposeSameBehaviour(t *testing.T) {
-	needRoot(t)
-	pinThread(t)
+	benchtest.NeedRoot(t)
+	benchtest.PinThread(t)
 	ns, err := nsutil.New("lfp-composetest")
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestComposeSameBehaviour(t *testing.T) {
 		}
 
 		udp := func(dst netip.Addr) packet.Spec {
-			return packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr, Dst: dst, SrcPort: 1024, DstPort: 9, Size: 60}
+			return packet.Spec{SrcMAC: composeMAC(0xa, 0), DstMAC: composeMAC(0xb, 0), Src: testbed.GenAddr, Dst: dst, SrcPort: 1024, DstPort: 9, Size: 60}
 		}
 		withTTL := func(s packet.Spec, ttl uint8) packet.Spec { s.TTL = ttl; return s }
 		withOpts := func(s packet.Spec) packet.Spec { s.Options = []byte{1, 1, 1, 0}; return s }

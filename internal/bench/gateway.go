@@ -28,12 +28,10 @@ package bench
 // is what the sink receives.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/bits"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -48,7 +46,7 @@ import (
 
 // GatewayConfig configures RunGateway.
 type GatewayConfig struct {
-	Config
+	harness.PipelineConfig
 	// Sweep is the blacklist sizes of the throughput-vs-rules sweep (the paper's Figure 8), one
 	// DROP rule per address; empty: no sweep. The paper's gateway (100 rules, ipset) is always
 	// measured.
@@ -250,10 +248,10 @@ type GatewayVariant struct {
 	Destinations int     `json:"destinations"`
 	Permitted    float64 `json:"permitted"`
 	// Linuxfp is what linuxfp said about the ruleset when it started.
-	Linuxfp    *LinuxfpFilter  `json:"linuxfp,omitempty"`
-	Throughput []ThroughputRow `json:"throughput"`
+	Linuxfp    *LinuxfpFilter          `json:"linuxfp,omitempty"`
+	Throughput []harness.ThroughputRow `json:"throughput"`
 
-	res       *Result
+	res       *harness.PipelineResult
 	dsts      []netip.Addr
 	permitted float64 // as a cell wants it: 0 for all
 }
@@ -315,24 +313,25 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 		return nil, fmt.Errorf("--large-set %d: want 0 to %d (the addresses no packet goes to fill 10.0.0.0/8)", cfg.LargeSet, maxEntries)
 	}
 	cfg.Throughput = true
-	if err := cfg.Config.defaults(); err != nil {
+	if err := cfg.PipelineConfig.Defaults(); err != nil {
 		return nil, err
 	}
 	g := &gatewayRun{cfg: cfg, rulesets: gatewayRulesets(cfg.Sweep, cfg.LargeSet), filters: map[string]*LinuxfpFilter{}}
 	if cfg.NoIPSet {
 		g.rulesets = slices.DeleteFunc(g.rulesets, func(rs Ruleset) bool { return rs.IPSet })
 	}
-	t := &topology{
-		name:         "gateway",
-		prefixes:     routerTopology.prefixes,
-		build:        routerTopology.build,
-		resolve:      true,
-		startLinuxfp: g.startLinuxfp,
-		throughput:   g.measure,
+	t := &harness.Topology{
+		Name:         "gateway",
+		Module:       "filter",
+		Prefixes:     routerTopology.Prefixes,
+		Build:        routerTopology.Build,
+		Resolve:      true,
+		StartLinuxfp: g.startLinuxfp,
+		Throughput:   g.measure,
 		// To the DUT's in0, destinations from the generator's list (gatewayDsts).
-		flow: func(tb *testbed.Testbed) genFlow {
-			return genFlow{src: tb.GenMAC, dst: tb.InMAC, srcIP: tb.GenIP, dstIP: netip.IPv4Unspecified(),
-				list: true, ifindex: tb.GenIfindex}
+		Flow: func(tb *testbed.Testbed) harness.Flow {
+			return harness.Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: netip.IPv4Unspecified(),
+				List: true, Ifindex: tb.GenIfindex}
 		},
 	}
 	for _, rs := range g.rulesets {
@@ -340,40 +339,40 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 		g.filters[rs.Name] = f
 		for _, tr := range cfg.Traffic {
 			dsts, permitted := gatewayDsts(tr, rs)
-			v := &GatewayVariant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: newResult(cfg.Config, t),
+			v := &GatewayVariant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: harness.NewPipelineResult(cfg.PipelineConfig, t),
 				dsts: dsts, permitted: permitted}
 			if permitted > 0 {
 				v.Permitted = permitted
 			}
-			if slices.ContainsFunc(cfg.Modes, Mode.RunsLinuxfp) {
+			if slices.ContainsFunc(cfg.Modes, harness.Mode.RunsLinuxfp) {
 				v.Linuxfp = f
 			}
 			g.variants = append(g.variants, v)
 		}
 	}
-	res, err := run(ctx, cfg.Config, t)
+	res, err := harness.RunPipeline(ctx, cfg.PipelineConfig, t)
 	return g.result(res), err
 }
 
 // measure is the gateway's throughput test on one topology: for each ruleset, apply it in the
 // DUT, then measure every traffic pattern and frame size in every mode, round by round.
-func (g *gatewayRun) measure(b *pipeline, cores int) error {
+func (g *gatewayRun) measure(b *harness.Pipeline, cores int) error {
 	g.set, g.sending = "", nil
 	for _, rs := range g.rulesets {
 		t0 := time.Now()
-		if err := g.apply(b.tb.DUT, rs); err != nil {
+		if err := g.apply(b.TB.DUT, rs); err != nil {
 			return err
 		}
-		b.log.Info("ruleset applied in the DUT", "ruleset", rs.Name, "took", time.Since(t0).Round(time.Millisecond))
-		var cells []cell
+		b.Log.Info("ruleset applied in the DUT", "ruleset", rs.Name, "took", time.Since(t0).Round(time.Millisecond))
+		var cells []harness.Cell
 		for _, v := range g.variants {
 			if v.Ruleset != rs {
 				continue
 			}
-			for _, size := range b.cfg.Sizes {
-				cells = append(cells, cell{size: size, res: v.res, permitted: v.permitted,
-					before: func() error {
-						if err := g.send(b.gen, v); err != nil {
+			for _, size := range b.Cfg.Sizes {
+				cells = append(cells, harness.Cell{Size: size, Res: v.res, Permitted: v.permitted,
+					Before: func() error {
+						if err := g.send(b.Gen, v); err != nil {
 							return err
 						}
 						if rs.large() {
@@ -381,10 +380,10 @@ func (g *gatewayRun) measure(b *pipeline, cores int) error {
 						}
 						return nil
 					},
-					what: []any{"ruleset", rs.Name, "traffic", v.Traffic}})
+					What: []any{"ruleset", rs.Name, "traffic", v.Traffic}})
 			}
 		}
-		if err := b.measureCells(cores, cells); err != nil {
+		if err := b.MeasureCells(cores, cells); err != nil {
 			return fmt.Errorf("%s: %w", rs.Name, err)
 		}
 		if rs.IPSet && rs.Blacklisted == g.cfg.LargeSet && g.idle == nil {
@@ -393,7 +392,7 @@ func (g *gatewayRun) measure(b *pipeline, cores int) error {
 			}
 		}
 	}
-	if b.cfg.Latency || b.cfg.CPU {
+	if b.Cfg.Latency || b.Cfg.CPU {
 		return g.beforeLatency(b)
 	}
 	return nil
@@ -402,23 +401,23 @@ func (g *gatewayRun) measure(b *pipeline, cores int) error {
 // beforeLatency leaves the DUT with the paper's 100 DROP rules for the latency and CPU tests,
 // which come after the throughput test (run), and the generator with traffic no rule matches;
 // the CPU test's default load is half of what Linux handled with them.
-func (g *gatewayRun) beforeLatency(b *pipeline) error {
-	if err := g.apply(b.tb.DUT, rules100); err != nil {
+func (g *gatewayRun) beforeLatency(b *harness.Pipeline) error {
+	if err := g.apply(b.TB.DUT, rules100); err != nil {
 		return err
 	}
 	dsts, _ := gatewayDsts(TrafficMiss, rules100)
-	if err := b.gen.setDsts(dsts); err != nil {
+	if err := b.Gen.SetDsts(dsts); err != nil {
 		return err
 	}
 	g.sending = nil
-	if b.cfg.CPURate == 0 {
+	if b.Cfg.CPURate == 0 {
 		for _, v := range g.variants {
 			if v.Ruleset == rules100 && v.Traffic == TrafficMiss {
-				b.cfg.CPURate = v.rateOf(1, 64, ModeLinux) * 1e6 / 2
+				b.Cfg.CPURate = v.rateOf(1, 64, harness.ModeLinux) * 1e6 / 2
 			}
 		}
 	}
-	b.log.Info("the DUT keeps the 100 rules for the latency and CPU tests; traffic no rule matches")
+	b.Log.Info("the DUT keeps the 100 rules for the latency and CPU tests; traffic no rule matches")
 	return nil
 }
 
@@ -427,12 +426,12 @@ func (g *gatewayRun) beforeLatency(b *pipeline) error {
 // no longer used goes last.
 func (g *gatewayRun) apply(dut *nsutil.NS, rs Ruleset) error {
 	if rs.IPSet && g.set != rs.Name {
-		if err := nsRestore(dut, rs.ipset(g.set != ""), "ipset", "restore"); err != nil {
+		if err := harness.Restore(dut, rs.ipset(g.set != ""), "ipset", "restore"); err != nil {
 			return err
 		}
 		g.set = rs.Name
 	}
-	if err := nsRestore(dut, rs.iptables(), "iptables-restore"); err != nil {
+	if err := harness.Restore(dut, rs.iptables(), "iptables-restore"); err != nil {
 		return err
 	}
 	if !rs.IPSet && g.set != "" {
@@ -446,11 +445,11 @@ func (g *gatewayRun) apply(dut *nsutil.NS, rs Ruleset) error {
 }
 
 // send gives the generator v's destinations, unless it has them already.
-func (g *gatewayRun) send(gen *generator, v *GatewayVariant) error {
+func (g *gatewayRun) send(gen *harness.Generator, v *GatewayVariant) error {
 	if g.sending == v {
 		return nil
 	}
-	if err := gen.setDsts(v.dsts); err != nil {
+	if err := gen.SetDsts(v.dsts); err != nil {
 		return err
 	}
 	g.sending = v
@@ -465,37 +464,27 @@ const genStallWait = 30 * time.Second
 // the generator send nothing at all: the kernel tears down what linuxfp held, and until it has,
 // the generator does not get to run. It sends at a low rate, in bursts of a batch: at Linux's
 // rate with 100,000 rules a full-speed call of the generator takes seconds to return.
-func genFlowing(b *pipeline, cores int) error {
+func genFlowing(b *harness.Pipeline, cores int) error {
 	cpus, err := harness.UsableCPUs()
 	if err != nil {
 		return err
 	}
-	sent0, err := b.gen.sent()
+	sent0, err := b.Gen.Sent()
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
-	stop := b.gen.start(b.ctx, cpus[:cores], genBatch/pacedBurst.Seconds())
+	stop := b.Gen.Start(b.Ctx, cpus[:cores], harness.GenBatch/harness.PacedBurst.Seconds())
 	for time.Since(t0) < genStallWait {
-		if sent, err := b.gen.sent(); err != nil || sent > sent0 {
+		if sent, err := b.Gen.Sent(); err != nil || sent > sent0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
 	if d := time.Since(t0); d > 100*time.Millisecond {
-		b.log.Info("the generator sent nothing for a while before this measurement", "for", d.Round(time.Millisecond))
+		b.Log.Info("the generator sent nothing for a while before this measurement", "for", d.Round(time.Millisecond))
 	}
 	return stop()
-}
-
-// nsRestore runs a restore tool (iptables-restore, ipset restore) in ns with input on its stdin.
-func nsRestore(ns *nsutil.NS, input string, tool ...string) error {
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name}, tool...)...)
-	cmd.Stdin = strings.NewReader(input)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("in %s: %s: %w: %s", ns.Name, strings.Join(tool, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
 }
 
 // filterNote is in0's note when the filter module classifies IPv4 (internal/graph).
@@ -518,7 +507,7 @@ func (g *gatewayRun) startLinuxfp(tb *testbed.Testbed, bin string, args ...strin
 	programs := false
 	err = l.WaitFor(g.current.startTimeout(), func(st *status.Status) bool {
 		notes, problem = nil, ""
-		programs = hookOf(st, "in0") != "" && hookOf(st, "out0") != ""
+		programs = harness.HookOf(st, "in0") != "" && harness.HookOf(st, "out0") != ""
 		for _, it := range st.Interfaces {
 			if it.Name != "in0" {
 				continue

@@ -17,8 +17,8 @@ import (
 
 // GatewayIdle is linuxfp with the large set in the DUT.
 type GatewayIdle struct {
-	Ruleset string `json:"ruleset"`
-	Mode    Mode   `json:"mode"`
+	Ruleset string       `json:"ruleset"`
+	Mode    harness.Mode `json:"mode"`
 	// IPSetWatch: how linuxfp follows ipset changes (its status's ipset_watch).
 	IPSetWatch string `json:"ipset_watch"`
 	// Over Seconds with no traffic and no change: linuxfp's CPU time (utime + stime of
@@ -34,10 +34,10 @@ type GatewayIdle struct {
 	// dropped, while gen streams to dst (a UDP packet every 100 us, fast-pathed before the add).
 	// AddSamples were taken; AddTimeouts of them saw no drop within setAddWait. AddProblem:
 	// why the samples stopped early.
-	AddToDrop   *Distribution `json:"add_to_drop_ms,omitempty"`
-	AddSamples  int           `json:"add_samples,omitempty"`
-	AddTimeouts int           `json:"add_timeouts,omitempty"`
-	AddProblem  string        `json:"add_problem,omitempty"`
+	AddToDrop   *harness.Distribution `json:"add_to_drop_ms,omitempty"`
+	AddSamples  int                   `json:"add_samples,omitempty"`
+	AddTimeouts int                   `json:"add_timeouts,omitempty"`
+	AddProblem  string                `json:"add_problem,omitempty"`
 }
 
 const (
@@ -52,9 +52,9 @@ const (
 // measureIdle measures, in the first linuxfp mode of the run, with the DUT's current ruleset
 // (the large set): linuxfp's CPU over cfg.Idle with no traffic and no change, then cfg.SetAdds
 // `ipset add`s timed to the fast path's first drop.
-func (g *gatewayRun) measureIdle(b *pipeline) error {
-	var mode Mode
-	for _, m := range b.cfg.Modes {
+func (g *gatewayRun) measureIdle(b *harness.Pipeline) error {
+	var mode harness.Mode
+	for _, m := range b.Cfg.Modes {
 		if m.RunsLinuxfp() {
 			mode = m
 			break
@@ -65,14 +65,14 @@ func (g *gatewayRun) measureIdle(b *pipeline) error {
 	}
 	idle := &GatewayIdle{Ruleset: g.current.Name, Mode: mode}
 	g.idle = idle
-	return b.withMode(mode, func() error {
-		l := b.dut.lfp
+	return b.WithMode(mode, func() error {
+		l := b.DUT.Lfp
 		settle(l)
 		if g.cfg.Idle > 0 {
 			if err := idle.measureCPU(b, l, g.cfg.Idle); err != nil {
 				return err
 			}
-			b.log.Info("linuxfp idle", "ruleset", idle.Ruleset, "core_share", fmt.Sprintf("%.4f", idle.CoreShare),
+			b.Log.Info("linuxfp idle", "ruleset", idle.Ruleset, "core_share", fmt.Sprintf("%.4f", idle.CoreShare),
 				"ipset_reads", idle.IPSetReads, "events", idle.Events, "ipset_watch", idle.IPSetWatch)
 		}
 		var took []time.Duration
@@ -83,7 +83,7 @@ func (g *gatewayRun) measureIdle(b *pipeline) error {
 			}
 			if problem != "" {
 				idle.AddProblem = problem
-				b.log.Warn("ipset add: no more samples", "problem", problem)
+				b.Log.Warn("ipset add: no more samples", "problem", problem)
 				break
 			}
 			idle.AddSamples++
@@ -92,10 +92,10 @@ func (g *gatewayRun) measureIdle(b *pipeline) error {
 				continue
 			}
 			took = append(took, d)
-			b.log.Info("ipset add reached the fast path", "sample", i+1, "took", d.Round(time.Microsecond))
+			b.Log.Info("ipset add reached the fast path", "sample", i+1, "took", d.Round(time.Microsecond))
 		}
 		if len(took) > 0 {
-			d := distribution(took)
+			d := harness.DistributionOf(took)
 			idle.AddToDrop = &d
 		}
 		return nil
@@ -104,21 +104,21 @@ func (g *gatewayRun) measureIdle(b *pipeline) error {
 
 // measureCPU reads linuxfp's CPU time and status counters around d of nothing: no traffic, no
 // change, no status request.
-func (idle *GatewayIdle) measureCPU(b *pipeline, l *testbed.Linuxfp, d time.Duration) error {
+func (idle *GatewayIdle) measureCPU(b *harness.Pipeline, l *testbed.Linuxfp, d time.Duration) error {
 	st0, err := statusWithin(l, setAddWait)
 	if err != nil {
 		return err
 	}
 	idle.IPSetWatch = st0.IPSetWatch
-	c0, err := processCPU(st0.PID)
+	c0, err := harness.ProcessCPU(st0.PID)
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
-	if err := harness.SleepCtx(b.ctx, d); err != nil {
+	if err := harness.SleepCtx(b.Ctx, d); err != nil {
 		return err
 	}
-	c1, err := processCPU(st0.PID)
+	c1, err := harness.ProcessCPU(st0.PID)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (idle *GatewayIdle) measureCPU(b *pipeline, l *testbed.Linuxfp, d time.Dura
 // stream the fast path does not forward is a problem, not an error: no sample can be taken.
 // linuxfp's status may be slow to answer while it applies a change to a large set: a request
 // that fails is polled again until the sample's deadline.
-func (g *gatewayRun) setAdd(b *pipeline, l *testbed.Linuxfp, dst netip.Addr) (took time.Duration, ok bool, problem string, err error) {
+func (g *gatewayRun) setAdd(b *harness.Pipeline, l *testbed.Linuxfp, dst netip.Addr) (took time.Duration, ok bool, problem string, err error) {
 	var lastErr error
 	in0 := func() *status.Interface {
 		it, err := l.Interface("in0")
@@ -157,7 +157,7 @@ func (g *gatewayRun) setAdd(b *pipeline, l *testbed.Linuxfp, dst netip.Addr) (to
 			return 0, false, fmt.Sprintf("linuxfp's status: %v", lastErr), nil
 		}
 	}
-	stop := startStream(b.tb.Gen, dst.String())
+	stop := harness.StartStream(b.TB.Gen, dst.String())
 	defer stop()
 	forwarded := it.Forwarded.Packets
 	for t0 := time.Now(); it == nil || it.Forwarded.Packets <= forwarded; time.Sleep(time.Millisecond) {
@@ -167,7 +167,7 @@ func (g *gatewayRun) setAdd(b *pipeline, l *testbed.Linuxfp, dst netip.Addr) (to
 		it = in0()
 	}
 	dropped := it.Dropped.Packets
-	if _, err := b.tb.DUT.Run("ipset", "add", gatewaySet, dst.String()); err != nil {
+	if _, err := b.TB.DUT.Run("ipset", "add", gatewaySet, dst.String()); err != nil {
 		return 0, false, "", err
 	}
 	exit := time.Now()
@@ -179,7 +179,7 @@ func (g *gatewayRun) setAdd(b *pipeline, l *testbed.Linuxfp, dst netip.Addr) (to
 		time.Sleep(200 * time.Microsecond)
 	}
 	stop()
-	if _, err := b.tb.DUT.Run("ipset", "del", gatewaySet, dst.String()); err != nil {
+	if _, err := b.TB.DUT.Run("ipset", "del", gatewaySet, dst.String()); err != nil {
 		return 0, false, "", err
 	}
 	settle(l)

@@ -12,17 +12,17 @@ import (
 
 // GatewayResult is everything the gateway benchmark measured. The JSON form is for scripts.
 type GatewayResult struct {
-	Machine  Machine           `json:"machine"`
+	Machine  harness.Machine   `json:"machine"`
 	Config   GatewaySettings   `json:"config"`
 	Variants []*GatewayVariant `json:"variants"`
 	Targets  []GatewayTarget   `json:"targets,omitempty"`
 	// Latency and CPU: the forwarding benchmarks' tests, with the paper's 100 DROP rules in the
 	// DUT and (CPU) traffic no rule matches.
-	Latency []LatencyMode `json:"latency,omitempty"`
-	CPU     *CPUResult    `json:"cpu,omitempty"`
+	Latency []harness.LatencyMode `json:"latency,omitempty"`
+	CPU     *harness.CPUResult    `json:"cpu,omitempty"`
 	// TableVII: the filter module at each hook (100 rules; miss traffic if measured), side by
 	// side (a tc mode was run).
-	TableVII *TableVII `json:"table_vii,omitempty"`
+	TableVII *harness.TableVII `json:"table_vii,omitempty"`
 	// Idle: linuxfp with the large set in the DUT, no traffic and no change; then ipset adds.
 	Idle    *GatewayIdle `json:"idle,omitempty"`
 	Elapsed string       `json:"elapsed"`
@@ -30,7 +30,7 @@ type GatewayResult struct {
 
 // GatewaySettings is the configuration the numbers were taken with.
 type GatewaySettings struct {
-	Settings
+	harness.PipelineSettings
 	Sweep    []int     `json:"sweep_rules"`
 	LargeSet int       `json:"large_set,omitempty"`
 	Traffic  []Traffic `json:"traffic"`
@@ -65,17 +65,17 @@ func (r *GatewayResult) Measured() bool {
 }
 
 // result collects what the run measured (res: run's own result, for the machine and timing).
-func (g *gatewayRun) result(res *Result) *GatewayResult {
+func (g *gatewayRun) result(res *harness.PipelineResult) *GatewayResult {
 	if res == nil {
 		return nil
 	}
 	out := &GatewayResult{Machine: res.Machine, Elapsed: res.Elapsed, Latency: res.Latency, CPU: res.CPU, Idle: g.idle,
-		Config: GatewaySettings{Settings: res.Config, Sweep: g.cfg.Sweep, LargeSet: g.cfg.LargeSet, Traffic: g.cfg.Traffic}}
+		Config: GatewaySettings{PipelineSettings: res.Config, Sweep: g.cfg.Sweep, LargeSet: g.cfg.LargeSet, Traffic: g.cfg.Traffic}}
 	if len(res.Latency) == 0 {
 		out.Config.Sessions = 0
 	}
 	for _, v := range g.variants {
-		v.res.finish(0)
+		v.res.Finish(0)
 		v.Throughput = v.res.Throughput
 		out.Variants = append(out.Variants, v)
 	}
@@ -86,8 +86,8 @@ func (g *gatewayRun) result(res *Result) *GatewayResult {
 
 // tableVII is the summary of the filter module at each hook: the 100 rules with traffic no rule
 // matches (or the first traffic measured), with the latency and CPU tests (nil without a tc mode).
-func (r *GatewayResult) tableVII() *TableVII {
-	if !hasTCMode(r.Config.Modes) {
+func (r *GatewayResult) tableVII() *harness.TableVII {
+	if !harness.HasTCMode(r.Config.Modes) {
 		return nil
 	}
 	var v *GatewayVariant
@@ -99,17 +99,17 @@ func (r *GatewayResult) tableVII() *TableVII {
 	if v == nil && len(r.Latency) == 0 {
 		return nil
 	}
-	t := &TableVII{Sessions: r.Config.Sessions}
-	var row *ThroughputRow
+	t := &harness.TableVII{Sessions: r.Config.Sessions}
+	var row *harness.ThroughputRow
 	module := "filter"
 	if v != nil {
-		row = tableVIIRow(v.Throughput)
+		row = harness.TableVIIRow(v.Throughput)
 		t.Cores, t.FrameSize = row.Cores, row.FrameSize
 		if v.Traffic != TrafficMiss {
 			module += " (" + string(v.Traffic) + ")"
 		}
 	}
-	t.Rows = hookRows(module, r.Config.Modes, row, r.Latency, r.CPU, flaggedModes(r.flags()))
+	t.Rows = harness.HookRows(module, r.Config.Modes, row, r.Latency, r.CPU, harness.FlaggedModes(r.flags()))
 	return t
 }
 
@@ -159,17 +159,17 @@ func (r *GatewayResult) largeSets() []*GatewayVariant {
 }
 
 // over is mode a's DUT rate over mode b's in v for (cores, size), 0 if either was not measured.
-func (v *GatewayVariant) over(cores, size int, a, b Mode) float64 {
+func (v *GatewayVariant) over(cores, size int, a, b harness.Mode) float64 {
 	return harness.Div(v.rateOf(cores, size, a), v.rateOf(cores, size, b))
 }
 
 // rateOf is mode m's DUT rate in v for (cores, size), 0 if not measured.
-func (v *GatewayVariant) rateOf(cores, size int, m Mode) float64 {
+func (v *GatewayVariant) rateOf(cores, size int, m harness.Mode) float64 {
 	if v == nil {
 		return 0
 	}
-	if t := v.res.throughputOf(cores, size, m); t != nil {
-		return t.rate()
+	if t := v.res.ThroughputOf(cores, size, m); t != nil {
+		return t.Rate()
 	}
 	return 0
 }
@@ -180,8 +180,8 @@ func (r *GatewayResult) targets() []GatewayTarget {
 		for _, cores := range r.Config.Cores {
 			for _, size := range r.Config.Sizes {
 				gt := GatewayTarget{Traffic: t, Cores: cores, FrameSize: size,
-					Over100IPSet: harness.Div(r.variant(rules100, t).rateOf(cores, size, ModeLinuxfp),
-						r.variant(ipsetRules, t).rateOf(cores, size, ModeLinux))}
+					Over100IPSet: harness.Div(r.variant(rules100, t).rateOf(cores, size, harness.ModeLinuxfp),
+						r.variant(ipsetRules, t).rateOf(cores, size, harness.ModeLinux))}
 				if sw := r.sweep(t); len(sw) > 1 {
 					fewest, most := sw[0], sw[0]
 					for _, v := range sw[1:] {
@@ -191,7 +191,7 @@ func (r *GatewayResult) targets() []GatewayTarget {
 					}
 					if most != fewest {
 						gt.Fewest, gt.Most = fewest.Ruleset.Blacklisted, most.Ruleset.Blacklisted
-						gt.Retained = harness.Div(most.rateOf(cores, size, ModeLinuxfp), fewest.rateOf(cores, size, ModeLinuxfp))
+						gt.Retained = harness.Div(most.rateOf(cores, size, harness.ModeLinuxfp), fewest.rateOf(cores, size, harness.ModeLinuxfp))
 					}
 				}
 				if gt.Over100IPSet > 0 || gt.Retained > 0 {
@@ -225,22 +225,22 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 
 	modes := c.Modes
 	// The ratio columns, linuxfp/Linux-ipset after linuxfp/Linux in the paper's gateway table.
-	ratios := ratioColumnsOf(modes)
+	ratios := harness.RatioColumns(modes)
 	ratioCells := func(v *GatewayVariant, cores, size int, ipset bool) []string {
 		var cells []string
 		for _, rc := range ratios {
-			cells = append(cells, harness.Ratio(v.over(cores, size, rc.num, rc.den), rc.suffix))
-			if ipset && rc.num == ModeLinuxfp && rc.den == ModeLinux {
-				cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, ModeLinuxfp),
-					r.variant(ipsetRules, v.Traffic).rateOf(cores, size, ModeLinux)), "x"))
+			cells = append(cells, harness.Ratio(v.over(cores, size, rc.Num, rc.Den), rc.Suffix))
+			if ipset && rc.Num == harness.ModeLinuxfp && rc.Den == harness.ModeLinux {
+				cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, harness.ModeLinuxfp),
+					r.variant(ipsetRules, v.Traffic).rateOf(cores, size, harness.ModeLinux)), "x"))
 			}
 		}
 		return cells
 	}
 	ratioHeader := func(hdr []string, ipset bool) []string {
 		for _, rc := range ratios {
-			hdr = append(hdr, rc.title)
-			if ipset && rc.num == ModeLinuxfp && rc.den == ModeLinux {
+			hdr = append(hdr, rc.Title)
+			if ipset && rc.Num == harness.ModeLinuxfp && rc.Den == harness.ModeLinux {
 				hdr = append(hdr, "linuxfp/Linux-ipset")
 			}
 		}
@@ -300,7 +300,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 						cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), string(t), fmt.Sprint(v.Ruleset.Blacklisted)},
 							modeCells(v, cores, size)...)
 						cells = append(cells, ratioCells(v, cores, size, false)...)
-						cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, ModeLinuxfp), sw[0].rateOf(cores, size, ModeLinuxfp)), ""))
+						cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, harness.ModeLinuxfp), sw[0].rateOf(cores, size, harness.ModeLinuxfp)), ""))
 						fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 					}
 				}
@@ -332,17 +332,17 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	r.writeFlags(w)
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(w, "With the paper's %d DROP rules in FORWARD:\n", gatewayRules)
-		writeLatency(w, r.Latency, r.Config.TxCsumOffload)
+		harness.WriteLatency(w, r.Latency, r.Config.TxCsumOffload)
 	}
 	if r.CPU != nil {
 		if len(r.Latency) == 0 {
 			fmt.Fprintf(w, "With the paper's %d DROP rules in FORWARD, traffic no rule matches:\n", gatewayRules)
 		}
-		writeCPU(w, r.CPU)
+		harness.WriteCPU(w, r.CPU)
 		fmt.Fprintln(w)
 	}
 	if r.TableVII != nil {
-		writeTableVII(w, r.TableVII)
+		harness.WriteTableVII(w, r.TableVII)
 		fmt.Fprintln(w)
 	}
 
@@ -431,7 +431,7 @@ func (r *GatewayResult) writeProgStats(w io.Writer) {
 			for _, m := range r.Config.Modes {
 				if t := row.Modes[m]; t != nil {
 					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, v.Ruleset.Name, v.Traffic,
-						m.Title(), t.rate(), t.progCells())
+						m.Title(), t.Rate(), t.ProgCells())
 				}
 			}
 		}
@@ -491,7 +491,7 @@ func (r *GatewayResult) writeFlags(w io.Writer) {
 // flags are every line the report flags ("! ..."): the throughput test's, the latency test's and
 // the CPU test's.
 func (r *GatewayResult) flags() []string {
-	return slices.Concat(r.throughputFlags(), latencyFlags(r.Latency, r.Config.TxCsumOffload), cpuFlags(r.CPU))
+	return slices.Concat(r.throughputFlags(), harness.LatencyFlags(r.Latency, r.Config.TxCsumOffload), harness.CPUFlags(r.CPU))
 }
 
 // throughputFlags notes ("! ..."), per variant, what the router benchmark notes (frames lost,
@@ -507,17 +507,17 @@ func (r *GatewayResult) throughputFlags() []string {
 			seen[f] = true
 			lines = append(lines, fmt.Sprintf("! linuxfp, %s: the filter module did not hold the whole ruleset: %s", v.Ruleset.Name, f.Problem))
 		}
-		for _, l := range v.res.throughputFlags() {
+		for _, l := range v.res.ThroughputFlags() {
 			lines = append(lines, "! "+name+": "+strings.TrimPrefix(l, "! "))
 		}
 		for _, row := range v.Throughput {
 			for _, m := range r.Config.Modes {
-				if t := row.Modes[m]; t != nil && slices.ContainsFunc(t.Rounds, func(rd Round) bool { return rd.Offered == 0 }) {
+				if t := row.Modes[m]; t != nil && slices.ContainsFunc(t.Rounds, func(rd harness.Round) bool { return rd.Offered == 0 }) {
 					lines = append(lines, fmt.Sprintf("! %s: %s, %d cores, %d bytes: the generator sent nothing in a window (its median counts it as 0)",
 						name, m.Title(), row.Cores, row.FrameSize))
 				}
 			}
-			for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
+			for _, m := range []harness.Mode{harness.ModeLinuxfp, harness.ModeLinuxfpTC} {
 				lines = append(lines, filterFlags(name, m, row)...)
 			}
 		}
@@ -527,7 +527,7 @@ func (r *GatewayResult) throughputFlags() []string {
 
 // filterFlags are the lines ("! ...") for variant name's row in linuxfp mode m: in0 handed more
 // than 1% of what it handled to Linux, or dropped nothing where the traffic hits rules.
-func filterFlags(name string, m Mode, row ThroughputRow) []string {
+func filterFlags(name string, m harness.Mode, row harness.ThroughputRow) []string {
 	f := row.Modes[m]
 	if f == nil {
 		return nil
@@ -539,8 +539,8 @@ func filterFlags(name string, m Mode, row ThroughputRow) []string {
 	for _, rd := range f.Rounds {
 		mixed = mixed || rd.Permitted > 0 && rd.Permitted < 1
 		if fp := rd.FastPath; fp != nil {
-			handled += fp.Forwarded + fp.Dropped + fp.passed()
-			passed += fp.passed()
+			handled += fp.Forwarded + fp.Dropped + fp.PassedTotal()
+			passed += fp.PassedTotal()
 			dropped += fp.Dropped
 			for k, n := range fp.Passed {
 				reasons[k] += n

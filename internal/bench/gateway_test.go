@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
@@ -138,7 +139,7 @@ func TestGatewayDsts(t *testing.T) {
 		{Blacklisted: 10000}, {Blacklisted: maxBlacklist}, {Blacklisted: 100000}, ipsetRuleset(1000000)} {
 		n := rs.Blacklisted
 		dsts, p := gatewayDsts(TrafficHit, rs)
-		if p != 0.5 || len(dsts)%2 != 0 || len(dsts) > genMaxDsts {
+		if p != 0.5 || len(dsts)%2 != 0 || len(dsts) > harness.GenMaxDsts {
 			t.Fatalf("hit, %d rules: %d destinations, permitted %v", n, len(dsts), p)
 		}
 		count := map[netip.Addr]int{}
@@ -174,39 +175,6 @@ func TestGatewayDsts(t *testing.T) {
 	}
 }
 
-// The DUT's rate follows from what the sink received and the fraction the rules let through;
-// "lost before the sink" compares with what should have arrived.
-func TestMixArithmetic(t *testing.T) {
-	for _, tc := range []struct {
-		rd   Round
-		dut  float64
-		lost bool
-	}{
-		{Round{Offered: 1000, Received: 1000, Mpps: 2}, 2, false},
-		{Round{Offered: 1000, Received: 990, Mpps: 2}, 2, false},
-		{Round{Offered: 1000, Received: 989, Mpps: 2}, 2, true},
-		{Round{Offered: 1000, Received: 500, Mpps: 1, Permitted: 0.5}, 2, false},
-		{Round{Offered: 1000, Received: 495, Mpps: 1, Permitted: 0.5}, 2, false},
-		{Round{Offered: 1000, Received: 494, Mpps: 1, Permitted: 0.5}, 2, true},
-	} {
-		if d, l := tc.rd.dutMpps(), tc.rd.lostBeforeSink(); d != tc.dut || l != tc.lost {
-			t.Errorf("%+v: DUT rate %v, lost %v; want %v, %v", tc.rd, d, l, tc.dut, tc.lost)
-		}
-	}
-	// Ratios compare DUT rates: the ceiling forwards everything (its rounds have no Permitted).
-	res := newResult(Config{}, routerTopology)
-	res.addRound(1, 64, ModeLinux, Round{Mpps: 0.5, Permitted: 0.5})
-	res.addRound(1, 64, ModeLinuxfp, Round{Mpps: 2, Permitted: 0.5})
-	res.addRound(1, 64, ModeCeiling, Round{Mpps: 8})
-	row := res.Throughput[0]
-	if f := row.Modes[ModeLinuxfp]; f.DUTMpps != 4 || f.Mpps != 2 || row.Modes[ModeCeiling].DUTMpps != 0 {
-		t.Errorf("linuxfp %+v, ceiling %+v", f, row.Modes[ModeCeiling])
-	}
-	if row.LinuxfpOverLinux != 4 || row.LinuxfpOverCeiling != 0.5 {
-		t.Errorf("linuxfp/Linux %v, linuxfp/ceiling %v; want 4, 0.5", row.LinuxfpOverLinux, row.LinuxfpOverCeiling)
-	}
-}
-
 func TestFilterProblem(t *testing.T) {
 	note := func(rules, linux int) string {
 		return fmt.Sprintf("ipv4 filter module: %d netfilter rules compiled into %d (%d hand the packets that reach them to Linux)", rules, rules, linux)
@@ -239,18 +207,18 @@ func TestFilterProblem(t *testing.T) {
 // 10,000 rules when the sweep goes further.
 func TestGatewayReport(t *testing.T) {
 	g := &gatewayRun{cfg: GatewayConfig{
-		Config: Config{Run: harness.Run{Modes: DefaultModes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
-		Sweep:  []int{1, 1000, 10000, 100000}, LargeSet: 1000000, Traffic: []Traffic{TrafficHit}}}
-	rate := map[string]map[Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
-		"100 rules":                 {ModeLinux: 1, ModeLinuxfp: 6, ModeCeiling: 12},
-		"ipset (100 addresses)":     {ModeLinux: 2, ModeLinuxfp: 6, ModeCeiling: 12},
-		"ipset (1000000 addresses)": {ModeLinux: 1.5, ModeLinuxfp: 4.5, ModeCeiling: 0}, // the generator stalled
-		"1 rule":                    {ModeLinux: 3, ModeLinuxfp: 8, ModeCeiling: 12},
-		"10000 rules":               {ModeLinux: 0.02, ModeLinuxfp: 6, ModeCeiling: 12},
-		"100000 rules":              {ModeLinux: 0.002, ModeLinuxfp: 4, ModeCeiling: 12},
+		PipelineConfig: harness.PipelineConfig{Run: harness.Run{Modes: harness.DefaultModes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
+		Sweep:          []int{1, 1000, 10000, 100000}, LargeSet: 1000000, Traffic: []Traffic{TrafficHit}}}
+	rate := map[string]map[harness.Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
+		"100 rules":                 {harness.ModeLinux: 1, harness.ModeLinuxfp: 6, harness.ModeCeiling: 12},
+		"ipset (100 addresses)":     {harness.ModeLinux: 2, harness.ModeLinuxfp: 6, harness.ModeCeiling: 12},
+		"ipset (1000000 addresses)": {harness.ModeLinux: 1.5, harness.ModeLinuxfp: 4.5, harness.ModeCeiling: 0}, // the generator stalled
+		"1 rule":                    {harness.ModeLinux: 3, harness.ModeLinuxfp: 8, harness.ModeCeiling: 12},
+		"10000 rules":               {harness.ModeLinux: 0.02, harness.ModeLinuxfp: 6, harness.ModeCeiling: 12},
+		"100000 rules":              {harness.ModeLinux: 0.002, harness.ModeLinuxfp: 4, harness.ModeCeiling: 12},
 	}
 	for _, rs := range gatewayRulesets(g.cfg.Sweep, g.cfg.LargeSet) {
-		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: newResult(g.cfg.Config, routerTopology),
+		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: harness.NewPipelineResult(g.cfg.PipelineConfig, routerTopology),
 			Linuxfp: &LinuxfpFilter{Hooks: []string{"xdp"}, Ready: []float64{0.2}}}
 		switch rs.Name {
 		case "100000 rules":
@@ -259,34 +227,34 @@ func TestGatewayReport(t *testing.T) {
 			v.Linuxfp.Ready = []float64{2.5}
 		}
 		for m, x := range rate[rs.Name] {
-			rd := Round{Offered: 1000, Received: 500, Mpps: x / 2, Permitted: 0.5}
-			if m == ModeCeiling {
-				rd = Round{Offered: 1000, Received: 1000, Mpps: x}
+			rd := harness.Round{Offered: 1000, Received: 500, Mpps: x / 2, Permitted: 0.5}
+			if m == harness.ModeCeiling {
+				rd = harness.Round{Offered: 1000, Received: 1000, Mpps: x}
 				if x == 0 {
-					rd = Round{}
+					rd = harness.Round{}
 				}
 			}
-			if m == ModeLinuxfp {
-				rd.FastPath = &fastPath{Forwarded: 500, Dropped: 490, Passed: map[string]uint64{"filter": 10}}
+			if m == harness.ModeLinuxfp {
+				rd.FastPath = &harness.FastPath{Forwarded: 500, Dropped: 490, Passed: map[string]uint64{"filter": 10}}
 				if rs.Name == "1 rule" {
-					rd.FastPath = &fastPath{Forwarded: 500, Dropped: 400, Passed: map[string]uint64{"filter": 100}}
+					rd.FastPath = &harness.FastPath{Forwarded: 500, Dropped: 400, Passed: map[string]uint64{"filter": 100}}
 				}
 			}
-			v.res.addRound(1, 64, m, rd)
+			v.res.AddRound(1, 64, m, rd)
 		}
 		g.variants = append(g.variants, v)
 	}
-	g.idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: ModeLinuxfp, IPSetWatch: "tracepoint",
+	g.idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "tracepoint",
 		Seconds: 10, CPUSeconds: 0.02, CoreShare: 0.002, Events: 1,
-		AddToDrop: &Distribution{P50: 1.5, P99: 3, Max: 3}, AddSamples: 5}
-	res := g.result(newResult(g.cfg.Config, routerTopology))
+		AddToDrop: &harness.Distribution{P50: 1.5, P99: 3, Max: 3}, AddSamples: 5}
+	res := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, routerTopology))
 	if len(res.Targets) != 1 {
 		t.Fatalf("targets %+v", res.Targets)
 	}
 	if tg := res.Targets[0]; tg.Over100IPSet != 3 || tg.Retained != 0.75 || tg.Most != 10000 || tg.Fewest != 1 {
 		t.Errorf("targets %+v, want 3x over Linux with ipset, 0.75 of 1 rule at 10000", tg)
 	}
-	out := reportHas(t, res,
+	out := benchtest.ReportHas(t, res,
 		"1 64 100 rules hit 1.000 6.000 12.000 6.00x 3.00x 0.50",
 		"1 64 hit 10000 0.020 6.000 12.000 300.00x 0.50 0.75",
 		"1 64 hit 100000 0.002 4.000 12.000 2000.00x 0.33 0.50",
@@ -313,15 +281,15 @@ func TestGatewayReport(t *testing.T) {
 	}
 
 	// Polling, and adds that never reached the fast path, are flagged.
-	res.Idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: ModeLinuxfp, IPSetWatch: "poll", Seconds: 10, IPSetReads: 40,
+	res.Idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "poll", Seconds: 10, IPSetReads: 40,
 		AddSamples: 5, AddTimeouts: 5}
-	reportHas(t, res, "! idle: linuxfp read the ipsets 40 times with no change", "! ipset add: 5 of 5 samples saw no drop within 30s")
+	benchtest.ReportHas(t, res, "! idle: linuxfp read the ipsets 40 times with no change", "! ipset add: 5 of 5 samples saw no drop within 30s")
 }
 
 // The rulesets load with the real tools, replace each other (a set another set's swapped for,
 // under the name the rule uses), and take the set away with them.
 func TestGatewayApply(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	ns, err := nsutil.New("lfp-gwtest")
 	if err != nil {
 		t.Fatal(err)

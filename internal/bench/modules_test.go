@@ -4,122 +4,39 @@ import (
 	"testing"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 )
-
-// tcResult is a router or bridge result with every mode at 1 core and 64 bytes (and 2 cores),
-// Linux at 1 Mpps, and linuxfp-tc's second round at XDP.
-func tcResult(topology string) *Result {
-	cfg := Config{Run: harness.Run{Modes: Modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1, 2}, Sessions: 1}
-	t := routerTopology
-	if topology == "bridge" {
-		t = bridgeTopology
-	}
-	r := newResult(cfg, t)
-	rates := map[Mode]float64{ModeLinux: 1, ModeLinuxfp: 4, ModeLinuxfpTC: 2, ModeCeiling: 8, ModeCeilingTC: 2.5}
-	for _, cores := range []int{2, 1} {
-		for _, m := range Modes {
-			for i := range 2 {
-				rd := Round{Offered: 1000, Received: 1000, Mpps: rates[m] * float64(cores)}
-				switch m {
-				case ModeLinuxfp:
-					rd.FastPath = &fastPath{Forwarded: 1000, Hook: "xdp", OutHook: "xdp"}
-				case ModeLinuxfpTC:
-					rd.FastPath = &fastPath{Forwarded: 1000, Hook: "tc", OutHook: "tc"}
-					if i == 1 && cores == 1 {
-						rd.FastPath.Hook, rd.FastPath.OutHook = "xdp", "xdp"
-					}
-				}
-				r.addRound(cores, 64, m, rd)
-			}
-		}
-	}
-	r.Latency = summariseLatency(map[Mode][]LatencyRound{
-		ModeLinux:     {{TPS: 100, AvgUs: 10, P99Us: 20}},
-		ModeLinuxfp:   {{TPS: 125, AvgUs: 8, P99Us: 16, FastPath: &fastPath{Hook: "xdp"}}},
-		ModeLinuxfpTC: {{TPS: 110, AvgUs: 9, P99Us: 18, FastPath: &fastPath{Hook: "tc"}}},
-	}, []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC}, 1)
-	r.CPU = &CPUResult{Modes: []CPUMode{{Mode: ModeBaseline, KernelPerMpkt: 100}, {Mode: ModeLinux, DUTPerMpkt: 1000},
-		{Mode: ModeLinuxfp, DUTPerMpkt: 250}, {Mode: ModeLinuxfpTC, DUTPerMpkt: 500}}}
-	r.finish(0)
-	return r
-}
-
-func TestTableVII(t *testing.T) {
-	r := tcResult("router")
-	tv := r.TableVII
-	if tv == nil || tv.Cores != 1 || tv.FrameSize != 64 || tv.Sessions != 1 || len(tv.Rows) != 5 {
-		t.Fatalf("table %+v", tv)
-	}
-	want := []HookRow{
-		{Module: "forward", Mode: ModeLinux, Mpps: 1, OverLinux: 1, TPS: 100, AvgUs: 10, P99Us: 20, AvgOverLinux: 1, DUTNsPerPacket: 1000},
-		{Module: "forward", Mode: ModeLinuxfp, Hook: "xdp", Mpps: 4, OverLinux: 4, TPS: 125, AvgUs: 8, P99Us: 16, AvgOverLinux: 0.8, DUTNsPerPacket: 250},
-		{Module: "forward", Mode: ModeLinuxfpTC, Hook: "tc,xdp", Mpps: 2, OverLinux: 2, TCOverXDP: 0.5, TPS: 110, AvgUs: 9, P99Us: 18,
-			AvgOverLinux: 0.9, DUTNsPerPacket: 500, Flagged: true},
-		{Module: "forward", Mode: ModeCeiling, Hook: "xdp", Mpps: 8, OverLinux: 8},
-		{Module: "forward", Mode: ModeCeilingTC, Hook: "tc", Mpps: 2.5, OverLinux: 2.5, TCOverXDP: 2.5 / 8},
-	}
-	for i, w := range want {
-		if tv.Rows[i] != w {
-			t.Errorf("row %d: %+v\nwant   %+v", i, tv.Rows[i], w)
-		}
-	}
-	reportHas(t, r,
-		"Table VII: each module at XDP and at tc (64-byte frames, 1 generator core; latency: TCP request/response, 1 session)",
-		"forward linuxfp-tc tc,xdp 2.000 2.00x 0.50 110 9.0 18.0 0.90 500 !",
-		"forward ceiling-tc tc 2.500 2.50x 0.31 - - - - - ",
-	)
-
-	// Without a tc mode there is no table.
-	r = newResult(Config{Run: harness.Run{Modes: DefaultModes}, Sizes: []int{64}, Cores: []int{1}}, routerTopology)
-	r.addRound(1, 64, ModeLinux, Round{Mpps: 1})
-	r.finish(0)
-	if r.TableVII != nil {
-		t.Errorf("a table without a tc mode: %+v", r.TableVII)
-	}
-}
-
-func TestFlaggedModes(t *testing.T) {
-	f := flaggedModes([]string{
-		"! linuxfp-tc, 1 cores, 64 bytes: 1 round(s) ran at in0 xdp, out0 xdp, not tc",
-		"! 100 rules, miss: ceiling, 1 cores, 64 bytes: 1 window(s) measured again",
-	})
-	for m, want := range map[Mode]bool{ModeLinuxfpTC: true, ModeCeiling: true, ModeLinuxfp: false, ModeLinux: false, ModeCeilingTC: false} {
-		if f(m) != want {
-			t.Errorf("%s flagged %v, want %v", m, f(m), want)
-		}
-	}
-}
 
 // bench modules puts the three modules' rows into one table, and prefixes every flagged line
 // with its module.
 func TestModulesResult(t *testing.T) {
-	g := &gatewayRun{cfg: GatewayConfig{Config: Config{Run: harness.Run{Modes: Modes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
+	g := &gatewayRun{cfg: GatewayConfig{PipelineConfig: harness.PipelineConfig{Run: harness.Run{Modes: harness.Modes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
 		Traffic: []Traffic{TrafficMiss}}}
-	v := &GatewayVariant{Ruleset: rules100, Traffic: TrafficMiss, Permitted: 1, res: newResult(g.cfg.Config, routerTopology)}
-	for m, x := range map[Mode]float64{ModeLinux: 1, ModeLinuxfp: 5, ModeLinuxfpTC: 2, ModeCeiling: 10, ModeCeilingTC: 3} {
-		rd := Round{Offered: 1000, Received: 1000, Mpps: x}
+	v := &GatewayVariant{Ruleset: rules100, Traffic: TrafficMiss, Permitted: 1, res: harness.NewPipelineResult(g.cfg.PipelineConfig, &harness.Topology{Name: "gateway", Module: "filter"})}
+	for m, x := range map[harness.Mode]float64{harness.ModeLinux: 1, harness.ModeLinuxfp: 5, harness.ModeLinuxfpTC: 2, harness.ModeCeiling: 10, harness.ModeCeilingTC: 3} {
+		rd := harness.Round{Offered: 1000, Received: 1000, Mpps: x}
 		if m.RunsLinuxfp() {
-			rd.FastPath = &fastPath{Forwarded: 1000, Hook: m.WantHook(false), OutHook: m.WantHook(false)}
+			rd.FastPath = &harness.FastPath{Forwarded: 1000, Hook: m.WantHook(false), OutHook: m.WantHook(false)}
 		}
-		if m == ModeLinuxfpTC {
+		if m == harness.ModeLinuxfpTC {
 			rd.FastPath.Forwarded, rd.FastPath.Passed = 500, map[string]uint64{"filter": 500}
 		}
-		v.res.addRound(1, 64, m, rd)
+		v.res.AddRound(1, 64, m, rd)
 	}
 	g.variants = append(g.variants, v)
-	gw := g.result(newResult(g.cfg.Config, routerTopology))
+	gw := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, routerTopology))
 	if gw.TableVII == nil || len(gw.TableVII.Rows) != 5 {
 		t.Fatalf("gateway table %+v", gw.TableVII)
 	}
-	if h := gw.TableVII.Rows[2]; h.Module != "filter" || h.Mode != ModeLinuxfpTC || h.Mpps != 2 || h.TCOverXDP != 0.4 || !h.Flagged {
+	if h := gw.TableVII.Rows[2]; h.Module != "filter" || h.Mode != harness.ModeLinuxfpTC || h.Mpps != 2 || h.TCOverXDP != 0.4 || !h.Flagged {
 		t.Errorf("filter at tc: %+v", h)
 	}
-	res := &ModulesResult{Router: tcResult("router"), Bridge: tcResult("bridge"), Gateway: gw}
+	res := &ModulesResult{Router: tcResult("router", "forward"), Bridge: tcResult("bridge", "bridge"), Gateway: gw}
 	res.finish(0)
 	if n := len(res.TableVII.Rows); n != 15 {
 		t.Fatalf("%d rows, want 15", n)
 	}
-	reportHas(t, res,
+	benchtest.ReportHas(t, res,
 		"bridge linuxfp xdp 4.000 4.00x - 125 8.0 16.0 0.80 250",
 		"filter linuxfp-tc tc 2.000 2.00x 0.40 - - - - - !",
 		"! forward: linuxfp-tc, 1 cores, 64 bytes: 1 round(s) ran at in0 xdp, out0 xdp, not tc",
@@ -127,4 +44,34 @@ func TestModulesResult(t *testing.T) {
 		"! filter: 100 rules, miss: linuxfp-tc, 1 cores, 64 bytes: in0 fast-pathed only 500 of 1000 received",
 		"! filter: 100 rules, miss: linuxfp-tc, 1 cores, 64 bytes: in0 handed 500 of 1000 packets to Linux map[filter:500]",
 	)
+}
+
+// tcResult is a router or bridge result with every mode at 1 core and 64 bytes, Linux at 1 Mpps,
+// and linuxfp-tc's second round at XDP.
+func tcResult(name, module string) *harness.PipelineResult {
+	cfg := harness.PipelineConfig{Run: harness.Run{Modes: harness.Modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1}, Sessions: 1}
+	r := harness.NewPipelineResult(cfg, &harness.Topology{Name: name, Module: module})
+	rates := map[harness.Mode]float64{harness.ModeLinux: 1, harness.ModeLinuxfp: 4, harness.ModeLinuxfpTC: 2, harness.ModeCeiling: 8, harness.ModeCeilingTC: 2.5}
+	for _, m := range harness.Modes {
+		for i := range 2 {
+			rd := harness.Round{Offered: 1000, Received: 1000, Mpps: rates[m]}
+			if m.RunsLinuxfp() {
+				hook := m.WantHook(false)
+				if i == 1 {
+					hook = "xdp"
+				}
+				rd.FastPath = &harness.FastPath{Forwarded: 1000, Hook: hook, OutHook: hook}
+			}
+			r.AddRound(1, 64, m, rd)
+		}
+	}
+	for _, l := range []harness.LatencyMode{{Mode: harness.ModeLinux, TPS: 100, AvgUs: 10, P99Us: 20},
+		{Mode: harness.ModeLinuxfp, TPS: 125, AvgUs: 8, P99Us: 16}, {Mode: harness.ModeLinuxfpTC, TPS: 110, AvgUs: 9, P99Us: 18}} {
+		l.Sessions, l.Rounds = 1, []harness.LatencyRound{{TPS: l.TPS, AvgUs: l.AvgUs, P99Us: l.P99Us}}
+		r.Latency = append(r.Latency, l)
+	}
+	r.CPU = &harness.CPUResult{Modes: []harness.CPUMode{{Mode: harness.ModeBaseline, KernelPerMpkt: 100}, {Mode: harness.ModeLinux, DUTPerMpkt: 1000},
+		{Mode: harness.ModeLinuxfp, DUTPerMpkt: 250}, {Mode: harness.ModeLinuxfpTC, DUTPerMpkt: 500}}}
+	r.Finish(0)
+	return r
 }

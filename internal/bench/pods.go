@@ -15,19 +15,14 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
-	"os/exec"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
-	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -51,7 +46,7 @@ func ParseWorkload(s string) (Workload, error) { return harness.ParseName(Worklo
 // PodsModes are the modes the pods benchmark runs. Its ceiling forwards nothing at all: each
 // client pod is joined to its server by one veth pair (testbed.DirectPods), so it measures what
 // the pods' own stacks and the client cost, which no data path between them can save.
-var PodsModes = []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}
+var PodsModes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeCeiling}
 
 // PodsConfig configures RunPods.
 type PodsConfig struct {
@@ -142,7 +137,7 @@ func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
 		}
 	}()
 	r := &podsRun{ctx: ctx, cfg: cfg, pods: p, layout: layout, res: res, log: cfg.Log}
-	if slices.Contains(cfg.Modes, ModeCeiling) {
+	if slices.Contains(cfg.Modes, harness.ModeCeiling) {
 		if r.direct, err = testbed.NewDirectPods(cfg.Prefix, layout.max); err != nil {
 			return res, fmt.Errorf("build the ceiling's pod pairs: %w", err)
 		}
@@ -175,7 +170,7 @@ type podsRun struct {
 	res     *PodsResult
 	log     *slog.Logger
 	direct  *testbed.DirectPods // the ceiling's pairs (nil without ceiling mode)
-	servers []*rrServer
+	servers []*harness.RRServer
 	lfps    []*testbed.Linuxfp // linuxfp mode: one per node
 }
 
@@ -194,7 +189,7 @@ func (r *podsRun) startServers() error {
 		}
 	}
 	for _, srv := range srvs {
-		s, err := listenRR(srv.NS, netip.AddrPortFrom(srv.IP, rrPort))
+		s, err := harness.ListenRR(srv.NS, netip.AddrPortFrom(srv.IP, harness.RRPort))
 		if err != nil {
 			return err
 		}
@@ -212,13 +207,13 @@ func (r *podsRun) stopServers() {
 // withMode runs fn with the nodes in mode m: nothing attached (linux, ceiling) or `linuxfp run`
 // in both nodes (linuxfp), stopped afterwards whatever happens. Modes never overlap: before any,
 // no linuxfp may answer in either node.
-func (r *podsRun) withMode(m Mode, fn func() error) (err error) {
+func (r *podsRun) withMode(m harness.Mode, fn func() error) (err error) {
 	for _, n := range r.pods.Nodes {
 		if _, err := testbed.StatusClientIn(n.NS).Status(); !errors.Is(err, status.ErrNotRunning) {
 			return fmt.Errorf("enter %s: linuxfp still answers in node%d (%v)", m, n.Index, err)
 		}
 	}
-	if m == ModeLinuxfp {
+	if m == harness.ModeLinuxfp {
 		defer func() {
 			for i, l := range r.lfps {
 				if serr := l.Stop(); serr != nil {
@@ -265,7 +260,7 @@ func startLinuxfpNode(n *testbed.PodNode, bin string) (*testbed.Linuxfp, error) 
 			last, since = st.Applies, time.Now()
 			return false
 		}
-		return time.Since(since) >= linuxfpSettle
+		return time.Since(since) >= harness.LinuxfpSettle
 	})
 	if err != nil {
 		l.Stop()
@@ -275,7 +270,7 @@ func startLinuxfpNode(n *testbed.PodNode, bin string) (*testbed.Linuxfp, error) 
 }
 
 // measureAll measures every workload and pair count once in mode m.
-func (r *podsRun) measureAll(round int, m Mode) error {
+func (r *podsRun) measureAll(round int, m harness.Mode) error {
 	for _, w := range r.cfg.Workloads {
 		for _, n := range r.cfg.Pairs {
 			if err := r.ctx.Err(); err != nil {
@@ -293,7 +288,7 @@ func (r *podsRun) measureAll(round int, m Mode) error {
 			args := []any{"round", round + 1, "mode", m, "workload", w, "pairs", n,
 				"tps", fmt.Sprintf("%.0f", rd.TPS), "avg_us", fmt.Sprintf("%.1f", rd.AvgUs), "p99_us", fmt.Sprintf("%.1f", rd.P99Us)}
 			for _, fp := range rd.Nodes {
-				args = append(args, fp.Node, fp.summary())
+				args = append(args, fp.Node, fp.Summary())
 			}
 			r.log.Info("measured", args...)
 		}
@@ -305,25 +300,25 @@ func (r *podsRun) measureAll(round int, m Mode) error {
 // linuxfp's programs did in each node meanwhile. The ceiling's pairs are the direct ones, the
 // same for both workloads. A round in which TCP failed is a result (its Error), not a reason to
 // stop.
-func (r *podsRun) measure(m Mode, w Workload, n int) (PodsRound, error) {
-	dials := make([]rrDial, n)
+func (r *podsRun) measure(m harness.Mode, w Workload, n int) (PodsRound, error) {
+	dials := make([]harness.RRDial, n)
 	for k := range dials {
 		c, s := r.layout.pair(r.pods, w, k)
-		if m == ModeCeiling {
+		if m == harness.ModeCeiling {
 			c, s = r.direct.Pairs[k][0], r.direct.Pairs[k][1]
 		}
-		dials[k] = rrDial{from: c.NS, to: netip.AddrPortFrom(s.IP, rrPort)}
+		dials[k] = harness.RRDial{From: c.NS, To: netip.AddrPortFrom(s.IP, harness.RRPort)}
 	}
 	before, err := r.snapshots()
 	if err != nil {
 		return PodsRound{}, err
 	}
-	lr, err := runRRSessions(r.ctx, dials, r.cfg.Warmup, r.cfg.Duration)
+	lr, err := harness.RunRRSessions(r.ctx, dials, r.cfg.Warmup, r.cfg.Duration)
 	if err != nil {
 		if cerr := r.ctx.Err(); cerr != nil {
 			return PodsRound{}, cerr
 		}
-		lr = LatencyRound{Error: err.Error()}
+		lr = harness.LatencyRound{Error: err.Error()}
 	}
 	rd := PodsRound{LatencyRound: lr}
 	after, err := r.snapshots()
@@ -331,288 +326,27 @@ func (r *podsRun) measure(m Mode, w Workload, n int) (PodsRound, error) {
 		return PodsRound{}, err
 	}
 	for i := range before {
-		rd.Nodes = append(rd.Nodes, before[i].delta(after[i]))
+		rd.Nodes = append(rd.Nodes, before[i].Delta(after[i]))
 	}
 	return rd, nil
 }
 
 // snapshots reads `linuxfp status -j` in every node (none outside linuxfp mode).
-func (r *podsRun) snapshots() ([]*nodeSnapshot, error) {
+func (r *podsRun) snapshots() ([]*harness.NodeSnapshot, error) {
 	if r.lfps == nil {
 		return nil, nil
 	}
-	var out []*nodeSnapshot
+	var out []*harness.NodeSnapshot
 	for _, n := range r.pods.Nodes {
-		s, err := readNodeStatus(n.NS, r.cfg.Binary)
+		s, err := harness.ReadNodeStatus(n.NS, r.cfg.Binary)
 		if err != nil {
 			return nil, fmt.Errorf("node%d: %w", n.Index, err)
 		}
-		s.node = fmt.Sprintf("node%d", n.Index)
+		s.Node = fmt.Sprintf("node%d", n.Index)
 		out = append(out, s)
 	}
 	return out, nil
 }
 
-// readNodeStatus runs `linuxfp status -j` in ns, as a person would, and reads its counters.
-func readNodeStatus(ns *nsutil.NS, bin string) (*nodeSnapshot, error) {
-	cmd := exec.Command("ip", "netns", "exec", ns.Name, bin, "status", "-j")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("linuxfp status -j: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return parseNodeStatus(out)
-}
-
-// nodeSnapshot is one node's linuxfp counters at one moment.
-type nodeSnapshot struct {
-	node      string
-	ctLiberal uint64
-	ifaces    map[string]ifaceSnapshot
-}
-
-type ifaceSnapshot struct {
-	role      string
-	program   bool
-	notes     []string
-	counts    fpCounts
-	hasCounts bool
-}
-
-// parseNodeStatus reads `linuxfp status -j`'s output. Every per-interface object of the form
-// {"packets": N, ...} counts: "passed" holds the packets handed to Linux by reason,
-// "filter_dropped" those the fast path dropped, and every other one (forwarded, bridged, and
-// whatever later versions add) packets the fast path sent on itself. Reading them by shape
-// rather than by name keeps the benchmark honest about a linuxfp newer than itself.
-func parseNodeStatus(b []byte) (*nodeSnapshot, error) {
-	var raw struct {
-		CTLiberal  uint64                       `json:"ct_liberal"`
-		Interfaces []map[string]json.RawMessage `json:"interfaces"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("read linuxfp status -j: %w", err)
-	}
-	s := &nodeSnapshot{ctLiberal: raw.CTLiberal, ifaces: map[string]ifaceSnapshot{}}
-	for _, it := range raw.Interfaces {
-		var name, kind, master string
-		var notes []string
-		for k, v := range map[string]any{"name": &name, "kind": &kind, "master": &master, "notes": &notes} {
-			if m, ok := it[k]; ok {
-				if err := json.Unmarshal(m, v); err != nil {
-					return nil, fmt.Errorf("read linuxfp status -j: interface %s: %s: %w", name, k, err)
-				}
-			}
-		}
-		is := ifaceSnapshot{role: podsRole(name, kind, master), notes: notes, counts: fpCounts{}}
-		_, is.program = it["program"]
-		if string(it["program"]) == "null" {
-			is.program = false
-		}
-		for k, v := range it {
-			switch k {
-			case "passed":
-				var passed map[string]status.Counter
-				if err := json.Unmarshal(v, &passed); err != nil {
-					return nil, fmt.Errorf("read linuxfp status -j: interface %s: passed: %w", name, err)
-				}
-				for reason, c := range passed {
-					is.counts.addPassed(reason, c.Packets)
-				}
-				is.hasCounts = true
-			default:
-				var c struct {
-					Packets *uint64 `json:"packets"`
-				}
-				if json.Unmarshal(v, &c) != nil || c.Packets == nil {
-					continue
-				}
-				is.hasCounts = true
-				if k == "filter_dropped" {
-					is.counts.Dropped += *c.Packets
-				} else {
-					is.counts.addFast(k, *c.Packets)
-				}
-			}
-		}
-		s.ifaces[name] = is
-	}
-	return s, nil
-}
-
-// podsRole groups a node's interfaces for the report: its underlay, Flannel's VXLAN device, the
-// CNI bridge, and the pods' host veths (its ports).
-func podsRole(name, kind, master string) string {
-	switch {
-	case name == "eth0":
-		return "eth0"
-	case kind == "vxlan" || name == "flannel.1":
-		return "flannel.1"
-	case name == "cni0":
-		return "cni0"
-	case master == "cni0":
-		return "pod veths"
-	}
-	return name
-}
-
 // podsRoles is the report order of the roles.
 var podsRoles = []string{"pod veths", "cni0", "flannel.1", "eth0"}
-
-// delta is what the node's programs did between s and t (t later). A counter that went down
-// (a program replaced, its counters restarted) counts from zero.
-func (s *nodeSnapshot) delta(t *nodeSnapshot) *NodeFastPath {
-	fp := &NodeFastPath{Node: t.node, Interfaces: map[string]*fpCounts{}, CTLiberal: sub(s.ctLiberal, t.ctLiberal)}
-	for _, name := range slices.Sorted(maps.Keys(t.ifaces)) {
-		b := t.ifaces[name]
-		if !b.program && b.role != "cni0" && b.role != "lo" {
-			if fp.NoProgram == nil {
-				fp.NoProgram = map[string]string{}
-			}
-			fp.NoProgram[name] = strings.Join(b.notes, "; ")
-		}
-		if b.role == "flannel.1" {
-			for _, n := range b.notes {
-				if strings.HasPrefix(n, "vxlan") {
-					fp.VXLANNotes = append(fp.VXLANNotes, name+": "+n)
-				}
-			}
-		}
-		if !b.hasCounts {
-			continue
-		}
-		d := b.counts.since(s.ifaces[name].counts)
-		if d.runs() == 0 {
-			continue
-		}
-		fp.add(d)
-		if fp.Interfaces[b.role] == nil {
-			fp.Interfaces[b.role] = &fpCounts{}
-		}
-		fp.Interfaces[b.role].add(d)
-	}
-	return fp
-}
-
-func sub(a, b uint64) uint64 {
-	if b < a {
-		return b
-	}
-	return b - a
-}
-
-// fpCounts is what fast-path programs did with the packets they saw.
-type fpCounts struct {
-	// FastPathed: packets the fast path sent on itself, by counter (forwarded, bridged ...).
-	FastPathed map[string]uint64 `json:"fast_pathed,omitempty"`
-	// Dropped: packets its filter module dropped (a netfilter rule would have).
-	Dropped uint64 `json:"filter_dropped,omitempty"`
-	// Passed: packets handed to Linux, by reason.
-	Passed map[string]uint64 `json:"passed_to_linux,omitempty"`
-}
-
-func (c *fpCounts) addFast(kind string, n uint64) {
-	if n == 0 {
-		return
-	}
-	if c.FastPathed == nil {
-		c.FastPathed = map[string]uint64{}
-	}
-	c.FastPathed[kind] += n
-}
-
-func (c *fpCounts) addPassed(reason string, n uint64) {
-	if n == 0 {
-		return
-	}
-	if c.Passed == nil {
-		c.Passed = map[string]uint64{}
-	}
-	c.Passed[reason] += n
-}
-
-func (c *fpCounts) add(o fpCounts) {
-	for k, v := range o.FastPathed {
-		c.addFast(k, v)
-	}
-	for k, v := range o.Passed {
-		c.addPassed(k, v)
-	}
-	c.Dropped += o.Dropped
-}
-
-// since is c minus an earlier a, counter by counter.
-func (c fpCounts) since(a fpCounts) fpCounts {
-	d := fpCounts{Dropped: sub(a.Dropped, c.Dropped)}
-	for k, v := range c.FastPathed {
-		d.addFast(k, sub(a.FastPathed[k], v))
-	}
-	for k, v := range c.Passed {
-		d.addPassed(k, sub(a.Passed[k], v))
-	}
-	return d
-}
-
-func (c fpCounts) fast() uint64 {
-	var n uint64
-	for _, v := range c.FastPathed {
-		n += v
-	}
-	return n
-}
-
-func (c fpCounts) passed() uint64 {
-	var n uint64
-	for _, v := range c.Passed {
-		n += v
-	}
-	return n
-}
-
-// runs is how many packets the programs saw (each program run decides one packet).
-func (c fpCounts) runs() uint64 { return c.fast() + c.Dropped + c.passed() }
-
-// NodeFastPath is what linuxfp's programs in one node did during one measurement, summed over
-// its interfaces (a packet crossing two programs counts twice), and by interface role.
-type NodeFastPath struct {
-	Node string `json:"node"`
-	fpCounts
-	Interfaces map[string]*fpCounts `json:"by_interface,omitempty"`
-	// CTLiberal: TCP connections linuxfp marked liberal in conntrack meanwhile.
-	CTLiberal uint64 `json:"ct_liberal,omitempty"`
-	// NoProgram: interfaces without a linuxfp program, with linuxfp's notes saying why.
-	NoProgram map[string]string `json:"no_program,omitempty"`
-	// VXLANNotes: what linuxfp says about its VXLAN device (what it encapsulates and
-	// decapsulates, and why not).
-	VXLANNotes []string `json:"vxlan_notes,omitempty"`
-}
-
-// summary is a one-line account for the log.
-func (fp *NodeFastPath) summary() string {
-	if fp.runs() == 0 {
-		return "no packets"
-	}
-	return fmt.Sprintf("fast-pathed %d of %d (%.1f%%), to Linux %s", fp.fast(), fp.runs(),
-		100*float64(fp.fast())/float64(fp.runs()), countsString(fp.Passed))
-}
-
-// countsString lists counts largest first: "ct_state 12, not_ip 3".
-func countsString(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "nothing"
-	}
-	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int {
-		if m[a] != m[b] {
-			if m[a] > m[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}

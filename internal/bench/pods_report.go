@@ -15,19 +15,19 @@ import (
 
 // PodsResult is everything the pods benchmark measured. The JSON form is for scripts.
 type PodsResult struct {
-	Machine Machine      `json:"machine"`
-	Config  PodsSettings `json:"config"`
-	Rows    []*PodsRow   `json:"results"`
-	Targets []PodsTarget `json:"targets,omitempty"`
-	Elapsed string       `json:"elapsed"`
+	Machine harness.Machine `json:"machine"`
+	Config  PodsSettings    `json:"config"`
+	Rows    []*PodsRow      `json:"results"`
+	Targets []PodsTarget    `json:"targets,omitempty"`
+	Elapsed string          `json:"elapsed"`
 }
 
 // PodsSettings is the configuration the numbers were taken with.
 type PodsSettings struct {
-	Topology  string     `json:"topology"`
-	Modes     []Mode     `json:"modes"`
-	Workloads []Workload `json:"workloads"`
-	Pairs     []int      `json:"pairs"`
+	Topology  string         `json:"topology"`
+	Modes     []harness.Mode `json:"modes"`
+	Workloads []Workload     `json:"workloads"`
+	Pairs     []int          `json:"pairs"`
 	harness.Timing
 	// Pods: how many pods node1 and node2 had.
 	Pods [2]int `json:"pods"`
@@ -35,9 +35,9 @@ type PodsSettings struct {
 
 // PodsRow is one workload and pair count: every mode and the ratios.
 type PodsRow struct {
-	Workload Workload           `json:"workload"`
-	Pairs    int                `json:"pairs"`
-	Modes    map[Mode]*PodsMode `json:"modes"`
+	Workload Workload                   `json:"workload"`
+	Pairs    int                        `json:"pairs"`
+	Modes    map[harness.Mode]*PodsMode `json:"modes"`
 	// Ratios of the medians, linuxfp over Linux and ceiling over Linux (0: not both measured).
 	TPSRatio        float64 `json:"tps_linuxfp_over_linux"`
 	AvgRatio        float64 `json:"avg_latency_linuxfp_over_linux"`
@@ -61,8 +61,8 @@ type PodsMode struct {
 // PodsRound is one measurement: the transactions, and in linuxfp mode what its programs did in
 // each node meanwhile.
 type PodsRound struct {
-	LatencyRound
-	Nodes []*NodeFastPath `json:"linuxfp,omitempty"`
+	harness.LatencyRound
+	Nodes []*harness.NodeFastPath `json:"linuxfp,omitempty"`
 }
 
 // PodsTarget is the paper's result for one workload against what this run measured, over its
@@ -114,12 +114,12 @@ func (r *PodsResult) row(w Workload, n int) *PodsRow {
 			return row
 		}
 	}
-	row := &PodsRow{Workload: w, Pairs: n, Modes: map[Mode]*PodsMode{}}
+	row := &PodsRow{Workload: w, Pairs: n, Modes: map[harness.Mode]*PodsMode{}}
 	r.Rows = append(r.Rows, row)
 	return row
 }
 
-func (r *PodsResult) add(w Workload, n int, m Mode, rd PodsRound) {
+func (r *PodsResult) add(w Workload, n int, m harness.Mode, rd PodsRound) {
 	row := r.row(w, n)
 	pm := row.Modes[m]
 	if pm == nil {
@@ -146,7 +146,7 @@ func (pm *PodsMode) summarise() {
 }
 
 func (row *PodsRow) ratios() {
-	l, f, c := row.Modes[ModeLinux], row.Modes[ModeLinuxfp], row.Modes[ModeCeiling]
+	l, f, c := row.Modes[harness.ModeLinux], row.Modes[harness.ModeLinuxfp], row.Modes[harness.ModeCeiling]
 	row.TPSRatio, row.AvgRatio, row.CeilingTPSRatio, row.CeilingAvgRatio, row.GainShare = 0, 0, 0, 0, 0
 	if l != nil && f != nil {
 		row.TPSRatio, row.AvgRatio = harness.Div(f.TPS, l.TPS), harness.Div(f.AvgUs, l.AvgUs)
@@ -246,9 +246,9 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 					fmt.Sprintf("%.1f", pm.P99Us), fmt.Sprintf("%.1f", pm.StddevUs))
 			}
 			switch m {
-			case ModeLinuxfp:
+			case harness.ModeLinuxfp:
 				cells = append(cells, harness.Ratio(row.TPSRatio, "x"), harness.PercentChange(row.AvgRatio))
-			case ModeCeiling:
+			case harness.ModeCeiling:
 				cells = append(cells, harness.Ratio(row.CeilingTPSRatio, "x"), harness.PercentChange(row.CeilingAvgRatio))
 			default:
 				cells = append(cells, "", "")
@@ -291,29 +291,29 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 		w    Workload
 		node string
 	}
-	total := map[key]*NodeFastPath{}
+	total := map[key]*harness.NodeFastPath{}
 	var keys []key
 	var flags, vxlanNotes []string
 	for _, row := range r.Rows {
-		pm := row.Modes[ModeLinuxfp]
+		pm := row.Modes[harness.ModeLinuxfp]
 		if pm == nil {
 			continue
 		}
-		perNode := map[string]*NodeFastPath{}
+		perNode := map[string]*harness.NodeFastPath{}
 		var nodes []string
 		for _, rd := range pm.Rounds {
 			for _, fp := range rd.Nodes {
 				k := key{row.Workload, fp.Node}
 				if total[k] == nil {
-					total[k] = &NodeFastPath{Node: fp.Node, Interfaces: map[string]*fpCounts{}}
+					total[k] = &harness.NodeFastPath{Node: fp.Node, Interfaces: map[string]*harness.FastPathCounts{}}
 					keys = append(keys, k)
 				}
 				if perNode[fp.Node] == nil {
-					perNode[fp.Node] = &NodeFastPath{Node: fp.Node}
+					perNode[fp.Node] = &harness.NodeFastPath{Node: fp.Node}
 					nodes = append(nodes, fp.Node)
 				}
-				for _, t := range []*NodeFastPath{total[k], perNode[fp.Node]} {
-					t.add(fp.fpCounts)
+				for _, t := range []*harness.NodeFastPath{total[k], perNode[fp.Node]} {
+					t.Add(fp.FastPathCounts)
 					t.CTLiberal += fp.CTLiberal
 					for name, why := range fp.NoProgram {
 						if t.NoProgram == nil {
@@ -329,9 +329,9 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 				}
 				for role, c := range fp.Interfaces {
 					if total[k].Interfaces[role] == nil {
-						total[k].Interfaces[role] = &fpCounts{}
+						total[k].Interfaces[role] = &harness.FastPathCounts{}
 					}
-					total[k].Interfaces[role].add(*c)
+					total[k].Interfaces[role].Add(*c)
 				}
 			}
 		}
@@ -341,13 +341,13 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 		// multicast frames, all Linux's).
 		var runs uint64
 		for _, fp := range perNode {
-			runs += fp.runs()
+			runs += fp.Runs()
 		}
 		for _, node := range nodes {
 			fp := perNode[node]
-			if fp.runs() > 0 && fp.passed()*100 > runs {
+			if fp.Runs() > 0 && fp.PassedTotal()*100 > runs {
 				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: %.1f%% of its program runs handed the packet to Linux (%s)",
-					row.Workload, harness.Plural(row.Pairs, "pair"), node, 100*float64(fp.passed())/float64(fp.runs()), countsString(fp.Passed)))
+					row.Workload, harness.Plural(row.Pairs, "pair"), node, 100*float64(fp.PassedTotal())/float64(fp.Runs()), harness.CountsString(fp.Passed)))
 			}
 			for _, name := range slices.Sorted(maps.Keys(fp.NoProgram)) {
 				flags = append(flags, fmt.Sprintf("! linuxfp, %s, %s, %s: no program on %s: %s",
@@ -366,17 +366,17 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 	var liberal []string
 	for _, k := range keys {
 		fp := total[k]
-		if fp.runs() == 0 {
+		if fp.Runs() == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", 0, "-", "-")
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", fp.runs(), fastString(fp.fpCounts), passedString(fp.fpCounts))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", fp.Runs(), harness.FastString(fp.FastPathCounts), harness.PassedString(fp.FastPathCounts))
 		roles := slices.Sorted(maps.Keys(fp.Interfaces))
 		slices.SortStableFunc(roles, func(a, b string) int { return roleIndex(a) - roleIndex(b) })
 		for _, role := range roles {
 			c := fp.Interfaces[role]
-			fmt.Fprintf(tw, "\t\t%s\t%d\t%s\t%s\t\n", role, c.runs(), fastString(*c), passedString(*c))
-			if k.w == WorkloadInter && role == "eth0" && c.passed()*100 > c.runs() {
+			fmt.Fprintf(tw, "\t\t%s\t%d\t%s\t%s\t\n", role, c.Runs(), harness.FastString(*c), harness.PassedString(*c))
+			if k.w == WorkloadInter && role == "eth0" && c.PassedTotal()*100 > c.Runs() {
 				vxlanNote = true
 			}
 			if k.w == WorkloadInter && role == "pod veths" && c.FastPathed["forwarded"] > 0 && c.FastPathed["encapsulated"] == 0 {
@@ -411,19 +411,4 @@ func roleIndex(role string) int {
 		return i
 	}
 	return len(podsRoles)
-}
-
-// fastString is "99.9% (bridged 1234, forwarded 5)".
-func fastString(c fpCounts) string {
-	if c.fast() == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f%% (%s)", 100*float64(c.fast())/float64(c.runs()), countsString(c.FastPathed))
-}
-
-func passedString(c fpCounts) string {
-	if c.passed() == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f%%: %s", 100*float64(c.passed())/float64(c.runs()), countsString(c.Passed))
 }

@@ -5,17 +5,17 @@ import (
 	"context"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 func TestPodsConfigDefaults(t *testing.T) {
-	c := PodsConfig{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{ModeCeiling, ModeLinuxfp, ModeLinux}},
+	c := PodsConfig{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeCeiling, harness.ModeLinuxfp, harness.ModeLinux}},
 		Pairs: []int{10, 1, 5, 1}, Workloads: []Workload{WorkloadInter, WorkloadIntra}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
@@ -29,8 +29,8 @@ func TestPodsConfigDefaults(t *testing.T) {
 	for _, bad := range []PodsConfig{
 		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{0}},
 		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{maxPodPairs + 1}},
-		{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{"xdp"}}},
-		{Run: harness.Run{Modes: []Mode{ModeLinuxfp}}}, // no binary to run
+		{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{"xdp"}}},
+		{Run: harness.Run{Modes: []harness.Mode{harness.ModeLinuxfp}}}, // no binary to run
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
@@ -82,125 +82,43 @@ func TestPodsLayout(t *testing.T) {
 	}
 }
 
-// statusJSON is `linuxfp status -j` trimmed to what the benchmark reads, with a counter this
-// version of the benchmark does not know ("encapsulated").
-func statusJSON(bridged, encap, fib uint64) string {
-	n := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	return `{"pid": 1, "ct_liberal": 3, "interfaces": [
- {"ifindex": 1, "name": "lo", "notes": ["loopback: not accelerated"], "forwarded": {"packets": 0, "bytes": 0}},
- {"ifindex": 2, "name": "eth0", "kind": "veth", "program": {"id": 7, "hook": "tc"},
-  "forwarded": {"packets": 0, "bytes": 0}, "passed": {"fib_not_forwarded": {"packets": ` + n(fib) + `, "bytes": 1}}},
- {"ifindex": 3, "name": "flannel.1", "kind": "vxlan", "program": null, "notes": ["vxlan: not yet"],
-  "forwarded": {"packets": 0, "bytes": 0}},
- {"ifindex": 4, "name": "cni0", "kind": "bridge", "forwarded": {"packets": 0, "bytes": 0}},
- {"ifindex": 5, "name": "veth0a0b0c0d", "kind": "veth", "master": "cni0", "program": {"id": 8, "hook": "tc"},
-  "forwarded": {"packets": 2, "bytes": 0}, "bridged": {"packets": ` + n(bridged) + `, "bytes": 0},
-  "encapsulated": {"packets": ` + n(encap) + `, "bytes": 0}, "filter_dropped": {"packets": 1, "bytes": 0},
-  "passed": {"ct_state": {"packets": 4, "bytes": 0}, "ct_new": {"packets": 1, "bytes": 0}}}
-]}`
-}
-
-func TestParseNodeStatus(t *testing.T) {
-	a, err := parseNodeStatus([]byte(statusJSON(100, 50, 30)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := parseNodeStatus([]byte(statusJSON(1100, 20, 90)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.node = "node1"
-	veth := b.ifaces["veth0a0b0c0d"]
-	if veth.role != "pod veths" || !veth.program || veth.counts.fast() != 1100+20+2 || veth.counts.Dropped != 1 || veth.counts.passed() != 5 {
-		t.Errorf("pod veth: %+v", veth)
-	}
-	if it := b.ifaces["flannel.1"]; it.role != "flannel.1" || it.program {
-		t.Errorf("flannel.1: %+v", it)
-	}
-	if it := b.ifaces["eth0"]; it.role != "eth0" || !it.program || it.counts.Passed["fib_not_forwarded"] != 90 {
-		t.Errorf("eth0: %+v", it)
-	}
-
-	d := a.delta(b)
-	// 1000 more bridged; "encapsulated" went from 50 to 20 (its program was replaced): 20 new.
-	if d.Node != "node1" || d.FastPathed["bridged"] != 1000 || d.FastPathed["encapsulated"] != 20 || d.FastPathed["forwarded"] != 0 {
-		t.Errorf("fast-pathed %v", d.FastPathed)
-	}
-	if d.Passed["fib_not_forwarded"] != 60 || len(d.Passed) != 1 || d.Dropped != 0 {
-		t.Errorf("passed %v, dropped %d", d.Passed, d.Dropped)
-	}
-	if d.runs() != 1080 || d.Interfaces["eth0"].passed() != 60 || d.Interfaces["pod veths"].fast() != 1020 {
-		t.Errorf("runs %d, by interface %+v", d.runs(), d.Interfaces)
-	}
-	if _, ok := d.Interfaces["flannel.1"]; ok {
-		t.Errorf("flannel.1 saw no packet but is listed: %+v", d.Interfaces)
-	}
-	// flannel.1 has no program (its notes say why); cni0 never has one, its ports do.
-	if len(d.NoProgram) != 1 || d.NoProgram["flannel.1"] != "vxlan: not yet" {
-		t.Errorf("no program: %v", d.NoProgram)
-	}
-	if !slices.Equal(d.VXLANNotes, []string{"flannel.1: vxlan: not yet"}) {
-		t.Errorf("vxlan notes %q", d.VXLANNotes)
-	}
-	if d.CTLiberal != 0 {
-		t.Errorf("ct liberal %d, want 0 (3 before and after)", d.CTLiberal)
-	}
-	if _, err := parseNodeStatus([]byte("linuxfp is not running")); err == nil {
-		t.Error("garbage parsed")
-	}
-}
-
-func TestRRStats(t *testing.T) {
-	var v []time.Duration
-	for i := 100; i >= 1; i-- {
-		v = append(v, time.Duration(i)*time.Microsecond)
-	}
-	lr := rrStats(v, 2*time.Second)
-	if lr.Transactions != 100 || lr.TPS != 50 || lr.AvgUs != 50.5 || lr.P99Us != 99 {
-		t.Errorf("%+v", lr)
-	}
-	if lr.StddevUs < 28.8 || lr.StddevUs > 28.9 { // population stddev of 1..100
-		t.Errorf("stddev %f", lr.StddevUs)
-	}
-}
-
 // The result keeps medians of the completed rounds, the ratios of the medians, and the paper's
 // targets per workload over all pair counts.
 func TestPodsResult(t *testing.T) {
 	r := newPodsResult(PodsConfig{Run: harness.Run{Modes: PodsModes, Rounds: 3}, Workloads: Workloads, Pairs: []int{1, 2}})
 	round := func(tps, avg float64) PodsRound {
-		return PodsRound{LatencyRound: LatencyRound{TPS: tps, AvgUs: avg, P99Us: 2 * avg, StddevUs: 1}}
+		return PodsRound{LatencyRound: harness.LatencyRound{TPS: tps, AvgUs: avg, P99Us: 2 * avg, StddevUs: 1}}
 	}
 	for _, tps := range []float64{100, 300, 200} {
-		r.add(WorkloadInter, 2, ModeLinux, round(tps, 10))
-		r.add(WorkloadIntra, 1, ModeLinux, round(tps, 10))
+		r.add(WorkloadInter, 2, harness.ModeLinux, round(tps, 10))
+		r.add(WorkloadIntra, 1, harness.ModeLinux, round(tps, 10))
 	}
-	lfpRound := func(tps, avg float64, nodes ...*NodeFastPath) PodsRound {
+	lfpRound := func(tps, avg float64, nodes ...*harness.NodeFastPath) PodsRound {
 		rd := round(tps, avg)
 		rd.Nodes = nodes
 		return rd
 	}
-	node := func(name string, fast, passed map[string]uint64) *NodeFastPath {
-		c := fpCounts{FastPathed: fast, Passed: passed}
-		return &NodeFastPath{Node: name, fpCounts: c, Interfaces: map[string]*fpCounts{"eth0": &c}}
+	node := func(name string, fast, passed map[string]uint64) *harness.NodeFastPath {
+		c := harness.FastPathCounts{FastPathed: fast, Passed: passed}
+		return &harness.NodeFastPath{Node: name, FastPathCounts: c, Interfaces: map[string]*harness.FastPathCounts{"eth0": &c}}
 	}
-	r.add(WorkloadInter, 2, ModeLinuxfp, lfpRound(500, 7,
+	r.add(WorkloadInter, 2, harness.ModeLinuxfp, lfpRound(500, 7,
 		node("node1", map[string]uint64{"forwarded": 200}, map[string]uint64{"vxlan_rx": 100}),
 		node("node2", map[string]uint64{"forwarded": 200}, nil)))
-	r.add(WorkloadInter, 2, ModeLinuxfp, PodsRound{LatencyRound: LatencyRound{Error: "connection reset"}})
-	r.add(WorkloadIntra, 1, ModeLinuxfp, lfpRound(440, 8.3,
+	r.add(WorkloadInter, 2, harness.ModeLinuxfp, PodsRound{LatencyRound: harness.LatencyRound{Error: "connection reset"}})
+	r.add(WorkloadIntra, 1, harness.ModeLinuxfp, lfpRound(440, 8.3,
 		node("node1", map[string]uint64{"bridged": 1000}, nil),
 		node("node2", nil, map[string]uint64{"bridge_flood": 1})))
-	r.add(WorkloadIntra, 1, ModeCeiling, round(600, 5))
+	r.add(WorkloadIntra, 1, harness.ModeCeiling, round(600, 5))
 	r.finish(time.Minute)
 	if len(r.Rows) != 2 || r.Rows[0].Workload != WorkloadIntra || r.Rows[1].Workload != WorkloadInter {
 		t.Fatalf("rows %+v", r.Rows)
 	}
 	inter := r.Rows[1]
-	if l := inter.Modes[ModeLinux]; l.TPS != 200 || l.AvgUs != 10 || l.P99Us != 20 {
+	if l := inter.Modes[harness.ModeLinux]; l.TPS != 200 || l.AvgUs != 10 || l.P99Us != 20 {
 		t.Errorf("Linux medians %+v", l)
 	}
-	if f := inter.Modes[ModeLinuxfp]; f.Failed != 1 || f.TPS != 500 || len(f.Rounds) != 2 {
+	if f := inter.Modes[harness.ModeLinuxfp]; f.Failed != 1 || f.TPS != 500 || len(f.Rounds) != 2 {
 		t.Errorf("linuxfp: %+v", f)
 	}
 	if inter.TPSRatio != 2.5 || inter.AvgRatio != 0.7 || inter.CeilingTPSRatio != 0 || inter.GainShare != 0 {
@@ -252,12 +170,12 @@ func TestPodsResult(t *testing.T) {
 // The benchmark runs end to end in Linux and ceiling mode, measures every workload and pair count, and
 // removes every namespace it created.
 func TestRunPodsLinux(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	// A prefix of its own: other tests (e2e's pods tests) may run at the same time.
 	const prefix = "lfp-podsbench"
 	before := podsNamespaces(t, prefix)
 	res, err := RunPods(context.Background(), PodsConfig{Pairs: []int{1, 2}, Prefix: prefix,
-		Run: harness.Run{Modes: []Mode{ModeLinux, ModeCeiling}, Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1}})
+		Run: harness.Run{Modes: []harness.Mode{harness.ModeLinux, harness.ModeCeiling}, Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +183,7 @@ func TestRunPodsLinux(t *testing.T) {
 		t.Fatalf("pods %v, rows %d", res.Config.Pods, len(res.Rows))
 	}
 	for _, row := range res.Rows {
-		for _, m := range []Mode{ModeLinux, ModeCeiling} {
+		for _, m := range []harness.Mode{harness.ModeLinux, harness.ModeCeiling} {
 			l := row.Modes[m]
 			if l == nil || l.Failed > 0 || l.TPS <= 0 || l.Rounds[0].Transactions == 0 || len(l.Rounds[0].Nodes) != 0 {
 				t.Errorf("%s, %s, %d pairs: %+v", m, row.Workload, row.Pairs, l)

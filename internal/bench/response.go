@@ -16,14 +16,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -53,14 +52,14 @@ type ResponseOptions struct {
 
 // ResponseResult is one command's distribution.
 type ResponseResult struct {
-	Command        string        `json:"command"`
-	Samples        int           `json:"samples"`
-	EventToDP      Distribution  `json:"event_to_dataplane_ms"`
-	ExitToFast     *Distribution `json:"exit_to_fastpath_ms,omitempty"`
-	ExitToFastNote string        `json:"exit_to_fastpath_note,omitempty"`
+	Command        string                `json:"command"`
+	Samples        int                   `json:"samples"`
+	EventToDP      harness.Distribution  `json:"event_to_dataplane_ms"`
+	ExitToFast     *harness.Distribution `json:"exit_to_fastpath_ms,omitempty"`
+	ExitToFastNote string                `json:"exit_to_fastpath_note,omitempty"`
 	// LinuxExitToDelivered: the same command with Linux alone (no linuxfp), from its exit to the
 	// first packet of the stream reaching the sink: what Linux itself needs before traffic flows.
-	LinuxExitToDelivered *Distribution `json:"linux_exit_to_delivered_ms,omitempty"`
+	LinuxExitToDelivered *harness.Distribution `json:"linux_exit_to_delivered_ms,omitempty"`
 	// Verifying: samples in which linuxfp had the kernel verify a program (a kind of program no
 	// interface had yet); in the others it reused a verified one or changed only maps.
 	Verifying int `json:"samples_verifying"`
@@ -69,24 +68,6 @@ type ResponseResult struct {
 	After *AfterReturn `json:"after_return,omitempty"`
 	// Churn: for ChurnCommand, one window per rate of unrelated changes.
 	Churn []ChurnResult `json:"churn,omitempty"`
-}
-
-// Distribution summarises samples in milliseconds.
-type Distribution struct {
-	P50 float64 `json:"p50"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
-}
-
-func distribution(d []time.Duration) Distribution {
-	if len(d) == 0 {
-		return Distribution{}
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
-	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return Distribution{P50: ms(q(0.50)), P99: ms(q(0.99)), Max: ms(s[len(s)-1])}
 }
 
 // responseCase is one kind of configuration change.
@@ -220,8 +201,10 @@ func filterCases() []responseCase {
 		},
 		{
 			// 10,000 blacklist rules restored at once; the stream's destination is the last.
-			name:   "iptables-restore 10000 rules",
-			do:     func(rc *responseRun, i int) error { return nsRestore(rc.tb.DUT, blacklist(10000), "iptables-restore") },
+			name: "iptables-restore 10000 rules",
+			do: func(rc *responseRun, i int) error {
+				return harness.Restore(rc.tb.DUT, blacklist(10000), "iptables-restore")
+			},
 			undo:   func(rc *responseRun, i int) error { return rc.dut("iptables -F FORWARD") },
 			stream: func(i int) (string, string) { return blacklistLast, "in0" },
 			drops:  true,
@@ -404,7 +387,7 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 		}
 	}
 	if len(after) > 0 && ctx.Err() == nil {
-		sk, err := attachSink(rc.tb.Sink, "eth0")
+		sk, err := harness.AttachSink(rc.tb.Sink, "eth0")
 		if err != nil {
 			return err
 		}
@@ -424,7 +407,7 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 				ar.Notes = append(ar.Notes, "linuxfp's fence is off here")
 			}
 			if len(held) > 0 {
-				d := distribution(held)
+				d := harness.DistributionOf(held)
 				ar.Fence = &d
 			}
 			results = withAfter(results, c.name, ar)
@@ -456,7 +439,7 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 			}
 		}
 		if len(after) > 0 {
-			sk, err := attachSink(rc.tb.Sink, "eth0")
+			sk, err := harness.AttachSink(rc.tb.Sink, "eth0")
 			if err != nil {
 				return err
 			}
@@ -639,7 +622,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 		}
 		start := time.Now()
 		if dst != "" && c.genEnd == nil {
-			stop = startStream(rc.tb.Gen, dst)
+			stop = harness.StartStream(rc.tb.Gen, dst)
 		}
 		base, _ := rc.forwarded(iface, c.drops)
 		if err := c.do(rc, i); err != nil {
@@ -655,7 +638,7 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			if err := c.genEnd(rc); err != nil {
 				return res, err
 			}
-			stop = startStream(rc.tb.Gen, dst)
+			stop = harness.StartStream(rc.tb.Gen, dst)
 			base = 0
 		}
 		if dst != "" {
@@ -697,9 +680,9 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 			return res, err
 		}
 	}
-	res.EventToDP = distribution(evDP)
+	res.EventToDP = harness.DistributionOf(evDP)
 	if c.stream != nil {
-		d := distribution(exitFast)
+		d := harness.DistributionOf(exitFast)
 		res.ExitToFast = &d
 		if timeouts > 0 {
 			res.ExitToFastNote = fmt.Sprintf("%d of %d samples saw no fast-pathed packet within %s", timeouts, n, responseWait)
@@ -711,44 +694,44 @@ func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Resp
 // linuxBaseline times c with Linux alone (linuxfp stopped): from the command's exit to the first
 // frame of the stream the sink counts (an XDP counter on its eth0: UDP to port 9 only). A sample
 // that sees none within 3 s counts as 3 s.
-func (rc *responseRun) linuxBaseline(ctx context.Context, c responseCase, n int) (Distribution, error) {
-	sk, err := attachSink(rc.tb.Sink, "eth0")
+func (rc *responseRun) linuxBaseline(ctx context.Context, c responseCase, n int) (harness.Distribution, error) {
+	sk, err := harness.AttachSink(rc.tb.Sink, "eth0")
 	if err != nil {
-		return Distribution{}, err
+		return harness.Distribution{}, err
 	}
 	defer sk.Close()
 	var samples []time.Duration
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		if c.prepare != nil {
 			if err := c.prepare(rc, i); err != nil {
-				return Distribution{}, err
+				return harness.Distribution{}, err
 			}
 		}
 		time.Sleep(20 * time.Millisecond) // the previous sample's packets are gone
 		dst, _ := c.stream(i)
 		stop := func() {}
 		if c.genEnd == nil {
-			stop = startStream(rc.tb.Gen, dst)
+			stop = harness.StartStream(rc.tb.Gen, dst)
 			time.Sleep(2 * time.Millisecond) // streaming before the command
 		}
-		base, err := sk.read()
+		base, err := sk.Read()
 		if err != nil {
 			stop()
-			return Distribution{}, err
+			return harness.Distribution{}, err
 		}
 		if err := c.do(rc, i); err != nil {
 			stop()
-			return Distribution{}, err
+			return harness.Distribution{}, err
 		}
 		exit := time.Now()
 		if c.genEnd != nil {
 			if err := c.genEnd(rc); err != nil {
-				return Distribution{}, err
+				return harness.Distribution{}, err
 			}
-			stop = startStream(rc.tb.Gen, dst)
+			stop = harness.StartStream(rc.tb.Gen, dst)
 		}
 		took, ok := waitAbove(exit, base.Packets, func() (uint64, bool) {
-			got, err := sk.read()
+			got, err := sk.Read()
 			return got.Packets, err == nil
 		})
 		if !ok {
@@ -757,10 +740,10 @@ func (rc *responseRun) linuxBaseline(ctx context.Context, c responseCase, n int)
 		samples = append(samples, took)
 		stop()
 		if err := c.undo(rc, i); err != nil {
-			return Distribution{}, err
+			return harness.Distribution{}, err
 		}
 	}
-	return distribution(samples), nil
+	return harness.DistributionOf(samples), nil
 }
 
 // responseWait: how long a sample waits for its stream's first packet after the command.
@@ -776,34 +759,6 @@ func waitAbove(exit time.Time, base uint64, read func() (uint64, bool)) (time.Du
 		time.Sleep(200 * time.Microsecond)
 	}
 	return 0, false
-}
-
-// startStream sends a UDP datagram to dst:9 every 100us from gen until stopped.
-func startStream(gen *nsutil.NS, dst string) (stop func()) {
-	var c net.Conn
-	gen.Do(func() error {
-		var err error
-		c, err = net.Dial("udp", net.JoinHostPort(dst, "9"))
-		return err
-	})
-	if c == nil {
-		return func() {}
-	}
-	var done atomic.Bool
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		payload := []byte("linuxfp response")
-		for !done.Load() {
-			c.Write(payload) // errors (ICMP unreachable before the change) are expected
-			time.Sleep(100 * time.Microsecond)
-		}
-	}()
-	return func() {
-		done.Store(true)
-		<-finished
-		c.Close()
-	}
 }
 
 // configureGenEnd gives gen's end of a new link 198.18.8.2/24 and routes the sink through it.

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/status"
 )
 
@@ -28,8 +29,8 @@ type AfterReturn struct {
 	// (polled), over the samples in which the fence held (a family listed, or in0 passed
 	// packets as fenced); FencedPackets: in0's packets passed
 	// to Linux as `fenced` meanwhile, summed over the samples.
-	Fence         *Distribution `json:"fence_held_ms,omitempty"`
-	FencedPackets uint64        `json:"fenced_packets"`
+	Fence         *harness.Distribution `json:"fence_held_ms,omitempty"`
+	FencedPackets uint64                `json:"fenced_packets"`
 	// Notes: samples that could not be measured as meant (no fast path before the command, the
 	// fence off or already open at the exit).
 	Notes []string `json:"notes,omitempty"`
@@ -93,7 +94,7 @@ const (
 
 // measureAfter runs c n times. With client (linuxfp runs), the stream must be fast-pathed by in0
 // before the command, and the fence is timed; without, Linux alone forwards it.
-func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk *sink, client *status.Client) (PacketsAfter, []time.Duration, uint64, []string, error) {
+func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk *harness.Sink, client *status.Client) (PacketsAfter, []time.Duration, uint64, []string, error) {
 	var pa PacketsAfter
 	var held []time.Duration
 	var fenced uint64
@@ -109,13 +110,13 @@ func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk 
 		} else {
 			time.Sleep(20 * time.Millisecond)
 		}
-		base, err := sk.read()
+		base, err := sk.Read()
 		if err != nil {
 			return pa, nil, 0, nil, err
 		}
-		stop := startStream(rc.tb.Gen, c.dst)
+		stop := harness.StartStream(rc.tb.Gen, c.dst)
 		// Before the command the stream reaches the sink, through the fast path with linuxfp.
-		if _, ok := waitAbove(time.Now(), base.Packets, func() (uint64, bool) { got, err := sk.read(); return got.Packets, err == nil }); !ok {
+		if _, ok := waitAbove(time.Now(), base.Packets, func() (uint64, bool) { got, err := sk.Read(); return got.Packets, err == nil }); !ok {
 			stop()
 			return pa, nil, 0, nil, fmt.Errorf("sample %d: the stream to %s never reached the sink", i, c.dst)
 		}
@@ -132,7 +133,7 @@ func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk 
 			return pa, nil, 0, nil, err
 		}
 		exit := time.Now()
-		atExit, err := sk.read()
+		atExit, err := sk.Read()
 		if err != nil {
 			stop()
 			return pa, nil, 0, nil, err
@@ -145,7 +146,7 @@ func (rc *responseRun) measureAfter(ctx context.Context, c afterCase, n int, sk 
 		time.Sleep(afterSettle)
 		stop()
 		time.Sleep(afterDrain)
-		after, err := sk.read()
+		after, err := sk.Read()
 		if err != nil {
 			return pa, nil, 0, nil, err
 		}

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // ChurnCommand is the result's command name, and what --only selects it by.
@@ -98,7 +100,7 @@ func (rc *responseRun) measureChurn(ctx context.Context, rates []int, d time.Dur
 		return nil, err
 	}
 	defer rc.dutScript("iptables -F FORWARD\nipset destroy lfpchurn")
-	sk, err := attachSink(rc.tb.Sink, "eth0")
+	sk, err := harness.AttachSink(rc.tb.Sink, "eth0")
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +118,7 @@ func (rc *responseRun) measureChurn(ctx context.Context, rates []int, d time.Dur
 		if err := rc.settle(); err != nil {
 			return out, err
 		}
-		stop := startStream(rc.tb.Gen, churnDst)
+		stop := harness.StartStream(rc.tb.Gen, churnDst)
 		// The stream runs through the fast path before the window opens.
 		fwd, _ := rc.forwarded("in0", false)
 		if _, ok := waitAbove(time.Now(), fwd, func() (uint64, bool) { return rc.forwarded("in0", false) }); !ok {
@@ -130,7 +132,7 @@ func (rc *responseRun) measureChurn(ctx context.Context, rates []int, d time.Dur
 			stop()
 			return out, err
 		}
-		s0, err := sk.read()
+		s0, err := sk.Read()
 		if err != nil {
 			stop()
 			return out, err
@@ -141,7 +143,7 @@ func (rc *responseRun) measureChurn(ctx context.Context, rates []int, d time.Dur
 		el := time.Since(start)
 		cpu1 := procCPU(pid)
 		in1, err := rc.in0Counts()
-		s1, serr := sk.read()
+		s1, serr := sk.Read()
 		stop()
 		if err != nil {
 			return out, err

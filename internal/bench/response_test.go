@@ -3,10 +3,10 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
 // responseLines is w's output with each line's runs of spaces made one.
@@ -27,10 +27,10 @@ func TestResponseAfterReport(t *testing.T) {
 		t.Errorf("packets after %+v, want 4 in all, 3 at most, in 2 samples", pa)
 	}
 
-	fence := &Distribution{P50: 2.5, P99: 4.25, Max: 4.25}
+	fence := &harness.Distribution{P50: 2.5, P99: 4.25, Max: 4.25}
 	results := []ResponseResult{
-		{Command: "ip route add", Samples: 5, EventToDP: Distribution{P50: 2, P99: 3, Max: 3}},
-		{Command: "iptables -A FORWARD -d ... -j DROP", Samples: 5, EventToDP: Distribution{P50: 2, P99: 3, Max: 3}},
+		{Command: "ip route add", Samples: 5, EventToDP: harness.Distribution{P50: 2, P99: 3, Max: 3}},
+		{Command: "iptables -A FORWARD -d ... -j DROP", Samples: 5, EventToDP: harness.Distribution{P50: 2, P99: 3, Max: 3}},
 	}
 	results = withAfter(results, "iptables -A FORWARD -d ... -j DROP", &AfterReturn{Samples: 4,
 		Linuxfp: PacketsAfter{}, Linux: &PacketsAfter{}, Fence: fence, FencedPackets: 120})
@@ -99,7 +99,7 @@ func TestResponseChurnReport(t *testing.T) {
 		t.Errorf("shares %v %v, want 0.9 and 0.08, and 0 of no packet", rows[0].FastShare(), rows[0].FencedShare())
 	}
 	results := []ResponseResult{
-		{Command: "ip route add", Samples: 5, EventToDP: Distribution{P50: 2, P99: 3, Max: 3}},
+		{Command: "ip route add", Samples: 5, EventToDP: harness.Distribution{P50: 2, P99: 3, Max: 3}},
 		{Command: ChurnCommand, Churn: rows},
 	}
 	var b bytes.Buffer
@@ -132,22 +132,5 @@ func TestResponseChurnReport(t *testing.T) {
 		if !strings.Contains(string(j), f) {
 			t.Errorf("JSON has no %s: %s", f, j)
 		}
-	}
-}
-
-// procCPU counts this process's CPU time: it grows while the test spins.
-func TestProcCPU(t *testing.T) {
-	if procCPU(-1) != 0 {
-		t.Errorf("procCPU of no process: %v", procCPU(-1))
-	}
-	c0 := procCPU(os.Getpid())
-	x := 0
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && procCPU(os.Getpid()) <= c0; {
-		for i := 0; i < 1e6; i++ {
-			x += i
-		}
-	}
-	if procCPU(os.Getpid()) <= c0 {
-		t.Errorf("procCPU stayed at %v while spinning (%d)", c0, x)
 	}
 }

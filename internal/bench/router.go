@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"io"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
@@ -10,23 +13,27 @@ import (
 // 50 prefixes from gen to sink; Linux, linuxfp and a hand-written ceiling (MAC rewrite +
 // redirect) forward alternately, round by round. It returns what it measured even when ctx is
 // cancelled half-way (with ctx's error); every namespace it created is gone when it returns.
-func RunRouter(ctx context.Context, cfg Config) (*Result, error) {
-	return run(ctx, cfg, routerTopology)
+func RunRouter(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
+	return harness.RunPipeline(ctx, cfg, routerTopology)
 }
 
-var routerTopology = &topology{
-	name:     "router",
-	prefixes: 50,
-	build:    func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New("lfp-bench", o) },
+var routerTopology = &harness.Topology{
+	Name:     "router",
+	Prefixes: 50,
+	Module:   "forward",
+	Describe: func(w io.Writer, s *harness.PipelineSettings) {
+		fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", s.Prefixes)
+	},
+	Build: func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New("lfp-bench", o) },
 	// The DUT must know its neighbours before its fast path can forward.
-	resolve: true,
+	Resolve: true,
 	// To the DUT's in0, destinations cycling through the routed prefixes.
-	flow: func(tb *testbed.Testbed) genFlow {
-		return genFlow{src: tb.GenMAC, dst: tb.InMAC, srcIP: tb.GenIP, dstIP: testbed.Prefix4(0, 0),
-			prefixes: tb.Prefixes, ifindex: tb.GenIfindex}
+	Flow: func(tb *testbed.Testbed) harness.Flow {
+		return harness.Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: testbed.Prefix4(0, 0),
+			Prefixes: tb.Prefixes, Ifindex: tb.GenIfindex}
 	},
 	// Waits until linuxfp has programs on in0 and out0.
-	startLinuxfp: func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
+	StartLinuxfp: func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
 		return tb.StartLinuxfp(bin, args...)
 	},
 }

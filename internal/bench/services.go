@@ -19,16 +19,13 @@ package bench
 // 8080, UDP to port 9 from one pod's generator).
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -76,7 +73,7 @@ func (w ServiceWorkload) unit() string {
 // it (--hook auto: native XDP on in0 and out0, whose peers compute their checksums, tc on the
 // pods' veths) and linuxfp with --hook tc everywhere. There is no hand-written ceiling: a NAT
 // that reads the kernel's conntrack table is what linuxfp is.
-var ServicesModes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC}
+var ServicesModes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeLinuxfpTC}
 
 // ServicesCase is one configuration of the node measured: a number of services, or the
 // masquerade case.
@@ -270,16 +267,16 @@ type svcRun struct {
 	topo    *testbed.Services
 	res     *ServicesResult
 	log     *slog.Logger
-	loaded  int                   // services whose rules are loaded
-	servers []*svcServer          // the pods', in topo.Pods order
-	outside *svcServer            // the outside host's
-	gens    map[string]*generator // by ServicesCase.genKey
-	podMAC  net.HardwareAddr      // pod 0's eth0 (the masquerade case's generator)
+	loaded  int                           // services whose rules are loaded
+	servers []*svcServer                  // the pods', in topo.Pods order
+	outside *svcServer                    // the outside host's
+	gens    map[string]*harness.Generator // by ServicesCase.genKey
+	podMAC  net.HardwareAddr              // pod 0's eth0 (the masquerade case's generator)
 	podIdx  int
-	sinks   map[string]*sink // udp: by endpoint pod address, or "outside"
-	ct      *netlink.Handle  // netlink in the node (conntrack)
+	sinks   map[string]*harness.Sink // udp: by endpoint pod address, or "outside"
+	ct      *netlink.Handle          // netlink in the node (conntrack)
 	lfp     *testbed.Linuxfp
-	mode    Mode
+	mode    harness.Mode
 }
 
 // setup resolves the neighbours and starts the servers: in every pod, one per TCP endpoint of the
@@ -328,7 +325,7 @@ func (r *svcRun) setup() error {
 	if r.podMAC, r.podIdx, err = testbed.LinkOf(r.topo.Pods[0].NS, "eth0"); err != nil {
 		return err
 	}
-	r.gens = map[string]*generator{}
+	r.gens = map[string]*harness.Generator{}
 	return nil
 }
 
@@ -366,12 +363,12 @@ func (r *svcRun) nodeInterfaces() []string {
 // withMode runs fn with the node in mode m: nothing attached (linux) or `linuxfp run` (with the
 // mode's arguments), stopped afterwards whatever happens. Modes never overlap: before any, no
 // linuxfp may answer in the node and nothing may be attached to in0 or out0.
-func (r *svcRun) withMode(m Mode, fn func() error) (err error) {
+func (r *svcRun) withMode(m harness.Mode, fn func() error) (err error) {
 	if _, err := testbed.StatusClientIn(r.topo.Node).Status(); !errors.Is(err, status.ErrNotRunning) {
 		return fmt.Errorf("enter %s: linuxfp still answers in the node (%v)", m, err)
 	}
 	for _, ifname := range []string{"in0", "out0"} {
-		on, err := attached(r.topo.Node, ifname)
+		on, err := harness.Attached(r.topo.Node, ifname)
 		if err != nil {
 			return err
 		}
@@ -421,7 +418,7 @@ func (r *svcRun) settle() error {
 			last, since = st.Applies, time.Now()
 			return false
 		}
-		return time.Since(since) >= linuxfpSettle
+		return time.Since(since) >= harness.LinuxfpSettle
 	})
 	if err != nil {
 		return fmt.Errorf("linuxfp did not settle: %w; log:\n%s", err, r.lfp.Log.String())
@@ -430,7 +427,7 @@ func (r *svcRun) settle() error {
 }
 
 // measureAll measures every workload of case c once in mode m.
-func (r *svcRun) measureAll(c ServicesCase, round int, m Mode) error {
+func (r *svcRun) measureAll(c ServicesCase, round int, m harness.Mode) error {
 	for _, w := range r.cfg.Workloads {
 		if err := r.ctx.Err(); err != nil {
 			return err
@@ -452,7 +449,7 @@ func (r *svcRun) measureAll(c ServicesCase, round int, m Mode) error {
 			args = append(args, "failed_connections", rd.Errors)
 		}
 		if rd.FastPath != nil {
-			args = append(args, "linuxfp", rd.FastPath.summary())
+			args = append(args, "linuxfp", rd.FastPath.Summary())
 		}
 		r.log.Info("measured", args...)
 	}
@@ -479,12 +476,12 @@ func (r *svcRun) measure(c ServicesCase, w ServiceWorkload) (rd ServicesRound, e
 	if err := r.ct.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
 		return rd, fmt.Errorf("flush the node's conntrack table: %w", err)
 	}
-	var before *nodeSnapshot
+	var before *harness.NodeSnapshot
 	var pid int
 	var cpu0 time.Duration
 	t0 := time.Now()
 	if r.lfp != nil {
-		if before, err = readNodeStatus(r.topo.Node, r.cfg.Binary); err != nil {
+		if before, err = harness.ReadNodeStatus(r.topo.Node, r.cfg.Binary); err != nil {
 			return rd, err
 		}
 		st, err := r.lfp.Client.Status()
@@ -492,7 +489,7 @@ func (r *svcRun) measure(c ServicesCase, w ServiceWorkload) (rd ServicesRound, e
 			return rd, fmt.Errorf("linuxfp status: %w", err)
 		}
 		pid = st.PID
-		if cpu0, err = processCPU(pid); err != nil {
+		if cpu0, err = harness.ProcessCPU(pid); err != nil {
 			return rd, err
 		}
 	}
@@ -511,22 +508,22 @@ func (r *svcRun) measure(c ServicesCase, w ServiceWorkload) (rd ServicesRound, e
 	}
 	rd.Backends = map[string]uint64{}
 	for k, v := range r.backends(c, w) {
-		if d := sub(b0[k], v); d > 0 {
+		if d := harness.CounterDelta(b0[k], v); d > 0 {
 			rd.Backends[k] = d
 		}
 	}
 	if r.lfp != nil {
-		cpu1, err := processCPU(pid)
+		cpu1, err := harness.ProcessCPU(pid)
 		if err != nil {
 			return rd, err
 		}
 		rd.ControllerCPU = (cpu1 - cpu0).Seconds() / time.Since(t0).Seconds()
-		after, err := readNodeStatus(r.topo.Node, r.cfg.Binary)
+		after, err := harness.ReadNodeStatus(r.topo.Node, r.cfg.Binary)
 		if err != nil {
 			return rd, err
 		}
-		after.node = "node"
-		rd.FastPath = before.delta(after)
+		after.Node = "node"
+		rd.FastPath = before.Delta(after)
 		st, err := r.lfp.Client.Status()
 		if err != nil {
 			return rd, fmt.Errorf("linuxfp status: %w", err)
@@ -534,30 +531,6 @@ func (r *svcRun) measure(c ServicesCase, w ServiceWorkload) (rd ServicesRound, e
 		rd.Hooks = r.hooks(st)
 	}
 	return rd, nil
-}
-
-// processCPU is the CPU time (user and system, all threads) process pid has used.
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("linuxfp's CPU time: %w", err)
-	}
-	// pid (comm) state ppid ... utime stime: fields 14 and 15, counted from 1, after a comm
-	// that may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
-	}
-	var ticks uint64
-	for _, s := range f[11:13] {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
 // hooks is where linuxfp's programs ran, by interface role ("xdp", "tc", ...; "none").
@@ -568,7 +541,7 @@ func (r *svcRun) hooks(st *status.Status) map[string]string {
 		if strings.HasPrefix(name, "veth") {
 			role = "pod veths"
 		}
-		h := hookOf(st, name)
+		h := harness.HookOf(st, name)
 		if h == "" {
 			h = "none"
 		}
@@ -586,7 +559,7 @@ func (r *svcRun) backends(c ServicesCase, w ServiceWorkload) map[string]uint64 {
 	out := map[string]uint64{}
 	if w == SvcUDP {
 		for k, s := range r.sinks {
-			if n, err := s.read(); err == nil {
+			if n, err := s.Read(); err == nil {
 				out[k] = n.Packets
 			}
 		}
@@ -620,10 +593,10 @@ func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error
 	}
 	// Connection k: from client k, to target k (modulo their numbers): distinct services and
 	// pods as far as there are.
-	dials := func(n int) []rrDial {
-		out := make([]rrDial, n)
+	dials := func(n int) []harness.RRDial {
+		out := make([]harness.RRDial, n)
 		for k := range out {
-			out[k] = rrDial{from: clients[k%len(clients)], to: targets[k%len(targets)]}
+			out[k] = harness.RRDial{From: clients[k%len(clients)], To: targets[k%len(targets)]}
 		}
 		return out
 	}
@@ -633,7 +606,7 @@ func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error
 		rd.set(tr)
 		return err
 	case SvcRR:
-		lr, err := runRRSessions(r.ctx, dials(r.cfg.RRSessions), r.cfg.Warmup, r.cfg.Duration)
+		lr, err := harness.RunRRSessions(r.ctx, dials(r.cfg.RRSessions), r.cfg.Warmup, r.cfg.Duration)
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,7 @@ import (
 
 // ServicesResult is everything the services benchmark measured. The JSON form is for scripts.
 type ServicesResult struct {
-	Machine Machine          `json:"machine"`
+	Machine harness.Machine  `json:"machine"`
 	Config  ServicesSettings `json:"config"`
 	Rows    []*ServicesRow   `json:"results"`
 	// Targets: issue 6's target for every case whose udp workload ran in Linux and linuxfp.
@@ -26,7 +26,7 @@ type ServicesResult struct {
 // ServicesSettings is the configuration the numbers were taken with.
 type ServicesSettings struct {
 	Topology   string            `json:"topology"`
-	Modes      []Mode            `json:"modes"`
+	Modes      []harness.Mode    `json:"modes"`
 	Workloads  []ServiceWorkload `json:"workloads"`
 	Cases      []ServicesCase    `json:"cases"`
 	Pods       int               `json:"pods"`
@@ -42,12 +42,12 @@ type ServicesSettings struct {
 
 // ServicesRow is one case and workload: every mode and the ratios.
 type ServicesRow struct {
-	Case     ServicesCase           `json:"case"`
-	Workload ServiceWorkload        `json:"workload"`
-	Unit     string                 `json:"unit"`
-	Modes    map[Mode]*ServicesMode `json:"modes"`
+	Case     ServicesCase                   `json:"case"`
+	Workload ServiceWorkload                `json:"workload"`
+	Unit     string                         `json:"unit"`
+	Modes    map[harness.Mode]*ServicesMode `json:"modes"`
 	// OverLinux: each other mode's median value over Linux's (0: not both measured).
-	OverLinux map[Mode]float64 `json:"over_linux,omitempty"`
+	OverLinux map[harness.Mode]float64 `json:"over_linux,omitempty"`
 }
 
 // ServicesMode is one mode's result: the medians over its rounds that completed.
@@ -81,7 +81,7 @@ type ServicesRound struct {
 	// measurement: TCP connections accepted, or the frames its sink counted.
 	Backends map[string]uint64 `json:"backends"`
 	// FastPath: what linuxfp's programs in the node did (linuxfp modes), warm-up included.
-	FastPath *NodeFastPath `json:"linuxfp,omitempty"`
+	FastPath *harness.NodeFastPath `json:"linuxfp,omitempty"`
 	// ControllerCPU: the CPU the `linuxfp run` process used meanwhile, in CPUs (1: one CPU
 	// all the time): the controller's own work, such as marking TCP connections liberal.
 	ControllerCPU float64 `json:"linuxfp_controller_cpus,omitempty"`
@@ -93,10 +93,10 @@ type ServicesRound struct {
 // ServicesTarget is issue 6's target, the established-flow packet rate through a NAT'd service
 // at least 3x Linux's, for one case.
 type ServicesTarget struct {
-	Case  ServicesCase     `json:"case"`
-	Want  float64          `json:"want"`
-	Ratio map[Mode]float64 `json:"udp_over_linux"`
-	Met   map[Mode]bool    `json:"met"`
+	Case  ServicesCase             `json:"case"`
+	Want  float64                  `json:"want"`
+	Ratio map[harness.Mode]float64 `json:"udp_over_linux"`
+	Met   map[harness.Mode]bool    `json:"met"`
 }
 
 const servicesTarget = 3.0
@@ -121,12 +121,12 @@ func (r *ServicesResult) row(c ServicesCase, w ServiceWorkload) *ServicesRow {
 			return row
 		}
 	}
-	row := &ServicesRow{Case: c, Workload: w, Unit: w.unit(), Modes: map[Mode]*ServicesMode{}}
+	row := &ServicesRow{Case: c, Workload: w, Unit: w.unit(), Modes: map[harness.Mode]*ServicesMode{}}
 	r.Rows = append(r.Rows, row)
 	return row
 }
 
-func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m Mode, rd ServicesRound) {
+func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m harness.Mode, rd ServicesRound) {
 	row := r.row(c, w)
 	sm := row.Modes[m]
 	if sm == nil {
@@ -136,11 +136,11 @@ func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m Mode, rd Servi
 	sm.Rounds = append(sm.Rounds, rd)
 	sm.summarise()
 	row.OverLinux = nil
-	if l := row.Modes[ModeLinux]; l != nil {
+	if l := row.Modes[harness.ModeLinux]; l != nil {
 		for om, o := range row.Modes {
-			if om != ModeLinux && harness.Div(o.Value, l.Value) > 0 {
+			if om != harness.ModeLinux && harness.Div(o.Value, l.Value) > 0 {
 				if row.OverLinux == nil {
-					row.OverLinux = map[Mode]float64{}
+					row.OverLinux = map[harness.Mode]float64{}
 				}
 				row.OverLinux[om] = harness.Div(o.Value, l.Value)
 			}
@@ -175,7 +175,7 @@ func (r *ServicesResult) finish(elapsed time.Duration) {
 		if row.Workload != SvcUDP || len(row.OverLinux) == 0 {
 			continue
 		}
-		t := ServicesTarget{Case: row.Case, Want: servicesTarget, Ratio: row.OverLinux, Met: map[Mode]bool{}}
+		t := ServicesTarget{Case: row.Case, Want: servicesTarget, Ratio: row.OverLinux, Met: map[harness.Mode]bool{}}
 		for m, v := range row.OverLinux {
 			t.Met[m] = v >= servicesTarget
 		}
@@ -221,7 +221,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 	head := []string{"case", "workload", "metric"}
 	for _, m := range c.Modes {
 		head = append(head, m.Title())
-		if m != ModeLinux {
+		if m != harness.ModeLinux {
 			head = append(head, "vs Linux")
 		}
 	}
@@ -249,7 +249,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 			if j > 0 {
 				cells[0], cells[1] = "", ""
 			}
-			l := row.Modes[ModeLinux]
+			l := row.Modes[harness.ModeLinux]
 			for _, m := range c.Modes {
 				sm := row.Modes[m]
 				switch {
@@ -260,7 +260,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 				default:
 					cells = append(cells, svcNumber(mt.get(sm), row.Workload, mt.ratio))
 				}
-				if m == ModeLinux {
+				if m == harness.ModeLinux {
 					continue
 				}
 				switch {
@@ -319,7 +319,7 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 			if sm == nil || !m.RunsLinuxfp() {
 				continue
 			}
-			total := &NodeFastPath{Interfaces: map[string]*fpCounts{}}
+			total := &harness.NodeFastPath{Interfaces: map[string]*harness.FastPathCounts{}}
 			hooks := map[string][]string{}
 			var cpu []float64
 			for _, rd := range sm.Rounds {
@@ -327,13 +327,13 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 					continue
 				}
 				cpu = append(cpu, rd.ControllerCPU)
-				total.add(rd.FastPath.fpCounts)
+				total.Add(rd.FastPath.FastPathCounts)
 				total.CTLiberal += rd.FastPath.CTLiberal
 				for role, c := range rd.FastPath.Interfaces {
 					if total.Interfaces[role] == nil {
-						total.Interfaces[role] = &fpCounts{}
+						total.Interfaces[role] = &harness.FastPathCounts{}
 					}
-					total.Interfaces[role].add(*c)
+					total.Interfaces[role].Add(*c)
 				}
 				for role, h := range rd.Hooks {
 					if !slices.Contains(hooks[role], h) {
@@ -352,8 +352,8 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 				}
 				by = append(by, fmt.Sprintf("%s%s %s", role, hook, shareString(*ic)))
 			}
-			lines = append(lines, []string{row.Case.String(), string(row.Workload), m.Title(), fmt.Sprint(total.runs()),
-				fastString(total.fpCounts), passedString(total.fpCounts), fmt.Sprintf("%.2f", harness.Median(cpu)), strings.Join(by, "; ")})
+			lines = append(lines, []string{row.Case.String(), string(row.Workload), m.Title(), fmt.Sprint(total.Runs()),
+				harness.FastString(total.FastPathCounts), harness.PassedString(total.FastPathCounts), fmt.Sprintf("%.2f", harness.Median(cpu)), strings.Join(by, "; ")})
 			if total.CTLiberal > 0 {
 				liberal = append(liberal, fmt.Sprintf("%s %s %s %d", row.Case, row.Workload, m.Title(), total.CTLiberal))
 			}
@@ -386,11 +386,11 @@ func svcRoleIndex(role string) int {
 }
 
 // shareString is "12345 runs, 99.9% fast".
-func shareString(c fpCounts) string {
-	if c.runs() == 0 {
+func shareString(c harness.FastPathCounts) string {
+	if c.Runs() == 0 {
 		return "0 runs"
 	}
-	return fmt.Sprintf("%d runs %.1f%%", c.runs(), 100*float64(c.fast())/float64(c.runs()))
+	return fmt.Sprintf("%d runs %.1f%%", c.Runs(), 100*float64(c.Fast())/float64(c.Runs()))
 }
 
 // flags lists what a reader must know about the rounds: failures, connections that failed,

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -12,15 +11,16 @@ import (
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 )
 
 func TestServicesConfigDefaults(t *testing.T) {
-	c := ServicesConfig{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{ModeLinuxfpTC, ModeLinux}}, Services: []int{1000, 1, 100, 1},
+	c := ServicesConfig{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeLinuxfpTC, harness.ModeLinux}}, Services: []int{1000, 1, 100, 1},
 		Workloads: []ServiceWorkload{SvcUDP, SvcCRR}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Services, []int{1, 100, 1000}) || !slices.Equal(c.Modes, []Mode{ModeLinux, ModeLinuxfpTC}) ||
+	if !slices.Equal(c.Services, []int{1, 100, 1000}) || !slices.Equal(c.Modes, []harness.Mode{harness.ModeLinux, harness.ModeLinuxfpTC}) ||
 		!slices.Equal(c.Workloads, []ServiceWorkload{SvcCRR, SvcUDP}) {
 		t.Errorf("services %v, modes %v, workloads %v: want sorted, deduplicated, in report order", c.Services, c.Modes, c.Workloads)
 	}
@@ -38,12 +38,12 @@ func TestServicesConfigDefaults(t *testing.T) {
 	for _, bad := range []ServicesConfig{
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{0}},
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{20000}},
-		{Run: harness.Run{Binary: "linuxfp", Modes: []Mode{ModeCeiling}}},
+		{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeCeiling}}},
 		{Run: harness.Run{Binary: "linuxfp"}, Pods: 2},
 		{Run: harness.Run{Binary: "linuxfp"}, FrameSize: 1500},
 		{Run: harness.Run{Binary: "linuxfp"}, GenCores: 1000},
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{}, NoMasquerade: true},
-		{Run: harness.Run{Modes: []Mode{ModeLinuxfp}}}, // no binary to run
+		{Run: harness.Run{Modes: []harness.Mode{harness.ModeLinuxfp}}}, // no binary to run
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
@@ -65,37 +65,37 @@ func TestServicesResult(t *testing.T) {
 	one, masq := ServicesCase{Services: 1}, ServicesCase{Services: 1, Masquerade: true}
 	backends := map[string]uint64{"198.19.1.2": 10}
 	for _, v := range []float64{1, 3, 2} {
-		r.add(one, SvcUDP, ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
-		r.add(masq, SvcUDP, ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
-		r.add(one, SvcCRR, ModeLinux, ServicesRound{Value: 1000 * v, AvgUs: 100 * v, P99Us: 300 * v, Backends: backends})
+		r.add(one, SvcUDP, harness.ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
+		r.add(masq, SvcUDP, harness.ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
+		r.add(one, SvcCRR, harness.ModeLinux, ServicesRound{Value: 1000 * v, AvgUs: 100 * v, P99Us: 300 * v, Backends: backends})
 	}
-	fp := &NodeFastPath{fpCounts: fpCounts{FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}},
-		Interfaces: map[string]*fpCounts{"in0": {FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}}}}
-	r.add(one, SvcUDP, ModeLinuxfp, ServicesRound{Value: 7, Flows: 1, Backends: backends, FastPath: fp, Hooks: map[string]string{"in0": "xdp"}})
-	r.add(one, SvcUDP, ModeLinuxfp, ServicesRound{Error: "no frame reached the sinks"})
-	r.add(one, SvcUDP, ModeLinuxfpTC, ServicesRound{Value: 5, Flows: 0, Backends: backends})
-	r.add(masq, SvcUDP, ModeLinuxfp, ServicesRound{Value: 4, Flows: 1, Backends: map[string]uint64{}})
-	r.add(one, SvcCRR, ModeLinuxfp, ServicesRound{Value: 1500, AvgUs: 150, P99Us: 900, Errors: 2, FirstError: "i/o timeout", Backends: backends})
+	fp := &harness.NodeFastPath{FastPathCounts: harness.FastPathCounts{FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}},
+		Interfaces: map[string]*harness.FastPathCounts{"in0": {FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}}}}
+	r.add(one, SvcUDP, harness.ModeLinuxfp, ServicesRound{Value: 7, Flows: 1, Backends: backends, FastPath: fp, Hooks: map[string]string{"in0": "xdp"}})
+	r.add(one, SvcUDP, harness.ModeLinuxfp, ServicesRound{Error: "no frame reached the sinks"})
+	r.add(one, SvcUDP, harness.ModeLinuxfpTC, ServicesRound{Value: 5, Flows: 0, Backends: backends})
+	r.add(masq, SvcUDP, harness.ModeLinuxfp, ServicesRound{Value: 4, Flows: 1, Backends: map[string]uint64{}})
+	r.add(one, SvcCRR, harness.ModeLinuxfp, ServicesRound{Value: 1500, AvgUs: 150, P99Us: 900, Errors: 2, FirstError: "i/o timeout", Backends: backends})
 	r.finish(time.Minute)
 
 	if len(r.Rows) != 3 || r.Rows[0].Workload != SvcCRR || r.Rows[1].Workload != SvcUDP || r.Rows[2].Case != masq {
 		t.Fatalf("rows in the wrong order: %+v", r.Rows)
 	}
 	udp := r.Rows[1]
-	if l := udp.Modes[ModeLinux]; l.Value != 2 || l.Failed != 0 {
+	if l := udp.Modes[harness.ModeLinux]; l.Value != 2 || l.Failed != 0 {
 		t.Errorf("Linux: %+v", l)
 	}
-	if f := udp.Modes[ModeLinuxfp]; f.Value != 7 || f.Failed != 1 || len(f.Rounds) != 2 {
+	if f := udp.Modes[harness.ModeLinuxfp]; f.Value != 7 || f.Failed != 1 || len(f.Rounds) != 2 {
 		t.Errorf("linuxfp: %+v", f)
 	}
-	if udp.OverLinux[ModeLinuxfp] != 3.5 || udp.OverLinux[ModeLinuxfpTC] != 2.5 {
+	if udp.OverLinux[harness.ModeLinuxfp] != 3.5 || udp.OverLinux[harness.ModeLinuxfpTC] != 2.5 {
 		t.Errorf("ratios %v", udp.OverLinux)
 	}
-	if crr := r.Rows[0]; crr.Modes[ModeLinux].AvgUs != 200 || crr.OverLinux[ModeLinuxfp] != 0.75 {
-		t.Errorf("crr: %+v %v", crr.Modes[ModeLinux], crr.OverLinux)
+	if crr := r.Rows[0]; crr.Modes[harness.ModeLinux].AvgUs != 200 || crr.OverLinux[harness.ModeLinuxfp] != 0.75 {
+		t.Errorf("crr: %+v %v", crr.Modes[harness.ModeLinux], crr.OverLinux)
 	}
-	if len(r.Targets) != 2 || r.Targets[0].Case != one || !r.Targets[0].Met[ModeLinuxfp] || r.Targets[0].Met[ModeLinuxfpTC] ||
-		r.Targets[1].Case != masq || r.Targets[1].Met[ModeLinuxfp] {
+	if len(r.Targets) != 2 || r.Targets[0].Case != one || !r.Targets[0].Met[harness.ModeLinuxfp] || r.Targets[0].Met[harness.ModeLinuxfpTC] ||
+		r.Targets[1].Case != masq || r.Targets[1].Met[harness.ModeLinuxfp] {
 		t.Errorf("targets %+v", r.Targets)
 	}
 	if !r.Measured() || (*ServicesResult)(nil).Measured() {
@@ -118,31 +118,12 @@ func TestServicesResult(t *testing.T) {
 	}
 }
 
-func TestProcessCPU(t *testing.T) {
-	before, err := processCPU(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for t0 := time.Now(); time.Since(t0) < 100*time.Millisecond; {
-	}
-	after, err := processCPU(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after <= before {
-		t.Errorf("CPU time %s after spinning 100 ms, %s before", after, before)
-	}
-	if _, err := processCPU(-1); err == nil {
-		t.Error("no error for pid -1")
-	}
-}
-
 // The benchmark runs end to end, small and short, in every mode: every case and workload gives a
 // number in every mode, the traffic reaches the endpoints (every pod for the connections to random
 // services, one per flow's conntrack entry for udp), linuxfp's programs report what they did and
 // take the udp flows, and every namespace the benchmark created is gone afterwards.
 func TestRunServices(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	if _, err := exec.LookPath("iptables-restore"); err != nil {
 		t.Skip("iptables-restore not installed")
 	}
@@ -204,7 +185,7 @@ func TestRunServices(t *testing.T) {
 				}
 				continue
 			}
-			if rd.FastPath == nil || rd.FastPath.runs() == 0 || len(rd.Hooks) == 0 {
+			if rd.FastPath == nil || rd.FastPath.Runs() == 0 || len(rd.Hooks) == 0 {
 				t.Errorf("%s: linuxfp's programs report nothing: %+v, hooks %v", where, rd.FastPath, rd.Hooks)
 				continue
 			}
@@ -216,7 +197,7 @@ func TestRunServices(t *testing.T) {
 				passed += n
 			}
 			onlyHairpin := passed > 0 && rd.FastPath.Passed["hairpin"] >= passed*99/100
-			if row.Workload == SvcUDP && rd.FastPath.fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
+			if row.Workload == SvcUDP && rd.FastPath.Fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
 				t.Errorf("%s: linuxfp fast-pathed none of the established flows' packets (to Linux: %v)", where, rd.FastPath.Passed)
 			}
 		}

@@ -250,7 +250,7 @@ func runCRR(ctx context.Context, clients []*nsutil.NS, targets []netip.AddrPort,
 	if len(all) == 0 {
 		return tr, fmt.Errorf("no connection completed (%d failed: %s)", tr.Errors, tr.Err)
 	}
-	st := rrStats(all, d)
+	st := harness.RRStats(all, d)
 	tr.AvgUs, tr.P99Us = st.AvgUs, st.P99Us
 	return tr, nil
 }
@@ -258,7 +258,7 @@ func runCRR(ctx context.Context, clients []*nsutil.NS, targets []netip.AddrPort,
 // runStreams opens one connection per dial and moves data over all of them at once (upload: the
 // clients write, the servers count; download: the servers write, the clients count) for warmup,
 // then counts the bytes received in d (uploaded reads what the servers received so far).
-func runStreams(ctx context.Context, dials []rrDial, upload bool, uploaded func() uint64, warmup, d time.Duration) (svcTraffic, error) {
+func runStreams(ctx context.Context, dials []harness.RRDial, upload bool, uploaded func() uint64, warmup, d time.Duration) (svcTraffic, error) {
 	conns := make([]net.Conn, 0, len(dials))
 	defer func() {
 		for _, c := range conns {
@@ -266,8 +266,8 @@ func runStreams(ctx context.Context, dials []rrDial, upload bool, uploaded func(
 		}
 	}()
 	for _, dl := range dials {
-		err := dl.from.Do(func() error {
-			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.to.String())
+		err := dl.From.Do(func() error {
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.To.String())
 			if err != nil {
 				return err
 			}
@@ -275,7 +275,7 @@ func runStreams(ctx context.Context, dials []rrDial, upload bool, uploaded func(
 			return nil
 		})
 		if err != nil {
-			return svcTraffic{}, fmt.Errorf("connect to %s from %s: %w", dl.to, dl.from.Name, err)
+			return svcTraffic{}, fmt.Errorf("connect to %s from %s: %w", dl.To, dl.From.Name, err)
 		}
 	}
 	var downloaded atomic.Uint64

@@ -33,7 +33,7 @@ import (
 // settle on the changes. restore undoes it all.
 func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 	var undo []func() error
-	r.sinks = map[string]*sink{}
+	r.sinks = map[string]*harness.Sink{}
 	restore = func() error {
 		var errs []error
 		for _, u := range slices.Backward(undo) {
@@ -48,7 +48,7 @@ func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 		}
 	}()
 	sinkAt := func(name string, ns *nsutil.NS) error {
-		s, err := attachSink(ns, "eth0")
+		s, err := harness.AttachSink(ns, "eth0")
 		if err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 }
 
 // generator is case c's generator, loaded on first use.
-func (r *svcRun) generator(c ServicesCase) (*generator, error) {
+func (r *svcRun) generator(c ServicesCase) (*harness.Generator, error) {
 	if g := r.gens[c.genKey()]; g != nil {
 		return g, nil
 	}
@@ -99,33 +99,33 @@ func (r *svcRun) generator(c ServicesCase) (*generator, error) {
 			if g := r.gens[k]; g != nil && k != c.genKey() {
 				err := g.Close()
 				delete(r.gens, k)
-				if _, derr := r.topo.Pods[0].NS.Run("ip", "link", "del", parkDev); derr != nil || err != nil {
+				if _, derr := r.topo.Pods[0].NS.Run("ip", "link", "del", harness.ParkDev); derr != nil || err != nil {
 					return nil, fmt.Errorf("remove pod 0's other generator: %w", errors.Join(err, derr))
 				}
 			}
 		}
 	}
 	var ns *nsutil.NS
-	var f genFlow
+	var f harness.Flow
 	switch {
 	case c.Masquerade:
 		pod := r.topo.Pods[0]
 		ns = pod.NS
-		f = genFlow{src: r.podMAC, dst: r.topo.BridgeMAC, srcIP: pod.IP, dstIP: testbed.ServicesOutsideIP, ifindex: r.podIdx}
+		f = harness.Flow{Src: r.podMAC, Dst: r.topo.BridgeMAC, SrcIP: pod.IP, DstIP: testbed.ServicesOutsideIP, Ifindex: r.podIdx}
 	case c.FromPods:
 		pod := r.topo.Pods[0]
 		ns = pod.NS
-		f = genFlow{src: r.podMAC, dst: r.topo.BridgeMAC, srcIP: pod.IP, dstIP: netip.IPv4Unspecified(), list: true, ifindex: r.podIdx}
+		f = harness.Flow{Src: r.podMAC, Dst: r.topo.BridgeMAC, SrcIP: pod.IP, DstIP: netip.IPv4Unspecified(), List: true, Ifindex: r.podIdx}
 	default:
 		ns = r.topo.Client
-		f = genFlow{src: r.topo.ClientMAC, dst: r.topo.InMAC, srcIP: testbed.ServicesClientIP, dstIP: netip.IPv4Unspecified(),
-			list: true, ifindex: r.topo.ClientIfindex}
+		f = harness.Flow{Src: r.topo.ClientMAC, Dst: r.topo.InMAC, SrcIP: testbed.ServicesClientIP, DstIP: netip.IPv4Unspecified(),
+			List: true, Ifindex: r.topo.ClientIfindex}
 	}
-	g, err := newGenerator(&testbed.Testbed{Gen: ns}, f)
+	g, err := harness.NewGenerator(&testbed.Testbed{Gen: ns}, f)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.setSize(r.cfg.FrameSize); err != nil {
+	if err := g.SetSize(r.cfg.FrameSize); err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
 		for i := range dsts {
 			dsts[i] = testbed.ServiceIP(i)
 		}
-		if err := g.setDsts(dsts); err != nil {
+		if err := g.SetDsts(dsts); err != nil {
 			return err
 		}
 	}
@@ -154,20 +154,20 @@ func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
 	if err != nil {
 		return err
 	}
-	stop := g.start(r.ctx, cpus[:r.cfg.GenCores], 0)
+	stop := g.Start(r.ctx, cpus[:r.cfg.GenCores], 0)
 	type snap struct {
 		t          time.Time
 		sent, recv uint64
 	}
 	take := func() (s snap, err error) {
 		for _, k := range slices.Sorted(maps.Keys(r.sinks)) {
-			n, err := r.sinks[k].read()
+			n, err := r.sinks[k].Read()
 			if err != nil {
 				return s, err
 			}
 			s.recv += n.Packets
 		}
-		if s.sent, err = g.sent(); err != nil {
+		if s.sent, err = g.Sent(); err != nil {
 			return s, err
 		}
 		s.t = time.Now()

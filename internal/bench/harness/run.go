@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"time"
 
@@ -123,4 +124,21 @@ func UsableCPUs() ([]int, error) {
 		}
 	}
 	return cpus, nil
+}
+
+// OnCPU runs fn on a thread pinned to cpu: the test runs are timed on the CPU the generator
+// and the DUT's softirq work use in the forwarding measurement.
+func OnCPU(cpu int, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return fmt.Errorf("get cpu affinity: %w", err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("pin to cpu %d: %w", cpu, err)
+	}
+	defer unix.SchedSetaffinity(0, &old)
+	return fn()
 }

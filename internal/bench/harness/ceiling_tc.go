@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"encoding/binary"

@@ -1,18 +1,16 @@
-package bench
+package harness
 
 import (
 	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
-	"golang.org/x/sys/unix"
 
+	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 	"github.com/linuxfp/linuxfp/internal/packet"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -23,47 +21,19 @@ var (
 	macC = net.HardwareAddr{0x02, 0, 0, 0, 0, 0xc}
 )
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load BPF programs")
-	}
-}
-
-// pinThread keeps the test on one CPU: the generator's state is per CPU.
-func pinThread(t *testing.T) {
-	t.Helper()
-	runtime.LockOSThread()
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	// The thread goes back to the pool afterwards: give it back all its CPUs first, or a later
-	// test that reads the affinity (--cores checks it) sees one CPU.
-	t.Cleanup(func() {
-		unix.SchedSetaffinity(0, &old)
-		runtime.UnlockOSThread()
-	})
-	set.Set(0)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // The generator must produce a correct frame from whatever the page holds (live-frame pages are
 // recycled, and the DUT rewrites MACs, TTL and checksum in place), cycling through the prefixes.
 func TestGeneratorFrames(t *testing.T) {
-	needRoot(t)
-	pinThread(t)
+	benchtest.NeedRoot(t)
+	benchtest.PinThread(t)
 	const prefixes, ifindex = 50, 7
-	g, err := newGeneratorProgram(genFlow{src: macA, dst: macB, srcIP: testbed.GenAddr, dstIP: testbed.Prefix4(0, 0),
-		prefixes: prefixes, ifindex: ifindex})
+	g, err := newGeneratorProgram(Flow{Src: macA, Dst: macB, SrcIP: testbed.GenAddr, DstIP: testbed.Prefix4(0, 0),
+		Prefixes: prefixes, Ifindex: ifindex})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if err := g.setSize(128); err != nil {
+	if err := g.SetSize(128); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2*prefixes + 3 {
@@ -75,14 +45,14 @@ func TestGeneratorFrames(t *testing.T) {
 			t.Fatalf("frame %d: IPv4 checksum %04x, want %04x", i, binary.BigEndian.Uint16(out[24:26]), c)
 		}
 	}
-	if n, err := g.sent(); err != nil || n != 2*prefixes+3 {
+	if n, err := g.Sent(); err != nil || n != 2*prefixes+3 {
 		t.Fatalf("sent %d (%v), want %d", n, err, 2*prefixes+3)
 	}
 }
 
 // runGen runs the generator once for frame i, on the template or, every other frame, on what a
 // forwarded frame leaves in a recycled page (other MACs, TTL 63), and checks that it redirects.
-func runGen(t *testing.T, g *generator, i int) []byte {
+func runGen(t *testing.T, g *Generator, i int) []byte {
 	t.Helper()
 	in := g.frame
 	if i%2 == 1 {
@@ -109,14 +79,14 @@ func genWant(dst netip.Addr, size int) []byte {
 // With no routed prefixes (the bridge benchmark) every frame goes to the one destination, with
 // its checksum intact, whatever the page held.
 func TestGeneratorFixedDestination(t *testing.T) {
-	needRoot(t)
-	pinThread(t)
-	g, err := newGeneratorProgram(genFlow{src: macA, dst: macB, srcIP: testbed.GenAddr, dstIP: testbed.BridgeSinkAddr, ifindex: 7})
+	benchtest.NeedRoot(t)
+	benchtest.PinThread(t)
+	g, err := newGeneratorProgram(Flow{Src: macA, Dst: macB, SrcIP: testbed.GenAddr, DstIP: testbed.BridgeSinkAddr, Ifindex: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if err := g.setSize(64); err != nil {
+	if err := g.SetSize(64); err != nil {
 		t.Fatal(err)
 	}
 	want := genWant(testbed.BridgeSinkAddr, 60)
@@ -137,15 +107,15 @@ func TestGeneratorFixedDestination(t *testing.T) {
 // In list mode the destinations follow the list in order, then from its start again, each
 // frame with its checksum right; a shorter list given later takes effect at once.
 func TestGeneratorList(t *testing.T) {
-	needRoot(t)
-	pinThread(t)
-	g, err := newGeneratorProgram(genFlow{src: macA, dst: macB, srcIP: testbed.GenAddr, dstIP: netip.IPv4Unspecified(),
-		list: true, ifindex: 7})
+	benchtest.NeedRoot(t)
+	benchtest.PinThread(t)
+	g, err := newGeneratorProgram(Flow{Src: macA, Dst: macB, SrcIP: testbed.GenAddr, DstIP: netip.IPv4Unspecified(),
+		List: true, Ifindex: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if err := g.setSize(64); err != nil {
+	if err := g.SetSize(64); err != nil {
 		t.Fatal(err)
 	}
 	long := []netip.Addr{testbed.Prefix4(0, 201), testbed.Prefix4(3, 1), netip.MustParseAddr("198.18.255.254"),
@@ -162,7 +132,7 @@ func TestGeneratorList(t *testing.T) {
 			}
 		}
 	}
-	if err := g.setDsts(long); err != nil {
+	if err := g.SetDsts(long); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -170,19 +140,19 @@ func TestGeneratorList(t *testing.T) {
 	}
 	want = append(want, long[:3]...) // stops at the 4th entry
 	check()
-	if err := g.setDsts(short); err != nil {
+	if err := g.SetDsts(short); err != nil {
 		t.Fatal(err)
 	}
 	// The next position (3) is past the new list's end: it starts again from its first entry.
 	want = append(want, short[0], short[1], short[0])
 	check()
-	if err := g.setDsts(nil); err == nil {
+	if err := g.SetDsts(nil); err == nil {
 		t.Error("an empty list was accepted")
 	}
 }
 
 func TestSinkVerdicts(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	var objs sinkObjects
 	if err := loadSinkObjects(&objs, nil); err != nil {
 		t.Fatal(err)
@@ -226,7 +196,7 @@ func TestSinkVerdicts(t *testing.T) {
 }
 
 func TestCeilingVerdicts(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	var eth [12]byte
 	copy(eth[:6], macC)
 	copy(eth[6:], macB)
@@ -248,7 +218,7 @@ func TestCeilingVerdicts(t *testing.T) {
 
 // The bridge benchmark's ceiling redirects IPv4 frames as they are and passes the rest.
 func TestCeilingL2Verdicts(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	objs := loadTestCeiling(t, map[string]any{ceilingVarCfgL2: uint32(1)})
 	for _, tc := range []struct {
 		name  string
@@ -258,7 +228,7 @@ func TestCeilingL2Verdicts(t *testing.T) {
 		{"ipv4", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr, Dst: testbed.BridgeSinkAddr, DstPort: 9, Size: 60}.Bytes(), 4},
 		{"ipv6", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr6, Dst: testbed.BridgeSinkAddr6, DstPort: 9, Size: 80}.Bytes(), 2},
 		{"arp", arpFrame(), 2},
-		{"learning frame", learnFrame(macA, macC), 2},
+		{"bridge learning frame", etherFrame(macA, macC, 0x88b5), 2},
 	} {
 		out := make([]byte, len(tc.frame))
 		ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: tc.frame, DataOut: out})
@@ -269,6 +239,16 @@ func TestCeilingL2Verdicts(t *testing.T) {
 			t.Errorf("%s: verdict %d, frame %x; want %d, unmodified", tc.name, ret, out, tc.want)
 		}
 	}
+}
+
+// etherFrame is a minimal Ethernet frame of ethertype typ (the bridge benchmark's learning frames
+// are such, of a local experimental ethertype).
+func etherFrame(src, dst net.HardwareAddr, typ uint16) []byte {
+	f := make([]byte, 60)
+	copy(f, dst)
+	copy(f[6:], src)
+	binary.BigEndian.PutUint16(f[12:], typ)
+	return f
 }
 
 // loadTestCeiling loads the ceiling with vars set, lo standing in for out0 (a test run only
@@ -304,7 +284,7 @@ func arpFrame() []byte {
 // The tc ceiling redirects IPv4 frames to its ifindex, with the MACs rewritten unless l2, and
 // hands everything else on to Linux.
 func TestTCCeilingVerdicts(t *testing.T) {
-	needRoot(t)
+	benchtest.NeedRoot(t)
 	var eth [12]byte
 	copy(eth[:6], macC)
 	copy(eth[6:], macB)
@@ -330,7 +310,7 @@ func TestTCCeilingVerdicts(t *testing.T) {
 			{"ipv4", ipv4, wantIPv4, redirect},
 			{"ipv6", ipv6, ipv6, next},
 			{"arp", arpFrame(), arpFrame(), next},
-			{"learning frame", learnFrame(macA, macC), learnFrame(macA, macC), next},
+			{"bridge learning frame", etherFrame(macA, macC, 0x88b5), etherFrame(macA, macC, 0x88b5), next},
 		} {
 			out := make([]byte, len(tc.frame))
 			ret, err := p.Run(&ebpf.RunOptions{Data: tc.frame, DataOut: out})

@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
@@ -42,56 +41,56 @@ type LatencyRound struct {
 	AvgUs        float64   `json:"avg_us"`
 	P99Us        float64   `json:"p99_us"`
 	StddevUs     float64   `json:"stddev_us"`
-	FastPath     *fastPath `json:"linuxfp_in0,omitempty"`
+	FastPath     *FastPath `json:"linuxfp_in0,omitempty"`
 	Error        string    `json:"error,omitempty"`
 }
 
-// rrPort is where the request/response server listens on the sink's address.
-const rrPort = 12865 // netperf's control port, for recognisability in captures
+// RRPort is where the request/response server listens on the sink's address.
+const RRPort = 12865 // netperf's control port, for recognisability in captures
 
 // latency runs the request/response test in Linux and linuxfp mode (the ceiling forwards only
 // one way), rotated round by round.
-func (b *pipeline) latency() error {
+func (b *Pipeline) latency() error {
 	var modes []Mode
-	for _, m := range b.cfg.Modes {
+	for _, m := range b.Cfg.Modes {
 		if !m.Ceiling() {
 			modes = append(modes, m)
 		}
 	}
-	if b.cfg.KeepTxCsum {
-		restore, err := setTxCsum(b.tb, "on")
+	if b.Cfg.KeepTxCsum {
+		restore, err := setTxCsum(b.TB, "on")
 		if err != nil {
 			return err
 		}
 		defer restore()
 	}
-	srv, err := startRRServer(b.tb)
+	srv, err := startRRServer(b.TB)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	per := map[Mode][]LatencyRound{}
-	defer func() { b.res.Latency = summariseLatency(per, modes, b.cfg.Sessions) }()
-	for r := 0; r < b.cfg.Rounds; r++ {
-		for _, m := range harness.Rotated(modes, r) {
-			err := b.withMode(m, func() error {
+	defer func() { b.Res.Latency = summariseLatency(per, modes, b.Cfg.Sessions) }()
+	for r := 0; r < b.Cfg.Rounds; r++ {
+		for _, m := range Rotated(modes, r) {
+			err := b.WithMode(m, func() error {
 				if _, err := b.prepare(); err != nil {
 					return err
 				}
-				lfp0, err := b.dut.lfpStatus()
+				lfp0, err := b.DUT.lfpStatus()
 				if err != nil {
 					return err
 				}
-				lr, err := runRR(b.ctx, b.tb, b.cfg.Sessions, b.cfg.Warmup, b.cfg.Duration)
+				lr, err := runRR(b.Ctx, b.TB, b.Cfg.Sessions, b.Cfg.Warmup, b.Cfg.Duration)
 				if err != nil {
-					if cerr := b.ctx.Err(); cerr != nil {
+					if cerr := b.Ctx.Err(); cerr != nil {
 						return cerr
 					}
 					// A mode that cannot carry TCP is a result, not a reason to stop the run.
 					lr = LatencyRound{Error: err.Error()}
-					b.log.Warn("latency round failed", "round", r+1, "mode", m, "err", err)
+					b.Log.Warn("latency round failed", "round", r+1, "mode", m, "err", err)
 				}
-				lfp1, err := b.dut.lfpStatus()
+				lfp1, err := b.DUT.lfpStatus()
 				if err != nil {
 					return err
 				}
@@ -100,7 +99,7 @@ func (b *pipeline) latency() error {
 				if lr.Error != "" {
 					return nil
 				}
-				b.log.Info("measured latency", "round", r+1, "mode", m, "tps", fmt.Sprintf("%.0f", lr.TPS),
+				b.Log.Info("measured latency", "round", r+1, "mode", m, "tps", fmt.Sprintf("%.0f", lr.TPS),
 					"avg_us", fmt.Sprintf("%.1f", lr.AvgUs), "p99_us", fmt.Sprintf("%.1f", lr.P99Us))
 				return nil
 			})
@@ -112,26 +111,26 @@ func (b *pipeline) latency() error {
 	return nil
 }
 
-// rrServer answers every byte with one byte.
-type rrServer struct {
+// RRServer answers every byte with one byte.
+type RRServer struct {
 	ln net.Listener
 	wg sync.WaitGroup
 	mu sync.Mutex
 	cs []net.Conn
 }
 
-func startRRServer(tb *testbed.Testbed) (*rrServer, error) {
-	s, err := listenRR(tb.Sink, netip.AddrPortFrom(tb.SinkIP, rrPort))
+func startRRServer(tb *testbed.Testbed) (*RRServer, error) {
+	s, err := ListenRR(tb.Sink, netip.AddrPortFrom(tb.SinkIP, RRPort))
 	if err != nil {
 		return nil, fmt.Errorf("in the sink: %w", err)
 	}
 	return s, nil
 }
 
-// listenRR starts a request/response server on addr in the namespace ns (its listening socket,
+// ListenRR starts a request/response server on addr in the namespace ns (its listening socket,
 // and so every connection it accepts, belongs to ns).
-func listenRR(ns *nsutil.NS, addr netip.AddrPort) (*rrServer, error) {
-	s := &rrServer{}
+func ListenRR(ns *nsutil.NS, addr netip.AddrPort) (*RRServer, error) {
+	s := &RRServer{}
 	err := ns.Do(func() error {
 		var err error
 		s.ln, err = net.Listen("tcp", addr.String())
@@ -172,7 +171,7 @@ func listenRR(ns *nsutil.NS, addr netip.AddrPort) (*rrServer, error) {
 	return s, nil
 }
 
-func (s *rrServer) Close() error {
+func (s *RRServer) Close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
 	for _, c := range s.cs {
@@ -186,24 +185,24 @@ func (s *rrServer) Close() error {
 // runRR opens sessions connections from gen, runs transactions on all of them for warmup, then
 // records every transaction's round-trip time for d.
 func runRR(ctx context.Context, tb *testbed.Testbed, sessions int, warmup, d time.Duration) (LatencyRound, error) {
-	dials := make([]rrDial, sessions)
+	dials := make([]RRDial, sessions)
 	for i := range dials {
-		dials[i] = rrDial{from: tb.Gen, to: netip.AddrPortFrom(tb.SinkIP, rrPort)}
+		dials[i] = RRDial{From: tb.Gen, To: netip.AddrPortFrom(tb.SinkIP, RRPort)}
 	}
-	return runRRSessions(ctx, dials, warmup, d)
+	return RunRRSessions(ctx, dials, warmup, d)
 }
 
-// rrDial is one request/response session: a connection from the namespace from to the server
+// RRDial is one request/response session: a connection from the namespace from to the server
 // at to.
-type rrDial struct {
-	from *nsutil.NS
-	to   netip.AddrPort
+type RRDial struct {
+	From *nsutil.NS
+	To   netip.AddrPort
 }
 
-// runRRSessions opens one connection per dial (its socket created in the dial's namespace), runs
+// RunRRSessions opens one connection per dial (its socket created in the dial's namespace), runs
 // transactions on all of them at once for warmup, then records every transaction's round-trip
 // time for d.
-func runRRSessions(ctx context.Context, dials []rrDial, warmup, d time.Duration) (LatencyRound, error) {
+func RunRRSessions(ctx context.Context, dials []RRDial, warmup, d time.Duration) (LatencyRound, error) {
 	sessions := len(dials)
 	conns := make([]net.Conn, 0, sessions)
 	defer func() {
@@ -212,8 +211,8 @@ func runRRSessions(ctx context.Context, dials []rrDial, warmup, d time.Duration)
 		}
 	}()
 	for _, dl := range dials {
-		err := dl.from.Do(func() error {
-			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.to.String())
+		err := dl.From.Do(func() error {
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.To.String())
 			if err != nil {
 				return err
 			}
@@ -221,7 +220,7 @@ func runRRSessions(ctx context.Context, dials []rrDial, warmup, d time.Duration)
 			return nil
 		})
 		if err != nil {
-			return LatencyRound{}, fmt.Errorf("connect to %s from %s: %w", dl.to, dl.from.Name, err)
+			return LatencyRound{}, fmt.Errorf("connect to %s from %s: %w", dl.To, dl.From.Name, err)
 		}
 	}
 
@@ -270,11 +269,11 @@ func runRRSessions(ctx context.Context, dials []rrDial, warmup, d time.Duration)
 	if len(all) == 0 {
 		return LatencyRound{}, errors.New("request/response: no transaction completed")
 	}
-	return rrStats(all, d), nil
+	return RRStats(all, d), nil
 }
 
-// rrStats summarises the round-trip times of the transactions completed in d (sorts them).
-func rrStats(all []time.Duration, d time.Duration) LatencyRound {
+// RRStats summarises the round-trip times of the transactions completed in d (sorts them).
+func RRStats(all []time.Duration, d time.Duration) LatencyRound {
 	slices.Sort(all)
 	var sum, sq float64
 	for _, v := range all {
@@ -309,7 +308,7 @@ func summariseLatency(per map[Mode][]LatencyRound, modes []Mode, sessions int) [
 					v = append(v, f(r))
 				}
 			}
-			return harness.Median(v)
+			return Median(v)
 		}
 		for _, r := range rds {
 			if r.Error != "" {

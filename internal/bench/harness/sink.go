@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"fmt"
@@ -10,27 +10,27 @@ import (
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
-// sink counts and drops the generator's frames with XDP where they arrive: at the sink's eth0
+// Sink counts and drops the generator's frames with XDP where they arrive: at the Sink's eth0
 // for the measurements, at the DUT's in0 for the CPU baseline. Counting in XDP keeps the
 // receiving side far cheaper than any forwarding path under test.
-type sink struct {
+type Sink struct {
 	objs sinkObjects
 	link link.Link
 }
 
-// count is what a sink has counted.
-type count struct {
+// Count is what a sink has counted.
+type Count struct {
 	Packets uint64
 	Bytes   uint64
 }
 
-// attachSink loads a sink with counters of its own and attaches it to ifname in ns.
-func attachSink(ns *nsutil.NS, ifname string) (*sink, error) {
-	s := &sink{}
+// AttachSink loads a sink with counters of its own and attaches it to ifname in ns.
+func AttachSink(ns *nsutil.NS, ifname string) (*Sink, error) {
+	s := &Sink{}
 	if err := loadSinkObjects(&s.objs, nil); err != nil {
 		return nil, fmt.Errorf("load sink: %w", err)
 	}
-	l, err := attachXDP(ns, ifname, s.objs.BenchSink)
+	l, err := AttachXDP(ns, ifname, s.objs.BenchSink)
 	if err != nil {
 		s.objs.Close()
 		return nil, err
@@ -39,13 +39,13 @@ func attachSink(ns *nsutil.NS, ifname string) (*sink, error) {
 	return s, nil
 }
 
-// read sums the per-CPU counters.
-func (s *sink) read() (count, error) {
+// Read sums the per-CPU counters.
+func (s *Sink) Read() (Count, error) {
 	var per []sinkSinkCounter
 	if err := s.objs.SinkCount.Lookup(uint32(0), &per); err != nil {
-		return count{}, fmt.Errorf("read sink counters: %w", err)
+		return Count{}, fmt.Errorf("read sink counters: %w", err)
 	}
-	var c count
+	var c Count
 	for _, p := range per {
 		c.Packets += p.Packets
 		c.Bytes += p.Bytes
@@ -53,15 +53,15 @@ func (s *sink) read() (count, error) {
 	return c, nil
 }
 
-func (s *sink) Close() error {
+func (s *Sink) Close() error {
 	err := s.link.Close()
 	s.objs.Close()
 	return err
 }
 
-// attachXDP attaches prog to ifname in ns in driver mode (veth has native XDP). The attach
+// AttachXDP attaches prog to ifname in ns in driver mode (veth has native XDP). The attach
 // resolves the ifindex in the calling thread's netns, hence inside ns.
-func attachXDP(ns *nsutil.NS, ifname string, prog *ebpf.Program) (link.Link, error) {
+func AttachXDP(ns *nsutil.NS, ifname string, prog *ebpf.Program) (link.Link, error) {
 	var l link.Link
 	err := ns.Do(func() error {
 		lk, err := netlink.LinkByName(ifname)
@@ -101,8 +101,8 @@ func attachedProgram(ns *nsutil.NS, ifname string) (id ebpf.ProgramID, hook stri
 	return id, hook, err
 }
 
-// attached says what is attached to ifname in ns at XDP or tcx ingress ("" if nothing).
-func attached(ns *nsutil.NS, ifname string) (string, error) {
+// Attached says what is Attached to ifname in ns at XDP or tcx ingress ("" if nothing).
+func Attached(ns *nsutil.NS, ifname string) (string, error) {
 	id, hook, err := attachedProgram(ns, ifname)
 	if err != nil || id == 0 {
 		return "", err

@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ type progSample map[string]ebpf.ProgramStats
 
 // progStats samples the generator, the sink and whatever is attached to the DUT's in0 (at XDP or
 // tcx ingress).
-func (b *pipeline) progStats() (progSample, error) {
+func (b *Pipeline) progStats() (progSample, error) {
 	s := progSample{}
 	add := func(name string, p *ebpf.Program) error {
 		st, err := p.Stats()
@@ -30,13 +30,13 @@ func (b *pipeline) progStats() (progSample, error) {
 		s[name] = *st
 		return nil
 	}
-	if err := add("generator", b.gen.objs.BenchGen); err != nil {
+	if err := add("generator", b.Gen.objs.BenchGen); err != nil {
 		return nil, err
 	}
-	if err := add("sink", b.sink.objs.BenchSink); err != nil {
+	if err := add("sink", b.Sink.objs.BenchSink); err != nil {
 		return nil, err
 	}
-	id, _, err := attachedProgram(b.tb.DUT, "in0")
+	id, _, err := attachedProgram(b.TB.DUT, "in0")
 	if err != nil {
 		return nil, fmt.Errorf("in0's program: %w", err)
 	}

@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"errors"
@@ -9,49 +9,28 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// The modes are the harness's: every benchmark compares the same ones.
-type (
-	Mode    = harness.Mode
-	Machine = harness.Machine
-)
-
-const (
-	ModeLinux     = harness.ModeLinux
-	ModeLinuxfp   = harness.ModeLinuxfp
-	ModeLinuxfpTC = harness.ModeLinuxfpTC
-	ModeCeiling   = harness.ModeCeiling
-	ModeCeilingTC = harness.ModeCeilingTC
-	ModeBaseline  = harness.ModeBaseline
-)
-
-var (
-	Modes        = harness.Modes
-	DefaultModes = harness.DefaultModes
-)
-
-// dut puts the DUT into one mode at a time. Modes never overlap: enter checks that nothing else
+// DUT puts the DUT into one mode at a time. Modes never overlap: enter checks that nothing else
 // is attached to in0 or out0 before it attaches its own.
-type dut struct {
+type DUT struct {
 	tb       *testbed.Testbed
-	topo     *topology
+	topo     *Topology
 	bin      string // linuxfp binary
 	mode     Mode
-	lfp      *testbed.Linuxfp
-	baseline *sink // the CPU baseline's drop-and-count program on in0
+	Lfp      *testbed.Linuxfp
+	baseline *Sink // the CPU baseline's drop-and-count program on in0
 	closers  []func() error
 }
 
-func (d *dut) enter(m Mode) error {
+func (d *DUT) enter(m Mode) error {
 	if d.mode != "" {
 		return fmt.Errorf("enter %s: the DUT is still in mode %s", m, d.mode)
 	}
 	for _, ifname := range []string{"in0", "out0"} {
-		on, err := attached(d.tb.DUT, ifname)
+		on, err := Attached(d.tb.DUT, ifname)
 		if err != nil {
 			return err
 		}
@@ -62,11 +41,11 @@ func (d *dut) enter(m Mode) error {
 	switch m {
 	case ModeLinux:
 	case ModeLinuxfp, ModeLinuxfpTC:
-		l, err := d.topo.startLinuxfp(d.tb, d.bin, m.RunArgs()...)
+		l, err := d.topo.StartLinuxfp(d.tb, d.bin, m.RunArgs()...)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the DUT: %w", err)
 		}
-		d.lfp = l
+		d.Lfp = l
 		d.closers = append(d.closers, func() error {
 			if err := l.Stop(); err != nil {
 				return fmt.Errorf("stop linuxfp: %w; log:\n%s", err, l.Log.String())
@@ -74,19 +53,19 @@ func (d *dut) enter(m Mode) error {
 			return nil
 		})
 	case ModeCeiling:
-		c, err := attachCeiling(d.tb, d.topo.l2)
+		c, err := attachCeiling(d.tb, d.topo.L2)
 		if err != nil {
 			return err
 		}
 		d.closers = append(d.closers, c.Close)
 	case ModeCeilingTC:
-		c, err := attachTCCeiling(d.tb, d.topo.l2)
+		c, err := attachTCCeiling(d.tb, d.topo.L2)
 		if err != nil {
 			return err
 		}
 		d.closers = append(d.closers, c.Close)
 	case ModeBaseline:
-		s, err := attachSink(d.tb.DUT, "in0")
+		s, err := AttachSink(d.tb.DUT, "in0")
 		if err != nil {
 			return err
 		}
@@ -100,18 +79,18 @@ func (d *dut) enter(m Mode) error {
 }
 
 // leave detaches whatever the current mode attached (stops linuxfp: it detaches on exit).
-func (d *dut) leave() error {
+func (d *DUT) leave() error {
 	var errs []error
 	for _, c := range slices.Backward(d.closers) {
 		errs = append(errs, c())
 	}
-	d.closers, d.lfp, d.baseline, d.mode = nil, nil, nil, ""
+	d.closers, d.Lfp, d.baseline, d.mode = nil, nil, nil, ""
 	return errors.Join(errs...)
 }
 
-// fastPath is what linuxfp's program on in0 did: packets routed or switched, and handed to Linux
+// FastPath is what linuxfp's program on in0 did: packets routed or switched, and handed to Linux
 // by reason.
-type fastPath struct {
+type FastPath struct {
 	Forwarded uint64 `json:"forwarded"`
 	Bridged   uint64 `json:"bridged,omitempty"`
 	// Dropped: packets its filter module dropped (a netfilter rule would have).
@@ -125,11 +104,11 @@ type fastPath struct {
 	OutHook string `json:"out0_hook,omitempty"`
 }
 
-// fastPathed is what the program sent on itself, routed or switched.
-func (fp *fastPath) fastPathed() uint64 { return fp.Forwarded + fp.Bridged }
+// FastPathed is what the program sent on itself, routed or switched.
+func (fp *FastPath) FastPathed() uint64 { return fp.Forwarded + fp.Bridged }
 
-// passed is what the program handed to Linux, for any reason.
-func (fp *fastPath) passed() uint64 {
+// PassedTotal is what the program handed to Linux, for any reason.
+func (fp *FastPath) PassedTotal() uint64 {
 	var n uint64
 	for _, v := range fp.Passed {
 		n += v
@@ -138,11 +117,11 @@ func (fp *fastPath) passed() uint64 {
 }
 
 // lfpStatus reads the running linuxfp's status (nil outside the linuxfp modes).
-func (d *dut) lfpStatus() (*status.Status, error) {
-	if d.lfp == nil {
+func (d *DUT) lfpStatus() (*status.Status, error) {
+	if d.Lfp == nil {
 		return nil, nil
 	}
-	return d.lfp.Client.Status()
+	return d.Lfp.Client.Status()
 }
 
 // statusOf is interface name's status in st (nil if st is nil or has no such interface).
@@ -158,8 +137,8 @@ func statusOf(st *status.Status, name string) *status.Interface {
 	return nil
 }
 
-// hookOf is where the program on interface name runs in st ("" for none).
-func hookOf(st *status.Status, name string) string {
+// HookOf is where the program on interface name runs in st ("" for none).
+func HookOf(st *status.Status, name string) string {
 	if it := statusOf(st, name); it != nil && it.Program != nil {
 		return it.Program.Hook
 	}
@@ -168,12 +147,12 @@ func hookOf(st *status.Status, name string) string {
 
 // fastPathDelta is what linuxfp's program on in0 did between two of its statuses, and where its
 // programs on in0 and out0 ran at the second (nil outside the linuxfp modes).
-func fastPathDelta(s0, s1 *status.Status) *fastPath {
+func fastPathDelta(s0, s1 *status.Status) *FastPath {
 	a, b := statusOf(s0, "in0"), statusOf(s1, "in0")
 	if a == nil || b == nil {
 		return nil
 	}
-	fp := &fastPath{Hook: hookOf(s1, "in0"), OutHook: hookOf(s1, "out0"), Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets,
+	fp := &FastPath{Hook: HookOf(s1, "in0"), OutHook: HookOf(s1, "out0"), Forwarded: b.Forwarded.Packets - a.Forwarded.Packets, Bridged: b.Bridged.Packets - a.Bridged.Packets,
 		Dropped: b.Dropped.Packets - a.Dropped.Packets}
 	if b.Program == nil {
 		fp.NoProgram = strings.Join(b.Notes, "; ")
@@ -199,7 +178,7 @@ func attachCeiling(tb *testbed.Testbed, l2 bool) (*ceilingRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, v := range map[string]any{ceilingVarCfgEth: ceilingEth(tb), ceilingVarCfgL2: boolU32(l2)} {
+	for name, v := range map[string]any{ceilingVarCfgEth: ceilingEth(tb), ceilingVarCfgL2: BoolU32(l2)} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
@@ -216,7 +195,7 @@ func attachCeiling(tb *testbed.Testbed, l2 bool) (*ceilingRun, error) {
 		c.objs.Close()
 		return nil, fmt.Errorf("put out0 into the ceiling's devmap: %w", err)
 	}
-	if c.link, err = attachXDP(tb.DUT, "in0", c.objs.BenchCeiling); err != nil {
+	if c.link, err = AttachXDP(tb.DUT, "in0", c.objs.BenchCeiling); err != nil {
 		c.objs.Close()
 		return nil, err
 	}
@@ -242,7 +221,7 @@ func (c *ceilingRun) Close() error {
 	return err
 }
 
-func boolU32(b bool) uint32 {
+func BoolU32(b bool) uint32 {
 	if b {
 		return 1
 	}

@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// generator sends UDP frames out of gen's eth0 (to the routed prefixes, or to the sink across a
+// Generator sends UDP frames out of gen's eth0 (to the routed prefixes, or to the sink across a
 // bridge): an XDP program run with BPF_PROG_RUN in live-frame mode, so the frames leave through
 // the ordinary XDP redirect path at several Mpps per core, with no socket and no skb on the
 // sending side.
-type generator struct {
+type Generator struct {
 	tb     *testbed.Testbed
-	flow   genFlow
+	flow   Flow
 	objs   generatorObjects
 	parked link.Link
 	frame  []byte
@@ -32,51 +32,51 @@ type generator struct {
 }
 
 const (
-	fcsLen = 4
+	FCSLen = 4
 	// Frames per BPF_PROG_RUN batch (the kernel's default and its page-pool size per run).
-	genBatch = 64
+	GenBatch = 64
 	// How long one BPF_PROG_RUN call lasts at full speed: short enough to stop promptly, long
 	// enough that the per-call setup (page pool, first touch of its pages) is noise.
 	genSlice = 20 * time.Millisecond
 	// At a fixed rate, frames go out in bursts this far apart.
-	pacedBurst = 5 * time.Millisecond
+	PacedBurst = 5 * time.Millisecond
 	// A down veth pair in gen that holds the generator program (see newGenerator).
-	parkDev, parkPeer = "lfpgen0", "lfpgen1"
+	ParkDev, parkPeer = "lfpgen0", "lfpgen1"
 )
 
-// genFlow is what the generator sends: UDP from srcIP to dstIP, port 1024 to 9, in frames from
+// Flow is what the generator sends: UDP from srcIP to dstIP, port 1024 to 9, in frames from
 // src to dst (MACs), redirected to ifindex. With prefixes > 0 the destination cycles through
 // 198.19.0..prefixes-1.1..254 (dstIP must then be 198.19.0.0); with list, through the list
 // given to setDsts (dstIP must then be 0.0.0.0); with neither it is always dstIP.
-type genFlow struct {
-	src, dst     net.HardwareAddr
-	srcIP, dstIP netip.Addr
-	prefixes     int
-	list         bool
-	ifindex      int
+type Flow struct {
+	Src, Dst     net.HardwareAddr
+	SrcIP, DstIP netip.Addr
+	Prefixes     int
+	List         bool
+	Ifindex      int
 }
 
-// genMaxDsts is GEN_MAX_DSTS: the longest destination list.
-const genMaxDsts = 65536
+// GenMaxDsts is GEN_MAX_DSTS: the longest destination list.
+const GenMaxDsts = 65536
 
-// newGenerator loads the generator for tb and parks it on a down veth pair of its own in gen.
+// NewGenerator loads the generator for tb and parks it on a down veth pair of its own in gen.
 //
 // Parking is what makes short runs possible. A test run with repeat > 1 puts its program into
 // the kernel's XDP dispatcher for the duration of the run (bpf_prog_change_xdp) and takes it out
 // again; each change rewrites the dispatcher and waits for an RCU grace period: ~20 ms of sleep
 // per BPF_PROG_RUN call on this machine, which caps a generator at ~40 calls/s. A program that
 // is attached in driver mode somewhere stays in the dispatcher, and the test run changes nothing.
-func newGenerator(tb *testbed.Testbed, f genFlow) (*generator, error) {
+func NewGenerator(tb *testbed.Testbed, f Flow) (*Generator, error) {
 	g, err := newGeneratorProgram(f)
 	if err != nil {
 		return nil, err
 	}
 	g.tb = tb
-	if _, err := tb.Gen.Run("ip", "link", "add", parkDev, "type", "veth", "peer", "name", parkPeer); err != nil {
+	if _, err := tb.Gen.Run("ip", "link", "add", ParkDev, "type", "veth", "peer", "name", parkPeer); err != nil {
 		g.objs.Close()
 		return nil, fmt.Errorf("create the generator's parking veth: %w", err)
 	}
-	if g.parked, err = attachXDP(tb.Gen, parkDev, g.objs.BenchGen); err != nil {
+	if g.parked, err = AttachXDP(tb.Gen, ParkDev, g.objs.BenchGen); err != nil {
 		g.objs.Close()
 		return nil, fmt.Errorf("park the generator: %w", err)
 	}
@@ -84,31 +84,31 @@ func newGenerator(tb *testbed.Testbed, f genFlow) (*generator, error) {
 }
 
 // newGeneratorProgram loads a generator of f's frames.
-func newGeneratorProgram(f genFlow) (*generator, error) {
+func newGeneratorProgram(f Flow) (*Generator, error) {
 	spec, err := loadGenerator()
 	if err != nil {
 		return nil, err
 	}
 	for name, v := range map[string]any{
-		generatorVarCfgPrefixes: uint32(f.prefixes),
-		generatorVarCfgIfindex:  uint32(f.ifindex),
-		generatorVarCfgList:     boolU32(f.list),
+		generatorVarCfgPrefixes: uint32(f.Prefixes),
+		generatorVarCfgIfindex:  uint32(f.Ifindex),
+		generatorVarCfgList:     BoolU32(f.List),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	if !f.list {
+	if !f.List {
 		spec.Maps[generatorMapGenDsts].MaxEntries = 1 // unused: no need for 256 KiB
 	}
-	g := &generator{flow: f}
+	g := &Generator{flow: f}
 	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
 		return nil, fmt.Errorf("load generator: %w", err)
 	}
 	return g, nil
 }
 
-func (g *generator) Close() error {
+func (g *Generator) Close() error {
 	var err error
 	if g.parked != nil {
 		err = g.parked.Close()
@@ -117,20 +117,20 @@ func (g *generator) Close() error {
 	return err
 }
 
-// setSize makes the generator send frames of size bytes (RFC 2544: including the 4-byte FCS,
+// SetSize makes the generator send frames of size bytes (RFC 2544: including the 4-byte FCS,
 // which a veth does not carry). Only between runs.
-func (g *generator) setSize(size int) error {
+func (g *Generator) SetSize(size int) error {
 	if size == g.size {
 		return nil
 	}
-	if size-fcsLen < 60 || size-fcsLen > 3000 {
+	if size-FCSLen < 60 || size-FCSLen > 3000 {
 		return fmt.Errorf("frame size %d: want 64 to 3004 bytes", size)
 	}
 	frame := packet.Spec{
-		SrcMAC: g.flow.src, DstMAC: g.flow.dst,
-		Src: g.flow.srcIP, Dst: g.flow.dstIP,
+		SrcMAC: g.flow.Src, DstMAC: g.flow.Dst,
+		Src: g.flow.SrcIP, Dst: g.flow.DstIP,
 		SrcPort: 1024, DstPort: 9,
-		Size: size - fcsLen,
+		Size: size - FCSLen,
 	}.Bytes()
 	// With routed prefixes the destination changes per frame and the UDP checksum covers it; 0
 	// means "none" in IPv4 (used for every flow alike), and neither Linux's forwarding or
@@ -149,14 +149,14 @@ func (g *generator) setSize(size int) error {
 	return nil
 }
 
-// setDsts gives a list-mode generator the destinations to cycle through, in order. Only between
+// SetDsts gives a list-mode generator the destinations to cycle through, in order. Only between
 // runs.
-func (g *generator) setDsts(dsts []netip.Addr) error {
-	if !g.flow.list {
+func (g *Generator) SetDsts(dsts []netip.Addr) error {
+	if !g.flow.List {
 		return errors.New("the generator was not loaded in list mode")
 	}
-	if len(dsts) == 0 || len(dsts) > genMaxDsts {
-		return fmt.Errorf("%d destinations: want 1 to %d", len(dsts), genMaxDsts)
+	if len(dsts) == 0 || len(dsts) > GenMaxDsts {
+		return fmt.Errorf("%d destinations: want 1 to %d", len(dsts), GenMaxDsts)
 	}
 	keys := make([]uint32, len(dsts))
 	vals := make([]uint32, len(dsts))
@@ -176,8 +176,8 @@ func (g *generator) setDsts(dsts []netip.Addr) error {
 	return nil
 }
 
-// sent is the number of frames the program has generated so far, on all CPUs.
-func (g *generator) sent() (uint64, error) {
+// Sent is the number of frames the program has generated so far, on all CPUs.
+func (g *Generator) Sent() (uint64, error) {
 	var per []generatorGenState
 	if err := g.objs.GenStates.Lookup(uint32(0), &per); err != nil {
 		return 0, fmt.Errorf("read generator counters: %w", err)
@@ -189,9 +189,9 @@ func (g *generator) sent() (uint64, error) {
 	return n, nil
 }
 
-// start runs the generator on each of cpus until the returned stop is called. rate is the total
+// Start runs the generator on each of cpus until the returned stop is called. rate is the total
 // offered load in frames/s, 0 for as fast as the pipeline takes them.
-func (g *generator) start(ctx context.Context, cpus []int, rate float64) (stop func() error) {
+func (g *Generator) Start(ctx context.Context, cpus []int, rate float64) (stop func() error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, len(cpus))
@@ -215,7 +215,7 @@ func (g *generator) start(ctx context.Context, cpus []int, rate float64) (stop f
 // ifindex in the netns of the thread that runs it, and the DUT's softirq work then happens on
 // that same CPU (veth schedules the peer's NAPI locally), so one generator core drives one
 // pipeline.
-func (g *generator) run(ctx context.Context, cpu int, rate float64) error {
+func (g *Generator) run(ctx context.Context, cpu int, rate float64) error {
 	return g.tb.Gen.Do(func() error {
 		var old, set unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &old); err != nil {
@@ -229,7 +229,7 @@ func (g *generator) run(ctx context.Context, cpu int, rate float64) error {
 
 		opts := &ebpf.RunOptions{
 			Data:      g.frame,
-			BatchSize: genBatch,
+			BatchSize: GenBatch,
 			Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
 		}
 		if rate > 0 {
@@ -255,8 +255,8 @@ func (g *generator) run(ctx context.Context, cpu int, rate float64) error {
 // paced offers rate frames/s in bursts of pacedBurst's worth. A burst goes through the pipeline
 // batch by batch (each batch's softirq work runs before the next batch is generated), so a rate
 // the DUT sustains on average is not lost to queue overflows.
-func (g *generator) paced(ctx context.Context, opts *ebpf.RunOptions, rate float64) error {
-	burst := uint64(max(rate*pacedBurst.Seconds(), genBatch))
+func (g *Generator) paced(ctx context.Context, opts *ebpf.RunOptions, rate float64) error {
+	burst := uint64(max(rate*PacedBurst.Seconds(), GenBatch))
 	start := time.Now()
 	var done uint64
 	for ctx.Err() == nil {

@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"fmt"
@@ -7,38 +7,37 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
-// Result is everything a forwarding benchmark (router, bridge) measured. The JSON form is for
+// PipelineResult is everything a forwarding benchmark (router, bridge) measured. The JSON form is for
 // scripts.
-type Result struct {
-	Machine    Machine         `json:"machine"`
-	Config     Settings        `json:"config"`
-	Throughput []ThroughputRow `json:"throughput"`
-	Latency    []LatencyMode   `json:"latency,omitempty"`
-	CPU        *CPUResult      `json:"cpu,omitempty"`
+type PipelineResult struct {
+	Machine    Machine          `json:"machine"`
+	Config     PipelineSettings `json:"config"`
+	Throughput []ThroughputRow  `json:"throughput"`
+	Latency    []LatencyMode    `json:"latency,omitempty"`
+	CPU        *CPUResult       `json:"cpu,omitempty"`
 	// TableVII: the module at each hook, side by side (a tc mode was run).
 	TableVII *TableVII      `json:"table_vii,omitempty"`
 	Elapsed  string         `json:"elapsed"`
 	rows     map[[2]int]int // (cores, size) -> index in Throughput
+	topo     *Topology
 }
 
-// Settings is the configuration the numbers were taken with.
-type Settings struct {
+// PipelineSettings is the configuration the numbers were taken with.
+type PipelineSettings struct {
 	Topology string `json:"topology"` // "router" or "bridge"
 	Sizes    []int  `json:"frame_sizes"`
 	Cores    []int  `json:"generator_cores"`
 	Modes    []Mode `json:"modes"`
-	harness.Timing
+	Timing
 	Sessions int `json:"rr_sessions,omitempty"`
 	// TxCsumOffload: the latency test left tx checksum offload on at gen and sink.
 	TxCsumOffload bool `json:"rr_tx_csum_offload"`
 	ProgStats     bool `json:"prog_stats"`
 	Prefixes      int  `json:"prefixes,omitempty"`
-	// Bridge: the DUT's bridge as Linux had it configured.
-	Bridge *BridgeSettings `json:"bridge,omitempty"`
+	// Bridge: the DUT's bridge as Linux had it configured (the bridge benchmark's settings).
+	Bridge any `json:"bridge,omitempty"`
 }
 
 // ThroughputRow is one (generator cores, frame size) cell: every mode and the ratios.
@@ -62,17 +61,17 @@ func (row *ThroughputRow) over(a, b Mode) float64 {
 	if x == nil || y == nil {
 		return 0
 	}
-	return harness.Div(x.rate(), y.rate())
+	return Div(x.Rate(), y.Rate())
 }
 
-// ratioColumn is a ratio of two modes' rates that the reports print when both were run.
-type ratioColumn struct {
-	title    string
-	num, den Mode
-	suffix   string // "x" for a speed-up
+// RatioColumn is a ratio of two modes' rates that the reports print when both were run.
+type RatioColumn struct {
+	Title    string
+	Num, Den Mode
+	Suffix   string // "x" for a speed-up
 }
 
-var ratioColumns = []ratioColumn{
+var ratioColumns = []RatioColumn{
 	{"linuxfp/Linux", ModeLinuxfp, ModeLinux, "x"},
 	{"linuxfp-tc/Linux", ModeLinuxfpTC, ModeLinux, "x"},
 	{"tc/xdp", ModeLinuxfpTC, ModeLinuxfp, ""},
@@ -80,11 +79,11 @@ var ratioColumns = []ratioColumn{
 	{"linuxfp-tc/ceiling-tc", ModeLinuxfpTC, ModeCeilingTC, ""},
 }
 
-// ratioColumnsOf are the ratio columns for a run of modes.
-func ratioColumnsOf(modes []Mode) []ratioColumn {
-	var out []ratioColumn
+// RatioColumns are the ratio columns for a run of modes.
+func RatioColumns(modes []Mode) []RatioColumn {
+	var out []RatioColumn
 	for _, c := range ratioColumns {
-		if slices.Contains(modes, c.num) && slices.Contains(modes, c.den) {
+		if slices.Contains(modes, c.Num) && slices.Contains(modes, c.Den) {
 			out = append(out, c)
 		}
 	}
@@ -102,28 +101,29 @@ type Throughput struct {
 	Rounds      []Round `json:"rounds"`
 }
 
-// rate is the DUT's packet rate: what the ratios compare.
-func (t *Throughput) rate() float64 {
+// Rate is the DUT's packet Rate: what the ratios compare.
+func (t *Throughput) Rate() float64 {
 	if t.DUTMpps > 0 {
 		return t.DUTMpps
 	}
 	return t.Mpps
 }
 
-func newResult(cfg Config, t *topology) *Result {
-	return &Result{
-		Machine: harness.ThisMachine(),
-		Config: Settings{
-			Topology: t.name,
+func NewPipelineResult(cfg PipelineConfig, t *Topology) *PipelineResult {
+	return &PipelineResult{
+		Machine: ThisMachine(),
+		Config: PipelineSettings{
+			Topology: t.Name,
 			Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Timing: cfg.Timing(),
-			Sessions: cfg.Sessions, Prefixes: t.prefixes,
+			Sessions: cfg.Sessions, Prefixes: t.Prefixes,
 			TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
 		},
 		rows: map[[2]int]int{},
+		topo: t,
 	}
 }
 
-func (r *Result) addRound(cores, size int, m Mode, rd Round) {
+func (r *PipelineResult) AddRound(cores, size int, m Mode, rd Round) {
 	k := [2]int{cores, size}
 	i, ok := r.rows[k]
 	if !ok {
@@ -146,18 +146,18 @@ func (r *Result) addRound(cores, size int, m Mode, rd Round) {
 		dut = append(dut, x.dutMpps())
 		mixed = mixed || x.Permitted > 0
 	}
-	t.Mpps, t.OfferedMpps = harness.Median(mpps), harness.Median(off)
+	t.Mpps, t.OfferedMpps = Median(mpps), Median(off)
 	t.Gbps = t.Mpps * float64(size) * 8 / 1e3
 	t.DUTMpps = 0
 	if mixed {
-		t.DUTMpps = harness.Median(dut)
+		t.DUTMpps = Median(dut)
 	}
 	row.LinuxfpOverLinux, row.LinuxfpOverCeiling = row.over(ModeLinuxfp, ModeLinux), row.over(ModeLinuxfp, ModeCeiling)
 	row.LinuxfpTCOverLinux, row.LinuxfpTCOverLinuxfp = row.over(ModeLinuxfpTC, ModeLinux), row.over(ModeLinuxfpTC, ModeLinuxfp)
 	row.LinuxfpTCOverCeilingTC = row.over(ModeLinuxfpTC, ModeCeilingTC)
 }
 
-func (r *Result) throughputOf(cores, size int, m Mode) *Throughput {
+func (r *PipelineResult) ThroughputOf(cores, size int, m Mode) *Throughput {
 	i, ok := r.rows[[2]int{cores, size}]
 	if !ok {
 		return nil
@@ -165,8 +165,8 @@ func (r *Result) throughputOf(cores, size int, m Mode) *Throughput {
 	return r.Throughput[i].Modes[m]
 }
 
-func (r *Result) finish(elapsed time.Duration) {
-	r.Elapsed = harness.Elapsed(elapsed)
+func (r *PipelineResult) Finish(elapsed time.Duration) {
+	r.Elapsed = Elapsed(elapsed)
 	slices.SortStableFunc(r.Throughput, func(a, b ThroughputRow) int {
 		if a.Cores != b.Cores {
 			return a.Cores - b.Cores
@@ -180,20 +180,15 @@ func (r *Result) finish(elapsed time.Duration) {
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
-func (r *Result) Measured() bool {
+func (r *PipelineResult) Measured() bool {
 	return r != nil && (len(r.Throughput) > 0 || len(r.Latency) > 0 || r.CPU != nil)
 }
 
 // WriteTable writes the tables a person reads.
-func (r *Result) WriteTable(w io.Writer) {
+func (r *PipelineResult) WriteTable(w io.Writer) {
 	c := r.Config
-	if c.Topology == "bridge" {
-		fmt.Fprintln(w, "Bridge: gen -> DUT (br0, in0 -> out0) -> sink over veth, one IPv4 subnet, UDP to port 9")
-		if br := c.Bridge; br != nil {
-			fmt.Fprintf(w, "br0: FDB learned (%s), ageing %s, bridge-nf-call-iptables=%d\n", br.Learning, br.Ageing, br.NFCallIptables)
-		}
-	} else {
-		fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", c.Prefixes)
+	if r.topo != nil && r.topo.Describe != nil {
+		r.topo.Describe(w, &c)
 	}
 	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "Median of %d rounds x %s per mode (modes alternate round by round); took %s\n\n",
@@ -206,9 +201,9 @@ func (r *Result) WriteTable(w io.Writer) {
 		for _, m := range c.Modes {
 			hdr = append(hdr, m.Title()+" Mpps", "Gbit/s")
 		}
-		ratios := ratioColumnsOf(c.Modes)
+		ratios := RatioColumns(c.Modes)
 		for _, rc := range ratios {
-			hdr = append(hdr, rc.title)
+			hdr = append(hdr, rc.Title)
 		}
 		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 		for _, row := range r.Throughput {
@@ -221,7 +216,7 @@ func (r *Result) WriteTable(w io.Writer) {
 				}
 			}
 			for _, rc := range ratios {
-				cells = append(cells, harness.Ratio(row.over(rc.num, rc.den), rc.suffix))
+				cells = append(cells, Ratio(row.over(rc.Num, rc.Den), rc.Suffix))
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 		}
@@ -231,18 +226,18 @@ func (r *Result) WriteTable(w io.Writer) {
 		r.writeProgStats(w)
 	}
 
-	writeLatency(w, r.Latency, r.Config.TxCsumOffload)
-	writeCPU(w, r.CPU)
+	WriteLatency(w, r.Latency, r.Config.TxCsumOffload)
+	WriteCPU(w, r.CPU)
 	if t := r.TableVII; t != nil {
 		if r.CPU != nil { // the other sections end with a blank line
 			fmt.Fprintln(w)
 		}
-		writeTableVII(w, t)
+		WriteTableVII(w, t)
 	}
 }
 
-// writeCPU writes the CPU test's table.
-func writeCPU(w io.Writer, cp *CPUResult) {
+// WriteCPU writes the CPU test's table.
+func WriteCPU(w io.Writer, cp *CPUResult) {
 	if cp == nil || len(cp.Modes) == 0 {
 		return
 	}
@@ -265,17 +260,17 @@ func writeCPU(w io.Writer, cp *CPUResult) {
 			fmt.Fprintf(w, "%s needs %.2fx less DUT CPU per packet than Linux\n", m.Title(), l.DUTPerMpkt/f.DUTPerMpkt)
 		}
 	}
-	for _, l := range cpuFlags(cp) {
+	for _, l := range CPUFlags(cp) {
 		fmt.Fprintln(w, l)
 	}
 }
 
-// cpuFlags says ("! ...") when the CPU test's numbers contradict themselves: a mode below the
+// CPUFlags says ("! ...") when the CPU test's numbers contradict themselves: a mode below the
 // baseline (which does strictly less work: it drops every frame at in0) by more than a tenth of
 // Linux's DUT-only cost (less is the tick sampling's noise: /proc/stat counts 4 ms ticks), or a
 // ceiling above Linux. The test counts the kernel time of the whole machine: anything else
 // running on it at the time lands in some mode's rounds.
-func cpuFlags(cp *CPUResult) []string {
+func CPUFlags(cp *CPUResult) []string {
 	if cp == nil {
 		return nil
 	}
@@ -300,9 +295,9 @@ func cpuFlags(cp *CPUResult) []string {
 		strings.Join(odd, ", "))}
 }
 
-// writeLatency writes the request/response table, and a line for every round that failed or
+// WriteLatency writes the request/response table, and a line for every round that failed or
 // where linuxfp's programs did not run at the hook its mode says.
-func writeLatency(w io.Writer, lat []LatencyMode, txCsumOffload bool) {
+func WriteLatency(w io.Writer, lat []LatencyMode, txCsumOffload bool) {
 	if len(lat) == 0 {
 		return
 	}
@@ -322,15 +317,15 @@ func writeLatency(w io.Writer, lat []LatencyMode, txCsumOffload bool) {
 		}
 	}
 	tw.Flush()
-	for _, f := range latencyFlags(lat, txCsumOffload) {
+	for _, f := range LatencyFlags(lat, txCsumOffload) {
 		fmt.Fprintln(w, f)
 	}
 	fmt.Fprintln(w)
 }
 
-// latencyFlags are the request/response rounds that failed, or whose linuxfp did not run at the
+// LatencyFlags are the request/response rounds that failed, or whose linuxfp did not run at the
 // hook its mode says, one "! " line each.
-func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
+func LatencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
 	var out []string
 	for _, l := range lat {
 		var wrongHook int
@@ -354,7 +349,7 @@ func latencyFlags(lat []LatencyMode, txCsumOffload bool) []string {
 // hookProblem says how linuxfp's programs in fp did not run where mode m says ("" if they did,
 // or m runs no linuxfp, or in0 had no program: that is flagged on its own, or the hook was not
 // recorded).
-func hookProblem(m Mode, fp *fastPath, txCsumOffload bool) string {
+func hookProblem(m Mode, fp *FastPath, txCsumOffload bool) string {
 	want := m.WantHook(txCsumOffload)
 	if want == "" || fp == nil || fp.NoProgram != "" || fp.Hook == "" {
 		return ""
@@ -372,7 +367,7 @@ func hookProblem(m Mode, fp *fastPath, txCsumOffload bool) string {
 }
 
 // writeProgStats prints, with --prog-stats, the kernel's run time per packet of each program.
-func (r *Result) writeProgStats(w io.Writer) {
+func (r *PipelineResult) writeProgStats(w io.Writer) {
 	if len(r.Throughput) == 0 || !r.Config.ProgStats {
 		return
 	}
@@ -385,16 +380,16 @@ func (r *Result) writeProgStats(w io.Writer) {
 			if t == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, m.Title(), t.Mpps, t.progCells())
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, m.Title(), t.Mpps, t.ProgCells())
 		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 }
 
-// progCells is the median run time per packet of the generator, the DUT's in0 program and the
+// ProgCells is the median run time per packet of the generator, the DUT's in0 program and the
 // sink, in ns, as table cells ("-" where a program did not run).
-func (t *Throughput) progCells() string {
+func (t *Throughput) ProgCells() string {
 	var cells []string
 	for _, name := range []string{"generator", "dut_in0", "sink"} {
 		var v []float64
@@ -406,7 +401,7 @@ func (t *Throughput) progCells() string {
 		if len(v) == 0 {
 			cells = append(cells, "-")
 		} else {
-			cells = append(cells, fmt.Sprintf("%.0f", harness.Median(v)))
+			cells = append(cells, fmt.Sprintf("%.0f", Median(v)))
 		}
 	}
 	return strings.Join(cells, "\t")
@@ -414,17 +409,17 @@ func (t *Throughput) progCells() string {
 
 // writeLoss notes cells where the generator offered much more than arrived, and what linuxfp
 // handed to Linux: the first things to look at when a number is surprising.
-func (r *Result) writeLoss(w io.Writer) {
-	for _, l := range r.throughputFlags() {
+func (r *PipelineResult) writeLoss(w io.Writer) {
+	for _, l := range r.ThroughputFlags() {
 		fmt.Fprintln(w, l)
 	}
 }
 
-// throughputFlags are writeLoss's lines ("! ..."): per cell and mode, rounds that started with
+// ThroughputFlags are writeLoss's lines ("! ..."): per cell and mode, rounds that started with
 // the FDB not learned, windows measured again and rounds that still lost frames; per cell and
 // linuxfp mode, rounds where its programs did not run at the mode's hook, and what it did not
 // fast-path; then the reasons linuxfp gave for installing no program on in0.
-func (r *Result) throughputFlags() []string {
+func (r *PipelineResult) ThroughputFlags() []string {
 	var out, noPrograms []string
 	for _, row := range r.Throughput {
 		for _, m := range r.Config.Modes {
@@ -436,7 +431,7 @@ func (r *Result) throughputFlags() []string {
 			var problem, hook string
 			for _, rd := range t.Rounds {
 				again += len(rd.Discarded)
-				if rd.lostBeforeSink() {
+				if rd.LostBeforeSink() {
 					lossy++
 				}
 				if rd.FDBNotLearned != "" {
@@ -470,7 +465,7 @@ func (r *Result) throughputFlags() []string {
 			for _, rd := range t.Rounds {
 				recv += rd.Received
 				if rd.FastPath != nil {
-					fwd += rd.FastPath.fastPathed()
+					fwd += rd.FastPath.FastPathed()
 					for k, v := range rd.FastPath.Passed {
 						passed[k] += v
 					}

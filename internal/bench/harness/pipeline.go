@@ -1,16 +1,15 @@
-// Package bench holds linuxfp's benchmarks. They build their own namespaces (internal/testbed),
-// generate traffic with the project's own XDP generator, and always compare linuxfp against Linux
-// in the same run.
-//
-// The forwarding benchmarks (router.go, bridge.go) share one pipeline (pipeline.go): gen -> DUT
-// -> sink namespaces, the XDP generator (generator.go) and sink (sink.go), the DUT's modes
-// (modes.go), and the throughput, latency and CPU tests; a topology says what differs.
-package bench
+package harness
+
+// The pipeline gen -> DUT -> sink that the forwarding benchmarks (router, bridge, gateway,
+// modules; compose for its forwarding measurement) share: its namespaces (a Topology says what
+// differs), the XDP generator (generator.go) and sink (sink.go), the DUT's modes (dut.go), and the
+// throughput, latency (latency.go) and CPU (cpu.go) tests.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -18,16 +17,15 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// Config configures a forwarding benchmark (bench router, bench bridge): Linux, linuxfp and a
+// PipelineConfig configures a forwarding benchmark (bench router, bench bridge): Linux, linuxfp and a
 // hand-written ceiling forward from gen to sink through the DUT alternately, round by round.
-type Config struct {
-	harness.Run       // Duration: measured time per round, mode and size
-	Sizes       []int // frame sizes in bytes, FCS included (RFC 2544)
-	Cores       []int // generator cores
+type PipelineConfig struct {
+	Run         // Duration: measured time per round, mode and size
+	Sizes []int // frame sizes in bytes, FCS included (RFC 2544)
+	Cores []int // generator cores
 
 	Throughput bool // the throughput test (received rate per mode, frame size and cores)
 
@@ -42,14 +40,14 @@ type Config struct {
 	ProgStats bool // time the BPF programs (BPF_ENABLE_STATS) and report ns per run
 }
 
-func (c *Config) defaults() error {
+func (c *PipelineConfig) Defaults() error {
 	if len(c.Sizes) == 0 {
 		c.Sizes = []int{64, 128, 256, 512, 1024, 1500}
 	}
 	if len(c.Cores) == 0 {
 		c.Cores = []int{1, 2}
 	}
-	err := c.Run.Defaults(harness.RunDefaults{Name: "forwarding", Modes: Modes, Default: DefaultModes,
+	err := c.Run.Defaults(RunDefaults{Name: "forwarding", Modes: Modes, Default: DefaultModes,
 		Duration: time.Second, Warmup: 200 * time.Millisecond, Where: "the DUT"})
 	if err != nil {
 		return err
@@ -60,7 +58,7 @@ func (c *Config) defaults() error {
 	if c.Sessions <= 0 {
 		c.Sessions = 128
 	}
-	cpus, err := harness.UsableCPUs()
+	cpus, err := UsableCPUs()
 	if err != nil {
 		return err
 	}
@@ -77,38 +75,42 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// topology is what differs between the benchmarks built on the gen -> dut -> sink pipeline.
-type topology struct {
-	name     string // "router", "bridge": the result's topology
-	prefixes int    // routed prefixes, for the report
-	// build builds the namespaces (testbed.New, testbed.NewBridge).
-	build func(testbed.Options) (*testbed.Testbed, error)
-	// flow is what the generator sends.
-	flow func(*testbed.Testbed) genFlow
-	// l2: the ceiling switches (redirects frames as they are) instead of routing (MAC rewrite).
-	l2 bool
-	// resolve: make the hosts resolve their neighbours by pinging once the topology is built.
-	resolve bool
-	// startLinuxfp starts `linuxfp run` with args in the DUT and returns once its data plane is
+// Topology is what differs between the benchmarks built on the gen -> dut -> sink pipeline.
+type Topology struct {
+	Name     string // "router", "bridge": the result's topology
+	Prefixes int    // routed prefixes, for the report
+	// Module is the fast-path module the topology exercises, in a Table VII ("": none).
+	Module string
+	// Describe writes the report's first lines, what the topology is (nil: none).
+	Describe func(w io.Writer, s *PipelineSettings)
+	// Build builds the namespaces (testbed.New, testbed.NewBridge).
+	Build func(testbed.Options) (*testbed.Testbed, error)
+	// Flow is what the generator sends.
+	Flow func(*testbed.Testbed) Flow
+	// L2: the ceiling switches (redirects frames as they are) instead of routing (MAC rewrite).
+	L2 bool
+	// Resolve: make the hosts Resolve their neighbours by pinging once the topology is built.
+	Resolve bool
+	// StartLinuxfp starts `linuxfp run` with args in the DUT and returns once its data plane is
 	// built.
-	startLinuxfp func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error)
-	// setup runs once per topology built, before any measurement (nil: nothing to do).
-	setup func(*pipeline) error
-	// prepare runs before every measurement, in the mode measured (nil: nothing to do). A
+	StartLinuxfp func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error)
+	// Setup runs once per topology built, before any measurement (nil: nothing to do).
+	Setup func(*Pipeline) error
+	// Prepare runs before every measurement, in the mode measured (nil: nothing to do). A
 	// problem it returns is no error: it is logged and flagged in the round (Round.FDBNotLearned).
-	prepare func(*pipeline) (problem string, err error)
-	// throughput is the throughput test for a generator of cores CPUs (nil: every mode and
-	// frame size, pipeline.throughput; the gateway measures each of its rulesets).
-	throughput func(b *pipeline, cores int) error
+	Prepare func(*Pipeline) (problem string, err error)
+	// Throughput is the Throughput test for a generator of cores CPUs (nil: every mode and
+	// frame size, pipeline.Throughput; the gateway measures each of its rulesets).
+	Throughput func(b *Pipeline, cores int) error
 }
 
-// run runs a benchmark on topology t. It returns what it measured even when ctx is cancelled
+// RunPipeline runs a benchmark on topology t. It returns what it measured even when ctx is cancelled
 // half-way (with ctx's error); every namespace it created is gone when it returns.
-func run(ctx context.Context, cfg Config, t *topology) (*Result, error) {
-	if err := cfg.defaults(); err != nil {
+func RunPipeline(ctx context.Context, cfg PipelineConfig, t *Topology) (*PipelineResult, error) {
+	if err := cfg.Defaults(); err != nil {
 		return nil, err
 	}
-	res := newResult(cfg, t)
+	res := NewPipelineResult(cfg, t)
 	if cfg.ProgStats {
 		st, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 		if err != nil {
@@ -121,21 +123,21 @@ func run(ctx context.Context, cfg Config, t *topology) (*Result, error) {
 		if i > 0 && !cfg.Throughput {
 			break
 		}
-		err := withTestbed(t, cores, func(tb *testbed.Testbed) error {
-			b, err := newPipeline(ctx, cfg, t, tb, res)
+		err := WithTestbed(t, cores, func(tb *testbed.Testbed) error {
+			b, err := NewPipeline(ctx, cfg, t, tb, res)
 			if err != nil {
 				return err
 			}
-			defer b.close()
-			if t.setup != nil {
-				if err := t.setup(b); err != nil {
+			defer b.Close()
+			if t.Setup != nil {
+				if err := t.Setup(b); err != nil {
 					return err
 				}
 			}
 			if cfg.Throughput {
-				measure := (*pipeline).throughput
-				if t.throughput != nil {
-					measure = t.throughput
+				measure := (*Pipeline).throughput
+				if t.Throughput != nil {
+					measure = t.Throughput
 				}
 				if err := measure(b, cores); err != nil {
 					return err
@@ -159,20 +161,20 @@ func run(ctx context.Context, cfg Config, t *topology) (*Result, error) {
 			return nil
 		})
 		if err != nil {
-			res.finish(time.Since(start))
+			res.Finish(time.Since(start))
 			return res, err
 		}
 	}
-	res.finish(time.Since(start))
+	res.Finish(time.Since(start))
 	return res, nil
 }
 
-// withTestbed builds the topology for a generator of cores CPUs and always removes it.
-func withTestbed(t *topology, cores int, fn func(*testbed.Testbed) error) (err error) {
+// WithTestbed builds the topology for a generator of cores CPUs and always removes it.
+func WithTestbed(t *Topology, cores int, fn func(*testbed.Testbed) error) (err error) {
 	// One veth queue per generator core: veth picks the peer's queue by sending CPU, so each
 	// core drives its own NAPI instance.
 	// The hosts' stacks compute their checksums (as behind a physical NIC): see setTxCsum.
-	tb, err := t.build(testbed.Options{Queues: cores, TxChecksumOff: true})
+	tb, err := t.Build(testbed.Options{Queues: cores, TxChecksumOff: true})
 	if err != nil {
 		return fmt.Errorf("build testbed: %w", err)
 	}
@@ -181,7 +183,7 @@ func withTestbed(t *topology, cores int, fn func(*testbed.Testbed) error) (err e
 			err = errors.Join(err, fmt.Errorf("remove testbed: %w", cerr))
 		}
 	}()
-	if t.resolve {
+	if t.Resolve {
 		if err := tb.ResolveNeighbours(); err != nil {
 			return fmt.Errorf("resolve neighbours: %w", err)
 		}
@@ -189,59 +191,59 @@ func withTestbed(t *topology, cores int, fn func(*testbed.Testbed) error) (err e
 	return fn(tb)
 }
 
-// pipeline is one topology with its sink and generator attached.
-type pipeline struct {
-	ctx  context.Context
-	cfg  Config
-	topo *topology
-	tb   *testbed.Testbed
-	res  *Result
-	sink *sink
-	gen  *generator
-	dut  *dut
-	log  *slog.Logger
+// Pipeline is one topology with its sink and generator attached.
+type Pipeline struct {
+	Ctx  context.Context
+	Cfg  PipelineConfig
+	topo *Topology
+	TB   *testbed.Testbed
+	Res  *PipelineResult
+	Sink *Sink
+	Gen  *Generator
+	DUT  *DUT
+	Log  *slog.Logger
 }
 
-func newPipeline(ctx context.Context, cfg Config, t *topology, tb *testbed.Testbed, res *Result) (*pipeline, error) {
-	b := &pipeline{ctx: ctx, cfg: cfg, topo: t, tb: tb, res: res, log: cfg.Log, dut: &dut{tb: tb, topo: t, bin: cfg.Binary}}
+func NewPipeline(ctx context.Context, cfg PipelineConfig, t *Topology, tb *testbed.Testbed, res *PipelineResult) (*Pipeline, error) {
+	b := &Pipeline{Ctx: ctx, Cfg: cfg, topo: t, TB: tb, Res: res, Log: cfg.Log, DUT: &DUT{tb: tb, topo: t, bin: cfg.Binary}}
 	var err error
-	if b.sink, err = attachSink(tb.Sink, "eth0"); err != nil {
+	if b.Sink, err = AttachSink(tb.Sink, "eth0"); err != nil {
 		return nil, err
 	}
-	if b.gen, err = newGenerator(tb, t.flow(tb)); err != nil {
-		b.close()
+	if b.Gen, err = NewGenerator(tb, t.Flow(tb)); err != nil {
+		b.Close()
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *pipeline) close() {
-	if err := b.dut.leave(); err != nil {
-		b.log.Warn("leave DUT mode", "err", err)
+func (b *Pipeline) Close() {
+	if err := b.DUT.leave(); err != nil {
+		b.Log.Warn("leave DUT mode", "err", err)
 	}
-	if b.gen != nil {
-		b.gen.Close()
+	if b.Gen != nil {
+		b.Gen.Close()
 	}
-	if b.sink != nil {
-		b.sink.Close()
+	if b.Sink != nil {
+		b.Sink.Close()
 	}
 }
 
-// withMode runs fn with the DUT in mode m, and leaves the mode whatever happens.
-func (b *pipeline) withMode(m Mode, fn func() error) (err error) {
-	if err := b.dut.enter(m); err != nil {
+// WithMode runs fn with the DUT in mode m, and leaves the mode whatever happens.
+func (b *Pipeline) WithMode(m Mode, fn func() error) (err error) {
+	if err := b.DUT.enter(m); err != nil {
 		return err
 	}
-	if st, err := b.dut.lfpStatus(); err == nil && st != nil && hookOf(st, "in0") == "" {
+	if st, err := b.DUT.lfpStatus(); err == nil && st != nil && HookOf(st, "in0") == "" {
 		it := statusOf(st, "in0")
 		var notes []string
 		if it != nil {
 			notes = it.Notes
 		}
-		b.log.Info("linuxfp installed no program on in0: Linux forwards in this mode", "notes", notes)
+		b.Log.Info("linuxfp installed no program on in0: Linux forwards in this mode", "notes", notes)
 	}
 	defer func() {
-		if lerr := b.dut.leave(); lerr != nil {
+		if lerr := b.DUT.leave(); lerr != nil {
 			err = errors.Join(err, lerr)
 		}
 	}()
@@ -249,62 +251,62 @@ func (b *pipeline) withMode(m Mode, fn func() error) (err error) {
 }
 
 // throughput measures every mode and size for a generator of cores CPUs.
-func (b *pipeline) throughput(cores int) error {
-	var cells []cell
-	for _, size := range b.cfg.Sizes {
-		cells = append(cells, cell{size: size, res: b.res})
+func (b *Pipeline) throughput(cores int) error {
+	var cells []Cell
+	for _, size := range b.Cfg.Sizes {
+		cells = append(cells, Cell{Size: size, Res: b.Res})
 	}
-	return b.measureCells(cores, cells)
+	return b.MeasureCells(cores, cells)
 }
 
-// cell is one measurement per round and mode: a frame size, and what else the benchmark varies
+// Cell is one measurement per round and mode: a frame size, and what else the benchmark varies
 // (the gateway's traffic).
-type cell struct {
-	size int
-	res  *Result // where its rounds go
-	// before runs right before the cell is measured (nil: nothing to do): the gateway gives the
+type Cell struct {
+	Size int
+	Res  *PipelineResult // where its rounds go
+	// Before runs right Before the cell is measured (nil: nothing to do): the gateway gives the
 	// generator the cell's destinations.
-	before func() error
-	// permitted is the fraction of the offered frames that the DUT's rules let through to the
+	Before func() error
+	// Permitted is the fraction of the offered frames that the DUT's rules let through to the
 	// sink in modes linux and linuxfp (0: all of them; the ceiling evaluates no rules).
-	permitted float64
-	what      []any // for the log: what the cell is, besides its size
+	Permitted float64
+	What      []any // for the log: what the cell is, besides its size
 }
 
 // permittedIn is the fraction of the offered frames mode m should deliver to the sink (0: all).
-func (c cell) permittedIn(m Mode) float64 {
+func (c Cell) permittedIn(m Mode) float64 {
 	if m.Ceiling() {
 		return 0
 	}
-	return c.permitted
+	return c.Permitted
 }
 
-// measureCells measures every mode and cell for a generator of cores CPUs: round after round,
+// MeasureCells measures every mode and cell for a generator of cores CPUs: round after round,
 // modes in rotated order, each mode entered once per round for all cells.
-func (b *pipeline) measureCells(cores int, cells []cell) error {
-	cpus, err := harness.UsableCPUs()
+func (b *Pipeline) MeasureCells(cores int, cells []Cell) error {
+	cpus, err := UsableCPUs()
 	if err != nil {
 		return err
 	}
 	cpus = cpus[:cores]
-	for r := 0; r < b.cfg.Rounds; r++ {
-		for _, m := range harness.Rotated(b.cfg.Modes, r) {
-			err := b.withMode(m, func() error {
+	for r := 0; r < b.Cfg.Rounds; r++ {
+		for _, m := range Rotated(b.Cfg.Modes, r) {
+			err := b.WithMode(m, func() error {
 				for _, c := range cells {
-					if c.before != nil {
-						if err := c.before(); err != nil {
+					if c.Before != nil {
+						if err := c.Before(); err != nil {
 							return err
 						}
 					}
-					rd, err := b.measureFull(c.size, cpus, c.permittedIn(m))
+					rd, err := b.MeasureFull(c.Size, cpus, c.permittedIn(m))
 					if err != nil {
-						return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, c.size, err)
+						return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, c.Size, err)
 					}
-					c.res.addRound(cores, c.size, m, rd)
-					b.log.Info("measured", append(slices.Clone(c.what), "round", r+1, "mode", m, "cores", cores, "size", c.size,
+					c.Res.AddRound(cores, c.Size, m, rd)
+					b.Log.Info("measured", append(slices.Clone(c.What), "round", r+1, "mode", m, "cores", cores, "size", c.Size,
 						"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))...)
-					if fp := rd.FastPath; fp != nil && fp.NoProgram == "" && rd.Received > 0 && fp.fastPathed() < rd.Received*99/100 {
-						b.log.Warn("linuxfp fast-pathed less than 99% of what the sink received",
+					if fp := rd.FastPath; fp != nil && fp.NoProgram == "" && rd.Received > 0 && fp.FastPathed() < rd.Received*99/100 {
+						b.Log.Warn("linuxfp fast-pathed less than 99% of what the sink received",
 							"forwarded", fp.Forwarded, "bridged", fp.Bridged, "received", rd.Received, "passed", fp.Passed)
 					}
 				}
@@ -325,7 +327,7 @@ type Round struct {
 	Received    uint64    `json:"received"` // frames the sink counted
 	OfferedMpps float64   `json:"offered_mpps"`
 	Mpps        float64   `json:"mpps"`
-	FastPath    *fastPath `json:"linuxfp_in0,omitempty"` // linuxfp mode: what its program on in0 did
+	FastPath    *FastPath `json:"linuxfp_in0,omitempty"` // linuxfp mode: what its program on in0 did
 	CPU         *cpuUse   `json:"cpu,omitempty"`
 	// --prog-stats: run time of the generator, the sink and the DUT's in0 program ("dut_in0").
 	Programs map[string]ProgStat `json:"programs,omitempty"`
@@ -350,8 +352,8 @@ func (rd *Round) permittedFraction() float64 {
 // dutMpps is the rate of frames the DUT handled (forwarded or dropped by its rules), in Mpps.
 func (rd *Round) dutMpps() float64 { return rd.Mpps / rd.permittedFraction() }
 
-// lostBeforeSink: more than 1% of the frames that should have reached the sink did not.
-func (rd *Round) lostBeforeSink() bool {
+// LostBeforeSink: more than 1% of the frames that should have reached the sink did not.
+func (rd *Round) LostBeforeSink() bool {
 	return float64(rd.Received) < float64(rd.Offered)*rd.permittedFraction()*0.99
 }
 
@@ -359,7 +361,7 @@ func (rd *Round) lostBeforeSink() bool {
 // generator's CPUs.
 const escapeAttempts = 3
 
-// measureFull measures at full speed. At full speed the generator can only outrun the DUT when
+// MeasureFull measures at full speed. At full speed the generator can only outrun the DUT when
 // the DUT's NAPI work runs on another CPU than the generator: a veth NAPI instance stays on the
 // CPU that scheduled it as long as it has work, and anything else that schedules it first (a
 // frame sent by gen's own stack from another CPU) can pull the whole pipeline there. The
@@ -368,16 +370,16 @@ const escapeAttempts = 3
 // kept in the result but measured again.
 //
 // permitted is the fraction of the offered frames the DUT's rules let through (0: all).
-func (b *pipeline) measureFull(size int, cpus []int, permitted float64) (Round, error) {
+func (b *Pipeline) MeasureFull(size int, cpus []int, permitted float64) (Round, error) {
 	var discarded []Round
 	for {
 		rd, err := b.measure(size, cpus, 0)
 		rd.Permitted = permitted
-		if err != nil || !rd.lostBeforeSink() || len(discarded)+1 >= escapeAttempts {
+		if err != nil || !rd.LostBeforeSink() || len(discarded)+1 >= escapeAttempts {
 			rd.Discarded = discarded
 			return rd, err
 		}
-		b.log.Warn("frames lost before the DUT: its work left the generator's CPU; measuring again",
+		b.Log.Warn("frames lost before the DUT: its work left the generator's CPU; measuring again",
 			"size", size, "offered", rd.Offered, "received", rd.Received, "fast_path", rd.FastPath)
 		discarded = append(discarded, rd)
 	}
@@ -385,22 +387,22 @@ func (b *pipeline) measureFull(size int, cpus []int, permitted float64) (Round, 
 
 // measure runs the generator with frames of size bytes on cpus, at rate frames/s (0: full
 // speed), and counts what arrives at the sink over one window after cfg.Warmup.
-func (b *pipeline) measure(size int, cpus []int, rate float64) (Round, error) {
-	if err := b.ctx.Err(); err != nil {
+func (b *Pipeline) measure(size int, cpus []int, rate float64) (Round, error) {
+	if err := b.Ctx.Err(); err != nil {
 		return Round{}, err
 	}
-	g := b.gen
-	if err := g.setSize(size); err != nil {
+	g := b.Gen
+	if err := g.SetSize(size); err != nil {
 		return Round{}, err
 	}
 	problem, err := b.prepare()
 	if err != nil {
 		return Round{}, err
 	}
-	stop := g.start(b.ctx, cpus, rate)
-	d := b.cfg.Duration
+	stop := g.Start(b.Ctx, cpus, rate)
+	d := b.Cfg.Duration
 	if rate > 0 {
-		d = b.cfg.CPUDuration
+		d = b.Cfg.CPUDuration
 	}
 	rd, err := b.window(g, d)
 	rd.FDBNotLearned = problem
@@ -408,42 +410,42 @@ func (b *pipeline) measure(size int, cpus []int, rate float64) (Round, error) {
 		err = errors.Join(err, serr)
 	}
 	if err == nil {
-		err = b.ctx.Err()
+		err = b.Ctx.Err()
 	}
 	return rd, err
 }
 
 // prepare runs the topology's preparation for a measurement (the bridge's learning).
-func (b *pipeline) prepare() (problem string, err error) {
-	if b.topo.prepare == nil {
+func (b *Pipeline) prepare() (problem string, err error) {
+	if b.topo.Prepare == nil {
 		return "", nil
 	}
-	if problem, err = b.topo.prepare(b); err != nil {
+	if problem, err = b.topo.Prepare(b); err != nil {
 		return "", err
 	}
 	if problem != "" {
-		b.log.Warn("measuring anyway", "mode", b.dut.mode, "problem", problem)
+		b.Log.Warn("measuring anyway", "mode", b.DUT.mode, "problem", problem)
 	}
 	return problem, nil
 }
 
-func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
-	if err := harness.SleepCtx(b.ctx, b.cfg.Warmup); err != nil {
+func (b *Pipeline) window(g *Generator, d time.Duration) (Round, error) {
+	if err := SleepCtx(b.Ctx, b.Cfg.Warmup); err != nil {
 		return Round{}, err
 	}
-	counted := b.sink
-	if b.dut.baseline != nil {
-		counted = b.dut.baseline
+	counted := b.Sink
+	if b.DUT.baseline != nil {
+		counted = b.DUT.baseline
 	}
 	type snap struct {
 		t    time.Time
 		sent uint64
-		recv count
+		recv Count
 		cpu  cpuTimes
 		prog progSample
 	}
 	take := func() (s snap, err error) {
-		if b.cfg.ProgStats {
+		if b.Cfg.ProgStats {
 			if s.prog, err = b.progStats(); err != nil {
 				return s, err
 			}
@@ -451,16 +453,16 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 		if s.cpu, err = readCPUTimes(); err != nil {
 			return s, err
 		}
-		if s.recv, err = counted.read(); err != nil {
+		if s.recv, err = counted.Read(); err != nil {
 			return s, err
 		}
-		if s.sent, err = g.sent(); err != nil {
+		if s.sent, err = g.Sent(); err != nil {
 			return s, err
 		}
 		s.t = time.Now()
 		return s, nil
 	}
-	lfp0, err := b.dut.lfpStatus()
+	lfp0, err := b.DUT.lfpStatus()
 	if err != nil {
 		return Round{}, fmt.Errorf("linuxfp counters: %w", err)
 	}
@@ -468,14 +470,14 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 	if err != nil {
 		return Round{}, err
 	}
-	if err := harness.SleepCtx(b.ctx, d); err != nil {
+	if err := SleepCtx(b.Ctx, d); err != nil {
 		return Round{}, err
 	}
 	s1, err := take()
 	if err != nil {
 		return Round{}, err
 	}
-	lfp1, err := b.dut.lfpStatus()
+	lfp1, err := b.DUT.lfpStatus()
 	if err != nil {
 		return Round{}, fmt.Errorf("linuxfp counters: %w", err)
 	}
@@ -487,7 +489,7 @@ func (b *pipeline) window(g *generator, d time.Duration) (Round, error) {
 		FastPath: fastPathDelta(lfp0, lfp1),
 		CPU:      s1.cpu.since(s0.cpu),
 	}
-	if b.cfg.ProgStats {
+	if b.Cfg.ProgStats {
 		rd.Programs = s1.prog.since(s0.prog)
 	}
 	rd.OfferedMpps = float64(rd.Offered) / sec / 1e6

@@ -1,13 +1,13 @@
-package bench
+package harness
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"time"
 )
 
 // cpuTimes is the aggregate "cpu" line of /proc/stat, in USER_HZ ticks.
@@ -15,8 +15,8 @@ type cpuTimes struct {
 	user, nice, system, idle, iowait, irq, softirq, steal uint64
 }
 
-// userHZ is the unit of /proc/stat: fixed at 100 for user space whatever the kernel's HZ.
-const userHZ = 100
+// UserHZ is the unit of /proc/stat: fixed at 100 for user space whatever the kernel's HZ.
+const UserHZ = 100
 
 func readCPUTimes() (cpuTimes, error) {
 	f, err := os.Open("/proc/stat")
@@ -51,7 +51,7 @@ type cpuUse struct {
 }
 
 func (t cpuTimes) since(o cpuTimes) *cpuUse {
-	ms := func(a, b uint64) float64 { return float64(a-b) * 1000 / userHZ }
+	ms := func(a, b uint64) float64 { return float64(a-b) * 1000 / UserHZ }
 	return &cpuUse{
 		User:    ms(t.user+t.nice, o.user+o.nice),
 		System:  ms(t.system, o.system),
@@ -68,43 +68,43 @@ func (u *cpuUse) kernel() float64 { return u.System + u.Softirq + u.Irq }
 // cpu measures CPU time per million packets at a fixed offered load, one generator core, 64-byte
 // frames: first a baseline where in0 drops the frames with XDP (the generator's own cost, and
 // veth's), then every mode, rotated round by round.
-func (b *pipeline) cpu() error {
+func (b *Pipeline) cpu() error {
 	const size = 64
-	rate := b.cfg.CPURate
+	rate := b.Cfg.CPURate
 	if rate == 0 {
 		rate = 250e3
-		if l := b.res.throughputOf(1, size, ModeLinux); l != nil && l.Mpps > 0 {
+		if l := b.Res.ThroughputOf(1, size, ModeLinux); l != nil && l.Mpps > 0 {
 			// Half of what Linux forwards at most: a load every mode sustains without loss.
 			rate = l.Mpps * 1e6 / 2
 		}
 	}
-	cpus, err := harness.UsableCPUs()
+	cpus, err := UsableCPUs()
 	if err != nil {
 		return err
 	}
 	cpus = cpus[:1]
-	modes := append([]Mode{ModeBaseline}, b.cfg.Modes...)
+	modes := append([]Mode{ModeBaseline}, b.Cfg.Modes...)
 	c := &CPUResult{OfferedMpps: rate / 1e6, FrameSize: size, Cores: 1}
 	per := map[Mode][]Round{}
-	for r := 0; r < b.cfg.Rounds; r++ {
-		for _, m := range harness.Rotated(modes, r) {
-			err := b.withMode(m, func() error {
+	for r := 0; r < b.Cfg.Rounds; r++ {
+		for _, m := range Rotated(modes, r) {
+			err := b.WithMode(m, func() error {
 				rd, err := b.measure(size, cpus, rate)
 				if err != nil {
 					return fmt.Errorf("cpu, %s: %w", m, err)
 				}
 				per[m] = append(per[m], rd)
-				b.log.Info("measured cpu", "round", r+1, "mode", m, "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps),
+				b.Log.Info("measured cpu", "round", r+1, "mode", m, "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps),
 					"mpps", fmt.Sprintf("%.3f", rd.Mpps), "kernel_ms", fmt.Sprintf("%.0f", rd.CPU.kernel()))
 				return nil
 			})
 			if err != nil {
-				b.res.CPU = c.summarise(per, modes)
+				b.Res.CPU = c.summarise(per, modes)
 				return err
 			}
 		}
 	}
-	b.res.CPU = c.summarise(per, modes)
+	b.Res.CPU = c.summarise(per, modes)
 	return nil
 }
 
@@ -147,8 +147,8 @@ func (c *CPUResult) summarise(per map[Mode][]Round, modes []Mode) *CPUResult {
 				user = append(user, rd.CPU.User/mpkt)
 			}
 		}
-		cm := CPUMode{Mode: m, Mpps: harness.Median(mpps), Loss: harness.Median(loss), KernelPerMpkt: harness.Median(kern),
-			UserPerMpkt: harness.Median(user), Rounds: rds}
+		cm := CPUMode{Mode: m, Mpps: Median(mpps), Loss: Median(loss), KernelPerMpkt: Median(kern),
+			UserPerMpkt: Median(user), Rounds: rds}
 		if m == ModeBaseline {
 			base = cm.KernelPerMpkt
 		} else {
@@ -157,4 +157,28 @@ func (c *CPUResult) summarise(per map[Mode][]Round, modes []Mode) *CPUResult {
 		c.Modes = append(c.Modes, cm)
 	}
 	return c
+}
+
+// ProcessCPU is the CPU time (user and system, all threads) process pid has used.
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("linuxfp's CPU time: %w", err)
+	}
+	// pid (comm) state ppid ... utime stime: fields 14 and 15, counted from 1, after a comm
+	// that may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, b)
+	}
+	var ticks uint64
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / UserHZ, nil
 }
