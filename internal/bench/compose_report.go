@@ -5,8 +5,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
@@ -336,12 +334,11 @@ func (r *ComposeResult) has(ok func(*ComposeCell) bool) bool { return slices.Con
 // writeTable writes one row per chain length, a column per composition, and (line != nil) the
 // fitted cost per module under them.
 func (r *ComposeResult) writeTable(w io.Writer, val func(*ComposeCell) string, line func(ComposeFit) *Line) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"N"}
 	for _, comp := range r.Config.Compositions {
 		hdr = append(hdr, string(comp))
 	}
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	tw := harness.NewTable(w, hdr...)
 	for _, n := range r.Config.Modules {
 		row := []string{fmt.Sprint(n)}
 		for _, comp := range r.Config.Compositions {
@@ -351,7 +348,7 @@ func (r *ComposeResult) writeTable(w io.Writer, val func(*ComposeCell) string, l
 			}
 			row = append(row, s)
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		tw.Row(row...)
 	}
 	if line != nil {
 		row := []string{"per module"}
@@ -366,7 +363,7 @@ func (r *ComposeResult) writeTable(w io.Writer, val func(*ComposeCell) string, l
 				row = append(row, fmt.Sprintf("+%.1f ns (%+.1f per call)", l.PerModule, l.OverInline))
 			}
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		tw.Row(row...)
 	}
 	tw.Flush()
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
@@ -265,9 +264,8 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	}
 
 	fmt.Fprintf(w, "The paper's gateway: %d blacklisted addresses (DUT rate, Mpps)\n", gatewayRules)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := ratioHeader(header("cores", "frame", "ruleset", "traffic"), true)
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	tw := harness.NewTable(w, hdr...)
 	for _, cores := range c.Cores {
 		for _, size := range c.Sizes {
 			for _, rs := range []Ruleset{rules100, ipsetRules} {
@@ -278,7 +276,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 					}
 					cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), rs.Name, string(t)}, modeCells(v, cores, size)...)
 					cells = append(cells, ratioCells(v, cores, size, true)...)
-					fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+					tw.Row(cells...)
 				}
 			}
 		}
@@ -288,10 +286,9 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 
 	if len(c.Sweep) > 0 {
 		fmt.Fprintln(w, "Throughput vs number of rules (the paper's Figure 8; DUT rate, Mpps)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		hdr := ratioHeader(header("cores", "frame", "traffic", "rules"), false)
 		hdr = append(hdr, "linuxfp vs fewest rules")
-		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+		tw := harness.NewTable(w, hdr...)
 		for _, cores := range c.Cores {
 			for _, size := range c.Sizes {
 				for _, t := range c.Traffic {
@@ -301,7 +298,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 							modeCells(v, cores, size)...)
 						cells = append(cells, ratioCells(v, cores, size, false)...)
 						cells = append(cells, harness.Ratio(harness.Div(v.rateOf(cores, size, harness.ModeLinuxfp), sw[0].rateOf(cores, size, harness.ModeLinuxfp)), ""))
-						fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+						tw.Row(cells...)
 					}
 				}
 			}
@@ -311,15 +308,14 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	}
 	if large := r.largeSets(); len(large) > 0 {
 		fmt.Fprintln(w, "A large set: one DROP rule matching an ipset (DUT rate, Mpps)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		hdr := ratioHeader(header("cores", "frame", "ruleset", "traffic"), false)
-		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+		tw := harness.NewTable(w, hdr...)
 		for _, cores := range c.Cores {
 			for _, size := range c.Sizes {
 				for _, v := range large {
 					cells := append([]string{fmt.Sprint(cores), fmt.Sprint(size), v.Ruleset.Name, string(v.Traffic)}, modeCells(v, cores, size)...)
 					cells = append(cells, ratioCells(v, cores, size, false)...)
-					fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+					tw.Row(cells...)
 				}
 			}
 		}
@@ -424,13 +420,12 @@ func (r *GatewayResult) writeProgStats(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w, "BPF program run time, ns per packet (BPF_ENABLE_STATS; median of rounds)")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cores\tframe\truleset\ttraffic\tmode\tDUT Mpps\tgenerator\tDUT in0\tsink\t")
+	tw := harness.NewTable(w, "cores", "frame", "ruleset", "traffic", "mode", "DUT Mpps", "generator", "DUT in0", "sink")
 	for _, v := range r.Variants {
 		for _, row := range v.Throughput {
 			for _, m := range r.Config.Modes {
 				if t := row.Modes[m]; t != nil {
-					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, v.Ruleset.Name, v.Traffic,
+					tw.Rowf("%d\t%d\t%s\t%s\t%s\t%.3f\t%s", row.Cores, row.FrameSize, v.Ruleset.Name, v.Traffic,
 						m.Title(), t.Rate(), t.ProgCells())
 				}
 			}

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
@@ -230,8 +229,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
 		harness.Plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tpairs\tmode\ttrans/s\tavg us\tp99 us\tstddev us\ttrans/s vs Linux\tavg latency vs Linux\t")
+	tw := harness.NewTable(w, "workload", "pairs", "mode", "trans/s", "avg us", "p99 us", "stddev us", "trans/s vs Linux", "avg latency vs Linux")
 	for _, row := range r.Rows {
 		for _, m := range c.Modes {
 			pm := row.Modes[m]
@@ -253,7 +251,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 			default:
 				cells = append(cells, "", "")
 			}
-			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+			tw.Row(cells...)
 		}
 	}
 	tw.Flush()
@@ -361,21 +359,20 @@ func (r *PodsResult) writeFastPath(w io.Writer) {
 	vxlanNote, encapNote := false, false
 	fmt.Fprintln(w, "\nWhat linuxfp's programs did in linuxfp mode (`linuxfp status -j` in each node before and after")
 	fmt.Fprintln(w, "every measurement; all pair counts and rounds; a packet crossing two programs counts twice):")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "workload\tnode\tinterfaces\tprogram runs\tfast-pathed\thanded to Linux, by reason\t")
+	tw := harness.NewLeftTable(w, "workload", "node", "interfaces", "program runs", "fast-pathed", "handed to Linux, by reason")
 	var liberal []string
 	for _, k := range keys {
 		fp := total[k]
 		if fp.Runs() == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", 0, "-", "-")
+			tw.Rowf("%s\t%s\t%s\t%d\t%s\t%s", k.w, k.node, "all", 0, "-", "-")
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t\n", k.w, k.node, "all", fp.Runs(), harness.FastString(fp.FastPathCounts), harness.PassedString(fp.FastPathCounts))
+		tw.Rowf("%s\t%s\t%s\t%d\t%s\t%s", k.w, k.node, "all", fp.Runs(), harness.FastString(fp.FastPathCounts), harness.PassedString(fp.FastPathCounts))
 		roles := slices.Sorted(maps.Keys(fp.Interfaces))
 		slices.SortStableFunc(roles, func(a, b string) int { return roleIndex(a) - roleIndex(b) })
 		for _, role := range roles {
 			c := fp.Interfaces[role]
-			fmt.Fprintf(tw, "\t\t%s\t%d\t%s\t%s\t\n", role, c.Runs(), harness.FastString(*c), harness.PassedString(*c))
+			tw.Rowf("\t\t%s\t%d\t%s\t%s", role, c.Runs(), harness.FastString(*c), harness.PassedString(*c))
 			if k.w == WorkloadInter && role == "eth0" && c.PassedTotal()*100 > c.Runs() {
 				vxlanNote = true
 			}

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -499,8 +498,7 @@ func writeResponse(w io.Writer, results []ResponseResult, repeats int) {
 
 func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, notes *[]string) {
 	fmt.Fprintf(w, "Response time (paper Table VI: 0.5-1.0 s), %d changes per command, ms\n", repeats)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "command\tevent->dataplane p50\tp99\tmax\texit->fast path p50\tp99\tmax\tverifying\t")
+	tw := harness.NewTable(w, "command", "event->dataplane p50", "p99", "max", "exit->fast path p50", "p99", "max", "verifying")
 	for _, r := range results {
 		if r.Samples == 0 {
 			continue
@@ -512,7 +510,7 @@ func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, note
 		if r.ExitToFast != nil {
 			fast = fmt.Sprintf("%.2f\t%.2f\t%.2f", r.ExitToFast.P50, r.ExitToFast.P99, r.ExitToFast.Max)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n", r.Command, r.EventToDP.P50, r.EventToDP.P99, r.EventToDP.Max, fast, r.Verifying)
+		tw.Rowf("%s\t%.2f\t%.2f\t%.2f\t%s\t%d", r.Command, r.EventToDP.P50, r.EventToDP.P99, r.EventToDP.Max, fast, r.Verifying)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "exit->fast path includes what Linux must do first (e.g. resolve the neighbour by ARP).")
@@ -527,11 +525,10 @@ func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, note
 	if len(linux) > 0 {
 		fmt.Fprintln(w, "\nLinux alone (no linuxfp), the routed commands again: from the command's exit to the first packet of")
 		fmt.Fprintln(w, "the stream delivered to the sink, ms (what Linux itself needs before any traffic flows)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "command\texit->delivered p50\tp99\tmax\t")
+		tw := harness.NewTable(w, "command", "exit->delivered p50", "p99", "max")
 		for _, r := range linux {
 			d := r.LinuxExitToDelivered
-			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t\n", r.Command, d.P50, d.P99, d.Max)
+			tw.Rowf("%s\t%.2f\t%.2f\t%.2f", r.Command, d.P50, d.P99, d.Max)
 		}
 		tw.Flush()
 	}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
@@ -222,8 +221,7 @@ func writeAfter(w io.Writer, results []ResponseResult, notes *[]string) {
 	fmt.Fprintf(w, "\nAfter the command returns: packets of a 10 kpps stream the sink counted after a command that forbids\n")
 	fmt.Fprintf(w, "the stream returned (read at its exit, and once the stream settled), summed over %d samples per command;\n", rows[0].After.Samples)
 	fmt.Fprintln(w, "want 0, as with Linux alone. fence held: from the exit until linuxfp's status listed no fenced family, ms")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "command\tLinux alone after exit\tmax/sample\tlinuxfp after exit\tmax/sample\tfence held p50\tp99\tmax\tfenced packets\t")
+	tw := harness.NewTable(w, "command", "Linux alone after exit", "max/sample", "linuxfp after exit", "max/sample", "fence held p50", "p99", "max", "fenced packets")
 	var flags []string
 	for _, r := range rows {
 		a := r.After
@@ -235,7 +233,7 @@ func writeAfter(w io.Writer, results []ResponseResult, notes *[]string) {
 		if a.Fence != nil {
 			fence = fmt.Sprintf("%.2f\t%.2f\t%.2f", a.Fence.P50, a.Fence.P99, a.Fence.Max)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t\n", r.Command, linux, a.Linuxfp.Total, a.Linuxfp.MaxSample, fence, a.FencedPackets)
+		tw.Rowf("%s\t%s\t%d\t%d\t%s\t%d", r.Command, linux, a.Linuxfp.Total, a.Linuxfp.MaxSample, fence, a.FencedPackets)
 		if a.Linuxfp.Total > 0 && (a.Linux == nil || a.Linuxfp.Total > a.Linux.Total) {
 			than := ""
 			if a.Linux != nil {

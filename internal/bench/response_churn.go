@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
@@ -267,14 +266,13 @@ func writeChurn(w io.Writer, results []ResponseResult) {
 	fmt.Fprintln(w, "(ip route replace of other /32s, ipset add/del in a set no rule uses, iptables -A/-D FORWARD ... -j ACCEPT")
 	fmt.Fprintln(w, "for other addresses; one fork each). in0's packets: the share fast-pathed (forwarded / (forwarded +")
 	fmt.Fprintln(w, "passed)) and the share passed as fenced; linuxfp's CPU over the window, % of one CPU")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "changes/s\tachieved\tseconds\tin0 packets\tfast-pathed\tfenced\tdelivered\tlinuxfp CPU\terrors\t")
+	tw := harness.NewTable(w, "changes/s", "achieved", "seconds", "in0 packets", "fast-pathed", "fenced", "delivered", "linuxfp CPU", "errors")
 	for _, c := range rows {
 		cpu := 0.0
 		if c.Seconds > 0 {
 			cpu = 100 * c.CPU / c.Seconds
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%d\t%.1f%%\t%.1f%%\t%d\t%.0f%%\t%d\t\n", c.Rate, c.Achieved, c.Seconds,
+		tw.Rowf("%d\t%.0f\t%.1f\t%d\t%.1f%%\t%.1f%%\t%d\t%.0f%%\t%d", c.Rate, c.Achieved, c.Seconds,
 			c.Forwarded+c.Passed, 100*c.FastShare(), 100*c.FencedShare(), c.Delivered, cpu, c.Errors)
 	}
 	tw.Flush()

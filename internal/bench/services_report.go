@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
@@ -217,7 +216,6 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
 		harness.Plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"case", "workload", "metric"}
 	for _, m := range c.Modes {
 		head = append(head, m.Title())
@@ -225,7 +223,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 			head = append(head, "vs Linux")
 		}
 	}
-	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	tw := harness.NewTable(w, head...)
 	var last ServicesCase
 	for i, row := range r.Rows {
 		caseCell := row.Case.String()
@@ -272,7 +270,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 					cells = append(cells, harness.PercentChange(harness.Div(mt.get(sm), mt.get(l))))
 				}
 			}
-			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+			tw.Row(cells...)
 		}
 	}
 	tw.Flush()
@@ -365,10 +363,9 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 	fmt.Fprintln(w, "\nWhat linuxfp's programs in the node did (`linuxfp status -j` before and after every measurement, warm-up")
 	fmt.Fprintln(w, "included, all rounds; a packet crossing two programs counts twice; controller: CPUs the `linuxfp run` process")
 	fmt.Fprintln(w, "used meanwhile, median; by interface: hook, program runs, share fast-pathed):")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tworkload\tmode\tprogram runs\tfast-pathed\thanded to Linux, by reason\tcontroller\tby interface\t")
+	tw := harness.NewLeftTable(w, "case", "workload", "mode", "program runs", "fast-pathed", "handed to Linux, by reason", "controller", "by interface")
 	for _, l := range lines {
-		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
+		tw.Row(l...)
 	}
 	tw.Flush()
 	if len(liberal) > 0 {

@@ -5,23 +5,21 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
 // PipelineResult is everything a forwarding benchmark (router, bridge) measured. The JSON form is for
 // scripts.
 type PipelineResult struct {
-	Machine    Machine          `json:"machine"`
-	Config     PipelineSettings `json:"config"`
-	Throughput []ThroughputRow  `json:"throughput"`
-	Latency    []LatencyMode    `json:"latency,omitempty"`
-	CPU        *CPUResult       `json:"cpu,omitempty"`
+	Report[PipelineSettings]
+	Throughput []ThroughputRow `json:"throughput"`
+	Latency    []LatencyMode   `json:"latency,omitempty"`
+	CPU        *CPUResult      `json:"cpu,omitempty"`
 	// TableVII: the module at each hook, side by side (a tc mode was run).
-	TableVII *TableVII      `json:"table_vii,omitempty"`
-	Elapsed  string         `json:"elapsed"`
-	rows     map[[2]int]int // (cores, size) -> index in Throughput
-	topo     *Topology
+	TableVII *TableVII `json:"table_vii,omitempty"`
+	Took
+	rows map[[2]int]int // (cores, size) -> index in Throughput
+	topo *Topology
 }
 
 // PipelineSettings is the configuration the numbers were taken with.
@@ -111,13 +109,12 @@ func (t *Throughput) Rate() float64 {
 
 func NewPipelineResult(cfg PipelineConfig, t *Topology) *PipelineResult {
 	return &PipelineResult{
-		Machine: ThisMachine(),
-		Config: PipelineSettings{
+		Report: NewReport(PipelineSettings{
 			Topology: t.Name,
 			Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Timing: cfg.Timing(),
 			Sessions: cfg.Sessions, Prefixes: t.Prefixes,
 			TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
-		},
+		}),
 		rows: map[[2]int]int{},
 		topo: t,
 	}
@@ -166,7 +163,7 @@ func (r *PipelineResult) ThroughputOf(cores, size int, m Mode) *Throughput {
 }
 
 func (r *PipelineResult) Finish(elapsed time.Duration) {
-	r.Elapsed = Elapsed(elapsed)
+	r.Took.Took(elapsed)
 	slices.SortStableFunc(r.Throughput, func(a, b ThroughputRow) int {
 		if a.Cores != b.Cores {
 			return a.Cores - b.Cores
@@ -196,7 +193,6 @@ func (r *PipelineResult) WriteTable(w io.Writer) {
 
 	if len(r.Throughput) > 0 {
 		fmt.Fprintln(w, "Throughput received at the sink (frame size and Gbit/s include the 4-byte FCS, RFC 2544)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		hdr := []string{"cores", "frame"}
 		for _, m := range c.Modes {
 			hdr = append(hdr, m.Title()+" Mpps", "Gbit/s")
@@ -205,7 +201,7 @@ func (r *PipelineResult) WriteTable(w io.Writer) {
 		for _, rc := range ratios {
 			hdr = append(hdr, rc.Title)
 		}
-		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+		tw := NewTable(w, hdr...)
 		for _, row := range r.Throughput {
 			cells := []string{fmt.Sprint(row.Cores), fmt.Sprint(row.FrameSize)}
 			for _, m := range c.Modes {
@@ -218,7 +214,7 @@ func (r *PipelineResult) WriteTable(w io.Writer) {
 			for _, rc := range ratios {
 				cells = append(cells, Ratio(row.over(rc.Num, rc.Den), rc.Suffix))
 			}
-			fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+			tw.Row(cells...)
 		}
 		tw.Flush()
 		r.writeLoss(w)
@@ -245,14 +241,13 @@ func WriteCPU(w io.Writer, cp *CPUResult) {
 		"all CPUs) per million packets. The generator itself runs in the kernel too: the baseline is the\n"+
 		"generator into an XDP drop on the DUT's in0, and DUT-only = total - baseline (it includes the sink's\n"+
 		"XDP drop, the same in every mode).\n", cp.OfferedMpps, cp.FrameSize, cp.Cores)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\treceived Mpps\tloss\ttotal ms/Mpkt\tDUT-only ms/Mpkt\t")
+	tw := NewTable(w, "mode", "received Mpps", "loss", "total ms/Mpkt", "DUT-only ms/Mpkt")
 	for _, m := range cp.Modes {
 		dut := fmt.Sprintf("%.0f", m.DUTPerMpkt)
 		if m.Mode == ModeBaseline {
 			dut = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%.0f\t%s\t\n", m.Mode.Title(), m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
+		tw.Rowf("%s\t%.3f\t%.1f%%\t%.0f\t%s", m.Mode.Title(), m.Mpps, 100*m.Loss, m.KernelPerMpkt, dut)
 	}
 	tw.Flush()
 	for _, m := range []Mode{ModeLinuxfp, ModeLinuxfpTC} {
@@ -307,13 +302,12 @@ func WriteLatency(w io.Writer, lat []LatencyMode, txCsumOffload bool) {
 	} else {
 		fmt.Fprintln(w, ", tx checksum offload off at gen and sink (linuxfp: native XDP)")
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\ttrans/s\tavg us\tp99 us\tstddev us\t")
+	tw := NewTable(w, "mode", "trans/s", "avg us", "p99 us", "stddev us")
 	for _, l := range lat {
 		if l.Failed == len(l.Rounds) {
-			fmt.Fprintf(tw, "%s\tfailed\t-\t-\t-\t\n", l.Mode.Title())
+			tw.Rowf("%s\tfailed\t-\t-\t-", l.Mode.Title())
 		} else {
-			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t\n", l.Mode.Title(), l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
+			tw.Rowf("%s\t%.0f\t%.1f\t%.1f\t%.1f", l.Mode.Title(), l.TPS, l.AvgUs, l.P99Us, l.StddevUs)
 		}
 	}
 	tw.Flush()
@@ -372,15 +366,14 @@ func (r *PipelineResult) writeProgStats(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w, "BPF program run time, ns per packet (BPF_ENABLE_STATS; median of rounds)")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cores\tframe\tmode\tMpps\tgenerator\tDUT in0\tsink\t")
+	tw := NewTable(w, "cores", "frame", "mode", "Mpps", "generator", "DUT in0", "sink")
 	for _, row := range r.Throughput {
 		for _, m := range r.Config.Modes {
 			t := row.Modes[m]
 			if t == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%.3f\t%s\t\n", row.Cores, row.FrameSize, m.Title(), t.Mpps, t.ProgCells())
+			tw.Rowf("%d\t%d\t%s\t%.3f\t%s", row.Cores, row.FrameSize, m.Title(), t.Mpps, t.ProgCells())
 		}
 	}
 	tw.Flush()

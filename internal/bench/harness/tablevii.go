@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 )
 
 // TableVII is the summary of one or more modules at each hook, from one run: every mode's DUT
@@ -179,32 +178,21 @@ func WriteTableVII(w io.Writer, t *TableVII) {
 	}
 	fmt.Fprintln(w, ")")
 	flagged := slices.ContainsFunc(t.Rows, func(h HookRow) bool { return h.Flagged })
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "module\tmode\thook\tMpps\tvs Linux\ttc/xdp\ttrans/s\tavg us\tp99 us\tavg vs Linux\tDUT CPU ns/pkt\t")
-	num := func(v float64, format string) string {
-		if v == 0 {
-			return "-"
-		}
-		return fmt.Sprintf(format, v)
-	}
+	tw := NewTable(w, "module", "mode", "hook", "Mpps", "vs Linux", "tc/xdp", "trans/s", "avg us", "p99 us", "avg vs Linux", "DUT CPU ns/pkt")
 	for _, h := range t.Rows {
-		hook, flag := h.Hook, ""
+		hook := h.Hook
 		if hook == "" {
 			hook = "-"
 		}
-		if h.Flagged {
-			flag = "!"
+		cells := []string{h.Module, h.Mode.Title(), hook, Num(h.Mpps, "%.3f"), Ratio(h.OverLinux, "x"), Ratio(h.TCOverXDP, ""),
+			Num(h.TPS, "%.0f"), Num(h.AvgUs, "%.1f"), Num(h.P99Us, "%.1f"), Ratio(h.AvgOverLinux, ""), Num(h.DUTNsPerPacket, "%.0f")}
+		switch {
+		case h.Flagged:
+			cells = append(cells, "!")
+		case flagged:
+			cells = append(cells, "")
 		}
-		if flagged {
-			flag += "\t"
-		}
-		cpu := num(h.DUTNsPerPacket, "%.0f")
-		if h.DUTNsPerPacket < 0 {
-			cpu = fmt.Sprintf("%.0f", h.DUTNsPerPacket)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Module, h.Mode.Title(), hook,
-			num(h.Mpps, "%.3f"), Ratio(h.OverLinux, "x"), Ratio(h.TCOverXDP, ""), num(h.TPS, "%.0f"),
-			num(h.AvgUs, "%.1f"), num(h.P99Us, "%.1f"), Ratio(h.AvgOverLinux, ""), cpu, flag)
+		tw.Row(cells...)
 	}
 	tw.Flush()
 	if flagged {
