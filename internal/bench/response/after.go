@@ -1,4 +1,4 @@
-package bench
+package response
 
 // After the command returns: for commands that forbid a stream (a DROP rule, an address joining
 // a set a DROP rule matches, a blackhole route), how many of the stream's packets the sink still
@@ -208,8 +208,8 @@ func (rc *responseRun) fencedCount(client *status.Client) uint64 {
 }
 
 // writeAfter writes the table of the commands counted after their return, if any were.
-func writeAfter(w io.Writer, results []ResponseResult, notes *[]string) {
-	var rows []ResponseResult
+func writeAfter(w io.Writer, results []Result, notes *[]string) {
+	var rows []Result
 	for _, r := range results {
 		if r.After != nil {
 			rows = append(rows, r)

@@ -1,21 +1,31 @@
-package bench
+package response
 
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
-// responseLines is w's output with each line's runs of spaces made one.
-func responseLines(out string) []string {
+// report is results' tables, and a check that they have a line want (each line's runs of spaces
+// made one).
+func report(t *testing.T, results Results) (out string, has func(want string)) {
+	var b bytes.Buffer
+	results.WriteTable(&b)
+	out = b.String()
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
-	return lines
+	return out, func(want string) {
+		t.Helper()
+		if !slices.Contains(lines, want) {
+			t.Errorf("no line %q in:\n%s", want, out)
+		}
+	}
 }
 
 func TestResponseAfterReport(t *testing.T) {
@@ -28,7 +38,7 @@ func TestResponseAfterReport(t *testing.T) {
 	}
 
 	fence := &harness.Distribution{P50: 2.5, P99: 4.25, Max: 4.25}
-	results := []ResponseResult{
+	results := Results{
 		{Command: "ip route add", Samples: 5, EventToDP: harness.Distribution{P50: 2, P99: 3, Max: 3}},
 		{Command: "iptables -A FORWARD -d ... -j DROP", Samples: 5, EventToDP: harness.Distribution{P50: 2, P99: 3, Max: 3}},
 	}
@@ -42,19 +52,7 @@ func TestResponseAfterReport(t *testing.T) {
 		t.Fatalf("withAfter: %+v, want the timed command's result to carry it and two results more", results)
 	}
 
-	var b bytes.Buffer
-	writeResponse(&b, results, 5)
-	out := b.String()
-	lines := responseLines(out)
-	has := func(want string) {
-		t.Helper()
-		for _, l := range lines {
-			if l == want {
-				return
-			}
-		}
-		t.Errorf("no line %q in:\n%s", want, out)
-	}
+	out, has := report(t, results)
 	has("Response time (paper Table VI: 0.5-1.0 s), 5 changes per command, ms")
 	has("iptables -A FORWARD -d ... -j DROP 2.00 3.00 3.00 - - - 0")
 	has("command Linux alone after exit max/sample linuxfp after exit max/sample fence held p50 p99 max fenced packets")
@@ -72,10 +70,8 @@ func TestResponseAfterReport(t *testing.T) {
 	}
 
 	// Only commands counted after their return: no empty table of times.
-	b.Reset()
-	writeResponse(&b, results[2:], 5)
-	if strings.Contains(b.String(), "Response time") || !strings.Contains(b.String(), "After the command returns") {
-		t.Errorf("after-only run:\n%s", b.String())
+	if out, _ := report(t, results[2:]); strings.Contains(out, "Response time") || !strings.Contains(out, "After the command returns") {
+		t.Errorf("after-only run:\n%s", out)
 	}
 
 	j, err := json.Marshal(results[2])
@@ -98,23 +94,11 @@ func TestResponseChurnReport(t *testing.T) {
 	if rows[0].FastShare() != 0.9 || rows[0].FencedShare() != 0.08 || (ChurnResult{}).FastShare() != 0 {
 		t.Errorf("shares %v %v, want 0.9 and 0.08, and 0 of no packet", rows[0].FastShare(), rows[0].FencedShare())
 	}
-	results := []ResponseResult{
+	results := Results{
 		{Command: "ip route add", Samples: 5, EventToDP: harness.Distribution{P50: 2, P99: 3, Max: 3}},
 		{Command: ChurnCommand, Churn: rows},
 	}
-	var b bytes.Buffer
-	writeResponse(&b, results, 5)
-	out := b.String()
-	lines := responseLines(out)
-	has := func(want string) {
-		t.Helper()
-		for _, l := range lines {
-			if l == want {
-				return
-			}
-		}
-		t.Errorf("no line %q in:\n%s", want, out)
-	}
+	out, has := report(t, results)
 	has("changes/s achieved seconds in0 packets fast-pathed fenced delivered linuxfp CPU errors")
 	has("10 10 2.0 1000 90.0% 8.0% 1000 5% 0")
 	has("1000 312 2.0 500 0.0% 100.0% 498 75% 2")
@@ -132,5 +116,16 @@ func TestResponseChurnReport(t *testing.T) {
 		if !strings.Contains(string(j), f) {
 			t.Errorf("JSON has no %s: %s", f, j)
 		}
+	}
+}
+
+// The stream of "iptables-restore 10000 rules" goes to the last rule's address.
+func TestBlacklistLast(t *testing.T) {
+	lines := strings.Split(strings.TrimSpace(harness.DropRules(10000, blacklistAddr)), "\n")
+	if n := len(lines) - 3; n != 10000 {
+		t.Errorf("%d rules, want 10000", n)
+	}
+	if last := lines[len(lines)-2]; last != "-A FORWARD -d "+blacklistLast+"/32 -j DROP" {
+		t.Errorf("the last rule is %q, want one for %s", last, blacklistLast)
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package response
 
 // The response benchmark (the paper's Table VI): how long after a configuration command the
 // fast path follows it. Two times per command:
@@ -10,12 +10,13 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,8 +28,8 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// ResponseOptions configure RunResponse.
-type ResponseOptions struct {
+// Options configure Run.
+type Options struct {
 	Binary  string // the linuxfp binary to run in the DUT
 	Repeats int    // changes per command (>= 50 for the p99 to mean something)
 	Only    []string
@@ -49,8 +50,8 @@ type ResponseOptions struct {
 	ChurnSeconds float64
 }
 
-// ResponseResult is one command's distribution.
-type ResponseResult struct {
+// Result is one command's distribution.
+type Result struct {
 	Command        string                `json:"command"`
 	Samples        int                   `json:"samples"`
 	EventToDP      harness.Distribution  `json:"event_to_dataplane_ms"`
@@ -202,7 +203,7 @@ func filterCases() []responseCase {
 			// 10,000 blacklist rules restored at once; the stream's destination is the last.
 			name: "iptables-restore 10000 rules",
 			do: func(rc *responseRun, i int) error {
-				return harness.Restore(rc.tb.DUT, blacklist(10000), "iptables-restore")
+				return harness.Restore(rc.tb.DUT, harness.DropRules(10000, blacklistAddr), "iptables-restore")
 			},
 			undo:   func(rc *responseRun, i int) error { return rc.dut("iptables -F FORWARD") },
 			stream: func(i int) (string, string) { return blacklistLast, "in0" },
@@ -225,7 +226,10 @@ func filterCases() []responseCase {
 	return cases
 }
 
-// blacklistLast is the destination of the last of blacklist(10000)'s rules: blacklistAddr(9999).
+// blacklistAddr is the i-th address of the 10,000 DROP rules, 198.19.(i/256).(i%256) (the routed
+// prefixes); blacklistLast is the last's.
+func blacklistAddr(i int) netip.Addr { return testbed.Prefix4(i/256, i%256) }
+
 const blacklistLast = "198.19.39.15"
 
 // Bridge cases: a second path gen bg0 <-> bgen [DUT] bsink <-> bs0 sink (198.18.20.0/24), made a
@@ -313,8 +317,8 @@ func (rc *responseRun) setupBridgePath() error {
 
 func (rc *responseRun) dutScript(script string) error { return rc.tb.DUT.Script(script) }
 
-// RunResponse runs the benchmark and writes a table (or JSON) to w.
-func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON bool) error {
+// Run runs the benchmark. It returns nothing when it fails or ctx is cancelled half-way.
+func Run(ctx context.Context, o Options) (Results, error) {
 	if o.Repeats == 0 {
 		o.Repeats = 50
 	}
@@ -329,14 +333,14 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	}
 	tb, err := testbed.New("lfp-resp", testbed.Options{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tb.Close()
 	if err := tb.Sink.Script("ip addr add 198.18.9.2/24 dev eth0"); err != nil {
-		return err
+		return nil, err
 	}
 	if err := tb.ResolveNeighbours(); err != nil {
-		return err
+		return nil, err
 	}
 	var args []string
 	if o.LinuxfpLog != "" {
@@ -344,7 +348,7 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	}
 	l, err := tb.StartLinuxfp(o.Binary, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer l.Stop()
 	if o.LinuxfpLog != "" {
@@ -356,31 +360,31 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	}
 	rc := &responseRun{tb: tb, client: l.Client}
 	if err := rc.setupBridgePath(); err != nil {
-		return fmt.Errorf("bridge cases: %w", err)
+		return nil, fmt.Errorf("bridge cases: %w", err)
 	}
 	if err := rc.settle(); err != nil {
-		return err
+		return nil, err
 	}
 
-	var results []ResponseResult
+	var results Results
 	cases := append(responseCases(), bridgeCases()...)
 	for _, c := range append(cases, filterCases()...) {
-		if len(o.Only) > 0 && !containsString(o.Only, c.name) {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, c.name) {
 			continue
 		}
 		res, err := rc.measure(ctx, c, o.Repeats)
 		if err != nil {
-			return fmt.Errorf("%s: %w\nlinuxfp log:\n%s", c.name, err, lastLines(l.Log.String(), 30))
+			return nil, fmt.Errorf("%s: %w\nlinuxfp log:\n%s", c.name, err, lastLines(l.Log.String(), 30))
 		}
 		results = append(results, res)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	var after []afterCase
 	if !o.NoAfter {
 		for _, c := range afterCases() {
-			if len(o.Only) == 0 || containsString(o.Only, c.name) {
+			if len(o.Only) == 0 || slices.Contains(o.Only, c.name) {
 				after = append(after, c)
 			}
 		}
@@ -388,18 +392,18 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 	if len(after) > 0 && ctx.Err() == nil {
 		sk, err := harness.AttachSink(rc.tb.Sink, "eth0")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		st, err := rc.client.Status()
 		if err != nil {
 			sk.Close()
-			return err
+			return nil, err
 		}
 		for _, c := range after {
 			pa, held, fenced, notes, err := rc.measureAfter(ctx, c, o.AfterRepeats, sk, rc.client)
 			if err != nil {
 				sk.Close()
-				return fmt.Errorf("%s, after its return: %w\nlinuxfp log:\n%s", c.name, err, lastLines(l.Log.String(), 30))
+				return nil, fmt.Errorf("%s, after its return: %w\nlinuxfp log:\n%s", c.name, err, lastLines(l.Log.String(), 30))
 			}
 			ar := &AfterReturn{Samples: o.AfterRepeats, Linuxfp: pa, FencedPackets: fenced, Notes: notes}
 			if !st.FenceWatch {
@@ -413,17 +417,17 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 		}
 		sk.Close()
 	}
-	if !o.NoChurn && ctx.Err() == nil && (len(o.Only) == 0 || containsString(o.Only, ChurnCommand)) {
+	if !o.NoChurn && ctx.Err() == nil && (len(o.Only) == 0 || slices.Contains(o.Only, ChurnCommand)) {
 		rows, err := rc.measureChurn(ctx, o.ChurnRates, time.Duration(o.ChurnSeconds*float64(time.Second)))
 		if err != nil {
-			return fmt.Errorf("%s: %w\nlinuxfp log:\n%s", ChurnCommand, err, lastLines(l.Log.String(), 30))
+			return nil, fmt.Errorf("%s: %w\nlinuxfp log:\n%s", ChurnCommand, err, lastLines(l.Log.String(), 30))
 		}
-		results = append(results, ResponseResult{Command: ChurnCommand, Churn: rows})
+		results = append(results, Result{Command: ChurnCommand, Churn: rows})
 	}
 	if !o.NoLinux && ctx.Err() == nil {
 		// The baseline: the same routed commands with Linux alone.
 		if err := l.Stop(); err != nil {
-			return fmt.Errorf("stop linuxfp for the Linux baseline: %w", err)
+			return nil, fmt.Errorf("stop linuxfp for the Linux baseline: %w", err)
 		}
 		for i := range results {
 			for _, c := range cases {
@@ -432,7 +436,7 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 				}
 				d, err := rc.linuxBaseline(ctx, c, o.Repeats)
 				if err != nil {
-					return fmt.Errorf("%s, Linux alone: %w", c.name, err)
+					return nil, fmt.Errorf("%s, Linux alone: %w", c.name, err)
 				}
 				results[i].LinuxExitToDelivered = &d
 			}
@@ -440,13 +444,13 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 		if len(after) > 0 {
 			sk, err := harness.AttachSink(rc.tb.Sink, "eth0")
 			if err != nil {
-				return err
+				return nil, err
 			}
 			for _, c := range after {
 				pa, _, _, _, err := rc.measureAfter(ctx, c, o.AfterRepeats, sk, nil)
 				if err != nil {
 					sk.Close()
-					return fmt.Errorf("%s, after its return, Linux alone: %w", c.name, err)
+					return nil, fmt.Errorf("%s, after its return, Linux alone: %w", c.name, err)
 				}
 				for i := range results {
 					if results[i].Command == c.name && results[i].After != nil {
@@ -457,37 +461,32 @@ func RunResponse(ctx context.Context, o ResponseOptions, w io.Writer, asJSON boo
 			sk.Close()
 		}
 	}
-	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(results)
-	}
-	writeResponse(w, results, o.Repeats)
-	return nil
+	return results, nil
 }
 
 // withAfter gives the result of command name (a new one, if it was not measured otherwise) ar.
-func withAfter(results []ResponseResult, name string, ar *AfterReturn) []ResponseResult {
+func withAfter(results Results, name string, ar *AfterReturn) Results {
 	for i := range results {
 		if results[i].Command == name {
 			results[i].After = ar
 			return results
 		}
 	}
-	return append(results, ResponseResult{Command: name, After: ar})
+	return append(results, Result{Command: name, After: ar})
 }
 
-// writeResponse writes the tables of RunResponse.
-func writeResponse(w io.Writer, results []ResponseResult, repeats int) {
+// Results are every command's results, in the order measured. The JSON form is for scripts.
+type Results []Result
+
+// Measured: some command was measured.
+func (results Results) Measured() bool { return len(results) > 0 }
+
+// WriteTable writes the tables a person reads.
+func (results Results) WriteTable(w io.Writer) {
 	var notes []string
-	timed := 0
-	for _, r := range results {
-		if r.Samples > 0 {
-			timed++
-		}
-	}
-	if timed > 0 {
-		writeResponseTimes(w, results, repeats, &notes)
+	// Every timed command was measured as many times (--repeats).
+	if i := slices.IndexFunc(results, func(r Result) bool { return r.Samples > 0 }); i >= 0 {
+		writeResponseTimes(w, results, results[i].Samples, &notes)
 	}
 	writeAfter(w, results, &notes)
 	writeChurn(w, results)
@@ -496,7 +495,7 @@ func writeResponse(w io.Writer, results []ResponseResult, repeats int) {
 	}
 }
 
-func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, notes *[]string) {
+func writeResponseTimes(w io.Writer, results []Result, repeats int, notes *[]string) {
 	fmt.Fprintf(w, "Response time (paper Table VI: 0.5-1.0 s), %d changes per command, ms\n", repeats)
 	tw := harness.NewTable(w, "command", "event->dataplane p50", "p99", "max", "exit->fast path p50", "p99", "max", "verifying")
 	for _, r := range results {
@@ -516,7 +515,7 @@ func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, note
 	fmt.Fprintln(w, "exit->fast path includes what Linux must do first (e.g. resolve the neighbour by ARP).")
 	fmt.Fprintln(w, "verifying: changes for which the kernel verified a program (a kind no interface had yet); the others")
 	fmt.Fprintln(w, "reused a verified program of the same kind, or changed only maps.")
-	var linux []ResponseResult
+	var linux []Result
 	for _, r := range results {
 		if r.LinuxExitToDelivered != nil {
 			linux = append(linux, r)
@@ -532,15 +531,6 @@ func writeResponseTimes(w io.Writer, results []ResponseResult, repeats int, note
 		}
 		tw.Flush()
 	}
-}
-
-func containsString(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func lastLines(s string, n int) string {
@@ -595,8 +585,8 @@ func (rc *responseRun) forwarded(iface string, drops bool) (uint64, bool) {
 	return 0, false
 }
 
-func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (ResponseResult, error) {
-	res := ResponseResult{Command: c.name, Samples: n}
+func (rc *responseRun) measure(ctx context.Context, c responseCase, n int) (Result, error) {
+	res := Result{Command: c.name, Samples: n}
 	var evDP, exitFast []time.Duration
 	timeouts := 0
 	for i := 0; i < n && ctx.Err() == nil; i++ {

@@ -1,4 +1,4 @@
-package bench
+package response
 
 // Unrelated churn: a stream whose path no change touches, while N configuration changes per second
 // are made elsewhere (routes to other prefixes, elements of a set no rule uses, ACCEPT rules for
@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -136,11 +135,11 @@ func (rc *responseRun) measureChurn(ctx context.Context, rates []int, d time.Dur
 			stop()
 			return out, err
 		}
-		cpu0 := procCPU(pid)
+		cpu0, _ := harness.ProcessCPU(pid)
 		start := time.Now()
 		r.Changes, r.Errors = rc.churn(ctx, rate, d)
 		el := time.Since(start)
-		cpu1 := procCPU(pid)
+		cpu1, _ := harness.ProcessCPU(pid)
 		in1, err := rc.in0Counts()
 		s1, serr := sk.Read()
 		stop()
@@ -154,7 +153,7 @@ func (rc *responseRun) measureChurn(ctx context.Context, rates []int, d time.Dur
 		r.Achieved = float64(r.Changes) / el.Seconds()
 		r.Forwarded, r.Passed, r.Fenced = in1[0]-in0[0], in1[1]-in0[1], in1[2]-in0[2]
 		r.Delivered = s1.Packets - s0.Packets
-		r.CPU = cpu1 - cpu0
+		r.CPU = (cpu1 - cpu0).Seconds()
 		out = append(out, r)
 		// Undo the window's rules and elements so that every rate starts from the same state.
 		if err := rc.dutScript("iptables -F FORWARD\nipset flush lfpchurn"); err != nil {
@@ -234,27 +233,8 @@ func (rc *responseRun) in0Counts() ([3]uint64, error) {
 	return [3]uint64{}, fmt.Errorf("linuxfp's status has no in0")
 }
 
-// procCPU is process pid's user+system time in seconds (0 if unreadable). Clock ticks are 100 per
-// second on Linux for every architecture Go supports here (USER_HZ).
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces: state is the
-	// first, utime the 12th and stime the 13th.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseUint(f[11], 10, 64)
-	k, _ := strconv.ParseUint(f[12], 10, 64)
-	return float64(u+k) / 100
-}
-
 // writeChurn writes the table of the unrelated churn windows, if any.
-func writeChurn(w io.Writer, results []ResponseResult) {
+func writeChurn(w io.Writer, results []Result) {
 	var rows []ChurnResult
 	for _, r := range results {
 		rows = append(rows, r.Churn...)
