@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/linuxfp/linuxfp/internal/bench"
+	"github.com/linuxfp/linuxfp/internal/bench/compose"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/router"
 )
 
 func benchCmds() []*cobra.Command {
@@ -30,7 +32,7 @@ pipeline), alternating round by round; the report gives medians. Then TCP reques
 latency over parallel sessions, and kernel CPU time per packet at a fixed offered load.
 Removes its namespaces on exit, including on Ctrl-C.
 
-Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1`, bench.RunRouter)
+Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1`, router.Run)
 }
 
 func benchBridgeCmd() *cobra.Command {
@@ -341,7 +343,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 func benchComposeCmd() *cobra.Command {
 	var (
 		bf        benchFlags
-		cc        bench.ComposeConfig
+		cc        compose.Config
 		comps     []string
 		lookup    string
 		noTestRun bool
@@ -370,7 +372,7 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range splitList(comps) {
-				c, err := bench.ParseComposition(s)
+				c, err := compose.ParseComposition(s)
 				if err != nil {
 					return fmt.Errorf("--compositions: %w", err)
 				}
@@ -386,7 +388,7 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 			cc.TestRun, cc.Live = !noTestRun, !noForward
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				cc.Run = cfg.Run
-				return bench.RunCompose(ctx, cc)
+				return compose.Run(ctx, cc)
 			})
 		},
 	}

@@ -320,19 +320,12 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 	if cfg.NoIPSet {
 		g.rulesets = slices.DeleteFunc(g.rulesets, func(rs Ruleset) bool { return rs.IPSet })
 	}
-	t := &harness.Topology{
-		Name:         "gateway",
-		Module:       "filter",
-		Prefixes:     routerTopology.Prefixes,
-		Build:        routerTopology.Build,
-		Resolve:      true,
-		StartLinuxfp: g.startLinuxfp,
-		Throughput:   g.measure,
-		// To the DUT's in0, destinations from the generator's list (gatewayDsts).
-		Flow: func(tb *testbed.Testbed) harness.Flow {
-			return harness.Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: netip.IPv4Unspecified(),
-				List: true, Ifindex: tb.GenIfindex}
-		},
+	t := harness.RoutedTopology("gateway", "lfp-bench")
+	t.Module, t.StartLinuxfp, t.Throughput = "filter", g.startLinuxfp, g.measure
+	// To the DUT's in0, destinations from the generator's list (gatewayDsts).
+	t.Flow = func(tb *testbed.Testbed) harness.Flow {
+		return harness.Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: netip.IPv4Unspecified(),
+			List: true, Ifindex: tb.GenIfindex}
 	}
 	for _, rs := range g.rulesets {
 		f := &LinuxfpFilter{}

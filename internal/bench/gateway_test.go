@@ -211,7 +211,7 @@ func TestGatewayReport(t *testing.T) {
 		"100000 rules":              {harness.ModeLinux: 0.002, harness.ModeLinuxfp: 4, harness.ModeCeiling: 12},
 	}
 	for _, rs := range gatewayRulesets(g.cfg.Sweep, g.cfg.LargeSet) {
-		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: harness.NewPipelineResult(g.cfg.PipelineConfig, routerTopology),
+		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")),
 			Linuxfp: &LinuxfpFilter{Hooks: []string{"xdp"}, Ready: []float64{0.2}}}
 		switch rs.Name {
 		case "100000 rules":
@@ -240,7 +240,7 @@ func TestGatewayReport(t *testing.T) {
 	g.idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "tracepoint",
 		Seconds: 10, CPUSeconds: 0.02, CoreShare: 0.002, Events: 1,
 		AddToDrop: &harness.Distribution{P50: 1.5, P99: 3, Max: 3}, AddSamples: 5}
-	res := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, routerTopology))
+	res := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")))
 	if len(res.Targets) != 1 {
 		t.Fatalf("targets %+v", res.Targets)
 	}

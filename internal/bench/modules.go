@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/router"
 )
 
 // ModulesResult is what RunModules measured: the summary, and each benchmark's full result.
@@ -45,7 +46,7 @@ func RunModules(ctx context.Context, cfg harness.PipelineConfig) (*ModulesResult
 	start := time.Now()
 	defer func() { res.finish(time.Since(start)) }()
 	var err error
-	if res.Router, err = RunRouter(ctx, cfg); err != nil {
+	if res.Router, err = router.Run(ctx, cfg); err != nil {
 		return res, fmt.Errorf("router: %w", err)
 	}
 	if res.Bridge, err = RunBridge(ctx, cfg); err != nil {

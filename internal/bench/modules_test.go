@@ -24,7 +24,7 @@ func TestModulesResult(t *testing.T) {
 		v.res.AddRound(1, 64, m, rd)
 	}
 	g.variants = append(g.variants, v)
-	gw := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, routerTopology))
+	gw := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")))
 	if gw.TableVII == nil || len(gw.TableVII.Rows) != 5 {
 		t.Fatalf("gateway table %+v", gw.TableVII)
 	}

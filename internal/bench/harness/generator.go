@@ -216,40 +216,33 @@ func (g *Generator) Start(ctx context.Context, cpus []int, rate float64) (stop f
 // that same CPU (veth schedules the peer's NAPI locally), so one generator core drives one
 // pipeline.
 func (g *Generator) run(ctx context.Context, cpu int, rate float64) error {
-	return g.tb.Gen.Do(func() error {
-		var old, set unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			return fmt.Errorf("get cpu affinity: %w", err)
-		}
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			return fmt.Errorf("pin generator to cpu %d: %w", cpu, err)
-		}
-		defer unix.SchedSetaffinity(0, &old)
+	return g.tb.Gen.Do(func() error { return OnCPU(cpu, func() error { return g.runOn(ctx, rate) }) })
+}
 
-		opts := &ebpf.RunOptions{
-			Data:      g.frame,
-			BatchSize: GenBatch,
-			Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+// runOn generates on the calling thread, pinned.
+func (g *Generator) runOn(ctx context.Context, rate float64) error {
+	opts := &ebpf.RunOptions{
+		Data:      g.frame,
+		BatchSize: GenBatch,
+		Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+	}
+	if rate > 0 {
+		return g.paced(ctx, opts, rate)
+	}
+	chunk := uint32(16384)
+	for ctx.Err() == nil {
+		opts.Repeat = chunk
+		t := time.Now()
+		if _, err := g.objs.BenchGen.Run(opts); err != nil {
+			return fmt.Errorf("run generator: %w", err)
 		}
-		if rate > 0 {
-			return g.paced(ctx, opts, rate)
+		// Aim each call at genSlice whatever the rate of the mode under test.
+		if el := time.Since(t); el > 0 {
+			next := float64(chunk) * float64(genSlice) / float64(el)
+			chunk = uint32(min(max(next, 1024), 1<<22))
 		}
-		chunk := uint32(16384)
-		for ctx.Err() == nil {
-			opts.Repeat = chunk
-			t := time.Now()
-			if _, err := g.objs.BenchGen.Run(opts); err != nil {
-				return fmt.Errorf("run generator: %w", err)
-			}
-			// Aim each call at genSlice whatever the rate of the mode under test.
-			if el := time.Since(t); el > 0 {
-				next := float64(chunk) * float64(genSlice) / float64(el)
-				chunk = uint32(min(max(next, 1024), 1<<22))
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // paced offers rate frames/s in bursts of pacedBurst's worth. A burst goes through the pipeline

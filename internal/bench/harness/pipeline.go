@@ -496,3 +496,25 @@ func (b *Pipeline) window(g *Generator, d time.Duration) (Round, error) {
 	rd.Mpps = float64(rd.Received) / sec / 1e6
 	return rd, nil
 }
+
+// RoutedTopology is the virtual router's pipeline (testbed.New: the DUT routes 50 prefixes
+// 198.19.N.0/24 from gen to the sink), its namespaces' names starting with prefix: the generator
+// sends to the DUT's in0, destinations cycling through the routed prefixes, and linuxfp has
+// started once it has programs on in0 and out0. The router, gateway and compose benchmarks run
+// on it.
+func RoutedTopology(name, prefix string) *Topology {
+	return &Topology{
+		Name:     name,
+		Prefixes: 50,
+		Build:    func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New(prefix, o) },
+		// The DUT must know its neighbours before its fast path can forward.
+		Resolve: true,
+		Flow: func(tb *testbed.Testbed) Flow {
+			return Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: testbed.Prefix4(0, 0),
+				Prefixes: tb.Prefixes, Ifindex: tb.GenIfindex}
+		},
+		StartLinuxfp: func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
+			return tb.StartLinuxfp(bin, args...)
+		},
+	}
+}

@@ -126,8 +126,8 @@ func UsableCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// OnCPU runs fn on a thread pinned to cpu: the test runs are timed on the CPU the generator
-// and the DUT's softirq work use in the forwarding measurement.
+// OnCPU runs fn on the calling thread, locked to it and pinned to cpu, and gives the thread its
+// CPUs back afterwards.
 func OnCPU(cpu int, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -1,7 +1,7 @@
-package bench
+package compose
 
 // The composition benchmark's eBPF object, generated with clang (make generate) and committed.
-//go:generate go tool bpf2go -tags linux -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I../../bpf/include" -type compose_key -type compose_lpm_key -type compose_entry -type lfp_counter compose ../../bpf/bench/compose.c
+//go:generate go tool bpf2go -tags linux -cc clang -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu -I../../../bpf/include" -type compose_key -type compose_lpm_key -type compose_entry -type lfp_counter compose ../../../bpf/bench/compose.c
 
 import (
 	"errors"
@@ -22,27 +22,27 @@ import (
 type Composition string
 
 const (
-	// ComposeInline is linuxfp's composition: the modules inlined one after the other in one
+	// Inline is linuxfp's composition: the modules inlined one after the other in one
 	// program, their number a frozen .rodata constant the verifier prunes by.
-	ComposeInline Composition = "inline"
-	// ComposeTail is one program per module in a prog array, each tail-calling the next slot:
+	Inline Composition = "inline"
+	// Tail is one program per module in a prog array, each tail-calling the next slot:
 	// a constant the kernel patches into a direct jump.
-	ComposeTail Composition = "tail"
-	// ComposeTailMap is the same chain with the next slot read from a map (a chain that can be
+	Tail Composition = "tail"
+	// TailMap is the same chain with the next slot read from a map (a chain that can be
 	// rearranged at run time): an indirect jump per tail call.
-	ComposeTailMap Composition = "tail-map"
+	TailMap Composition = "tail-map"
 )
 
 // Compositions lists the compositions in report order.
-var Compositions = []Composition{ComposeInline, ComposeTail, ComposeTailMap}
+var Compositions = []Composition{Inline, Tail, TailMap}
 
 // ParseComposition checks a composition's name.
 func ParseComposition(s string) (Composition, error) {
 	return harness.ParseName(Compositions, "composition", s)
 }
 
-// ComposeMaxModules is COMPOSE_MAX: the longest chain.
-const ComposeMaxModules = 16
+// MaxModules is COMPOSE_MAX: the longest chain.
+const MaxModules = 16
 
 // Actions of a module's table entry (COMPOSE_NEXT, COMPOSE_DROP).
 const (
@@ -110,7 +110,7 @@ func newComposer(comps []Composition, modules []int, lpm bool) (c *composer, err
 		c.shared[name] = m
 	}
 	// compose_next: module i goes on to slot i + 1 (an empty slot ends the chain).
-	for i := range uint32(ComposeMaxModules) {
+	for i := range uint32(MaxModules) {
 		if err := c.shared[composeMapComposeNext].Put(i, i+1); err != nil {
 			return nil, fmt.Errorf("fill compose_next: %w", err)
 		}
@@ -131,7 +131,7 @@ func newComposer(comps []Composition, modules []int, lpm bool) (c *composer, err
 
 func (c *composer) loadComposition(comp Composition, modules []int, testRun bool) error {
 	vars := map[string]uint32{composeVarCfgLpm: harness.BoolU32(c.lpm), composeVarCfgTestRun: harness.BoolU32(testRun)}
-	if comp == ComposeInline {
+	if comp == Inline {
 		for _, n := range modules {
 			vars[composeVarCfgModules] = uint32(n)
 			coll, err := c.load(vars, nil, composeProgComposeInline)
@@ -152,11 +152,11 @@ func (c *composer) loadComposition(comp Composition, modules []int, testRun bool
 		return fmt.Errorf("create the %s prog array: %w", comp, err)
 	}
 	c.tails[tailKey{comp, testRun}] = t
-	names := make([]string, ComposeMaxModules)
+	names := make([]string, MaxModules)
 	for i := range names {
 		names[i] = fmt.Sprintf("compose_tail%d", i)
 	}
-	vars[composeVarCfgNextFromMap] = harness.BoolU32(comp == ComposeTailMap)
+	vars[composeVarCfgNextFromMap] = harness.BoolU32(comp == TailMap)
 	coll, err := c.load(vars, t.chain, names...)
 	if err != nil {
 		return fmt.Errorf("load the %s chain: %w", comp, err)
@@ -216,10 +216,10 @@ func (c *composer) Close() error {
 // programs are the programs of comp's chain of n modules: for a tail-call chain, the n module
 // programs; testRun: the variant for BPF_PROG_TEST_RUN.
 func (c *composer) programs(comp Composition, n int, testRun bool) ([]*ebpf.Program, error) {
-	if n < 1 || n > ComposeMaxModules {
-		return nil, fmt.Errorf("%d modules: want 1 to %d", n, ComposeMaxModules)
+	if n < 1 || n > MaxModules {
+		return nil, fmt.Errorf("%d modules: want 1 to %d", n, MaxModules)
 	}
-	if comp == ComposeInline {
+	if comp == Inline {
 		p := c.inline[inlineKey{n, testRun}]
 		if p == nil {
 			return nil, fmt.Errorf("the inline chain of %d modules was not loaded", n)
@@ -238,12 +238,12 @@ func (c *composer) programs(comp Composition, n int, testRun bool) ([]*ebpf.Prog
 // only one length of it can be in use at a time.
 func (c *composer) program(comp Composition, n int, testRun bool) (*ebpf.Program, error) {
 	progs, err := c.programs(comp, n, testRun)
-	if err != nil || comp == ComposeInline {
+	if err != nil || comp == Inline {
 		return progs[0], err
 	}
 	t := c.tails[tailKey{comp, testRun}]
 	if t.n != n {
-		for i := 1; i < ComposeMaxModules; i++ {
+		for i := 1; i < MaxModules; i++ {
 			var err error
 			if i < n {
 				err = t.chain.Put(uint32(i), t.progs[i])
@@ -330,7 +330,7 @@ type composeCounters struct {
 
 func (c *composer) counters() (composeCounters, error) {
 	var out composeCounters
-	for i := range uint32(ComposeMaxModules) {
+	for i := range uint32(MaxModules) {
 		var per []composeLfpCounter
 		if err := c.shared[composeMapComposeModules].Lookup(i, &per); err != nil {
 			return out, fmt.Errorf("read module %d's counter: %w", i, err)

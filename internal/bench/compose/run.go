@@ -1,11 +1,10 @@
-package bench
+package compose
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/cilium/ebpf/asm"
@@ -15,10 +14,10 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// ComposeConfig configures bench compose: chains of Modules modules in each of Compositions,
+// Config configures bench compose: chains of Modules modules in each of Compositions,
 // measured with BPF_PROG_TEST_RUN and forwarding the generator's frames on the DUT's in0,
 // round by round.
-type ComposeConfig struct {
+type Config struct {
 	Modules      []int         // chain lengths (default 1..10)
 	Compositions []Composition // default: all
 	LPM          bool          // the modules look up an LPM trie instead of a hash
@@ -34,20 +33,11 @@ type ComposeConfig struct {
 	harness.Run
 }
 
-func (c *ComposeConfig) defaults() error {
-	if len(c.Modules) == 0 {
-		c.Modules = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+func (c *Config) defaults() error {
+	if err := harness.Counts(&c.Modules, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 1, MaxModules, "modules"); err != nil {
+		return err
 	}
-	c.Modules = slices.Compact(slices.Sorted(slices.Values(c.Modules)))
-	for _, n := range c.Modules {
-		if n < 1 || n > ComposeMaxModules {
-			return fmt.Errorf("--modules %d: want 1 to %d", n, ComposeMaxModules)
-		}
-	}
-	if len(c.Compositions) == 0 {
-		c.Compositions = Compositions
-	}
-	c.Compositions = harness.InOrder(Compositions, c.Compositions)
+	c.Compositions = harness.Choose(Compositions, c.Compositions)
 	if c.Size == 0 {
 		c.Size = 64
 	}
@@ -63,24 +53,22 @@ func (c *ComposeConfig) defaults() error {
 	return c.Run.Defaults(harness.RunDefaults{Duration: time.Second, Warmup: 200 * time.Millisecond})
 }
 
-// composeTopology is the router benchmark's gen -> DUT -> sink under names of its own: the
+// topology is the router benchmark's gen -> DUT -> sink under names of its own: the
 // composed chain on in0 forwards to out0 what the generator sends to the 50 routed prefixes.
-var composeTopology = func() *harness.Topology {
-	t := *routerTopology
-	t.Name = "compose"
-	t.Build = func(o testbed.Options) (*testbed.Testbed, error) { return testbed.New("lfp-compose", o) }
+var topology = func() *harness.Topology {
+	t := harness.RoutedTopology("compose", "lfp-compose")
 	t.StartLinuxfp = nil
-	return &t
+	return t
 }()
 
-// RunCompose runs bench compose. It returns what it measured even when ctx is cancelled
+// Run runs bench compose. It returns what it measured even when ctx is cancelled
 // half-way (with ctx's error); every namespace it created is gone when it returns.
-func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) {
+func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	res := newComposeResult(cfg)
+	res := newResult(cfg)
 	c, err := newComposer(cfg.Compositions, cfg.Modules, cfg.LPM)
 	if err != nil {
 		return nil, err
@@ -91,10 +79,10 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 			return nil, err
 		}
 	}
-	err = harness.WithTestbed(composeTopology, 1, func(tb *testbed.Testbed) error {
+	err = harness.WithTestbed(topology, 1, func(tb *testbed.Testbed) error {
 		// Every module (all 16, whatever the length run) routes the generator's prefixes to
 		// the sink through out0.
-		for m := range ComposeMaxModules {
+		for m := range MaxModules {
 			for p := range tb.Prefixes {
 				r := composeRoute{module: m, pfx: netip.PrefixFrom(testbed.Prefix4(p, 0), 24),
 					ifindex: tb.OutIfindex, dst: tb.SinkMAC, src: tb.OutMAC}
@@ -107,7 +95,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 			return err
 		}
 		pcfg := harness.PipelineConfig{Run: cfg.Run}
-		b, err := harness.NewPipeline(ctx, pcfg, composeTopology, tb, nil)
+		b, err := harness.NewPipeline(ctx, pcfg, topology, tb, nil)
 		if err != nil {
 			return err
 		}
@@ -121,6 +109,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 			SrcPort: 1024, DstPort: 9, Size: cfg.Size - harness.FCSLen}.Bytes()
 		for r := range cfg.Rounds {
 			if cfg.TestRun {
+				// Timed on the CPU the generator and the DUT's softirq work use when forwarding.
 				err := harness.OnCPU(cpus[0], func() error {
 					for _, cell := range res.roundOrder(r) {
 						if err := ctx.Err(); err != nil {
@@ -157,7 +146,7 @@ func RunCompose(ctx context.Context, cfg ComposeConfig) (*ComposeResult, error) 
 
 // testRun runs the cell's program on frame with BPF_PROG_TEST_RUN for about d and records the
 // kernel's time per run. The first call also picks the repeat count.
-func (cell *ComposeCell) testRun(c *composer, frame []byte, d time.Duration) error {
+func (cell *Cell) testRun(c *composer, frame []byte, d time.Duration) error {
 	prog, err := c.program(cell.Composition, cell.Modules, true)
 	if err != nil {
 		return err
@@ -202,7 +191,7 @@ func (cell *ComposeCell) testRun(c *composer, frame []byte, d time.Duration) err
 }
 
 // forward attaches the cell's program to the DUT's in0 and measures what reaches the sink.
-func (cell *ComposeCell) forward(b *harness.Pipeline, c *composer, cpus []int, size int) error {
+func (cell *Cell) forward(b *harness.Pipeline, c *composer, cpus []int, size int) error {
 	prog, err := c.program(cell.Composition, cell.Modules, false)
 	if err != nil {
 		return err
@@ -229,13 +218,13 @@ func (cell *ComposeCell) forward(b *harness.Pipeline, c *composer, cpus []int, s
 	if err != nil {
 		return err
 	}
-	cell.Live.Rounds = append(cell.Live.Rounds, ComposeRound{Round: rd, Counted: c1.since(c0)})
+	cell.Live.Rounds = append(cell.Live.Rounds, Round{Round: rd, Counted: c1.since(c0)})
 	return nil
 }
 
 // programSize records what the kernel made of the cell's programs as forwarded with: for a
 // tail-call chain, the sum over its n programs (what a packet runs through).
-func (cell *ComposeCell) programSize(c *composer) error {
+func (cell *Cell) programSize(c *composer) error {
 	progs, err := c.programs(cell.Composition, cell.Modules, false)
 	if err != nil {
 		return err

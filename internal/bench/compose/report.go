@@ -1,4 +1,4 @@
-package bench
+package compose
 
 import (
 	"fmt"
@@ -10,18 +10,17 @@ import (
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
-// ComposeResult is what bench compose measured. The JSON form is for scripts.
-type ComposeResult struct {
-	Machine harness.Machine `json:"machine"`
-	Config  ComposeSettings `json:"config"`
-	Cells   []*ComposeCell  `json:"cells"`
+// Result is what bench compose measured. The JSON form is for scripts.
+type Result struct {
+	harness.Report[Settings]
+	Cells []*Cell `json:"cells"`
 	// Per composition: the cost of one more module, fitted over the chain lengths.
-	PerModule []ComposeFit `json:"per_module"`
-	Elapsed   string       `json:"elapsed"`
+	PerModule []Fit `json:"per_module"`
+	harness.Took
 }
 
-// ComposeSettings is the configuration the numbers were taken with.
-type ComposeSettings struct {
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
 	Modules      []int         `json:"modules"`
 	Compositions []Composition `json:"compositions"`
 	Lookup       string        `json:"lookup"` // "hash" (the destination's /24) or "lpm"
@@ -31,8 +30,8 @@ type ComposeSettings struct {
 	harness.Timing
 }
 
-// ComposeCell is one composition of one chain length.
-type ComposeCell struct {
+// Cell is one composition of one chain length.
+type Cell struct {
 	Composition Composition `json:"composition"`
 	Modules     int         `json:"modules"`
 	// What the kernel made of it (for tail calls, the sum over the chain's programs):
@@ -40,13 +39,13 @@ type ComposeCell struct {
 	Insns      int `json:"xlated_insns"`
 	JitedBytes int `json:"jited_bytes"`
 
-	TestRun *ComposeTestRun `json:"test_run,omitempty"`
-	Live    *ComposeLive    `json:"forwarding,omitempty"`
+	TestRun *TestRun `json:"test_run,omitempty"`
+	Live    *Live    `json:"forwarding,omitempty"`
 }
 
-// ComposeTestRun is the BPF_PROG_TEST_RUN measurement: the kernel's average time per run, in
+// TestRun is the BPF_PROG_TEST_RUN measurement: the kernel's average time per run, in
 // whole nanoseconds, once per round.
-type ComposeTestRun struct {
+type TestRun struct {
 	Repeat int       `json:"repeat"`
 	Rounds []float64 `json:"rounds_ns"`
 	Spread           // of Rounds
@@ -54,10 +53,10 @@ type ComposeTestRun struct {
 	OverInline *Spread `json:"ns_over_inline,omitempty"`
 }
 
-// ComposeLive is the forwarding measurement: the rate the sink received, once per round.
-type ComposeLive struct {
-	Rounds []ComposeRound `json:"rounds"`
-	Spread                // of the rounds' Mpps
+// Live is the forwarding measurement: the rate the sink received, once per round.
+type Live struct {
+	Rounds []Round `json:"rounds"`
+	Spread         // of the rounds' Mpps
 	// NsPerPacket is 1000 / the median Mpps: the time one generator core spends per packet on
 	// generating, forwarding (the chain) and sinking it.
 	NsPerPacket float64 `json:"ns_per_packet"`
@@ -65,8 +64,8 @@ type ComposeLive struct {
 	OverInline *Spread `json:"over_inline,omitempty"`
 }
 
-// ComposeRound is one forwarding round and what the chain counted meanwhile.
-type ComposeRound struct {
+// Round is one forwarding round and what the chain counted meanwhile.
+type Round struct {
 	harness.Round
 	Counted composeCounters `json:"counted"`
 }
@@ -93,10 +92,10 @@ func spreadOf(v []float64) Spread {
 	return Spread{Median: harness.Median(v), Min: slices.Min(v), Max: slices.Max(v)}
 }
 
-// ComposeFit is a composition's cost per module: the least-squares line through the medians
+// Fit is a composition's cost per module: the least-squares line through the medians
 // over the chain lengths (ns = Intercept + PerModule x N), and its extra cost per module
 // boundary over the inline chain (the slopes' difference).
-type ComposeFit struct {
+type Fit struct {
 	Composition Composition `json:"composition"`
 	TestRun     *Line       `json:"test_run,omitempty"`
 	Live        *Line       `json:"forwarding,omitempty"`
@@ -109,12 +108,9 @@ type Line struct {
 	OverInline float64 `json:"ns_per_boundary_over_inline"`
 }
 
-func newComposeResult(cfg ComposeConfig) *ComposeResult {
-	r := &ComposeResult{
-		Machine: harness.ThisMachine(),
-		Config: ComposeSettings{Modules: cfg.Modules, Compositions: cfg.Compositions, Lookup: "hash",
-			FrameSize: cfg.Size, Prefixes: routerTopology.Prefixes, Timing: harness.Timing{Rounds: cfg.Rounds}},
-	}
+func newResult(cfg Config) *Result {
+	r := &Result{Report: harness.NewReport(Settings{Modules: cfg.Modules, Compositions: cfg.Compositions, Lookup: "hash",
+		FrameSize: cfg.Size, Prefixes: topology.Prefixes, Timing: harness.Timing{Rounds: cfg.Rounds}})}
 	if cfg.LPM {
 		r.Config.Lookup = "lpm"
 	}
@@ -126,12 +122,12 @@ func newComposeResult(cfg ComposeConfig) *ComposeResult {
 	}
 	for _, n := range cfg.Modules {
 		for _, comp := range cfg.Compositions {
-			cell := &ComposeCell{Composition: comp, Modules: n}
+			cell := &Cell{Composition: comp, Modules: n}
 			if cfg.TestRun {
-				cell.TestRun = &ComposeTestRun{}
+				cell.TestRun = &TestRun{}
 			}
 			if cfg.Live {
-				cell.Live = &ComposeLive{}
+				cell.Live = &Live{}
 			}
 			r.Cells = append(r.Cells, cell)
 		}
@@ -142,8 +138,8 @@ func newComposeResult(cfg ComposeConfig) *ComposeResult {
 // roundOrder is the order of the cells in round r: chain length by chain length (the
 // compositions of one length back to back, so the comparisons between them see the same
 // machine), lengths and compositions each starting at round r's turn.
-func (r *ComposeResult) roundOrder(round int) []*ComposeCell {
-	var out []*ComposeCell
+func (r *Result) roundOrder(round int) []*Cell {
+	var out []*Cell
 	for i, n := range harness.Rotated(r.Config.Modules, round) {
 		for _, comp := range harness.Rotated(r.Config.Compositions, round+i) {
 			out = append(out, r.cell(comp, n))
@@ -152,8 +148,8 @@ func (r *ComposeResult) roundOrder(round int) []*ComposeCell {
 	return out
 }
 
-func (r *ComposeResult) finish(elapsed time.Duration) {
-	r.Elapsed = harness.Elapsed(elapsed)
+func (r *Result) finish(elapsed time.Duration) {
+	r.Took.Took(elapsed)
 	for _, c := range r.Cells {
 		if t := c.TestRun; t != nil {
 			t.Spread = spreadOf(t.Rounds)
@@ -171,8 +167,8 @@ func (r *ComposeResult) finish(elapsed time.Duration) {
 	}
 	// Each composition against the inline chain of the same length in the same round.
 	for _, c := range r.Cells {
-		in := r.cell(ComposeInline, c.Modules)
-		if c.Composition == ComposeInline || in == nil {
+		in := r.cell(Inline, c.Modules)
+		if c.Composition == Inline || in == nil {
 			continue
 		}
 		if t := c.TestRun; t != nil && in.TestRun != nil {
@@ -193,22 +189,22 @@ func (r *ComposeResult) finish(elapsed time.Duration) {
 		}
 	}
 	r.PerModule = nil
-	var inline *ComposeFit
+	var inline *Fit
 	for _, comp := range r.Config.Compositions {
-		f := ComposeFit{Composition: comp}
-		f.TestRun = fitLine(r.series(comp, func(c *ComposeCell) float64 {
+		f := Fit{Composition: comp}
+		f.TestRun = fitLine(r.series(comp, func(c *Cell) float64 {
 			if c.TestRun == nil {
 				return 0
 			}
 			return c.TestRun.Median
 		}))
-		f.Live = fitLine(r.series(comp, func(c *ComposeCell) float64 {
+		f.Live = fitLine(r.series(comp, func(c *Cell) float64 {
 			if c.Live == nil {
 				return 0
 			}
 			return c.Live.NsPerPacket
 		}))
-		if comp == ComposeInline {
+		if comp == Inline {
 			inline = &f
 		} else if inline != nil {
 			if f.TestRun != nil && inline.TestRun != nil {
@@ -223,7 +219,7 @@ func (r *ComposeResult) finish(elapsed time.Duration) {
 }
 
 // series is (N, value) for comp's cells with a value.
-func (r *ComposeResult) series(comp Composition, val func(*ComposeCell) float64) (xs, ys []float64) {
+func (r *Result) series(comp Composition, val func(*Cell) float64) (xs, ys []float64) {
 	for _, c := range r.Cells {
 		if v := val(c); c.Composition == comp && v > 0 {
 			xs, ys = append(xs, float64(c.Modules)), append(ys, v)
@@ -251,7 +247,7 @@ func fitLine(xs, ys []float64) *Line {
 }
 
 // Measured says whether there is anything to print.
-func (r *ComposeResult) Measured() bool {
+func (r *Result) Measured() bool {
 	if r == nil {
 		return false
 	}
@@ -264,7 +260,7 @@ func (r *ComposeResult) Measured() bool {
 }
 
 // cell is comp's cell for n modules (nil if not run).
-func (r *ComposeResult) cell(comp Composition, n int) *ComposeCell {
+func (r *Result) cell(comp Composition, n int) *Cell {
 	for _, c := range r.Cells {
 		if c.Composition == comp && c.Modules == n {
 			return c
@@ -274,7 +270,7 @@ func (r *ComposeResult) cell(comp Composition, n int) *ComposeCell {
 }
 
 // WriteTable writes the tables a person reads.
-func (r *ComposeResult) WriteTable(w io.Writer) {
+func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
 	lookup := "a hash lookup of the destination's /24"
 	if c.Lookup == "lpm" {
@@ -286,10 +282,10 @@ func (r *ComposeResult) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, r.Machine)
 	fmt.Fprintf(w, "%d-byte frames; median of %d rounds (min-max); took %s\n\n", c.FrameSize, c.Rounds, r.Elapsed)
 
-	if r.has(func(cell *ComposeCell) bool { return cell.TestRun != nil && len(cell.TestRun.Rounds) > 0 }) {
+	if r.has(func(cell *Cell) bool { return cell.TestRun != nil && len(cell.TestRun.Rounds) > 0 }) {
 		fmt.Fprintf(w, "BPF_PROG_TEST_RUN, ns per packet (the kernel's average over ~%s of runs, whole ns); then ns over inline\n", c.TestRunTime)
 		fmt.Fprintln(w, "(median of the differences within a round)")
-		r.writeTable(w, func(cell *ComposeCell) string {
+		r.writeTable(w, func(cell *Cell) string {
 			t := cell.TestRun
 			if t == nil || len(t.Rounds) == 0 {
 				return "-"
@@ -299,14 +295,14 @@ func (r *ComposeResult) WriteTable(w io.Writer) {
 				s += fmt.Sprintf(" %+.0f", o.Median)
 			}
 			return s
-		}, func(f ComposeFit) *Line { return f.TestRun })
+		}, func(f Fit) *Line { return f.TestRun })
 		fmt.Fprintln(w)
 	}
-	if r.has(func(cell *ComposeCell) bool { return cell.Live != nil && len(cell.Live.Rounds) > 0 }) {
+	if r.has(func(cell *Cell) bool { return cell.Live != nil && len(cell.Live.Rounds) > 0 }) {
 		fmt.Fprintf(w, "Forwarding gen -> DUT in0 (native XDP, the chain) -> out0 -> sink, %d routed /24s, 1 generator core:\n", c.Prefixes)
 		fmt.Fprintln(w, "Mpps received at the sink (min-max), ns per packet = 1/rate (generator + chain + sink on one core),")
 		fmt.Fprintln(w, "then the rate over inline's (median of the ratios within a round)")
-		r.writeTable(w, func(cell *ComposeCell) string {
+		r.writeTable(w, func(cell *Cell) string {
 			l := cell.Live
 			if l == nil || len(l.Rounds) == 0 {
 				return "-"
@@ -316,24 +312,24 @@ func (r *ComposeResult) WriteTable(w io.Writer) {
 				s += fmt.Sprintf(" %.2fx", o.Median)
 			}
 			return s
-		}, func(f ComposeFit) *Line { return f.Live })
+		}, func(f Fit) *Line { return f.Live })
 		for _, s := range r.flags() {
 			fmt.Fprintln(w, s)
 		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "Program size: instructions after the verifier (for tail calls, all N programs), jited bytes")
-	r.writeTable(w, func(cell *ComposeCell) string {
+	r.writeTable(w, func(cell *Cell) string {
 		return fmt.Sprintf("%d insns, %d B", cell.Insns, cell.JitedBytes)
 	}, nil)
 }
 
 // has: some cell satisfies ok.
-func (r *ComposeResult) has(ok func(*ComposeCell) bool) bool { return slices.ContainsFunc(r.Cells, ok) }
+func (r *Result) has(ok func(*Cell) bool) bool { return slices.ContainsFunc(r.Cells, ok) }
 
 // writeTable writes one row per chain length, a column per composition, and (line != nil) the
 // fitted cost per module under them.
-func (r *ComposeResult) writeTable(w io.Writer, val func(*ComposeCell) string, line func(ComposeFit) *Line) {
+func (r *Result) writeTable(w io.Writer, val func(*Cell) string, line func(Fit) *Line) {
 	hdr := []string{"N"}
 	for _, comp := range r.Config.Compositions {
 		hdr = append(hdr, string(comp))
@@ -357,7 +353,7 @@ func (r *ComposeResult) writeTable(w io.Writer, val func(*ComposeCell) string, l
 			switch {
 			case l == nil:
 				row = append(row, "-")
-			case f.Composition == ComposeInline:
+			case f.Composition == Inline:
 				row = append(row, fmt.Sprintf("+%.1f ns", l.PerModule))
 			default:
 				row = append(row, fmt.Sprintf("+%.1f ns (%+.1f per call)", l.PerModule, l.OverInline))
@@ -370,7 +366,7 @@ func (r *ComposeResult) writeTable(w io.Writer, val func(*ComposeCell) string, l
 
 // flags are the forwarding rounds to doubt: frames lost before the sink, or a chain that did
 // not forward (nearly) everything the sink received.
-func (r *ComposeResult) flags() []string {
+func (r *Result) flags() []string {
 	var out []string
 	for _, c := range r.Cells {
 		if c.Live == nil {

@@ -1,4 +1,4 @@
-package bench
+package compose
 
 import (
 	"bytes"
@@ -55,7 +55,7 @@ func TestComposeSameBehaviour(t *testing.T) {
 	}
 	const ifNotReady = 999 // an egress not in lfp_tx_devs
 
-	lengths := []int{1, 2, 3, 4, 5, 10, ComposeMaxModules}
+	lengths := []int{1, 2, 3, 4, 5, 10, MaxModules}
 	for _, lpm := range []bool{false, true} {
 		c, err := newComposer(Compositions, lengths, lpm)
 		if err != nil {
@@ -67,7 +67,7 @@ func TestComposeSameBehaviour(t *testing.T) {
 		}
 		pfx := func(i int) netip.Prefix { return netip.PrefixFrom(testbed.Prefix4(i, 0), 24) }
 		var routes []composeRoute
-		for m := range ComposeMaxModules {
+		for m := range MaxModules {
 			egress := []int{ifA, ifB}[m%2]
 			route := func(p int) composeRoute {
 				return composeRoute{module: m, pfx: pfx(p), ifindex: egress, dst: composeMAC(0xd, m), src: composeMAC(0x5, m)}
@@ -147,7 +147,7 @@ func TestComposeSameBehaviour(t *testing.T) {
 				if tc.want.modules < 0 {
 					tc.want.modules = n
 				}
-				wantModules := make([]uint64, ComposeMaxModules)
+				wantModules := make([]uint64, MaxModules)
 				for i := range tc.want.modules {
 					wantModules[i] = 1
 				}
