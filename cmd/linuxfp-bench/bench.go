@@ -15,6 +15,7 @@ import (
 	"github.com/linuxfp/linuxfp/internal/bench"
 	"github.com/linuxfp/linuxfp/internal/bench/compose"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/pods"
 	"github.com/linuxfp/linuxfp/internal/bench/router"
 )
 
@@ -245,9 +246,9 @@ Linux (from ` + "`linuxfp status -j`" + ` in each node). Removes its namespaces 
 Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pc := bench.PodsConfig{Pairs: pairs}
+			pc := pods.Config{Pairs: pairs}
 			for _, s := range splitList(workloads) {
-				w, err := bench.ParseWorkload(s)
+				w, err := pods.ParseWorkload(s)
 				if err != nil {
 					return fmt.Errorf("--workloads: %w", err)
 				}
@@ -255,7 +256,7 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 			}
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				pc.Run = cfg.Run
-				return bench.RunPods(ctx, pc)
+				return pods.Run(ctx, pc)
 			})
 		},
 	}

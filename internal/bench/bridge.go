@@ -15,7 +15,6 @@ import (
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
-	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
@@ -50,7 +49,7 @@ var bridgeTopology = &harness.Topology{
 	// A ping would leave neighbour probes for seconds afterwards (the answering host's entry
 	// goes STALE -> DELAY -> PROBE), answered by gen's stack in the middle of measurements.
 	Resolve:      false,
-	StartLinuxfp: startLinuxfpSettled,
+	StartLinuxfp: startLinuxfp,
 	Setup:        bridgeSetup,
 	Prepare:      bridgeLearn,
 }
@@ -220,35 +219,8 @@ const fdbTick = time.Second / harness.UserHZ
 // fdbAge is how long ago the bridge last saw a frame from e's MAC on e's port.
 func fdbAge(e *netlink.Neigh) time.Duration { return time.Duration(e.Updated) * fdbTick }
 
-// startLinuxfpSettled starts linuxfp in the DUT and waits until it has decided about both bridge
-// ports (a program, or notes saying why not) and then applied no change for linuxfpSettle.
-// Whether linuxfp accelerates a bridge port is what the benchmark measures and reports, not a
-// condition to start.
-func startLinuxfpSettled(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
-	l, err := tb.StartLinuxfpUntil(bin, func(st *status.Status) bool {
-		n := 0
-		for _, it := range st.Interfaces {
-			if (it.Name == "in0" || it.Name == "out0") && (it.Program != nil || len(it.Notes) > 0) {
-				n++
-			}
-		}
-		return n == 2
-	}, args...)
-	if err != nil {
-		return nil, err
-	}
-	var last uint64
-	var since time.Time
-	err = l.WaitFor(5*time.Second, func(st *status.Status) bool {
-		if since.IsZero() || st.Applies != last {
-			last, since = st.Applies, time.Now()
-			return false
-		}
-		return time.Since(since) >= harness.LinuxfpSettle
-	})
-	if err != nil {
-		l.Stop()
-		return nil, fmt.Errorf("linuxfp did not settle after start: %w; log:\n%s", err, l.Log.String())
-	}
-	return l, nil
+// startLinuxfp starts linuxfp in the DUT and waits until it has decided about both bridge
+// ports and settled.
+func startLinuxfp(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {
+	return harness.StartLinuxfp(tb.DUT, bin, []string{"in0", "out0"}, 5*time.Second, args...)
 }

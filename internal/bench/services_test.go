@@ -133,11 +133,11 @@ func TestRunServices(t *testing.T) {
 	}
 	// A prefix of its own: other tests may run at the same time.
 	const prefix = "lfp-svcbench"
-	before := podsNamespaces(t, prefix)
+	before := benchtest.Namespaces(t, prefix)
 	res, err := RunServices(context.Background(), ServicesConfig{Services: []int{2}, Pods: 3,
 		CRRWorkers: 2, RRSessions: 2, Streams: 2, Prefix: prefix,
 		Run: harness.Run{Binary: bin, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Rounds: 1}})
-	for _, ns := range podsNamespaces(t, prefix) {
+	for _, ns := range benchtest.Namespaces(t, prefix) {
 		if !slices.Contains(before, ns) {
 			t.Errorf("namespace %s left behind", ns)
 		}

@@ -29,14 +29,8 @@ func (d *DUT) enter(m Mode) error {
 	if d.mode != "" {
 		return fmt.Errorf("enter %s: the DUT is still in mode %s", m, d.mode)
 	}
-	for _, ifname := range []string{"in0", "out0"} {
-		on, err := Attached(d.tb.DUT, ifname)
-		if err != nil {
-			return err
-		}
-		if on != "" {
-			return fmt.Errorf("enter %s: %s is still attached to the DUT's %s", m, on, ifname)
-		}
+	if err := Detached(d.tb.DUT, "the DUT", "in0", "out0"); err != nil {
+		return fmt.Errorf("enter %s: %w", m, err)
 	}
 	switch m {
 	case ModeLinux:

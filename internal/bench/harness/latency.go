@@ -23,14 +23,13 @@ import (
 
 // LatencyMode is one mode's request/response result: the medians over rounds.
 type LatencyMode struct {
-	Mode     Mode           `json:"mode"`
-	Sessions int            `json:"sessions"`
-	TPS      float64        `json:"transactions_per_s"`
-	AvgUs    float64        `json:"avg_us"`
-	P99Us    float64        `json:"p99_us"`
-	StddevUs float64        `json:"stddev_us"`
-	Failed   int            `json:"failed_rounds,omitempty"`
-	Rounds   []LatencyRound `json:"rounds"`
+	Mode     Mode    `json:"mode"`
+	Sessions int     `json:"sessions"`
+	TPS      float64 `json:"transactions_per_s"`
+	AvgUs    float64 `json:"avg_us"`
+	P99Us    float64 `json:"p99_us"`
+	StddevUs float64 `json:"stddev_us"`
+	ModeRounds[LatencyRound]
 }
 
 // LatencyRound is one round's transactions.
@@ -44,6 +43,9 @@ type LatencyRound struct {
 	FastPath     *FastPath `json:"linuxfp_in0,omitempty"`
 	Error        string    `json:"error,omitempty"`
 }
+
+// Failure is why the round failed ("" if it did not).
+func (r LatencyRound) Failure() string { return r.Error }
 
 // RRPort is where the request/response server listens on the sink's address.
 const RRPort = 12865 // netperf's control port, for recognisability in captures
@@ -199,17 +201,10 @@ type RRDial struct {
 	To   netip.AddrPort
 }
 
-// RunRRSessions opens one connection per dial (its socket created in the dial's namespace), runs
-// transactions on all of them at once for warmup, then records every transaction's round-trip
-// time for d.
-func RunRRSessions(ctx context.Context, dials []RRDial, warmup, d time.Duration) (LatencyRound, error) {
-	sessions := len(dials)
-	conns := make([]net.Conn, 0, sessions)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+// Dial opens one TCP connection per dial, its socket created in the dial's namespace. It
+// returns those it opened also when one fails (CloseAll closes them).
+func Dial(dials []RRDial) ([]net.Conn, error) {
+	conns := make([]net.Conn, 0, len(dials))
 	for _, dl := range dials {
 		err := dl.From.Do(func() error {
 			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.To.String())
@@ -220,8 +215,28 @@ func RunRRSessions(ctx context.Context, dials []RRDial, warmup, d time.Duration)
 			return nil
 		})
 		if err != nil {
-			return LatencyRound{}, fmt.Errorf("connect to %s from %s: %w", dl.To, dl.From.Name, err)
+			return conns, fmt.Errorf("connect to %s from %s: %w", dl.To, dl.From.Name, err)
 		}
+	}
+	return conns, nil
+}
+
+// CloseAll closes every connection.
+func CloseAll(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// RunRRSessions opens one connection per dial (its socket created in the dial's namespace), runs
+// transactions on all of them at once for warmup, then records every transaction's round-trip
+// time for d.
+func RunRRSessions(ctx context.Context, dials []RRDial, warmup, d time.Duration) (LatencyRound, error) {
+	sessions := len(dials)
+	conns, err := Dial(dials)
+	defer CloseAll(conns)
+	if err != nil {
+		return LatencyRound{}, err
 	}
 
 	t0 := time.Now()
@@ -296,29 +311,17 @@ func RRStats(all []time.Duration, d time.Duration) LatencyRound {
 func summariseLatency(per map[Mode][]LatencyRound, modes []Mode, sessions int) []LatencyMode {
 	var out []LatencyMode
 	for _, m := range modes {
-		rds := per[m]
-		if len(rds) == 0 {
+		if len(per[m]) == 0 {
 			continue
 		}
-		lm := LatencyMode{Mode: m, Sessions: sessions, Rounds: rds}
-		pick := func(f func(LatencyRound) float64) float64 {
-			var v []float64
-			for _, r := range rds {
-				if r.Error == "" {
-					v = append(v, f(r))
-				}
-			}
-			return Median(v)
+		lm := LatencyMode{Mode: m, Sessions: sessions}
+		for _, rd := range per[m] {
+			lm.Add(rd)
 		}
-		for _, r := range rds {
-			if r.Error != "" {
-				lm.Failed++
-			}
-		}
-		lm.TPS = pick(func(r LatencyRound) float64 { return r.TPS })
-		lm.AvgUs = pick(func(r LatencyRound) float64 { return r.AvgUs })
-		lm.P99Us = pick(func(r LatencyRound) float64 { return r.P99Us })
-		lm.StddevUs = pick(func(r LatencyRound) float64 { return r.StddevUs })
+		lm.TPS = lm.Median(func(r LatencyRound) float64 { return r.TPS })
+		lm.AvgUs = lm.Median(func(r LatencyRound) float64 { return r.AvgUs })
+		lm.P99Us = lm.Median(func(r LatencyRound) float64 { return r.P99Us })
+		lm.StddevUs = lm.Median(func(r LatencyRound) float64 { return r.StddevUs })
 		out = append(out, lm)
 	}
 	return out

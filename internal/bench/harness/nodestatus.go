@@ -167,24 +167,19 @@ type FastPathCounts struct {
 	Passed map[string]uint64 `json:"passed_to_linux,omitempty"`
 }
 
-func (c *FastPathCounts) addFast(kind string, n uint64) {
-	if n == 0 {
-		return
-	}
-	if c.FastPathed == nil {
-		c.FastPathed = map[string]uint64{}
-	}
-	c.FastPathed[kind] += n
-}
+func (c *FastPathCounts) addFast(kind string, n uint64) { addCount(&c.FastPathed, kind, n) }
 
-func (c *FastPathCounts) addPassed(reason string, n uint64) {
+func (c *FastPathCounts) addPassed(reason string, n uint64) { addCount(&c.Passed, reason, n) }
+
+// addCount adds n to (*m)[k], making *m if it needs to (a zero count adds no key).
+func addCount(m *map[string]uint64, k string, n uint64) {
 	if n == 0 {
 		return
 	}
-	if c.Passed == nil {
-		c.Passed = map[string]uint64{}
+	if *m == nil {
+		*m = map[string]uint64{}
 	}
-	c.Passed[reason] += n
+	(*m)[k] += n
 }
 
 func (c *FastPathCounts) Add(o FastPathCounts) {

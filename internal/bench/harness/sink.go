@@ -109,3 +109,18 @@ func Attached(ns *nsutil.NS, ifname string) (string, error) {
 	}
 	return fmt.Sprintf("%s program %d", hook, id), nil
 }
+
+// Detached checks that nothing is attached to any of ifnames in ns at XDP or tcx ingress (where:
+// "the DUT", "the node", for the error).
+func Detached(ns *nsutil.NS, where string, ifnames ...string) error {
+	for _, ifname := range ifnames {
+		on, err := Attached(ns, ifname)
+		if err != nil {
+			return err
+		}
+		if on != "" {
+			return fmt.Errorf("%s is still attached to %s's %s", on, where, ifname)
+		}
+	}
+	return nil
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // What every benchmark's result is made of, so that none declares it again: the frame around
-// its own rows (Report, Took), one mode's rounds with their medians (Rounds), the tables a
+// its own rows (Report, Took), one mode's rounds with their medians (ModeRounds), the tables a
 // person reads (Table), and the checks of its configuration (Counts, Choose). WriteJSON writes
 // any of them for scripts.
 
@@ -38,14 +38,14 @@ func (t *Took) Took(d time.Duration) { t.Elapsed = Elapsed(d) }
 // Failing is a round of a measurement that can fail: Failure says why it did ("" if it did not).
 type Failing interface{ Failure() string }
 
-// Rounds are one mode's rounds of a measurement that can fail, and how many failed.
-type Rounds[R Failing] struct {
+// ModeRounds are one mode's rounds of a measurement that can fail, and how many failed.
+type ModeRounds[R Failing] struct {
 	Failed int `json:"failed_rounds,omitempty"`
 	Rounds []R `json:"rounds"`
 }
 
 // Add adds a round.
-func (r *Rounds[R]) Add(rd R) {
+func (r *ModeRounds[R]) Add(rd R) {
 	r.Rounds = append(r.Rounds, rd)
 	if rd.Failure() != "" {
 		r.Failed++
@@ -53,10 +53,10 @@ func (r *Rounds[R]) Add(rd R) {
 }
 
 // AllFailed: no round completed (false for none at all).
-func (r *Rounds[R]) AllFailed() bool { return len(r.Rounds) > 0 && r.Failed == len(r.Rounds) }
+func (r *ModeRounds[R]) AllFailed() bool { return len(r.Rounds) > 0 && r.Failed == len(r.Rounds) }
 
 // Median is the median of f over the rounds that completed (0 for none).
-func (r *Rounds[R]) Median(f func(R) float64) float64 {
+func (r *ModeRounds[R]) Median(f func(R) float64) float64 {
 	var v []float64
 	for _, rd := range r.Rounds {
 		if rd.Failure() == "" {
@@ -135,4 +135,25 @@ func Choose[T comparable](all, want []T) []T {
 		return all
 	}
 	return InOrder(all, want)
+}
+
+// FindOrAdd is the element of *list that match picks, made by add and appended if there is
+// none: a result's row for what it varies, in the order first measured.
+func FindOrAdd[T any](list *[]*T, match func(*T) bool, add func() *T) *T {
+	if i := slices.IndexFunc(*list, match); i >= 0 {
+		return (*list)[i]
+	}
+	v := add()
+	*list = append(*list, v)
+	return v
+}
+
+// Entry is m[k], a new V put there first if m has none.
+func Entry[K comparable, V any](m map[K]*V, k K) *V {
+	v := m[k]
+	if v == nil {
+		v = new(V)
+		m[k] = v
+	}
+	return v
 }

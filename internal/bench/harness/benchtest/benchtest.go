@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -56,4 +57,19 @@ func ReportHas(t *testing.T, r interface{ WriteTable(io.Writer) }, want ...strin
 		}
 	}
 	return out
+}
+
+// Namespaces lists the namespaces whose names start with prefix.
+func Namespaces(t *testing.T, prefix string) []string {
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
 }

@@ -1,9 +1,8 @@
-package bench
+package pods
 
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -15,18 +14,18 @@ import (
 )
 
 func TestPodsConfigDefaults(t *testing.T) {
-	c := PodsConfig{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeCeiling, harness.ModeLinuxfp, harness.ModeLinux}},
+	c := Config{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeCeiling, harness.ModeLinuxfp, harness.ModeLinux}},
 		Pairs: []int{10, 1, 5, 1}, Workloads: []Workload{WorkloadInter, WorkloadIntra}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Pairs, []int{1, 5, 10}) || !slices.Equal(c.Workloads, Workloads) || !slices.Equal(c.Modes, PodsModes) {
+	if !slices.Equal(c.Pairs, []int{1, 5, 10}) || !slices.Equal(c.Workloads, Workloads) || !slices.Equal(c.Modes, Modes) {
 		t.Errorf("pairs %v, workloads %v, modes %v: want sorted, deduplicated, in report order", c.Pairs, c.Workloads, c.Modes)
 	}
 	if c.Duration <= 0 || c.Warmup <= 0 || c.Rounds <= 0 || c.Log == nil {
 		t.Errorf("defaults not set: %+v", c)
 	}
-	for _, bad := range []PodsConfig{
+	for _, bad := range []Config{
 		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{0}},
 		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{maxPodPairs + 1}},
 		{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{"xdp"}}},
@@ -54,7 +53,7 @@ func TestPodsLayout(t *testing.T) {
 		{[]Workload{WorkloadIntra}, [2]int{20, 0}},
 		{[]Workload{WorkloadInter}, [2]int{10, 10}},
 	} {
-		l := newPodsLayout(PodsConfig{Pairs: []int{1, 10, 2}, Workloads: tc.workloads})
+		l := newPodsLayout(Config{Pairs: []int{1, 10, 2}, Workloads: tc.workloads})
 		if l.pods != tc.pods || l.max != 10 {
 			t.Errorf("%v: layout %+v, want pods %v", tc.workloads, l, tc.pods)
 		}
@@ -85,15 +84,15 @@ func TestPodsLayout(t *testing.T) {
 // The result keeps medians of the completed rounds, the ratios of the medians, and the paper's
 // targets per workload over all pair counts.
 func TestPodsResult(t *testing.T) {
-	r := newPodsResult(PodsConfig{Run: harness.Run{Modes: PodsModes, Rounds: 3}, Workloads: Workloads, Pairs: []int{1, 2}})
-	round := func(tps, avg float64) PodsRound {
-		return PodsRound{LatencyRound: harness.LatencyRound{TPS: tps, AvgUs: avg, P99Us: 2 * avg, StddevUs: 1}}
+	r := newResult(Config{Run: harness.Run{Modes: Modes, Rounds: 3}, Workloads: Workloads, Pairs: []int{1, 2}})
+	round := func(tps, avg float64) Round {
+		return Round{LatencyRound: harness.LatencyRound{TPS: tps, AvgUs: avg, P99Us: 2 * avg, StddevUs: 1}}
 	}
 	for _, tps := range []float64{100, 300, 200} {
 		r.add(WorkloadInter, 2, harness.ModeLinux, round(tps, 10))
 		r.add(WorkloadIntra, 1, harness.ModeLinux, round(tps, 10))
 	}
-	lfpRound := func(tps, avg float64, nodes ...*harness.NodeFastPath) PodsRound {
+	lfpRound := func(tps, avg float64, nodes ...*harness.NodeFastPath) Round {
 		rd := round(tps, avg)
 		rd.Nodes = nodes
 		return rd
@@ -105,7 +104,7 @@ func TestPodsResult(t *testing.T) {
 	r.add(WorkloadInter, 2, harness.ModeLinuxfp, lfpRound(500, 7,
 		node("node1", map[string]uint64{"forwarded": 200}, map[string]uint64{"vxlan_rx": 100}),
 		node("node2", map[string]uint64{"forwarded": 200}, nil)))
-	r.add(WorkloadInter, 2, harness.ModeLinuxfp, PodsRound{LatencyRound: harness.LatencyRound{Error: "connection reset"}})
+	r.add(WorkloadInter, 2, harness.ModeLinuxfp, Round{LatencyRound: harness.LatencyRound{Error: "connection reset"}})
 	r.add(WorkloadIntra, 1, harness.ModeLinuxfp, lfpRound(440, 8.3,
 		node("node1", map[string]uint64{"bridged": 1000}, nil),
 		node("node2", nil, map[string]uint64{"bridge_flood": 1})))
@@ -128,7 +127,7 @@ func TestPodsResult(t *testing.T) {
 	if intra := r.Rows[0]; intra.CeilingTPSRatio != 3 || intra.CeilingAvgRatio != 0.5 || intra.GainShare != 0.6 {
 		t.Errorf("ceiling ratios %+v", intra)
 	}
-	want := []PodsTarget{
+	want := []Target{
 		{Workload: WorkloadIntra, PaperTPSRatio: 2.20, PaperAvgCut: 0.18, MinTPSRatio: 2.2, MaxTPSRatio: 2.2,
 			MinAvgCut: 1 - 0.83, MaxAvgCut: 1 - 0.83, TPSMet: true, AvgMet: false,
 			MinCeilingTPSRatio: 3, MaxCeilingTPSRatio: 3, MinGainShare: 0.6, MaxGainShare: 0.6},
@@ -147,7 +146,7 @@ func TestPodsResult(t *testing.T) {
 			t.Errorf("target %+v, want %+v", tg, w)
 		}
 	}
-	if !r.Measured() || (*PodsResult)(nil).Measured() {
+	if !r.Measured() || (*Result)(nil).Measured() {
 		t.Error("Measured")
 	}
 	var out bytes.Buffer
@@ -173,8 +172,8 @@ func TestRunPodsLinux(t *testing.T) {
 	benchtest.NeedRoot(t)
 	// A prefix of its own: other tests (e2e's pods tests) may run at the same time.
 	const prefix = "lfp-podsbench"
-	before := podsNamespaces(t, prefix)
-	res, err := RunPods(context.Background(), PodsConfig{Pairs: []int{1, 2}, Prefix: prefix,
+	before := benchtest.Namespaces(t, prefix)
+	res, err := Run(context.Background(), Config{Pairs: []int{1, 2}, Prefix: prefix,
 		Run: harness.Run{Modes: []harness.Mode{harness.ModeLinux, harness.ModeCeiling}, Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -190,24 +189,9 @@ func TestRunPodsLinux(t *testing.T) {
 			}
 		}
 	}
-	for _, ns := range podsNamespaces(t, prefix) {
+	for _, ns := range benchtest.Namespaces(t, prefix) {
 		if !slices.Contains(before, ns) {
 			t.Errorf("namespace %s left behind", ns)
 		}
 	}
-}
-
-// podsNamespaces lists the namespaces whose names start with prefix.
-func podsNamespaces(t *testing.T, prefix string) []string {
-	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
-			names = append(names, f[0])
-		}
-	}
-	return names
 }

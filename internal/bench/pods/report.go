@@ -1,4 +1,4 @@
-package bench
+package pods
 
 import (
 	"fmt"
@@ -12,17 +12,16 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// PodsResult is everything the pods benchmark measured. The JSON form is for scripts.
-type PodsResult struct {
-	Machine harness.Machine `json:"machine"`
-	Config  PodsSettings    `json:"config"`
-	Rows    []*PodsRow      `json:"results"`
-	Targets []PodsTarget    `json:"targets,omitempty"`
-	Elapsed string          `json:"elapsed"`
+// Result is everything the pods benchmark measured. The JSON form is for scripts.
+type Result struct {
+	harness.Report[Settings]
+	Rows    []*Row   `json:"results"`
+	Targets []Target `json:"targets,omitempty"`
+	harness.Took
 }
 
-// PodsSettings is the configuration the numbers were taken with.
-type PodsSettings struct {
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
 	Topology  string         `json:"topology"`
 	Modes     []harness.Mode `json:"modes"`
 	Workloads []Workload     `json:"workloads"`
@@ -32,11 +31,11 @@ type PodsSettings struct {
 	Pods [2]int `json:"pods"`
 }
 
-// PodsRow is one workload and pair count: every mode and the ratios.
-type PodsRow struct {
-	Workload Workload                   `json:"workload"`
-	Pairs    int                        `json:"pairs"`
-	Modes    map[harness.Mode]*PodsMode `json:"modes"`
+// Row is one workload and pair count: every mode and the ratios.
+type Row struct {
+	Workload Workload                     `json:"workload"`
+	Pairs    int                          `json:"pairs"`
+	Modes    map[harness.Mode]*ModeResult `json:"modes"`
 	// Ratios of the medians, linuxfp over Linux and ceiling over Linux (0: not both measured).
 	TPSRatio        float64 `json:"tps_linuxfp_over_linux"`
 	AvgRatio        float64 `json:"avg_latency_linuxfp_over_linux"`
@@ -47,26 +46,25 @@ type PodsRow struct {
 	GainShare float64 `json:"linuxfp_share_of_ceiling_gain,omitempty"`
 }
 
-// PodsMode is one mode's result: the medians over its rounds that completed.
-type PodsMode struct {
-	TPS      float64     `json:"transactions_per_s"`
-	AvgUs    float64     `json:"avg_us"`
-	P99Us    float64     `json:"p99_us"`
-	StddevUs float64     `json:"stddev_us"`
-	Failed   int         `json:"failed_rounds,omitempty"`
-	Rounds   []PodsRound `json:"rounds"`
+// ModeResult is one mode's result: the medians over its rounds that completed.
+type ModeResult struct {
+	TPS      float64 `json:"transactions_per_s"`
+	AvgUs    float64 `json:"avg_us"`
+	P99Us    float64 `json:"p99_us"`
+	StddevUs float64 `json:"stddev_us"`
+	harness.ModeRounds[Round]
 }
 
-// PodsRound is one measurement: the transactions, and in linuxfp mode what its programs did in
+// Round is one measurement: the transactions, and in linuxfp mode what its programs did in
 // each node meanwhile.
-type PodsRound struct {
+type Round struct {
 	harness.LatencyRound
 	Nodes []*harness.NodeFastPath `json:"linuxfp,omitempty"`
 }
 
-// PodsTarget is the paper's result for one workload against what this run measured, over its
+// Target is the paper's result for one workload against what this run measured, over its
 // pair counts.
-type PodsTarget struct {
+type Target struct {
 	Workload Workload `json:"workload"`
 	// The paper's: +120% / +116% transactions (ratio 2.20 / 2.16), average latency 9.68 -> 7.92
 	// us (18% lower) / 29.23 -> 25.18 us (14% lower).
@@ -95,56 +93,29 @@ var podsPaper = map[Workload][2]float64{
 	WorkloadInter: {2.16, 0.14},
 }
 
-func newPodsResult(cfg PodsConfig) *PodsResult {
-	return &PodsResult{
-		Machine: harness.ThisMachine(),
-		Config: PodsSettings{
-			Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
-			Modes:    cfg.Modes, Workloads: cfg.Workloads, Pairs: cfg.Pairs,
-			Timing: cfg.Timing(),
-		},
-	}
+func newResult(cfg Config) *Result {
+	return &Result{Report: harness.NewReport(Settings{
+		Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
+		Modes:    cfg.Modes, Workloads: cfg.Workloads, Pairs: cfg.Pairs,
+		Timing: cfg.Timing(),
+	})}
 }
 
-// row finds or adds the row of workload w and n pairs.
-func (r *PodsResult) row(w Workload, n int) *PodsRow {
-	for _, row := range r.Rows {
-		if row.Workload == w && row.Pairs == n {
-			return row
-		}
-	}
-	row := &PodsRow{Workload: w, Pairs: n, Modes: map[harness.Mode]*PodsMode{}}
-	r.Rows = append(r.Rows, row)
-	return row
-}
-
-func (r *PodsResult) add(w Workload, n int, m harness.Mode, rd PodsRound) {
-	row := r.row(w, n)
-	pm := row.Modes[m]
-	if pm == nil {
-		pm = &PodsMode{}
-		row.Modes[m] = pm
-	}
-	pm.Rounds = append(pm.Rounds, rd)
-	pm.summarise()
+// add adds round rd of workload w with n pairs in mode m: to the medians over the rounds that
+// completed, and the ratios.
+func (r *Result) add(w Workload, n int, m harness.Mode, rd Round) {
+	row := harness.FindOrAdd(&r.Rows, func(row *Row) bool { return row.Workload == w && row.Pairs == n },
+		func() *Row { return &Row{Workload: w, Pairs: n, Modes: map[harness.Mode]*ModeResult{}} })
+	pm := harness.Entry(row.Modes, m)
+	pm.Add(rd)
+	pm.TPS = pm.Median(func(r Round) float64 { return r.TPS })
+	pm.AvgUs = pm.Median(func(r Round) float64 { return r.AvgUs })
+	pm.P99Us = pm.Median(func(r Round) float64 { return r.P99Us })
+	pm.StddevUs = pm.Median(func(r Round) float64 { return r.StddevUs })
 	row.ratios()
 }
 
-// summarise sets the medians over the rounds that completed.
-func (pm *PodsMode) summarise() {
-	var tps, avg, p99, sd []float64
-	pm.Failed = 0
-	for _, rd := range pm.Rounds {
-		if rd.Error != "" {
-			pm.Failed++
-			continue
-		}
-		tps, avg, p99, sd = append(tps, rd.TPS), append(avg, rd.AvgUs), append(p99, rd.P99Us), append(sd, rd.StddevUs)
-	}
-	pm.TPS, pm.AvgUs, pm.P99Us, pm.StddevUs = harness.Median(tps), harness.Median(avg), harness.Median(p99), harness.Median(sd)
-}
-
-func (row *PodsRow) ratios() {
+func (row *Row) ratios() {
 	l, f, c := row.Modes[harness.ModeLinux], row.Modes[harness.ModeLinuxfp], row.Modes[harness.ModeCeiling]
 	row.TPSRatio, row.AvgRatio, row.CeilingTPSRatio, row.CeilingAvgRatio, row.GainShare = 0, 0, 0, 0, 0
 	if l != nil && f != nil {
@@ -158,9 +129,9 @@ func (row *PodsRow) ratios() {
 	}
 }
 
-func (r *PodsResult) finish(elapsed time.Duration) {
-	r.Elapsed = harness.Elapsed(elapsed)
-	slices.SortStableFunc(r.Rows, func(a, b *PodsRow) int {
+func (r *Result) finish(elapsed time.Duration) {
+	r.Took.Took(elapsed)
+	slices.SortStableFunc(r.Rows, func(a, b *Row) int {
 		if a.Workload != b.Workload {
 			return slices.Index(Workloads, a.Workload) - slices.Index(Workloads, b.Workload)
 		}
@@ -170,10 +141,10 @@ func (r *PodsResult) finish(elapsed time.Duration) {
 }
 
 // targets compares every workload measured in both modes with the paper.
-func (r *PodsResult) targets() []PodsTarget {
-	var out []PodsTarget
+func (r *Result) targets() []Target {
+	var out []Target
 	for _, w := range Workloads {
-		t := PodsTarget{Workload: w, PaperTPSRatio: podsPaper[w][0], PaperAvgCut: podsPaper[w][1], TPSMet: true, AvgMet: true}
+		t := Target{Workload: w, PaperTPSRatio: podsPaper[w][0], PaperAvgCut: podsPaper[w][1], TPSMet: true, AvgMet: true}
 		n := 0
 		for _, row := range r.Rows {
 			if row.Workload != w || row.TPSRatio == 0 || row.AvgRatio == 0 {
@@ -205,20 +176,12 @@ func (r *PodsResult) targets() []PodsTarget {
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
-func (r *PodsResult) Measured() bool {
-	if r == nil {
-		return false
-	}
-	for _, row := range r.Rows {
-		if len(row.Modes) > 0 {
-			return true
-		}
-	}
-	return false
+func (r *Result) Measured() bool {
+	return r != nil && slices.ContainsFunc(r.Rows, func(row *Row) bool { return len(row.Modes) > 0 })
 }
 
 // WriteTable writes the tables a person reads.
-func (r *PodsResult) WriteTable(w io.Writer) {
+func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Pods: two Flannel nodes (vxlan, VNI %d, UDP %d; node1 %d pods, node2 %d) with cni0 and Flannel's\n"+
 		"iptables rules, as Flannel and the CNI bridge plugin configure them. TCP request/response, 1 byte\n"+
@@ -226,8 +189,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 		"ceiling: client and server pods joined by one veth pair, nothing forwarded (the same in both)\n",
 		testbed.FlannelVNI, testbed.FlannelPort, c.Pods[0], c.Pods[1])
 	fmt.Fprintln(w, r.Machine)
-	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
-		harness.Plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
+	fmt.Fprint(w, c.MedianLine(r.Elapsed))
 
 	tw := harness.NewTable(w, "workload", "pairs", "mode", "trans/s", "avg us", "p99 us", "stddev us", "trans/s vs Linux", "avg latency vs Linux")
 	for _, row := range r.Rows {
@@ -237,7 +199,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 				continue
 			}
 			cells := []string{string(row.Workload), fmt.Sprint(row.Pairs), m.Title()}
-			if pm.Failed == len(pm.Rounds) {
+			if pm.AllFailed() {
 				cells = append(cells, "failed", "-", "-", "-")
 			} else {
 				cells = append(cells, fmt.Sprintf("%.0f", pm.TPS), fmt.Sprintf("%.1f", pm.AvgUs),
@@ -284,7 +246,7 @@ func (r *PodsResult) WriteTable(w io.Writer) {
 
 // writeFastPath reports what linuxfp's programs did in linuxfp mode, and flags what was not
 // accelerated.
-func (r *PodsResult) writeFastPath(w io.Writer) {
+func (r *Result) writeFastPath(w io.Writer) {
 	type key struct {
 		w    Workload
 		node string

@@ -1,4 +1,4 @@
-package bench
+package pods
 
 // The pods benchmark: the paper's Kubernetes experiment. Two nodes of a Flannel cluster (vxlan
 // backend) with pods plugged in by the CNI bridge plugin, built by testbed.NewPods with the
@@ -11,7 +11,7 @@ package bench
 // node1 has 2 x the most pairs pods (clients, then intra-node servers), node2 the most pairs
 // (inter-node servers). Modes: Linux alone, and `linuxfp run` in both node namespaces (pods'
 // namespaces are the containers': nothing runs there), and the ceiling (the client pods joined
-// to their servers directly, see PodsModes), alternating round by round.
+// to their servers directly, see Modes), alternating round by round.
 
 import (
 	"context"
@@ -43,13 +43,13 @@ var Workloads = []Workload{WorkloadIntra, WorkloadInter}
 // ParseWorkload checks a workload's name.
 func ParseWorkload(s string) (Workload, error) { return harness.ParseName(Workloads, "workload", s) }
 
-// PodsModes are the modes the pods benchmark runs. Its ceiling forwards nothing at all: each
+// Modes are the modes the pods benchmark runs. Its ceiling forwards nothing at all: each
 // client pod is joined to its server by one veth pair (testbed.DirectPods), so it measures what
 // the pods' own stacks and the client cost, which no data path between them can save.
-var PodsModes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeCeiling}
+var Modes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeCeiling}
 
-// PodsConfig configures RunPods.
-type PodsConfig struct {
+// Config configures Run.
+type Config struct {
 	// Run: modes default to linux, linuxfp and ceiling; Duration is the measured time per
 	// round, mode, workload and pair count; Warmup transactions are not counted.
 	harness.Run
@@ -63,29 +63,17 @@ type PodsConfig struct {
 // maxPodPairs bounds --pairs: node1 holds two pods per pair, all in one /24.
 const maxPodPairs = 100
 
-func (c *PodsConfig) defaults() error {
+func (c *Config) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "lfp-pods"
 	}
-	err := c.Run.Defaults(harness.RunDefaults{Name: "pods", Modes: PodsModes,
+	err := c.Run.Defaults(harness.RunDefaults{Name: "pods", Modes: Modes,
 		Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Where: "the nodes"})
 	if err != nil {
 		return err
 	}
-	if len(c.Workloads) == 0 {
-		c.Workloads = Workloads
-	}
-	c.Workloads = harness.InOrder(Workloads, c.Workloads)
-	if len(c.Pairs) == 0 {
-		c.Pairs = []int{1, 2, 5, 10}
-	}
-	for _, n := range c.Pairs {
-		if n < 1 || n > maxPodPairs {
-			return fmt.Errorf("--pairs %d: want 1 to %d", n, maxPodPairs)
-		}
-	}
-	c.Pairs = slices.Compact(slices.Sorted(slices.Values(c.Pairs)))
-	return nil
+	c.Workloads = harness.Choose(Workloads, c.Workloads)
+	return harness.Counts(&c.Pairs, []int{1, 2, 5, 10}, 1, maxPodPairs, "pairs")
 }
 
 // podsLayout is how many pods each node gets for the configuration, and which pods pair up.
@@ -94,7 +82,7 @@ type podsLayout struct {
 	max  int    // the most pairs measured
 }
 
-func newPodsLayout(cfg PodsConfig) podsLayout {
+func newPodsLayout(cfg Config) podsLayout {
 	l := podsLayout{max: slices.Max(cfg.Pairs)}
 	l.pods[0] = l.max // clients
 	if slices.Contains(cfg.Workloads, WorkloadIntra) {
@@ -115,14 +103,14 @@ func (l podsLayout) pair(p *testbed.Pods, w Workload, k int) (client, server *te
 	return client, p.Nodes[1].Pods[k]
 }
 
-// RunPods runs the pods benchmark. It returns what it measured even when ctx is cancelled
+// Run runs the pods benchmark. It returns what it measured even when ctx is cancelled
 // half-way (with ctx's error); every namespace it created is gone when it returns.
-func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	res = newPodsResult(cfg)
+	res = newResult(cfg)
 	defer func() { res.finish(time.Since(start)) }()
 	layout := newPodsLayout(cfg)
 	res.Config.Pods = layout.pods
@@ -164,10 +152,10 @@ func RunPods(ctx context.Context, cfg PodsConfig) (res *PodsResult, err error) {
 // podsRun is one run of the benchmark on one topology.
 type podsRun struct {
 	ctx     context.Context
-	cfg     PodsConfig
+	cfg     Config
 	pods    *testbed.Pods
 	layout  podsLayout
-	res     *PodsResult
+	res     *Result
 	log     *slog.Logger
 	direct  *testbed.DirectPods // the ceiling's pairs (nil without ceiling mode)
 	servers []*harness.RRServer
@@ -234,39 +222,13 @@ func (r *podsRun) withMode(m harness.Mode, fn func() error) (err error) {
 }
 
 // startLinuxfpNode starts linuxfp in a node and waits until it has decided about the node's
-// pod veths, flannel.1 and eth0 (a program, or notes saying why not) and then applied no change
-// for linuxfpSettle. Whether it accelerates them is what the benchmark measures and reports.
+// pod veths, flannel.1 and eth0 and settled.
 func startLinuxfpNode(n *testbed.PodNode, bin string) (*testbed.Linuxfp, error) {
 	want := []string{"eth0", "flannel.1"}
 	for _, pod := range n.Pods {
 		want = append(want, pod.HostVeth)
 	}
-	l, err := testbed.StartLinuxfpIn(n.NS, bin, func(st *status.Status) bool {
-		decided := 0
-		for _, it := range st.Interfaces {
-			if slices.Contains(want, it.Name) && (it.Program != nil || len(it.Notes) > 0) {
-				decided++
-			}
-		}
-		return decided == len(want)
-	})
-	if err != nil {
-		return nil, err
-	}
-	var last uint64
-	var since time.Time
-	err = l.WaitFor(5*time.Second, func(st *status.Status) bool {
-		if since.IsZero() || st.Applies != last || st.Busy {
-			last, since = st.Applies, time.Now()
-			return false
-		}
-		return time.Since(since) >= harness.LinuxfpSettle
-	})
-	if err != nil {
-		l.Stop()
-		return nil, fmt.Errorf("linuxfp did not settle after start: %w; log:\n%s", err, l.Log.String())
-	}
-	return l, nil
+	return harness.StartLinuxfp(n.NS, bin, want, 5*time.Second)
 }
 
 // measureAll measures every workload and pair count once in mode m.
@@ -300,7 +262,7 @@ func (r *podsRun) measureAll(round int, m harness.Mode) error {
 // linuxfp's programs did in each node meanwhile. The ceiling's pairs are the direct ones, the
 // same for both workloads. A round in which TCP failed is a result (its Error), not a reason to
 // stop.
-func (r *podsRun) measure(m harness.Mode, w Workload, n int) (PodsRound, error) {
+func (r *podsRun) measure(m harness.Mode, w Workload, n int) (Round, error) {
 	dials := make([]harness.RRDial, n)
 	for k := range dials {
 		c, s := r.layout.pair(r.pods, w, k)
@@ -311,19 +273,19 @@ func (r *podsRun) measure(m harness.Mode, w Workload, n int) (PodsRound, error) 
 	}
 	before, err := r.snapshots()
 	if err != nil {
-		return PodsRound{}, err
+		return Round{}, err
 	}
 	lr, err := harness.RunRRSessions(r.ctx, dials, r.cfg.Warmup, r.cfg.Duration)
 	if err != nil {
 		if cerr := r.ctx.Err(); cerr != nil {
-			return PodsRound{}, cerr
+			return Round{}, cerr
 		}
 		lr = harness.LatencyRound{Error: err.Error()}
 	}
-	rd := PodsRound{LatencyRound: lr}
+	rd := Round{LatencyRound: lr}
 	after, err := r.snapshots()
 	if err != nil {
-		return PodsRound{}, err
+		return Round{}, err
 	}
 	for i := range before {
 		rd.Nodes = append(rd.Nodes, before[i].Delta(after[i]))
