@@ -17,6 +17,7 @@ import (
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/bench/pods"
 	"github.com/linuxfp/linuxfp/internal/bench/router"
+	"github.com/linuxfp/linuxfp/internal/bench/services"
 )
 
 func benchCmds() []*cobra.Command {
@@ -276,7 +277,7 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 func benchServicesCmd() *cobra.Command {
 	var (
 		bf        benchFlags
-		sc        bench.ServicesConfig
+		sc        services.Config
 		workloads []string
 	)
 	cmd := &cobra.Command{
@@ -306,7 +307,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range splitList(workloads) {
-				w, err := bench.ParseServiceWorkload(s)
+				w, err := services.ParseWorkload(s)
 				if err != nil {
 					return fmt.Errorf("--workloads: %w", err)
 				}
@@ -314,7 +315,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 			}
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				sc.Run = cfg.Run
-				return bench.RunServices(ctx, sc)
+				return services.Run(ctx, sc)
 			})
 		},
 	}

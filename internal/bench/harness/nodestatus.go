@@ -282,3 +282,29 @@ func PassedString(c FastPathCounts) string {
 	}
 	return fmt.Sprintf("%.1f%%: %s", 100*float64(c.PassedTotal())/float64(c.Runs()), CountsString(c.Passed))
 }
+
+// Sum adds what o counted to fp: its counts, by interface role too, and its liberal marks.
+func (fp *NodeFastPath) Sum(o *NodeFastPath) {
+	fp.Add(o.FastPathCounts)
+	fp.CTLiberal += o.CTLiberal
+	for role, c := range o.Interfaces {
+		if fp.Interfaces == nil {
+			fp.Interfaces = map[string]*FastPathCounts{}
+		}
+		Entry(fp.Interfaces, role).Add(*c)
+	}
+}
+
+// Roles are the interface roles fp counted, those in order first and in its order, then the
+// others by name.
+func (fp *NodeFastPath) Roles(order []string) []string {
+	at := func(role string) int {
+		if i := slices.Index(order, role); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	roles := slices.Sorted(maps.Keys(fp.Interfaces))
+	slices.SortStableFunc(roles, func(a, b string) int { return at(a) - at(b) })
+	return roles
+}

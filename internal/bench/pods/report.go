@@ -265,7 +265,7 @@ func (r *Result) writeFastPath(w io.Writer) {
 			for _, fp := range rd.Nodes {
 				k := key{row.Workload, fp.Node}
 				if total[k] == nil {
-					total[k] = &harness.NodeFastPath{Node: fp.Node, Interfaces: map[string]*harness.FastPathCounts{}}
+					total[k] = &harness.NodeFastPath{Node: fp.Node}
 					keys = append(keys, k)
 				}
 				if perNode[fp.Node] == nil {
@@ -273,8 +273,7 @@ func (r *Result) writeFastPath(w io.Writer) {
 					nodes = append(nodes, fp.Node)
 				}
 				for _, t := range []*harness.NodeFastPath{total[k], perNode[fp.Node]} {
-					t.Add(fp.FastPathCounts)
-					t.CTLiberal += fp.CTLiberal
+					t.Sum(fp)
 					for name, why := range fp.NoProgram {
 						if t.NoProgram == nil {
 							t.NoProgram = map[string]string{}
@@ -286,12 +285,6 @@ func (r *Result) writeFastPath(w io.Writer) {
 					if n := fp.Node + "'s " + n; !slices.Contains(vxlanNotes, n) {
 						vxlanNotes = append(vxlanNotes, n)
 					}
-				}
-				for role, c := range fp.Interfaces {
-					if total[k].Interfaces[role] == nil {
-						total[k].Interfaces[role] = &harness.FastPathCounts{}
-					}
-					total[k].Interfaces[role].Add(*c)
 				}
 			}
 		}
@@ -330,9 +323,7 @@ func (r *Result) writeFastPath(w io.Writer) {
 			continue
 		}
 		tw.Rowf("%s\t%s\t%s\t%d\t%s\t%s", k.w, k.node, "all", fp.Runs(), harness.FastString(fp.FastPathCounts), harness.PassedString(fp.FastPathCounts))
-		roles := slices.Sorted(maps.Keys(fp.Interfaces))
-		slices.SortStableFunc(roles, func(a, b string) int { return roleIndex(a) - roleIndex(b) })
-		for _, role := range roles {
+		for _, role := range fp.Roles(podsRoles) {
 			c := fp.Interfaces[role]
 			tw.Rowf("\t\t%s\t%d\t%s\t%s", role, c.Runs(), harness.FastString(*c), harness.PassedString(*c))
 			if k.w == WorkloadInter && role == "eth0" && c.PassedTotal()*100 > c.Runs() {
@@ -363,11 +354,4 @@ func (r *Result) writeFastPath(w io.Writer) {
 	for _, f := range flags {
 		fmt.Fprintln(w, f)
 	}
-}
-
-func roleIndex(role string) int {
-	if i := slices.Index(podsRoles, role); i >= 0 {
-		return i
-	}
-	return len(podsRoles)
 }

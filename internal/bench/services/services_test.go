@@ -1,4 +1,4 @@
-package bench
+package services
 
 import (
 	"bytes"
@@ -15,27 +15,27 @@ import (
 )
 
 func TestServicesConfigDefaults(t *testing.T) {
-	c := ServicesConfig{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeLinuxfpTC, harness.ModeLinux}}, Services: []int{1000, 1, 100, 1},
-		Workloads: []ServiceWorkload{SvcUDP, SvcCRR}}
+	c := Config{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeLinuxfpTC, harness.ModeLinux}}, Services: []int{1000, 1, 100, 1},
+		Workloads: []Workload{UDP, CRR}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.Services, []int{1, 100, 1000}) || !slices.Equal(c.Modes, []harness.Mode{harness.ModeLinux, harness.ModeLinuxfpTC}) ||
-		!slices.Equal(c.Workloads, []ServiceWorkload{SvcCRR, SvcUDP}) {
+		!slices.Equal(c.Workloads, []Workload{CRR, UDP}) {
 		t.Errorf("services %v, modes %v, workloads %v: want sorted, deduplicated, in report order", c.Services, c.Modes, c.Workloads)
 	}
 	if c.Pods != 6 || c.CRRWorkers <= 0 || c.RRSessions <= 0 || c.Streams <= 0 || c.GenCores != 1 || c.FrameSize != 64 ||
 		c.Duration <= 0 || c.Warmup <= 0 || c.Rounds <= 0 || c.Log == nil {
 		t.Errorf("defaults not set: %+v", c)
 	}
-	want := []ServicesCase{{Services: 1}, {Services: 100}, {Services: 1000}, {Services: 1000, FromPods: true}, {Services: 1000, Masquerade: true}}
+	want := []Case{{Services: 1}, {Services: 100}, {Services: 1000}, {Services: 1000, FromPods: true}, {Services: 1000, Masquerade: true}}
 	if got := c.cases(); !slices.Equal(got, want) {
 		t.Errorf("cases %v, want %v", got, want)
 	}
-	if got := (&ServicesConfig{Services: []int{}}).cases(); !slices.Equal(got, []ServicesCase{{Masquerade: true}}) {
+	if got := (&Config{Services: []int{}}).cases(); !slices.Equal(got, []Case{{Masquerade: true}}) {
 		t.Errorf("masquerade alone: cases %v", got)
 	}
-	for _, bad := range []ServicesConfig{
+	for _, bad := range []Config{
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{0}},
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{20000}},
 		{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{harness.ModeCeiling}}},
@@ -49,10 +49,10 @@ func TestServicesConfigDefaults(t *testing.T) {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
-	if _, err := ParseServiceWorkload("udp"); err != nil {
+	if _, err := ParseWorkload("udp"); err != nil {
 		t.Error(err)
 	}
-	if _, err := ParseServiceWorkload("tcp"); err == nil {
+	if _, err := ParseWorkload("tcp"); err == nil {
 		t.Error("workload tcp accepted")
 	}
 }
@@ -60,25 +60,25 @@ func TestServicesConfigDefaults(t *testing.T) {
 // The result keeps the medians of the completed rounds and their ratios to Linux, checks issue 6's
 // target per case, and flags what a reader must know.
 func TestServicesResult(t *testing.T) {
-	cfg := ServicesConfig{Run: harness.Run{Modes: ServicesModes, Rounds: 3}, Workloads: []ServiceWorkload{SvcCRR, SvcUDP}, Services: []int{1}}
-	r := newServicesResult(cfg)
-	one, masq := ServicesCase{Services: 1}, ServicesCase{Services: 1, Masquerade: true}
+	cfg := Config{Run: harness.Run{Modes: Modes, Rounds: 3}, Workloads: []Workload{CRR, UDP}, Services: []int{1}}
+	r := newResult(cfg)
+	one, masq := Case{Services: 1}, Case{Services: 1, Masquerade: true}
 	backends := map[string]uint64{"198.19.1.2": 10}
 	for _, v := range []float64{1, 3, 2} {
-		r.add(one, SvcUDP, harness.ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
-		r.add(masq, SvcUDP, harness.ModeLinux, ServicesRound{Value: v, Flows: 1, Backends: backends})
-		r.add(one, SvcCRR, harness.ModeLinux, ServicesRound{Value: 1000 * v, AvgUs: 100 * v, P99Us: 300 * v, Backends: backends})
+		r.add(one, UDP, harness.ModeLinux, Round{Value: v, Flows: 1, Backends: backends})
+		r.add(masq, UDP, harness.ModeLinux, Round{Value: v, Flows: 1, Backends: backends})
+		r.add(one, CRR, harness.ModeLinux, Round{Value: 1000 * v, AvgUs: 100 * v, P99Us: 300 * v, Backends: backends})
 	}
 	fp := &harness.NodeFastPath{FastPathCounts: harness.FastPathCounts{FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}},
 		Interfaces: map[string]*harness.FastPathCounts{"in0": {FastPathed: map[string]uint64{"forwarded": 90}, Passed: map[string]uint64{"ct_new": 10}}}}
-	r.add(one, SvcUDP, harness.ModeLinuxfp, ServicesRound{Value: 7, Flows: 1, Backends: backends, FastPath: fp, Hooks: map[string]string{"in0": "xdp"}})
-	r.add(one, SvcUDP, harness.ModeLinuxfp, ServicesRound{Error: "no frame reached the sinks"})
-	r.add(one, SvcUDP, harness.ModeLinuxfpTC, ServicesRound{Value: 5, Flows: 0, Backends: backends})
-	r.add(masq, SvcUDP, harness.ModeLinuxfp, ServicesRound{Value: 4, Flows: 1, Backends: map[string]uint64{}})
-	r.add(one, SvcCRR, harness.ModeLinuxfp, ServicesRound{Value: 1500, AvgUs: 150, P99Us: 900, Errors: 2, FirstError: "i/o timeout", Backends: backends})
+	r.add(one, UDP, harness.ModeLinuxfp, Round{Value: 7, Flows: 1, Backends: backends, FastPath: fp, Hooks: map[string]string{"in0": "xdp"}})
+	r.add(one, UDP, harness.ModeLinuxfp, Round{Error: "no frame reached the sinks"})
+	r.add(one, UDP, harness.ModeLinuxfpTC, Round{Value: 5, Flows: 0, Backends: backends})
+	r.add(masq, UDP, harness.ModeLinuxfp, Round{Value: 4, Flows: 1, Backends: map[string]uint64{}})
+	r.add(one, CRR, harness.ModeLinuxfp, Round{Value: 1500, AvgUs: 150, P99Us: 900, Errors: 2, FirstError: "i/o timeout", Backends: backends})
 	r.finish(time.Minute)
 
-	if len(r.Rows) != 3 || r.Rows[0].Workload != SvcCRR || r.Rows[1].Workload != SvcUDP || r.Rows[2].Case != masq {
+	if len(r.Rows) != 3 || r.Rows[0].Workload != CRR || r.Rows[1].Workload != UDP || r.Rows[2].Case != masq {
 		t.Fatalf("rows in the wrong order: %+v", r.Rows)
 	}
 	udp := r.Rows[1]
@@ -98,7 +98,7 @@ func TestServicesResult(t *testing.T) {
 		r.Targets[1].Case != masq || r.Targets[1].Met[harness.ModeLinuxfp] {
 		t.Errorf("targets %+v", r.Targets)
 	}
-	if !r.Measured() || (*ServicesResult)(nil).Measured() {
+	if !r.Measured() || (*Result)(nil).Measured() {
 		t.Error("Measured")
 	}
 	var out bytes.Buffer
@@ -128,13 +128,13 @@ func TestRunServices(t *testing.T) {
 		t.Skip("iptables-restore not installed")
 	}
 	bin := filepath.Join(t.TempDir(), "linuxfp")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/linuxfp").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/linuxfp").CombinedOutput(); err != nil {
 		t.Fatalf("build linuxfp: %v\n%s", err, out)
 	}
 	// A prefix of its own: other tests may run at the same time.
 	const prefix = "lfp-svcbench"
 	before := benchtest.Namespaces(t, prefix)
-	res, err := RunServices(context.Background(), ServicesConfig{Services: []int{2}, Pods: 3,
+	res, err := Run(context.Background(), Config{Services: []int{2}, Pods: 3,
 		CRRWorkers: 2, RRSessions: 2, Streams: 2, Prefix: prefix,
 		Run: harness.Run{Binary: bin, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Rounds: 1}})
 	for _, ns := range benchtest.Namespaces(t, prefix) {
@@ -145,11 +145,11 @@ func TestRunServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 3*len(ServiceWorkloads) {
-		t.Fatalf("%d rows, want %d", len(res.Rows), 3*len(ServiceWorkloads))
+	if len(res.Rows) != 3*len(Workloads) {
+		t.Fatalf("%d rows, want %d", len(res.Rows), 3*len(Workloads))
 	}
 	for _, row := range res.Rows {
-		for _, m := range ServicesModes {
+		for _, m := range Modes {
 			sm := row.Modes[m]
 			if sm == nil || len(sm.Rounds) != 1 {
 				t.Errorf("%s, %s, %s: not measured", m, row.Case, row.Workload)
@@ -167,10 +167,10 @@ func TestRunServices(t *testing.T) {
 			if reached == 0 {
 				t.Errorf("%s: no endpoint received anything", where)
 			}
-			if row.Workload == SvcCRR && !row.Case.Masquerade && len(rd.Backends) != 3 {
+			if row.Workload == CRR && !row.Case.Masquerade && len(rd.Backends) != 3 {
 				t.Errorf("%s: connections to random services reached %v, want all 3 pods", where, rd.Backends)
 			}
-			if row.Workload == SvcUDP {
+			if row.Workload == UDP {
 				want := 2
 				if row.Case.Masquerade {
 					want = 1
@@ -197,7 +197,7 @@ func TestRunServices(t *testing.T) {
 				passed += n
 			}
 			onlyHairpin := passed > 0 && rd.FastPath.Passed["hairpin"] >= passed*99/100
-			if row.Workload == SvcUDP && rd.FastPath.Fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
+			if row.Workload == UDP && rd.FastPath.Fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
 				t.Errorf("%s: linuxfp fast-pathed none of the established flows' packets (to Linux: %v)", where, rd.FastPath.Passed)
 			}
 		}

@@ -1,4 +1,4 @@
-package bench
+package services
 
 import (
 	"errors"
@@ -31,7 +31,7 @@ import (
 // has none (pod 0's cni0 port in the masquerade case: a veth drops XDP frames otherwise, see
 // KERNEL-NOTES; in0 has GRO on from the start), loads the generator, and waits for linuxfp to
 // settle on the changes. restore undoes it all.
-func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
+func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	var undo []func() error
 	r.sinks = map[string]*harness.Sink{}
 	restore = func() error {
@@ -88,7 +88,7 @@ func (r *svcRun) prepareUDP(c ServicesCase) (restore func() error, err error) {
 }
 
 // generator is case c's generator, loaded on first use.
-func (r *svcRun) generator(c ServicesCase) (*harness.Generator, error) {
+func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 	if g := r.gens[c.genKey()]; g != nil {
 		return g, nil
 	}
@@ -135,7 +135,7 @@ func (r *svcRun) generator(c ServicesCase) (*harness.Generator, error) {
 
 // udp runs the generator at full speed on cfg.GenCores CPUs: the warm-up creates the flows'
 // conntrack entries, then the window counts what the sinks received.
-func (r *svcRun) udp(c ServicesCase, rd *ServicesRound) error {
+func (r *svcRun) udp(c Case, rd *Round) error {
 	g := r.gens[c.genKey()]
 	src := testbed.ServicesClientIP
 	if c.podClients() {

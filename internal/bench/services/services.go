@@ -1,4 +1,4 @@
-package bench
+package services
 
 // The services benchmark: Kubernetes services through kube-proxy's iptables rules on one node
 // (testbed.NewServices), with Linux alone and with linuxfp in the node, for 1, 100 and 1,000
@@ -37,47 +37,47 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// ServiceWorkload is one kind of traffic of the services benchmark.
-type ServiceWorkload string
+// Workload is one kind of traffic of the services benchmark.
+type Workload string
 
 const (
-	SvcCRR      ServiceWorkload = "crr"      // a connection per request
-	SvcRR       ServiceWorkload = "rr"       // request/response on long-lived connections
-	SvcUpload   ServiceWorkload = "upload"   // bulk, client -> endpoint
-	SvcDownload ServiceWorkload = "download" // bulk, endpoint -> client
-	SvcUDP      ServiceWorkload = "udp"      // established UDP flows from the XDP generator
+	CRR      Workload = "crr"      // a connection per request
+	RR       Workload = "rr"       // request/response on long-lived connections
+	Upload   Workload = "upload"   // bulk, client -> endpoint
+	Download Workload = "download" // bulk, endpoint -> client
+	UDP      Workload = "udp"      // established UDP flows from the XDP generator
 )
 
-// ServiceWorkloads lists the workloads in report order.
-var ServiceWorkloads = []ServiceWorkload{SvcCRR, SvcRR, SvcUpload, SvcDownload, SvcUDP}
+// Workloads lists the workloads in report order.
+var Workloads = []Workload{CRR, RR, Upload, Download, UDP}
 
-// ParseServiceWorkload checks a workload's name.
-func ParseServiceWorkload(s string) (ServiceWorkload, error) {
-	return harness.ParseName(ServiceWorkloads, "workload", s)
+// ParseWorkload checks a workload's name.
+func ParseWorkload(s string) (Workload, error) {
+	return harness.ParseName(Workloads, "workload", s)
 }
 
 // unit is what the workload's value counts.
-func (w ServiceWorkload) unit() string {
+func (w Workload) unit() string {
 	switch w {
-	case SvcCRR:
+	case CRR:
 		return "conn/s"
-	case SvcRR:
+	case RR:
 		return "trans/s"
-	case SvcUpload, SvcDownload:
+	case Upload, Download:
 		return "Gbit/s"
 	}
 	return "Mpps"
 }
 
-// ServicesModes are the modes the services benchmark runs: Linux alone, linuxfp as a user runs
+// Modes are the modes the services benchmark runs: Linux alone, linuxfp as a user runs
 // it (--hook auto: native XDP on in0 and out0, whose peers compute their checksums, tc on the
 // pods' veths) and linuxfp with --hook tc everywhere. There is no hand-written ceiling: a NAT
 // that reads the kernel's conntrack table is what linuxfp is.
-var ServicesModes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeLinuxfpTC}
+var Modes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeLinuxfpTC}
 
-// ServicesCase is one configuration of the node measured: a number of services, or the
+// Case is one configuration of the node measured: a number of services, or the
 // masquerade case.
-type ServicesCase struct {
+type Case struct {
 	// Services: the kube-proxy services loaded (in the masquerade case: those of the last
 	// services case, or none).
 	Services int `json:"services"`
@@ -91,10 +91,10 @@ type ServicesCase struct {
 }
 
 // podClients: the case's clients (and udp generator) are the pods.
-func (c ServicesCase) podClients() bool { return c.Masquerade || c.FromPods }
+func (c Case) podClients() bool { return c.Masquerade || c.FromPods }
 
 // genKey names the generator a case uses (its flows differ by case).
-func (c ServicesCase) genKey() string {
+func (c Case) genKey() string {
 	switch {
 	case c.Masquerade:
 		return "masquerade"
@@ -104,7 +104,7 @@ func (c ServicesCase) genKey() string {
 	return "client"
 }
 
-func (c ServicesCase) String() string {
+func (c Case) String() string {
 	if c.Masquerade {
 		return "masquerade"
 	}
@@ -114,10 +114,10 @@ func (c ServicesCase) String() string {
 	return harness.Plural(c.Services, "service")
 }
 
-// ServicesConfig configures RunServices.
-type ServicesConfig struct {
-	harness.Run                   // modes default to linux, linuxfp, linuxfp-tc
-	Workloads   []ServiceWorkload // default: all
+// Config configures Run.
+type Config struct {
+	harness.Run            // modes default to linux, linuxfp, linuxfp-tc
+	Workloads   []Workload // default: all
 	// Services: the service counts measured (default 1, 100, 1000), in increasing order.
 	Services []int
 	// NoMasquerade skips the masquerade case; NoFromPods the pods-as-clients case.
@@ -135,28 +135,23 @@ type ServicesConfig struct {
 	Prefix string
 }
 
-func (c *ServicesConfig) defaults() error {
+func (c *Config) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "lfp-svc"
 	}
-	err := c.Run.Defaults(harness.RunDefaults{Name: "services", Modes: ServicesModes,
+	err := c.Run.Defaults(harness.RunDefaults{Name: "services", Modes: Modes,
 		Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Where: "the node"})
 	if err != nil {
 		return err
 	}
-	if len(c.Workloads) == 0 {
-		c.Workloads = ServiceWorkloads
-	}
-	c.Workloads = harness.InOrder(ServiceWorkloads, c.Workloads)
+	c.Workloads = harness.Choose(Workloads, c.Workloads)
+	// No service count at all (not nil) leaves only the masquerade case.
 	if c.Services == nil {
 		c.Services = []int{1, 100, 1000}
 	}
-	for _, n := range c.Services {
-		if n < 1 || n > testbed.MaxServices {
-			return fmt.Errorf("--services %d: want 1 to %d", n, testbed.MaxServices)
-		}
+	if err := harness.Counts(&c.Services, nil, 1, testbed.MaxServices, "services"); err != nil {
+		return err
 	}
-	c.Services = slices.Compact(slices.Sorted(slices.Values(c.Services)))
 	if len(c.Services) == 0 && c.NoMasquerade {
 		return errors.New("nothing to measure: no service count and no masquerade case")
 	}
@@ -195,20 +190,20 @@ func (c *ServicesConfig) defaults() error {
 }
 
 // cases lists the cases in the order they are measured.
-func (c *ServicesConfig) cases() []ServicesCase {
-	var out []ServicesCase
+func (c *Config) cases() []Case {
+	var out []Case
 	for _, n := range c.Services {
-		out = append(out, ServicesCase{Services: n})
+		out = append(out, Case{Services: n})
 	}
 	last := 0
 	if len(c.Services) > 0 {
 		last = c.Services[len(c.Services)-1]
 	}
 	if !c.NoFromPods && last > 0 {
-		out = append(out, ServicesCase{Services: last, FromPods: true})
+		out = append(out, Case{Services: last, FromPods: true})
 	}
 	if !c.NoMasquerade {
-		out = append(out, ServicesCase{Services: last, Masquerade: true})
+		out = append(out, Case{Services: last, Masquerade: true})
 	}
 	return out
 }
@@ -216,14 +211,14 @@ func (c *ServicesConfig) cases() []ServicesCase {
 // outsidePort is where the outside host's server listens in the masquerade case.
 const outsidePort = 8080
 
-// RunServices runs the services benchmark. It returns what it measured even when ctx is
+// Run runs the services benchmark. It returns what it measured even when ctx is
 // cancelled half-way (with ctx's error); every namespace it created is gone when it returns.
-func RunServices(ctx context.Context, cfg ServicesConfig) (res *ServicesResult, err error) {
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	res = newServicesResult(cfg)
+	res = newResult(cfg)
 	defer func() { res.finish(time.Since(start)) }()
 	cfg.Log.Info("building the node, its pods, the client and the outside host", "pods", cfg.Pods)
 	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods, PodGRO: cfg.PodGRO})
@@ -263,14 +258,14 @@ func RunServices(ctx context.Context, cfg ServicesConfig) (res *ServicesResult, 
 // svcRun is one run of the benchmark on one topology.
 type svcRun struct {
 	ctx     context.Context
-	cfg     ServicesConfig
+	cfg     Config
 	topo    *testbed.Services
-	res     *ServicesResult
+	res     *Result
 	log     *slog.Logger
 	loaded  int                           // services whose rules are loaded
 	servers []*svcServer                  // the pods', in topo.Pods order
 	outside *svcServer                    // the outside host's
-	gens    map[string]*harness.Generator // by ServicesCase.genKey
+	gens    map[string]*harness.Generator // by Case.genKey
 	podMAC  net.HardwareAddr              // pod 0's eth0 (the masquerade case's generator)
 	podIdx  int
 	sinks   map[string]*harness.Sink // udp: by endpoint pod address, or "outside"
@@ -367,28 +362,13 @@ func (r *svcRun) withMode(m harness.Mode, fn func() error) (err error) {
 	if _, err := testbed.StatusClientIn(r.topo.Node).Status(); !errors.Is(err, status.ErrNotRunning) {
 		return fmt.Errorf("enter %s: linuxfp still answers in the node (%v)", m, err)
 	}
-	for _, ifname := range []string{"in0", "out0"} {
-		on, err := harness.Attached(r.topo.Node, ifname)
-		if err != nil {
-			return err
-		}
-		if on != "" {
-			return fmt.Errorf("enter %s: %s is still attached to the node's %s", m, on, ifname)
-		}
+	if err := harness.Detached(r.topo.Node, "the node", "in0", "out0"); err != nil {
+		return fmt.Errorf("enter %s: %w", m, err)
 	}
 	r.mode = m
 	defer func() { r.mode = "" }()
 	if m.RunsLinuxfp() {
-		want := r.nodeInterfaces()
-		l, err := testbed.StartLinuxfpIn(r.topo.Node, r.cfg.Binary, func(st *status.Status) bool {
-			decided := 0
-			for _, it := range st.Interfaces {
-				if slices.Contains(want, it.Name) && (it.Program != nil || len(it.Notes) > 0) {
-					decided++
-				}
-			}
-			return decided == len(want)
-		}, m.RunArgs()...)
+		l, err := harness.StartLinuxfp(r.topo.Node, r.cfg.Binary, r.nodeInterfaces(), 10*time.Second, m.RunArgs()...)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the node: %w", err)
 		}
@@ -399,9 +379,6 @@ func (r *svcRun) withMode(m harness.Mode, fn func() error) (err error) {
 			}
 			r.lfp = nil
 		}()
-		if err := r.settle(); err != nil {
-			return err
-		}
 	}
 	return fn()
 }
@@ -411,23 +388,11 @@ func (r *svcRun) settle() error {
 	if r.lfp == nil {
 		return nil
 	}
-	var last uint64
-	var since time.Time
-	err := r.lfp.WaitFor(10*time.Second, func(st *status.Status) bool {
-		if since.IsZero() || st.Applies != last || st.Busy {
-			last, since = st.Applies, time.Now()
-			return false
-		}
-		return time.Since(since) >= harness.LinuxfpSettle
-	})
-	if err != nil {
-		return fmt.Errorf("linuxfp did not settle: %w; log:\n%s", err, r.lfp.Log.String())
-	}
-	return nil
+	return harness.Settle(r.lfp, 10*time.Second)
 }
 
 // measureAll measures every workload of case c once in mode m.
-func (r *svcRun) measureAll(c ServicesCase, round int, m harness.Mode) error {
+func (r *svcRun) measureAll(c Case, round int, m harness.Mode) error {
 	for _, w := range r.cfg.Workloads {
 		if err := r.ctx.Err(); err != nil {
 			return err
@@ -461,8 +426,8 @@ func (r *svcRun) measureAll(c ServicesCase, round int, m harness.Mode) error {
 // workload leaves thousands of entries in TIME_WAIT), and in the linuxfp modes reads what
 // linuxfp's programs did meanwhile (warm-up included). A workload that failed is a result (its
 // Error), not a reason to stop.
-func (r *svcRun) measure(c ServicesCase, w ServiceWorkload) (rd ServicesRound, err error) {
-	if w == SvcUDP {
+func (r *svcRun) measure(c Case, w Workload) (rd Round, err error) {
+	if w == UDP {
 		restore, err := r.prepareUDP(c)
 		if err != nil {
 			return rd, err
@@ -495,7 +460,7 @@ func (r *svcRun) measure(c ServicesCase, w ServiceWorkload) (rd ServicesRound, e
 	}
 	b0 := r.backends(c, w)
 	switch w {
-	case SvcUDP:
+	case UDP:
 		err = r.udp(c, &rd)
 	default:
 		err = r.tcp(c, w, &rd)
@@ -555,9 +520,9 @@ func (r *svcRun) hooks(st *status.Status) map[string]string {
 
 // backends is what every endpoint (or the outside host) has received so far: TCP connections,
 // or for udp the frames its sink counted.
-func (r *svcRun) backends(c ServicesCase, w ServiceWorkload) map[string]uint64 {
+func (r *svcRun) backends(c Case, w Workload) map[string]uint64 {
 	out := map[string]uint64{}
-	if w == SvcUDP {
+	if w == UDP {
 		for k, s := range r.sinks {
 			if n, err := s.Read(); err == nil {
 				out[k] = n.Packets
@@ -577,7 +542,7 @@ func (r *svcRun) backends(c ServicesCase, w ServiceWorkload) map[string]uint64 {
 
 // tcp runs one TCP workload: from the client to the services' cluster IPs, or from the pods to
 // the outside host.
-func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error {
+func (r *svcRun) tcp(c Case, w Workload, rd *Round) error {
 	clients := []*nsutil.NS{r.topo.Client}
 	if c.FromPods {
 		clients = podNamespaces(r.topo)
@@ -601,11 +566,11 @@ func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error
 		return out
 	}
 	switch w {
-	case SvcCRR:
+	case CRR:
 		tr, err := runCRR(r.ctx, clients, targets, r.cfg.CRRWorkers, r.cfg.Warmup, r.cfg.Duration)
 		rd.set(tr)
 		return err
-	case SvcRR:
+	case RR:
 		lr, err := harness.RunRRSessions(r.ctx, dials(r.cfg.RRSessions), r.cfg.Warmup, r.cfg.Duration)
 		if err != nil {
 			return err
@@ -623,7 +588,7 @@ func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error
 			}
 			return n
 		}
-		tr, err := runStreams(r.ctx, dials(r.cfg.Streams), w == SvcUpload, uploaded, r.cfg.Warmup, r.cfg.Duration)
+		tr, err := runStreams(r.ctx, dials(r.cfg.Streams), w == Upload, uploaded, r.cfg.Warmup, r.cfg.Duration)
 		if err != nil {
 			return err
 		}
@@ -634,7 +599,7 @@ func (r *svcRun) tcp(c ServicesCase, w ServiceWorkload, rd *ServicesRound) error
 }
 
 // set records a TCP workload's numbers; Value is the count per second.
-func (rd *ServicesRound) set(tr svcTraffic) {
+func (rd *Round) set(tr svcTraffic) {
 	rd.Count, rd.Seconds, rd.AvgUs, rd.P99Us, rd.Errors, rd.FirstError = tr.Count, tr.Seconds, tr.AvgUs, tr.P99Us, tr.Errors, tr.Err
 	if tr.Seconds > 0 {
 		rd.Value = float64(tr.Count) / tr.Seconds

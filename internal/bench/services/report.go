@@ -1,9 +1,8 @@
-package bench
+package services
 
 import (
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,54 +11,52 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// ServicesResult is everything the services benchmark measured. The JSON form is for scripts.
-type ServicesResult struct {
-	Machine harness.Machine  `json:"machine"`
-	Config  ServicesSettings `json:"config"`
-	Rows    []*ServicesRow   `json:"results"`
+// Result is everything the services benchmark measured. The JSON form is for scripts.
+type Result struct {
+	harness.Report[Settings]
+	Rows []*Row `json:"results"`
 	// Targets: issue 6's target for every case whose udp workload ran in Linux and linuxfp.
-	Targets []ServicesTarget `json:"targets,omitempty"`
-	Elapsed string           `json:"elapsed"`
+	Targets []Target `json:"targets,omitempty"`
+	harness.Took
 }
 
-// ServicesSettings is the configuration the numbers were taken with.
-type ServicesSettings struct {
-	Topology   string            `json:"topology"`
-	Modes      []harness.Mode    `json:"modes"`
-	Workloads  []ServiceWorkload `json:"workloads"`
-	Cases      []ServicesCase    `json:"cases"`
-	Pods       int               `json:"pods"`
-	PodGRO     bool              `json:"pod_gro,omitempty"`
-	Endpoints  int               `json:"endpoints_per_service"`
-	CRRWorkers int               `json:"crr_workers"`
-	RRSessions int               `json:"rr_sessions"`
-	Streams    int               `json:"streams"`
-	GenCores   int               `json:"generator_cores"`
-	FrameSize  int               `json:"udp_frame_size"`
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
+	Topology   string         `json:"topology"`
+	Modes      []harness.Mode `json:"modes"`
+	Workloads  []Workload     `json:"workloads"`
+	Cases      []Case         `json:"cases"`
+	Pods       int            `json:"pods"`
+	PodGRO     bool           `json:"pod_gro,omitempty"`
+	Endpoints  int            `json:"endpoints_per_service"`
+	CRRWorkers int            `json:"crr_workers"`
+	RRSessions int            `json:"rr_sessions"`
+	Streams    int            `json:"streams"`
+	GenCores   int            `json:"generator_cores"`
+	FrameSize  int            `json:"udp_frame_size"`
 	harness.Timing
 }
 
-// ServicesRow is one case and workload: every mode and the ratios.
-type ServicesRow struct {
-	Case     ServicesCase                   `json:"case"`
-	Workload ServiceWorkload                `json:"workload"`
-	Unit     string                         `json:"unit"`
-	Modes    map[harness.Mode]*ServicesMode `json:"modes"`
+// Row is one case and workload: every mode and the ratios.
+type Row struct {
+	Case     Case                         `json:"case"`
+	Workload Workload                     `json:"workload"`
+	Unit     string                       `json:"unit"`
+	Modes    map[harness.Mode]*ModeResult `json:"modes"`
 	// OverLinux: each other mode's median value over Linux's (0: not both measured).
 	OverLinux map[harness.Mode]float64 `json:"over_linux,omitempty"`
 }
 
-// ServicesMode is one mode's result: the medians over its rounds that completed.
-type ServicesMode struct {
-	Value  float64         `json:"value"`
-	AvgUs  float64         `json:"avg_us,omitempty"`
-	P99Us  float64         `json:"p99_us,omitempty"`
-	Failed int             `json:"failed_rounds,omitempty"`
-	Rounds []ServicesRound `json:"rounds"`
+// ModeResult is one mode's result: the medians over its rounds that completed.
+type ModeResult struct {
+	Value float64 `json:"value"`
+	AvgUs float64 `json:"avg_us,omitempty"`
+	P99Us float64 `json:"p99_us,omitempty"`
+	harness.ModeRounds[Round]
 }
 
-// ServicesRound is one measurement.
-type ServicesRound struct {
+// Round is one measurement.
+type Round struct {
 	// Value: connections/s (crr), transactions/s (rr), Gbit/s of payload (upload, download),
 	// Mpps received by the sinks (udp).
 	Value   float64 `json:"value"`
@@ -89,10 +86,13 @@ type ServicesRound struct {
 	Error string            `json:"error,omitempty"`
 }
 
-// ServicesTarget is issue 6's target, the established-flow packet rate through a NAT'd service
+// Failure is why the round failed ("" if it did not).
+func (rd Round) Failure() string { return rd.Error }
+
+// Target is issue 6's target, the established-flow packet rate through a NAT'd service
 // at least 3x Linux's, for one case.
-type ServicesTarget struct {
-	Case  ServicesCase             `json:"case"`
+type Target struct {
+	Case  Case                     `json:"case"`
 	Want  float64                  `json:"want"`
 	Ratio map[harness.Mode]float64 `json:"udp_over_linux"`
 	Met   map[harness.Mode]bool    `json:"met"`
@@ -100,40 +100,27 @@ type ServicesTarget struct {
 
 const servicesTarget = 3.0
 
-func newServicesResult(cfg ServicesConfig) *ServicesResult {
-	return &ServicesResult{
-		Machine: harness.ThisMachine(),
-		Config: ServicesSettings{
-			Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
-				"Flannel's masquerading, a client and a host outside the cluster",
-			Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
-			Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
-			Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
-			Timing: cfg.Timing(),
-		},
-	}
+func newResult(cfg Config) *Result {
+	return &Result{Report: harness.NewReport(Settings{
+		Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
+			"Flannel's masquerading, a client and a host outside the cluster",
+		Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
+		Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
+		Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
+		Timing: cfg.Timing(),
+	})}
 }
 
-func (r *ServicesResult) row(c ServicesCase, w ServiceWorkload) *ServicesRow {
-	for _, row := range r.Rows {
-		if row.Case == c && row.Workload == w {
-			return row
-		}
-	}
-	row := &ServicesRow{Case: c, Workload: w, Unit: w.unit(), Modes: map[harness.Mode]*ServicesMode{}}
-	r.Rows = append(r.Rows, row)
-	return row
-}
-
-func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m harness.Mode, rd ServicesRound) {
-	row := r.row(c, w)
-	sm := row.Modes[m]
-	if sm == nil {
-		sm = &ServicesMode{}
-		row.Modes[m] = sm
-	}
-	sm.Rounds = append(sm.Rounds, rd)
-	sm.summarise()
+// add adds round rd of workload w in case c and mode m: to the medians over the rounds that
+// completed, and the ratios over Linux.
+func (r *Result) add(c Case, w Workload, m harness.Mode, rd Round) {
+	row := harness.FindOrAdd(&r.Rows, func(row *Row) bool { return row.Case == c && row.Workload == w },
+		func() *Row { return &Row{Case: c, Workload: w, Unit: w.unit(), Modes: map[harness.Mode]*ModeResult{}} })
+	sm := harness.Entry(row.Modes, m)
+	sm.Add(rd)
+	sm.Value = sm.Median(func(r Round) float64 { return r.Value })
+	sm.AvgUs = sm.Median(func(r Round) float64 { return r.AvgUs })
+	sm.P99Us = sm.Median(func(r Round) float64 { return r.P99Us })
 	row.OverLinux = nil
 	if l := row.Modes[harness.ModeLinux]; l != nil {
 		for om, o := range row.Modes {
@@ -147,34 +134,21 @@ func (r *ServicesResult) add(c ServicesCase, w ServiceWorkload, m harness.Mode, 
 	}
 }
 
-func (sm *ServicesMode) summarise() {
-	var v, avg, p99 []float64
-	sm.Failed = 0
-	for _, rd := range sm.Rounds {
-		if rd.Error != "" {
-			sm.Failed++
-			continue
-		}
-		v, avg, p99 = append(v, rd.Value), append(avg, rd.AvgUs), append(p99, rd.P99Us)
-	}
-	sm.Value, sm.AvgUs, sm.P99Us = harness.Median(v), harness.Median(avg), harness.Median(p99)
-}
-
-func (r *ServicesResult) finish(elapsed time.Duration) {
-	r.Elapsed = harness.Elapsed(elapsed)
+func (r *Result) finish(elapsed time.Duration) {
+	r.Took.Took(elapsed)
 	cases := r.Config.Cases
-	slices.SortStableFunc(r.Rows, func(a, b *ServicesRow) int {
+	slices.SortStableFunc(r.Rows, func(a, b *Row) int {
 		if a.Case != b.Case {
 			return slices.Index(cases, a.Case) - slices.Index(cases, b.Case)
 		}
-		return slices.Index(ServiceWorkloads, a.Workload) - slices.Index(ServiceWorkloads, b.Workload)
+		return slices.Index(Workloads, a.Workload) - slices.Index(Workloads, b.Workload)
 	})
 	r.Targets = nil
 	for _, row := range r.Rows {
-		if row.Workload != SvcUDP || len(row.OverLinux) == 0 {
+		if row.Workload != UDP || len(row.OverLinux) == 0 {
 			continue
 		}
-		t := ServicesTarget{Case: row.Case, Want: servicesTarget, Ratio: row.OverLinux, Met: map[harness.Mode]bool{}}
+		t := Target{Case: row.Case, Want: servicesTarget, Ratio: row.OverLinux, Met: map[harness.Mode]bool{}}
 		for m, v := range row.OverLinux {
 			t.Met[m] = v >= servicesTarget
 		}
@@ -183,20 +157,12 @@ func (r *ServicesResult) finish(elapsed time.Duration) {
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
-func (r *ServicesResult) Measured() bool {
-	if r == nil {
-		return false
-	}
-	for _, row := range r.Rows {
-		if len(row.Modes) > 0 {
-			return true
-		}
-	}
-	return false
+func (r *Result) Measured() bool {
+	return r != nil && slices.ContainsFunc(r.Rows, func(row *Row) bool { return len(row.Modes) > 0 })
 }
 
 // WriteTable writes the tables a person reads.
-func (r *ServicesResult) WriteTable(w io.Writer) {
+func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Services: one Kubernetes node with kube-proxy's iptables rules (1.30) for N services, %d endpoints each,\n"+
 		"spread over %d pods on cni0 (CNI bridge plugin, MTU %d), and Flannel's masquerading. A client outside the cluster\n"+
@@ -213,8 +179,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "--pod-gro: GRO on in the pods' eth0 (the CNI plugin leaves it off), so XDP programs may redirect into them")
 	}
 	fmt.Fprintln(w, r.Machine)
-	fmt.Fprintf(w, "Median of %s x %s per mode (after %s of warm-up; modes alternate round by round); took %s\n\n",
-		harness.Plural(c.Rounds, "round"), c.Duration, c.Warmup, r.Elapsed)
+	fmt.Fprint(w, c.MedianLine(r.Elapsed))
 
 	head := []string{"case", "workload", "metric"}
 	for _, m := range c.Modes {
@@ -224,7 +189,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 		}
 	}
 	tw := harness.NewTable(w, head...)
-	var last ServicesCase
+	var last Case
 	for i, row := range r.Rows {
 		caseCell := row.Case.String()
 		if i > 0 && row.Case == last {
@@ -233,14 +198,14 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 		last = row.Case
 		type metric struct {
 			name  string
-			get   func(*ServicesMode) float64
+			get   func(*ModeResult) float64
 			ratio bool
 		}
-		metrics := []metric{{row.Unit, func(sm *ServicesMode) float64 { return sm.Value }, true}}
-		if row.Workload == SvcCRR || row.Workload == SvcRR {
+		metrics := []metric{{row.Unit, func(sm *ModeResult) float64 { return sm.Value }, true}}
+		if row.Workload == CRR || row.Workload == RR {
 			metrics = append(metrics,
-				metric{"avg us", func(sm *ServicesMode) float64 { return sm.AvgUs }, false},
-				metric{"p99 us", func(sm *ServicesMode) float64 { return sm.P99Us }, false})
+				metric{"avg us", func(sm *ModeResult) float64 { return sm.AvgUs }, false},
+				metric{"p99 us", func(sm *ModeResult) float64 { return sm.P99Us }, false})
 		}
 		for j, mt := range metrics {
 			cells := []string{caseCell, string(row.Workload), mt.name}
@@ -253,7 +218,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 				switch {
 				case sm == nil:
 					cells = append(cells, "-")
-				case sm.Failed == len(sm.Rounds):
+				case sm.AllFailed():
 					cells = append(cells, "failed")
 				default:
 					cells = append(cells, svcNumber(mt.get(sm), row.Workload, mt.ratio))
@@ -262,7 +227,7 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 					continue
 				}
 				switch {
-				case sm == nil || l == nil || sm.Failed == len(sm.Rounds) || l.Failed == len(l.Rounds):
+				case sm == nil || l == nil || sm.AllFailed() || l.AllFailed():
 					cells = append(cells, "")
 				case mt.ratio:
 					cells = append(cells, harness.Ratio(harness.Div(mt.get(sm), mt.get(l)), "x"))
@@ -294,13 +259,13 @@ func (r *ServicesResult) WriteTable(w io.Writer) {
 
 // svcNumber formats a value of workload w: rates as integers, Gbit/s and Mpps with decimals,
 // latencies with one.
-func svcNumber(v float64, w ServiceWorkload, value bool) string {
+func svcNumber(v float64, w Workload, value bool) string {
 	switch {
 	case !value:
 		return fmt.Sprintf("%.1f", v)
-	case w == SvcUDP:
+	case w == UDP:
 		return fmt.Sprintf("%.3f", v)
-	case w == SvcUpload || w == SvcDownload:
+	case w == Upload || w == Download:
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.0f", v)
@@ -308,7 +273,7 @@ func svcNumber(v float64, w ServiceWorkload, value bool) string {
 
 // writeFastPath reports what linuxfp's programs did, per case, workload and linuxfp mode, over
 // all rounds.
-func (r *ServicesResult) writeFastPath(w io.Writer) {
+func (r *Result) writeFastPath(w io.Writer) {
 	var lines [][]string
 	var liberal []string
 	for _, row := range r.Rows {
@@ -317,7 +282,7 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 			if sm == nil || !m.RunsLinuxfp() {
 				continue
 			}
-			total := &harness.NodeFastPath{Interfaces: map[string]*harness.FastPathCounts{}}
+			total := &harness.NodeFastPath{}
 			hooks := map[string][]string{}
 			var cpu []float64
 			for _, rd := range sm.Rounds {
@@ -325,14 +290,7 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 					continue
 				}
 				cpu = append(cpu, rd.ControllerCPU)
-				total.Add(rd.FastPath.FastPathCounts)
-				total.CTLiberal += rd.FastPath.CTLiberal
-				for role, c := range rd.FastPath.Interfaces {
-					if total.Interfaces[role] == nil {
-						total.Interfaces[role] = &harness.FastPathCounts{}
-					}
-					total.Interfaces[role].Add(*c)
-				}
+				total.Sum(rd.FastPath)
 				for role, h := range rd.Hooks {
 					if !slices.Contains(hooks[role], h) {
 						hooks[role] = append(hooks[role], h)
@@ -340,9 +298,7 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 				}
 			}
 			var by []string
-			roles := slices.Sorted(maps.Keys(total.Interfaces))
-			slices.SortStableFunc(roles, func(a, b string) int { return svcRoleIndex(a) - svcRoleIndex(b) })
-			for _, role := range roles {
+			for _, role := range total.Roles(svcRoles) {
 				ic := total.Interfaces[role]
 				hook := strings.Join(hooks[role], ",")
 				if hook != "" {
@@ -375,13 +331,6 @@ func (r *ServicesResult) writeFastPath(w io.Writer) {
 
 var svcRoles = []string{"in0", "pod veths", "out0", "cni0"}
 
-func svcRoleIndex(role string) int {
-	if i := slices.Index(svcRoles, role); i >= 0 {
-		return i
-	}
-	return len(svcRoles)
-}
-
 // shareString is "12345 runs, 99.9% fast".
 func shareString(c harness.FastPathCounts) string {
 	if c.Runs() == 0 {
@@ -392,7 +341,7 @@ func shareString(c harness.FastPathCounts) string {
 
 // flags lists what a reader must know about the rounds: failures, connections that failed,
 // workloads that reached no endpoint, flows missing from conntrack, frames lost.
-func (r *ServicesResult) flags() []string {
+func (r *Result) flags() []string {
 	var out []string
 	for _, row := range r.Rows {
 		for _, m := range r.Config.Modes {
@@ -413,7 +362,7 @@ func (r *ServicesResult) flags() []string {
 				if len(rd.Backends) == 0 {
 					out = append(out, fmt.Sprintf("! %s: no endpoint received anything", at))
 				}
-				if row.Workload == SvcUDP {
+				if row.Workload == UDP {
 					want := 1
 					if !row.Case.Masquerade {
 						want = row.Case.Services

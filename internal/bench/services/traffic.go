@@ -1,4 +1,4 @@
-package bench
+package services
 
 // The services benchmark's TCP traffic: servers at the endpoints (and at the outside host) and
 // the clients of its workloads, all in this process with their sockets created inside the
@@ -259,24 +259,10 @@ func runCRR(ctx context.Context, clients []*nsutil.NS, targets []netip.AddrPort,
 // clients write, the servers count; download: the servers write, the clients count) for warmup,
 // then counts the bytes received in d (uploaded reads what the servers received so far).
 func runStreams(ctx context.Context, dials []harness.RRDial, upload bool, uploaded func() uint64, warmup, d time.Duration) (svcTraffic, error) {
-	conns := make([]net.Conn, 0, len(dials))
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for _, dl := range dials {
-		err := dl.From.Do(func() error {
-			c, err := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", dl.To.String())
-			if err != nil {
-				return err
-			}
-			conns = append(conns, c)
-			return nil
-		})
-		if err != nil {
-			return svcTraffic{}, fmt.Errorf("connect to %s from %s: %w", dl.To, dl.From.Name, err)
-		}
+	conns, err := harness.Dial(dials)
+	defer harness.CloseAll(conns)
+	if err != nil {
+		return svcTraffic{}, err
 	}
 	var downloaded atomic.Uint64
 	var stopping atomic.Bool
@@ -325,7 +311,7 @@ func runStreams(ctx context.Context, dials []harness.RRDial, upload bool, upload
 		return svcTraffic{}, err
 	}
 	b0, t0 := received(), time.Now()
-	err := harness.SleepCtx(ctx, d)
+	err = harness.SleepCtx(ctx, d)
 	b1, t1 := received(), time.Now()
 	stop()
 	if err != nil {
