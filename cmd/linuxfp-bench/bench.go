@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/linuxfp/linuxfp/internal/bench"
+	"github.com/linuxfp/linuxfp/internal/bench/bridge"
 	"github.com/linuxfp/linuxfp/internal/bench/compose"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/bench/pods"
@@ -51,7 +52,7 @@ round; the report gives medians. Then TCP request/response latency over parallel
 kernel CPU time per packet at a fixed offered load. Removes its namespaces on exit, including
 on Ctrl-C.
 
-Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, bench.RunBridge)
+Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, bridge.Run)
 }
 
 // forwardingBenchCmd is a benchmark of the gen -> dut -> sink pipeline (bench router, bench

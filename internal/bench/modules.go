@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linuxfp/linuxfp/internal/bench/bridge"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/bench/router"
 )
@@ -49,7 +50,7 @@ func RunModules(ctx context.Context, cfg harness.PipelineConfig) (*ModulesResult
 	if res.Router, err = router.Run(ctx, cfg); err != nil {
 		return res, fmt.Errorf("router: %w", err)
 	}
-	if res.Bridge, err = RunBridge(ctx, cfg); err != nil {
+	if res.Bridge, err = bridge.Run(ctx, cfg); err != nil {
 		return res, fmt.Errorf("bridge: %w", err)
 	}
 	res.Gateway, err = RunGateway(ctx, GatewayConfig{PipelineConfig: cfg, Traffic: []Traffic{TrafficMiss}, NoIPSet: true})

@@ -1,4 +1,7 @@
-package bench
+// Package bridge is the bridge benchmark (the paper's bridge experiment): the DUT switches gen's
+// frames to the sink through a Linux bridge, with the throughput, latency and CPU tests of the
+// harness's pipeline.
+package bridge
 
 import (
 	"context"
@@ -18,23 +21,22 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// RunBridge runs the bridge benchmark (the paper's bridge experiment): the DUT switches gen's
-// frames to the sink through a Linux bridge, br0 with in0 and out0 as ports, all hosts in one
-// subnet; Linux, linuxfp and a hand-written ceiling (redirect in0 -> out0, frames unmodified)
-// switch alternately, round by round, with the same throughput, latency and CPU tests as the
-// router benchmark. The bridge learns where gen and the sink are before every measurement
+// Run runs the bridge benchmark: br0 with in0 and out0 as ports, all hosts in one subnet; Linux,
+// linuxfp and a hand-written ceiling (redirect in0 -> out0, frames unmodified) switch
+// alternately, round by round, with the same throughput, latency and CPU tests as the router
+// benchmark. The bridge learns where gen and the sink are before every measurement
 // (bridgeLearn). It returns what it measured even when ctx is cancelled half-way (with ctx's
 // error); every namespace it created is gone when it returns.
-func RunBridge(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
-	return harness.RunPipeline(ctx, cfg, bridgeTopology)
+func Run(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
+	return harness.RunPipeline(ctx, cfg, topology)
 }
 
-var bridgeTopology = &harness.Topology{
+var topology = &harness.Topology{
 	Name:   "bridge",
 	Module: "bridge",
 	Describe: func(w io.Writer, s *harness.PipelineSettings) {
 		fmt.Fprintln(w, "Bridge: gen -> DUT (br0, in0 -> out0) -> sink over veth, one IPv4 subnet, UDP to port 9")
-		if br, ok := s.Bridge.(*BridgeSettings); ok {
+		if br, ok := s.Bridge.(*Settings); ok {
 			fmt.Fprintf(w, "br0: FDB learned (%s), ageing %s, bridge-nf-call-iptables=%d\n", br.Learning, br.Ageing, br.NFCallIptables)
 		}
 	},
@@ -54,8 +56,8 @@ var bridgeTopology = &harness.Topology{
 	Prepare:      bridgeLearn,
 }
 
-// BridgeSettings is the DUT's bridge as the benchmark found it (iproute2's defaults).
-type BridgeSettings struct {
+// Settings is the DUT's bridge as the benchmark found it (iproute2's defaults).
+type Settings struct {
 	Ageing string `json:"ageing_time"`
 	// br_netfilter is built into this kernel: with bridge-nf-call-iptables=1 (its default)
 	// Linux passes bridged IPv4 frames through the iptables hooks (empty in the DUT), which is
@@ -91,7 +93,7 @@ func bridgeSetup(b *harness.Pipeline) error {
 		return fmt.Errorf("a measurement (warm-up + duration: %s) would outlast %s's FDB ageing time (%s): learned entries could expire during it",
 			longest, b.TB.Bridge, ageing)
 	}
-	s := &BridgeSettings{Ageing: ageing.String(), Learning: learningNote}
+	s := &Settings{Ageing: ageing.String(), Learning: learningNote}
 	for name, v := range map[string]*int{
 		"net.bridge.bridge-nf-call-iptables":  &s.NFCallIptables,
 		"net.bridge.bridge-nf-call-ip6tables": &s.NFCallIp6tables,
