@@ -12,10 +12,11 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
-	"github.com/linuxfp/linuxfp/internal/bench"
 	"github.com/linuxfp/linuxfp/internal/bench/bridge"
 	"github.com/linuxfp/linuxfp/internal/bench/compose"
+	"github.com/linuxfp/linuxfp/internal/bench/gateway"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/modules"
 	"github.com/linuxfp/linuxfp/internal/bench/pods"
 	"github.com/linuxfp/linuxfp/internal/bench/router"
 	"github.com/linuxfp/linuxfp/internal/bench/services"
@@ -109,7 +110,7 @@ func benchGatewayCmd() *cobra.Command {
 	var (
 		bf       benchFlags
 		tf       testFlags
-		gc       bench.GatewayConfig
+		gc       gateway.Config
 		rules    []int
 		noSweep  bool
 		large    bool
@@ -155,7 +156,7 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 				gc.LargeSet = largeSet
 			}
 			for _, s := range splitList(traffic) {
-				t, err := bench.ParseTraffic(s)
+				t, err := gateway.ParseTraffic(s)
 				if err != nil {
 					return fmt.Errorf("--traffic: %w", err)
 				}
@@ -164,7 +165,7 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
 				gc.PipelineConfig = cfg
-				return bench.RunGateway(ctx, gc)
+				return gateway.Run(ctx, gc)
 			})
 		},
 	}
@@ -210,7 +211,7 @@ Quick run: linuxfp bench modules --rounds 1 --duration 500ms --no-cpu`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
-				return bench.RunModules(ctx, cfg)
+				return modules.Run(ctx, cfg)
 			})
 		},
 	}

@@ -1,6 +1,6 @@
-package bench
+package gateway
 
-// With the large set in the DUT (GatewayConfig.LargeSet): what linuxfp costs while nothing
+// With the large set in the DUT (Config.LargeSet): what linuxfp costs while nothing
 // happens, and how soon an `ipset add` reaches its fast path. A set linuxfp had to re-read to
 // notice a change would cost it CPU all the time, the more the larger the set; one whose
 // changes it is told of costs nothing until one comes.
@@ -15,8 +15,8 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// GatewayIdle is linuxfp with the large set in the DUT.
-type GatewayIdle struct {
+// Idle is linuxfp with the large set in the DUT.
+type Idle struct {
 	Ruleset string       `json:"ruleset"`
 	Mode    harness.Mode `json:"mode"`
 	// IPSetWatch: how linuxfp follows ipset changes (its status's ipset_watch).
@@ -63,7 +63,7 @@ func (g *gatewayRun) measureIdle(b *harness.Pipeline) error {
 	if mode == "" || (g.cfg.Idle <= 0 && g.cfg.SetAdds <= 0) {
 		return nil
 	}
-	idle := &GatewayIdle{Ruleset: g.current.Name, Mode: mode}
+	idle := &Idle{Ruleset: g.current.Name, Mode: mode}
 	g.idle = idle
 	return b.WithMode(mode, func() error {
 		l := b.DUT.Lfp
@@ -104,7 +104,7 @@ func (g *gatewayRun) measureIdle(b *harness.Pipeline) error {
 
 // measureCPU reads linuxfp's CPU time and status counters around d of nothing: no traffic, no
 // change, no status request.
-func (idle *GatewayIdle) measureCPU(b *harness.Pipeline, l *testbed.Linuxfp, d time.Duration) error {
+func (idle *Idle) measureCPU(b *harness.Pipeline, l *testbed.Linuxfp, d time.Duration) error {
 	st0, err := statusWithin(l, setAddWait)
 	if err != nil {
 		return err

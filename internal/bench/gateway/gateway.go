@@ -1,4 +1,4 @@
-package bench
+package gateway
 
 // The gateway benchmark: the paper's virtual gateway (its router with a blacklist of 100
 // addresses in iptables' FORWARD chain, then the same blacklist as one ipset rule) and its
@@ -44,8 +44,8 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// GatewayConfig configures RunGateway.
-type GatewayConfig struct {
+// Config configures Run.
+type Config struct {
 	harness.PipelineConfig
 	// Sweep is the blacklist sizes of the throughput-vs-rules sweep (the paper's Figure 8), one
 	// DROP rule per address; empty: no sweep. The paper's gateway (100 rules, ipset) is always
@@ -143,13 +143,7 @@ func (r Ruleset) iptables() string {
 	if r.IPSet {
 		return "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m set --match-set " + gatewaySet + " dst -j DROP\nCOMMIT\n"
 	}
-	var b strings.Builder
-	b.WriteString("*filter\n:FORWARD ACCEPT [0:0]\n")
-	for i := range r.Blacklisted {
-		fmt.Fprintf(&b, "-A FORWARD -d %s/32 -j DROP\n", r.addr(i))
-	}
-	b.WriteString("COMMIT\n")
-	return b.String()
+	return harness.DropRules(r.Blacklisted, r.addr)
 }
 
 // ipset is the ruleset's set as `ipset restore` input ("" without a set). With replace, the DUT
@@ -239,8 +233,8 @@ func gatewayDsts(t Traffic, rs Ruleset) (dsts []netip.Addr, permitted float64) {
 	return dsts, 0.5
 }
 
-// GatewayVariant is one ruleset measured with one traffic pattern.
-type GatewayVariant struct {
+// Variant is one ruleset measured with one traffic pattern.
+type Variant struct {
 	Ruleset Ruleset `json:"ruleset"`
 	Traffic Traffic `json:"traffic"`
 	// Destinations: the generator's list; Permitted: the fraction of it the ruleset lets through
@@ -271,24 +265,24 @@ type LinuxfpFilter struct {
 	Ready []float64 `json:"ready_seconds,omitempty"`
 }
 
-// gatewayRun is the state of one RunGateway.
+// gatewayRun is the state of one Run.
 type gatewayRun struct {
-	cfg      GatewayConfig
+	cfg      Config
 	rulesets []Ruleset
-	variants []*GatewayVariant
+	variants []*Variant
 	filters  map[string]*LinuxfpFilter // by ruleset name
 	current  Ruleset                   // in the DUT now
 	set      string                    // the ruleset whose gatewaySet the DUT has ("": none)
-	sending  *GatewayVariant           // whose destinations the generator has
-	idle     *GatewayIdle              // measured with the large set
+	sending  *Variant                  // whose destinations the generator has
+	idle     *Idle                     // measured with the large set
 }
 
-// RunGateway runs the gateway benchmark: the paper's gateway (100 blacklisted addresses as 100
+// Run runs the gateway benchmark: the paper's gateway (100 blacklisted addresses as 100
 // DROP rules, then as one ipset rule) and the sweep of cfg.Sweep rules, each with every traffic
 // pattern, Linux vs linuxfp vs the router ceiling, modes alternating round by round. It returns
 // what it measured even when ctx is cancelled half-way (with ctx's error); every namespace it
 // created is gone when it returns.
-func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) {
+func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = []int{64}
 	}
@@ -332,7 +326,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayResult, error) 
 		g.filters[rs.Name] = f
 		for _, tr := range cfg.Traffic {
 			dsts, permitted := gatewayDsts(tr, rs)
-			v := &GatewayVariant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: harness.NewPipelineResult(cfg.PipelineConfig, t),
+			v := &Variant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: harness.NewPipelineResult(cfg.PipelineConfig, t),
 				dsts: dsts, permitted: permitted}
 			if permitted > 0 {
 				v.Permitted = permitted
@@ -438,7 +432,7 @@ func (g *gatewayRun) apply(dut *nsutil.NS, rs Ruleset) error {
 }
 
 // send gives the generator v's destinations, unless it has them already.
-func (g *gatewayRun) send(gen *harness.Generator, v *GatewayVariant) error {
+func (g *gatewayRun) send(gen *harness.Generator, v *Variant) error {
 	if g.sending == v {
 		return nil
 	}

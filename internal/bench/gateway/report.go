@@ -1,4 +1,4 @@
-package bench
+package gateway
 
 import (
 	"fmt"
@@ -9,12 +9,11 @@ import (
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 )
 
-// GatewayResult is everything the gateway benchmark measured. The JSON form is for scripts.
-type GatewayResult struct {
-	Machine  harness.Machine   `json:"machine"`
-	Config   GatewaySettings   `json:"config"`
-	Variants []*GatewayVariant `json:"variants"`
-	Targets  []GatewayTarget   `json:"targets,omitempty"`
+// Result is everything the gateway benchmark measured. The JSON form is for scripts.
+type Result struct {
+	harness.Report[Settings]
+	Variants []*Variant `json:"variants"`
+	Targets  []Target   `json:"targets,omitempty"`
 	// Latency and CPU: the forwarding benchmarks' tests, with the paper's 100 DROP rules in the
 	// DUT and (CPU) traffic no rule matches.
 	Latency []harness.LatencyMode `json:"latency,omitempty"`
@@ -23,21 +22,21 @@ type GatewayResult struct {
 	// side (a tc mode was run).
 	TableVII *harness.TableVII `json:"table_vii,omitempty"`
 	// Idle: linuxfp with the large set in the DUT, no traffic and no change; then ipset adds.
-	Idle    *GatewayIdle `json:"idle,omitempty"`
-	Elapsed string       `json:"elapsed"`
+	Idle *Idle `json:"idle,omitempty"`
+	harness.Took
 }
 
-// GatewaySettings is the configuration the numbers were taken with.
-type GatewaySettings struct {
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
 	harness.PipelineSettings
 	Sweep    []int     `json:"sweep_rules"`
 	LargeSet int       `json:"large_set,omitempty"`
 	Traffic  []Traffic `json:"traffic"`
 }
 
-// GatewayTarget is issue 4's two targets for one traffic pattern, generator core count and
+// Target is issue 4's two targets for one traffic pattern, generator core count and
 // frame size: ratios of DUT packet rates measured in the same run (0: not measured).
-type GatewayTarget struct {
+type Target struct {
 	Traffic   Traffic `json:"traffic"`
 	Cores     int     `json:"generator_cores"`
 	FrameSize int     `json:"frame_size"`
@@ -51,7 +50,7 @@ type GatewayTarget struct {
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
-func (r *GatewayResult) Measured() bool {
+func (r *Result) Measured() bool {
 	if r == nil {
 		return false
 	}
@@ -64,12 +63,13 @@ func (r *GatewayResult) Measured() bool {
 }
 
 // result collects what the run measured (res: run's own result, for the machine and timing).
-func (g *gatewayRun) result(res *harness.PipelineResult) *GatewayResult {
+func (g *gatewayRun) result(res *harness.PipelineResult) *Result {
 	if res == nil {
 		return nil
 	}
-	out := &GatewayResult{Machine: res.Machine, Elapsed: res.Elapsed, Latency: res.Latency, CPU: res.CPU, Idle: g.idle,
-		Config: GatewaySettings{PipelineSettings: res.Config, Sweep: g.cfg.Sweep, LargeSet: g.cfg.LargeSet, Traffic: g.cfg.Traffic}}
+	out := &Result{Latency: res.Latency, CPU: res.CPU, Idle: g.idle, Took: res.Took,
+		Report: harness.Report[Settings]{Machine: res.Machine,
+			Config: Settings{PipelineSettings: res.Config, Sweep: g.cfg.Sweep, LargeSet: g.cfg.LargeSet, Traffic: g.cfg.Traffic}}}
 	if len(res.Latency) == 0 {
 		out.Config.Sessions = 0
 	}
@@ -85,11 +85,11 @@ func (g *gatewayRun) result(res *harness.PipelineResult) *GatewayResult {
 
 // tableVII is the summary of the filter module at each hook: the 100 rules with traffic no rule
 // matches (or the first traffic measured), with the latency and CPU tests (nil without a tc mode).
-func (r *GatewayResult) tableVII() *harness.TableVII {
+func (r *Result) tableVII() *harness.TableVII {
 	if !harness.HasTCMode(r.Config.Modes) {
 		return nil
 	}
-	var v *GatewayVariant
+	var v *Variant
 	for _, t := range r.Config.Traffic {
 		if x := r.variant(rules100, t); x != nil && len(x.Throughput) > 0 && (v == nil || t == TrafficMiss) {
 			v = x
@@ -108,12 +108,12 @@ func (r *GatewayResult) tableVII() *harness.TableVII {
 			module += " (" + string(v.Traffic) + ")"
 		}
 	}
-	t.Rows = harness.HookRows(module, r.Config.Modes, row, r.Latency, r.CPU, harness.FlaggedModes(r.flags()))
+	t.Rows = harness.HookRows(module, r.Config.Modes, row, r.Latency, r.CPU, harness.FlaggedModes(r.Flags()))
 	return t
 }
 
 // variant finds a measured variant (nil if none).
-func (r *GatewayResult) variant(rs Ruleset, t Traffic) *GatewayVariant {
+func (r *Result) variant(rs Ruleset, t Traffic) *Variant {
 	for _, v := range r.Variants {
 		if v.Ruleset == rs && v.Traffic == t {
 			return v
@@ -123,8 +123,8 @@ func (r *GatewayResult) variant(rs Ruleset, t Traffic) *GatewayVariant {
 }
 
 // sweep lists the measured variants of traffic t in the sweep, fewest rules first.
-func (r *GatewayResult) sweep(t Traffic) []*GatewayVariant {
-	var out []*GatewayVariant
+func (r *Result) sweep(t Traffic) []*Variant {
+	var out []*Variant
 	for _, n := range r.Config.Sweep {
 		if v := r.variant(Ruleset{Name: harness.Plural(n, "rule"), Blacklisted: n}, t); v != nil && len(v.Throughput) > 0 {
 			out = append(out, v)
@@ -147,8 +147,8 @@ const retainedRules = 10000
 func (r Ruleset) large() bool { return r.Blacklisted > maxBlacklist }
 
 // largeSets lists the measured variants of ipset rulesets other than the paper's.
-func (r *GatewayResult) largeSets() []*GatewayVariant {
-	var out []*GatewayVariant
+func (r *Result) largeSets() []*Variant {
+	var out []*Variant
 	for _, v := range r.Variants {
 		if v.Ruleset.IPSet && v.Ruleset != ipsetRules && len(v.Throughput) > 0 {
 			out = append(out, v)
@@ -158,12 +158,12 @@ func (r *GatewayResult) largeSets() []*GatewayVariant {
 }
 
 // over is mode a's DUT rate over mode b's in v for (cores, size), 0 if either was not measured.
-func (v *GatewayVariant) over(cores, size int, a, b harness.Mode) float64 {
+func (v *Variant) over(cores, size int, a, b harness.Mode) float64 {
 	return harness.Div(v.rateOf(cores, size, a), v.rateOf(cores, size, b))
 }
 
 // rateOf is mode m's DUT rate in v for (cores, size), 0 if not measured.
-func (v *GatewayVariant) rateOf(cores, size int, m harness.Mode) float64 {
+func (v *Variant) rateOf(cores, size int, m harness.Mode) float64 {
 	if v == nil {
 		return 0
 	}
@@ -173,12 +173,12 @@ func (v *GatewayVariant) rateOf(cores, size int, m harness.Mode) float64 {
 	return 0
 }
 
-func (r *GatewayResult) targets() []GatewayTarget {
-	var out []GatewayTarget
+func (r *Result) targets() []Target {
+	var out []Target
 	for _, t := range r.Config.Traffic {
 		for _, cores := range r.Config.Cores {
 			for _, size := range r.Config.Sizes {
-				gt := GatewayTarget{Traffic: t, Cores: cores, FrameSize: size,
+				gt := Target{Traffic: t, Cores: cores, FrameSize: size,
 					Over100IPSet: harness.Div(r.variant(rules100, t).rateOf(cores, size, harness.ModeLinuxfp),
 						r.variant(ipsetRules, t).rateOf(cores, size, harness.ModeLinux))}
 				if sw := r.sweep(t); len(sw) > 1 {
@@ -203,7 +203,7 @@ func (r *GatewayResult) targets() []GatewayTarget {
 }
 
 // WriteTable writes the tables a person reads.
-func (r *GatewayResult) WriteTable(w io.Writer) {
+func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Gateway: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9; a blacklist of /32s\n"+
 		"in the DUT's FORWARD chain (iptables-nft): DROP rules, or one rule matching an ipset\n", c.Prefixes)
@@ -225,7 +225,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 	modes := c.Modes
 	// The ratio columns, linuxfp/Linux-ipset after linuxfp/Linux in the paper's gateway table.
 	ratios := harness.RatioColumns(modes)
-	ratioCells := func(v *GatewayVariant, cores, size int, ipset bool) []string {
+	ratioCells := func(v *Variant, cores, size int, ipset bool) []string {
 		var cells []string
 		for _, rc := range ratios {
 			cells = append(cells, harness.Ratio(v.over(cores, size, rc.Num, rc.Den), rc.Suffix))
@@ -245,7 +245,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 		}
 		return hdr
 	}
-	modeCells := func(v *GatewayVariant, cores, size int) []string {
+	modeCells := func(v *Variant, cores, size int) []string {
 		var cells []string
 		for _, m := range modes {
 			if x := v.rateOf(cores, size, m); x > 0 {
@@ -360,7 +360,7 @@ func (r *GatewayResult) WriteTable(w io.Writer) {
 }
 
 // hasLarge: a measured ruleset holds addresses no packet goes to.
-func (r *GatewayResult) hasLarge() bool {
+func (r *Result) hasLarge() bool {
 	for _, v := range r.Variants {
 		if v.Ruleset.large() && len(v.Throughput) > 0 {
 			return true
@@ -371,7 +371,7 @@ func (r *GatewayResult) hasLarge() bool {
 
 // writeReady prints, for the large rulesets, how long linuxfp took from its start to holding
 // the ruleset (the slowest of its starts).
-func (r *GatewayResult) writeReady(w io.Writer) {
+func (r *Result) writeReady(w io.Writer) {
 	var parts []string
 	seen := map[*LinuxfpFilter]bool{}
 	for _, v := range r.Variants {
@@ -388,7 +388,7 @@ func (r *GatewayResult) writeReady(w io.Writer) {
 }
 
 // writeIdle prints linuxfp's idle cost with the large set, and its ipset adds.
-func (r *GatewayResult) writeIdle(w io.Writer) {
+func (r *Result) writeIdle(w io.Writer) {
 	idle := r.Idle
 	if idle == nil {
 		return
@@ -415,7 +415,7 @@ func (r *GatewayResult) writeIdle(w io.Writer) {
 }
 
 // writeProgStats prints, with --prog-stats, the kernel's run time per packet of each program.
-func (r *GatewayResult) writeProgStats(w io.Writer) {
+func (r *Result) writeProgStats(w io.Writer) {
 	if !r.Config.ProgStats {
 		return
 	}
@@ -437,7 +437,7 @@ func (r *GatewayResult) writeProgStats(w io.Writer) {
 
 // linuxfpHooks lists where linuxfp attached its program on in0: per linuxfp mode from what its
 // measurements recorded ("linuxfp: xdp"), or, where they recorded nothing, over all its starts.
-func (r *GatewayResult) linuxfpHooks() []string {
+func (r *Result) linuxfpHooks() []string {
 	var hooks []string
 	for _, m := range r.Config.Modes {
 		var seen []string
@@ -473,7 +473,7 @@ func (r *GatewayResult) linuxfpHooks() []string {
 }
 
 // writeFlags prints the throughput test's flags (the latency and CPU tests print theirs).
-func (r *GatewayResult) writeFlags(w io.Writer) {
+func (r *Result) writeFlags(w io.Writer) {
 	lines := r.throughputFlags()
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
@@ -483,9 +483,9 @@ func (r *GatewayResult) writeFlags(w io.Writer) {
 	}
 }
 
-// flags are every line the report flags ("! ..."): the throughput test's, the latency test's and
+// Flags are every line the report flags ("! ..."): the throughput test's, the latency test's and
 // the CPU test's.
-func (r *GatewayResult) flags() []string {
+func (r *Result) Flags() []string {
 	return slices.Concat(r.throughputFlags(), harness.LatencyFlags(r.Latency, r.Config.TxCsumOffload), harness.CPUFlags(r.CPU))
 }
 
@@ -493,7 +493,7 @@ func (r *GatewayResult) flags() []string {
 // windows measured again, linuxfp fast-pathing less than the sink received or not at its mode's
 // hook) and what is particular to the gateway: linuxfp not holding the ruleset in its filter
 // module, or handing packets to Linux.
-func (r *GatewayResult) throughputFlags() []string {
+func (r *Result) throughputFlags() []string {
 	var lines []string
 	seen := map[*LinuxfpFilter]bool{}
 	for _, v := range r.Variants {

@@ -1,11 +1,10 @@
-package bench
-
-// The paper's Table VII: each fast-path module (forward, bridge, filter) at the XDP and at the tc
-// hook. linuxfp builds every module for both hooks from one source; `linuxfp run --hook tc`
+// Package modules is the paper's Table VII: each fast-path module (forward, bridge, filter) at
+// the XDP and at the tc hook. linuxfp builds every module for both hooks from one source; `linuxfp run --hook tc`
 // (mode linuxfp-tc) forces the tc build where --hook auto (mode linuxfp) picks native XDP. The
 // forwarding benchmarks measure both side by side with Linux and the ceilings (ceiling at XDP,
-// ceiling-tc at tc), and summarise them in a TableVII; RunModules runs the three topologies and
+// ceiling-tc at tc), and summarise them in a TableVII; Run runs the three topologies and
 // prints only that.
+package modules
 
 import (
 	"context"
@@ -15,25 +14,26 @@ import (
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/bench/bridge"
+	"github.com/linuxfp/linuxfp/internal/bench/gateway"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/bench/router"
 )
 
-// ModulesResult is what RunModules measured: the summary, and each benchmark's full result.
-type ModulesResult struct {
+// Result is what Run measured: the summary, and each benchmark's full result.
+type Result struct {
 	Machine  harness.Machine         `json:"machine"`
 	TableVII *harness.TableVII       `json:"table_vii"`
 	Router   *harness.PipelineResult `json:"router,omitempty"`
 	Bridge   *harness.PipelineResult `json:"bridge,omitempty"`
-	Gateway  *GatewayResult          `json:"gateway,omitempty"`
-	Elapsed  string                  `json:"elapsed"`
+	Gateway  *gateway.Result         `json:"gateway,omitempty"`
+	harness.Took
 }
 
-// RunModules runs the router, bridge and gateway benchmarks (the gateway with its 100 DROP rules
+// Run runs the router, bridge and gateway benchmarks (the gateway with its 100 DROP rules
 // and traffic no rule matches) with cfg, by default in every mode (both hooks, both ceilings) at
 // 64-byte frames and one generator core, and summarises them in one Table VII. It returns what
 // it measured even when ctx is cancelled half-way (with ctx's error).
-func RunModules(ctx context.Context, cfg harness.PipelineConfig) (*ModulesResult, error) {
+func Run(ctx context.Context, cfg harness.PipelineConfig) (*Result, error) {
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = harness.Modes
 	}
@@ -43,7 +43,7 @@ func RunModules(ctx context.Context, cfg harness.PipelineConfig) (*ModulesResult
 	if len(cfg.Cores) == 0 {
 		cfg.Cores = []int{1}
 	}
-	res := &ModulesResult{Machine: harness.ThisMachine()}
+	res := &Result{Machine: harness.ThisMachine()}
 	start := time.Now()
 	defer func() { res.finish(time.Since(start)) }()
 	var err error
@@ -53,15 +53,15 @@ func RunModules(ctx context.Context, cfg harness.PipelineConfig) (*ModulesResult
 	if res.Bridge, err = bridge.Run(ctx, cfg); err != nil {
 		return res, fmt.Errorf("bridge: %w", err)
 	}
-	res.Gateway, err = RunGateway(ctx, GatewayConfig{PipelineConfig: cfg, Traffic: []Traffic{TrafficMiss}, NoIPSet: true})
+	res.Gateway, err = gateway.Run(ctx, gateway.Config{PipelineConfig: cfg, Traffic: []gateway.Traffic{gateway.TrafficMiss}, NoIPSet: true})
 	if err != nil {
 		return res, fmt.Errorf("gateway: %w", err)
 	}
 	return res, nil
 }
 
-func (r *ModulesResult) finish(elapsed time.Duration) {
-	r.Elapsed = harness.Elapsed(elapsed)
+func (r *Result) finish(elapsed time.Duration) {
+	r.Took.Took(elapsed)
 	r.TableVII = nil
 	for _, t := range r.tables() {
 		if t == nil {
@@ -75,7 +75,7 @@ func (r *ModulesResult) finish(elapsed time.Duration) {
 }
 
 // tables are the Table VIIs of the three results run (nil for one without a tc mode).
-func (r *ModulesResult) tables() []*harness.TableVII {
+func (r *Result) tables() []*harness.TableVII {
 	var out []*harness.TableVII
 	for _, p := range []*harness.PipelineResult{r.Router, r.Bridge} {
 		if p != nil {
@@ -89,12 +89,12 @@ func (r *ModulesResult) tables() []*harness.TableVII {
 }
 
 // Measured: the result holds at least one measurement.
-func (r *ModulesResult) Measured() bool {
+func (r *Result) Measured() bool {
 	return r != nil && (r.Router.Measured() || r.Bridge.Measured() || r.Gateway.Measured())
 }
 
 // WriteTable writes the summary, and every line the three reports flag.
-func (r *ModulesResult) WriteTable(w io.Writer) {
+func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "Modules at XDP and at tc: bench router (forward module), bench bridge (bridge module), bench gateway")
 	fmt.Fprintln(w, "(filter module: the router with 100 DROP rules in FORWARD, traffic no rule matches)")
 	fmt.Fprintf(w, "Machine: Linux %s, %d CPUs (%s); %s; took %s\n", r.Machine.Kernel, r.Machine.CPUs, r.Machine.Model,
@@ -123,7 +123,7 @@ func (r *ModulesResult) WriteTable(w io.Writer) {
 		}
 	}
 	if r.Gateway != nil {
-		for _, l := range r.Gateway.flags() {
+		for _, l := range r.Gateway.Flags() {
 			lines = append(lines, "! filter: "+strings.TrimPrefix(l, "! "))
 		}
 	}
@@ -137,7 +137,7 @@ func (r *ModulesResult) WriteTable(w io.Writer) {
 }
 
 // settings is the first benchmark's settings (they all ran with the same).
-func (r *ModulesResult) settings() *harness.PipelineSettings {
+func (r *Result) settings() *harness.PipelineSettings {
 	switch {
 	case r.Router != nil:
 		return &r.Router.Config

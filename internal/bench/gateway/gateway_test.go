@@ -1,4 +1,4 @@
-package bench
+package gateway
 
 import (
 	"fmt"
@@ -199,7 +199,7 @@ func TestFilterProblem(t *testing.T) {
 // The targets and the report come from the variants' DUT rates; the second target stays at
 // 10,000 rules when the sweep goes further.
 func TestGatewayReport(t *testing.T) {
-	g := &gatewayRun{cfg: GatewayConfig{
+	g := &gatewayRun{cfg: Config{
 		PipelineConfig: harness.PipelineConfig{Run: harness.Run{Modes: harness.DefaultModes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
 		Sweep:          []int{1, 1000, 10000, 100000}, LargeSet: 1000000, Traffic: []Traffic{TrafficHit}}}
 	rate := map[string]map[harness.Mode]float64{ // DUT Mpps; 1000 rules not measured (interrupted)
@@ -211,7 +211,7 @@ func TestGatewayReport(t *testing.T) {
 		"100000 rules":              {harness.ModeLinux: 0.002, harness.ModeLinuxfp: 4, harness.ModeCeiling: 12},
 	}
 	for _, rs := range gatewayRulesets(g.cfg.Sweep, g.cfg.LargeSet) {
-		v := &GatewayVariant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")),
+		v := &Variant{Ruleset: rs, Traffic: TrafficHit, Permitted: 0.5, res: harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")),
 			Linuxfp: &LinuxfpFilter{Hooks: []string{"xdp"}, Ready: []float64{0.2}}}
 		switch rs.Name {
 		case "100000 rules":
@@ -237,7 +237,7 @@ func TestGatewayReport(t *testing.T) {
 		}
 		g.variants = append(g.variants, v)
 	}
-	g.idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "tracepoint",
+	g.idle = &Idle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "tracepoint",
 		Seconds: 10, CPUSeconds: 0.02, CoreShare: 0.002, Events: 1,
 		AddToDrop: &harness.Distribution{P50: 1.5, P99: 3, Max: 3}, AddSamples: 5}
 	res := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")))
@@ -274,7 +274,7 @@ func TestGatewayReport(t *testing.T) {
 	}
 
 	// Polling, and adds that never reached the fast path, are flagged.
-	res.Idle = &GatewayIdle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "poll", Seconds: 10, IPSetReads: 40,
+	res.Idle = &Idle{Ruleset: "ipset (1000000 addresses)", Mode: harness.ModeLinuxfp, IPSetWatch: "poll", Seconds: 10, IPSetReads: 40,
 		AddSamples: 5, AddTimeouts: 5}
 	benchtest.ReportHas(t, res, "! idle: linuxfp read the ipsets 40 times with no change", "! ipset add: 5 of 5 samples saw no drop within 30s")
 }
@@ -341,5 +341,40 @@ func TestGatewayApply(t *testing.T) {
 	}
 	if out, _ := ns.Run("ipset", "list", "-n"); strings.TrimSpace(out) != "" {
 		t.Errorf("sets left: %q", out)
+	}
+}
+
+// The gateway's Table VII summarises the filter module at each hook from the 100 rules, and
+// the report flags a linuxfp mode that handed packets to Linux.
+func TestGatewayTableVII(t *testing.T) {
+	g := &gatewayRun{cfg: Config{PipelineConfig: harness.PipelineConfig{Run: harness.Run{Modes: harness.Modes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
+		Traffic: []Traffic{TrafficMiss}}}
+	v := &Variant{Ruleset: rules100, Traffic: TrafficMiss, Permitted: 1, res: harness.NewPipelineResult(g.cfg.PipelineConfig, &harness.Topology{Name: "gateway", Module: "filter"})}
+	for m, x := range map[harness.Mode]float64{harness.ModeLinux: 1, harness.ModeLinuxfp: 5, harness.ModeLinuxfpTC: 2, harness.ModeCeiling: 10, harness.ModeCeilingTC: 3} {
+		rd := harness.Round{Offered: 1000, Received: 1000, Mpps: x}
+		if m.RunsLinuxfp() {
+			rd.FastPath = &harness.FastPath{Forwarded: 1000, Hook: m.WantHook(false), OutHook: m.WantHook(false)}
+		}
+		if m == harness.ModeLinuxfpTC {
+			rd.FastPath.Forwarded, rd.FastPath.Passed = 500, map[string]uint64{"filter": 500}
+		}
+		v.res.AddRound(1, 64, m, rd)
+	}
+	g.variants = append(g.variants, v)
+	gw := g.result(harness.NewPipelineResult(g.cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")))
+	if gw.TableVII == nil || len(gw.TableVII.Rows) != 5 {
+		t.Fatalf("gateway table %+v", gw.TableVII)
+	}
+	if h := gw.TableVII.Rows[2]; h.Module != "filter" || h.Mode != harness.ModeLinuxfpTC || h.Mpps != 2 || h.TCOverXDP != 0.4 || !h.Flagged {
+		t.Errorf("filter at tc: %+v", h)
+	}
+	flags := strings.Join(gw.Flags(), "\n")
+	for _, want := range []string{
+		"! 100 rules, miss: linuxfp-tc, 1 cores, 64 bytes: in0 fast-pathed only 500 of 1000 received",
+		"! 100 rules, miss: linuxfp-tc, 1 cores, 64 bytes: in0 handed 500 of 1000 packets to Linux map[filter:500]",
+	} {
+		if !strings.Contains(flags, want) {
+			t.Errorf("no flag %q in:\n%s", want, flags)
+		}
 	}
 }
