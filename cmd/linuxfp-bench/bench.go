@@ -264,15 +264,11 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 		},
 	}
 	f := cmd.Flags()
-	cfg := &bf.cfg
 	f.IntSliceVar(&pairs, "pairs", []int{1, 2, 5, 10}, "numbers of concurrent pod pairs to measure")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: intra (pods on one node), inter (pods on two nodes) (default both)")
-	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, ceiling (default all)")
-	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, workload and pair count")
-	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured transactions before each measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
-	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	bf.addRun(cmd, "modes: linux, linuxfp, ceiling (default all)", timing{
+		duration: 2 * time.Second, durationUsage: "measured time per round, mode, workload and pair count",
+		warmup: 500 * time.Millisecond, warmupUsage: "unmeasured transactions before each measurement"})
 	return cmd
 }
 
@@ -322,7 +318,6 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		},
 	}
 	f := cmd.Flags()
-	cfg := &bf.cfg
 	f.IntSliceVar(&sc.Services, "services", []int{1, 100, 1000}, "service counts to measure")
 	f.BoolVar(&sc.NoMasquerade, "no-masquerade", false, "skip the masquerade case (pods -> outside host)")
 	f.BoolVar(&sc.NoFromPods, "no-from-pods", false, "skip the case where the pods are the services' clients")
@@ -335,12 +330,9 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")
 	f.IntVar(&sc.GenCores, "gen-cores", 1, "generator cores of the udp workload")
 	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included")
-	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, linuxfp-tc (default all)")
-	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, case and workload")
-	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "traffic before each measurement, not counted")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
-	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	bf.addRun(cmd, "modes: linux, linuxfp, linuxfp-tc (default all)", timing{
+		duration: 2 * time.Second, durationUsage: "measured time per round, mode, case and workload",
+		warmup: 500 * time.Millisecond, warmupUsage: "traffic before each measurement, not counted"})
 	return cmd
 }
 
@@ -397,7 +389,6 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 		},
 	}
 	f := cmd.Flags()
-	cfg := &bf.cfg
 	f.IntSliceVar(&cc.Modules, "modules", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "chain lengths N to measure (1 to 16)")
 	f.StringSliceVar(&comps, "compositions", nil, "compositions: inline, tail, tail-map (default all)")
 	f.StringVar(&lookup, "lookup", "hash", "each module's table: hash (of the destination's /24) or lpm")
@@ -405,15 +396,15 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 	f.DurationVar(&cc.TestRunTime, "test-run-time", 200*time.Millisecond, "time per BPF_PROG_TEST_RUN measurement")
 	f.BoolVar(&noTestRun, "no-test-run", false, "skip the BPF_PROG_TEST_RUN measurement")
 	f.BoolVar(&noForward, "no-forwarding", false, "skip the forwarding measurement")
-	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured forwarding time per round, composition and N")
-	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each forwarding measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds (the report gives medians and the spread)")
-	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	bf.addRun(cmd, "", timing{
+		duration: time.Second, durationUsage: "measured forwarding time per round, composition and N",
+		warmup: 200 * time.Millisecond, warmupUsage: "unmeasured traffic before each forwarding measurement",
+		roundsUsage: "rounds (the report gives medians and the spread)"})
 	return cmd
 }
 
-// benchFlags are the flags every benchmark of the gen -> dut -> sink pipeline has.
+// benchFlags are a benchmark's flags: those every benchmark has (addRun), and those of the
+// gen -> dut -> sink pipeline (add).
 type benchFlags struct {
 	cfg    harness.PipelineConfig
 	modes  []string
@@ -426,13 +417,33 @@ func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
 	cfg := &bf.cfg
 	f.IntSliceVar(&cfg.Sizes, "sizes", sizes, "frame sizes in bytes including FCS (RFC 2544)")
 	f.IntSliceVar(&cfg.Cores, "cores", cores, "generator cores to run with, one topology each")
-	f.StringSliceVar(&bf.modes, "modes", nil,
-		"forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)")
-	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured time per round, mode and size")
-	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
 	f.BoolVar(&cfg.ProgStats, "prog-stats", false,
 		"report ns per packet of each BPF program (BPF_ENABLE_STATS; slows the XDP modes)")
+	bf.addRun(cmd, "forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)",
+		timing{duration: time.Second, durationUsage: "measured time per round, mode and size",
+			warmup: 200 * time.Millisecond, warmupUsage: "unmeasured traffic before each measurement"})
+}
+
+// timing is a benchmark's --duration and --warmup (defaults and usage) and --rounds' usage.
+type timing struct {
+	duration, warmup           time.Duration
+	durationUsage, warmupUsage string
+	roundsUsage                string // "": rounds per mode, as most benchmarks have
+}
+
+// addRun adds the flags every benchmark has: --modes (with its usage; none if empty), the
+// timing, --json and --log-level.
+func (bf *benchFlags) addRun(cmd *cobra.Command, modes string, t timing) {
+	f := cmd.Flags()
+	if modes != "" {
+		f.StringSliceVar(&bf.modes, "modes", nil, modes)
+	}
+	if t.roundsUsage == "" {
+		t.roundsUsage = "rounds per mode (the report gives medians)"
+	}
+	f.DurationVar(&bf.cfg.Duration, "duration", t.duration, t.durationUsage)
+	f.DurationVar(&bf.cfg.Warmup, "warmup", t.warmup, t.warmupUsage)
+	f.IntVar(&bf.cfg.Rounds, "rounds", 3, t.roundsUsage)
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
 }

@@ -86,26 +86,20 @@ func (b *Pipeline) cpu() error {
 	modes := append([]Mode{ModeBaseline}, b.Cfg.Modes...)
 	c := &CPUResult{OfferedMpps: rate / 1e6, FrameSize: size, Cores: 1}
 	per := map[Mode][]Round{}
-	for r := 0; r < b.Cfg.Rounds; r++ {
-		for _, m := range Rotated(modes, r) {
-			err := b.WithMode(m, func() error {
-				rd, err := b.measure(size, cpus, rate)
-				if err != nil {
-					return fmt.Errorf("cpu, %s: %w", m, err)
-				}
-				per[m] = append(per[m], rd)
-				b.Log.Info("measured cpu", "round", r+1, "mode", m, "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps),
-					"mpps", fmt.Sprintf("%.3f", rd.Mpps), "kernel_ms", fmt.Sprintf("%.0f", rd.CPU.kernel()))
-				return nil
-			})
+	err = EachRound(b.Cfg.Rounds, modes, func(r int, m Mode) error {
+		return b.WithMode(m, func() error {
+			rd, err := b.measure(size, cpus, rate)
 			if err != nil {
-				b.Res.CPU = c.summarise(per, modes)
-				return err
+				return fmt.Errorf("cpu, %s: %w", m, err)
 			}
-		}
-	}
+			per[m] = append(per[m], rd)
+			b.Log.Info("measured cpu", "round", r+1, "mode", m, "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps),
+				"mpps", fmt.Sprintf("%.3f", rd.Mpps), "kernel_ms", fmt.Sprintf("%.0f", rd.CPU.kernel()))
+			return nil
+		})
+	})
 	b.Res.CPU = c.summarise(per, modes)
-	return nil
+	return err
 }
 
 // CPUResult is the CPU measurement.

@@ -73,44 +73,39 @@ func (b *Pipeline) latency() error {
 	defer srv.Close()
 	per := map[Mode][]LatencyRound{}
 	defer func() { b.Res.Latency = summariseLatency(per, modes, b.Cfg.Sessions) }()
-	for r := 0; r < b.Cfg.Rounds; r++ {
-		for _, m := range Rotated(modes, r) {
-			err := b.WithMode(m, func() error {
-				if _, err := b.prepare(); err != nil {
-					return err
-				}
-				lfp0, err := b.DUT.lfpStatus()
-				if err != nil {
-					return err
-				}
-				lr, err := runRR(b.Ctx, b.TB, b.Cfg.Sessions, b.Cfg.Warmup, b.Cfg.Duration)
-				if err != nil {
-					if cerr := b.Ctx.Err(); cerr != nil {
-						return cerr
-					}
-					// A mode that cannot carry TCP is a result, not a reason to stop the run.
-					lr = LatencyRound{Error: err.Error()}
-					b.Log.Warn("latency round failed", "round", r+1, "mode", m, "err", err)
-				}
-				lfp1, err := b.DUT.lfpStatus()
-				if err != nil {
-					return err
-				}
-				lr.FastPath = fastPathDelta(lfp0, lfp1)
-				per[m] = append(per[m], lr)
-				if lr.Error != "" {
-					return nil
-				}
-				b.Log.Info("measured latency", "round", r+1, "mode", m, "tps", fmt.Sprintf("%.0f", lr.TPS),
-					"avg_us", fmt.Sprintf("%.1f", lr.AvgUs), "p99_us", fmt.Sprintf("%.1f", lr.P99Us))
-				return nil
-			})
+	err = EachRound(b.Cfg.Rounds, modes, func(r int, m Mode) error {
+		return b.WithMode(m, func() error {
+			if _, err := b.prepare(); err != nil {
+				return err
+			}
+			lfp0, err := b.DUT.lfpStatus()
 			if err != nil {
 				return err
 			}
-		}
-	}
-	return nil
+			lr, err := runRR(b.Ctx, b.TB, b.Cfg.Sessions, b.Cfg.Warmup, b.Cfg.Duration)
+			if err != nil {
+				if cerr := b.Ctx.Err(); cerr != nil {
+					return cerr
+				}
+				// A mode that cannot carry TCP is a result, not a reason to stop the run.
+				lr = LatencyRound{Error: err.Error()}
+				b.Log.Warn("latency round failed", "round", r+1, "mode", m, "err", err)
+			}
+			lfp1, err := b.DUT.lfpStatus()
+			if err != nil {
+				return err
+			}
+			lr.FastPath = fastPathDelta(lfp0, lfp1)
+			per[m] = append(per[m], lr)
+			if lr.Error != "" {
+				return nil
+			}
+			b.Log.Info("measured latency", "round", r+1, "mode", m, "tps", fmt.Sprintf("%.0f", lr.TPS),
+				"avg_us", fmt.Sprintf("%.1f", lr.AvgUs), "p99_us", fmt.Sprintf("%.1f", lr.P99Us))
+			return nil
+		})
+	})
+	return err
 }
 
 // RRServer answers every byte with one byte.

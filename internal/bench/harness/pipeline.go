@@ -289,35 +289,30 @@ func (b *Pipeline) MeasureCells(cores int, cells []Cell) error {
 		return err
 	}
 	cpus = cpus[:cores]
-	for r := 0; r < b.Cfg.Rounds; r++ {
-		for _, m := range Rotated(b.Cfg.Modes, r) {
-			err := b.WithMode(m, func() error {
-				for _, c := range cells {
-					if c.Before != nil {
-						if err := c.Before(); err != nil {
-							return err
-						}
-					}
-					rd, err := b.MeasureFull(c.Size, cpus, c.permittedIn(m))
-					if err != nil {
-						return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, c.Size, err)
-					}
-					c.Res.AddRound(cores, c.Size, m, rd)
-					b.Log.Info("measured", append(slices.Clone(c.What), "round", r+1, "mode", m, "cores", cores, "size", c.Size,
-						"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))...)
-					if fp := rd.FastPath; fp != nil && fp.NoProgram == "" && rd.Received > 0 && fp.FastPathed() < rd.Received*99/100 {
-						b.Log.Warn("linuxfp fast-pathed less than 99% of what the sink received",
-							"forwarded", fp.Forwarded, "bridged", fp.Bridged, "received", rd.Received, "passed", fp.Passed)
+	err = EachRound(b.Cfg.Rounds, b.Cfg.Modes, func(r int, m Mode) error {
+		return b.WithMode(m, func() error {
+			for _, c := range cells {
+				if c.Before != nil {
+					if err := c.Before(); err != nil {
+						return err
 					}
 				}
-				return nil
-			})
-			if err != nil {
-				return err
+				rd, err := b.MeasureFull(c.Size, cpus, c.permittedIn(m))
+				if err != nil {
+					return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, c.Size, err)
+				}
+				c.Res.AddRound(cores, c.Size, m, rd)
+				b.Log.Info("measured", append(slices.Clone(c.What), "round", r+1, "mode", m, "cores", cores, "size", c.Size,
+					"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))...)
+				if fp := rd.FastPath; fp != nil && fp.NoProgram == "" && rd.Received > 0 && fp.FastPathed() < rd.Received*99/100 {
+					b.Log.Warn("linuxfp fast-pathed less than 99% of what the sink received",
+						"forwarded", fp.Forwarded, "bridged", fp.Bridged, "received", rd.Received, "passed", fp.Passed)
+				}
 			}
-		}
-	}
-	return nil
+			return nil
+		})
+	})
+	return err
 }
 
 // Round is one measurement.

@@ -142,3 +142,16 @@ func OnCPU(cpu int, fn func() error) error {
 	defer unix.SchedSetaffinity(0, &old)
 	return fn()
 }
+
+// EachRound runs fn for rounds rounds and every mode, modes rotated round by round (Rotated),
+// until fn fails.
+func EachRound(rounds int, modes []Mode, fn func(round int, m Mode) error) error {
+	for r := 0; r < rounds; r++ {
+		for _, m := range Rotated(modes, r) {
+			if err := fn(r, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -157,3 +157,11 @@ func Entry[K comparable, V any](m map[K]*V, k K) *V {
 	}
 	return v
 }
+
+// Setup begins the settings of a benchmark of workloads (pods, services): the topology, the
+// modes it ran and its workloads W.
+type Setup[W any] struct {
+	Topology  string `json:"topology"`
+	Modes     []Mode `json:"modes"`
+	Workloads []W    `json:"workloads"`
+}

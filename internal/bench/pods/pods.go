@@ -139,12 +139,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := r.startServers(); err != nil {
 		return res, err
 	}
-	for round := 0; round < cfg.Rounds; round++ {
-		for _, m := range harness.Rotated(cfg.Modes, round) {
-			if err := r.withMode(m, func() error { return r.measureAll(round, m) }); err != nil {
-				return res, err
-			}
-		}
+	err = harness.EachRound(cfg.Rounds, cfg.Modes, func(round int, m harness.Mode) error {
+		return r.withMode(m, func() error { return r.measureAll(round, m) })
+	})
+	if err != nil {
+		return res, err
 	}
 	return res, ctx.Err()
 }

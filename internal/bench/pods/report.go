@@ -22,10 +22,8 @@ type Result struct {
 
 // Settings is the configuration the numbers were taken with.
 type Settings struct {
-	Topology  string         `json:"topology"`
-	Modes     []harness.Mode `json:"modes"`
-	Workloads []Workload     `json:"workloads"`
-	Pairs     []int          `json:"pairs"`
+	harness.Setup[Workload]
+	Pairs []int `json:"pairs"`
 	harness.Timing
 	// Pods: how many pods node1 and node2 had.
 	Pods [2]int `json:"pods"`
@@ -95,9 +93,9 @@ var podsPaper = map[Workload][2]float64{
 
 func newResult(cfg Config) *Result {
 	return &Result{Report: harness.NewReport(Settings{
-		Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
-		Modes:    cfg.Modes, Workloads: cfg.Workloads, Pairs: cfg.Pairs,
-		Timing: cfg.Timing(),
+		Setup: harness.Setup[Workload]{Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
+			Modes: cfg.Modes, Workloads: cfg.Workloads},
+		Pairs: cfg.Pairs, Timing: cfg.Timing(),
 	})}
 }
 

@@ -22,18 +22,16 @@ type Result struct {
 
 // Settings is the configuration the numbers were taken with.
 type Settings struct {
-	Topology   string         `json:"topology"`
-	Modes      []harness.Mode `json:"modes"`
-	Workloads  []Workload     `json:"workloads"`
-	Cases      []Case         `json:"cases"`
-	Pods       int            `json:"pods"`
-	PodGRO     bool           `json:"pod_gro,omitempty"`
-	Endpoints  int            `json:"endpoints_per_service"`
-	CRRWorkers int            `json:"crr_workers"`
-	RRSessions int            `json:"rr_sessions"`
-	Streams    int            `json:"streams"`
-	GenCores   int            `json:"generator_cores"`
-	FrameSize  int            `json:"udp_frame_size"`
+	harness.Setup[Workload]
+	Cases      []Case `json:"cases"`
+	Pods       int    `json:"pods"`
+	PodGRO     bool   `json:"pod_gro,omitempty"`
+	Endpoints  int    `json:"endpoints_per_service"`
+	CRRWorkers int    `json:"crr_workers"`
+	RRSessions int    `json:"rr_sessions"`
+	Streams    int    `json:"streams"`
+	GenCores   int    `json:"generator_cores"`
+	FrameSize  int    `json:"udp_frame_size"`
 	harness.Timing
 }
 
@@ -102,9 +100,9 @@ const servicesTarget = 3.0
 
 func newResult(cfg Config) *Result {
 	return &Result{Report: harness.NewReport(Settings{
-		Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
-			"Flannel's masquerading, a client and a host outside the cluster",
-		Modes: cfg.Modes, Workloads: cfg.Workloads, Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
+		Setup: harness.Setup[Workload]{Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
+			"Flannel's masquerading, a client and a host outside the cluster", Modes: cfg.Modes, Workloads: cfg.Workloads},
+		Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
 		Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
 		Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
 		Timing: cfg.Timing(),

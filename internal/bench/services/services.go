@@ -244,12 +244,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			r.loaded = c.Services
 			cfg.Log.Info("loaded kube-proxy's rules", "services", c.Services, "took", time.Since(t).Round(time.Millisecond))
 		}
-		for round := 0; round < cfg.Rounds; round++ {
-			for _, m := range harness.Rotated(cfg.Modes, round) {
-				if err := r.withMode(m, func() error { return r.measureAll(c, round, m) }); err != nil {
-					return res, err
-				}
-			}
+		err := harness.EachRound(cfg.Rounds, cfg.Modes, func(round int, m harness.Mode) error {
+			return r.withMode(m, func() error { return r.measureAll(c, round, m) })
+		})
+		if err != nil {
+			return res, err
 		}
 	}
 	return res, ctx.Err()
