@@ -165,3 +165,15 @@ type Setup[W any] struct {
 	Modes     []Mode `json:"modes"`
 	Workloads []W    `json:"workloads"`
 }
+
+// Results is a benchmark's result made of rows R (one per case it varies, every mode in each)
+// and targets T (what a row should reach), between its Report and Took: pods', services'.
+type Results[S, R, T any] struct {
+	Report[S]
+	Rows    []*R `json:"results"`
+	Targets []T  `json:"targets,omitempty"`
+	Took
+}
+
+// Measured: there is a row (a row is made with its first round).
+func (r *Results[S, R, T]) Measured() bool { return len(r.Rows) > 0 }

@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -124,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = errors.Join(err, fmt.Errorf("remove the pods topology: %w", cerr))
 		}
 	}()
-	r := &podsRun{ctx: ctx, cfg: cfg, pods: p, layout: layout, res: res, log: cfg.Log}
+	r := &podsRun{ctx: ctx, cfg: cfg, pods: p, layout: layout, res: res}
 	if slices.Contains(cfg.Modes, harness.ModeCeiling) {
 		if r.direct, err = testbed.NewDirectPods(cfg.Prefix, layout.max); err != nil {
 			return res, fmt.Errorf("build the ceiling's pod pairs: %w", err)
@@ -148,14 +147,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	return res, ctx.Err()
 }
 
-// podsRun is one run of the benchmark on one topology.
+// podsRun is one run of the pods benchmark: its nodes and pods, their servers, and linuxfp in
+// each node in linuxfp mode.
 type podsRun struct {
 	ctx     context.Context
 	cfg     Config
 	pods    *testbed.Pods
 	layout  podsLayout
 	res     *Result
-	log     *slog.Logger
 	direct  *testbed.DirectPods // the ceiling's pairs (nil without ceiling mode)
 	servers []*harness.RRServer
 	lfps    []*testbed.Linuxfp // linuxfp mode: one per node
@@ -243,7 +242,7 @@ func (r *podsRun) measureAll(round int, m harness.Mode) error {
 			}
 			r.res.add(w, n, m, rd)
 			if rd.Error != "" {
-				r.log.Warn("round failed", "round", round+1, "mode", m, "workload", w, "pairs", n, "err", rd.Error)
+				r.cfg.Log.Warn("round failed", "round", round+1, "mode", m, "workload", w, "pairs", n, "err", rd.Error)
 				continue
 			}
 			args := []any{"round", round + 1, "mode", m, "workload", w, "pairs", n,
@@ -251,7 +250,7 @@ func (r *podsRun) measureAll(round int, m harness.Mode) error {
 			for _, fp := range rd.Nodes {
 				args = append(args, fp.Node, fp.Summary())
 			}
-			r.log.Info("measured", args...)
+			r.cfg.Log.Info("measured", args...)
 		}
 	}
 	return nil
@@ -311,3 +310,17 @@ func (r *podsRun) snapshots() ([]*harness.NodeSnapshot, error) {
 
 // podsRoles is the report order of the roles.
 var podsRoles = []string{"pod veths", "cni0", "flannel.1", "eth0"}
+
+// Result is everything the pods benchmark measured. The JSON form is for scripts.
+type Result struct {
+	harness.Results[Settings, Row, Target]
+}
+
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
+	harness.Setup[Workload]
+	Pairs []int `json:"pairs"`
+	harness.Timing
+	// Pods: how many pods node1 and node2 had.
+	Pods [2]int `json:"pods"`
+}

@@ -12,23 +12,6 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// Result is everything the pods benchmark measured. The JSON form is for scripts.
-type Result struct {
-	harness.Report[Settings]
-	Rows    []*Row   `json:"results"`
-	Targets []Target `json:"targets,omitempty"`
-	harness.Took
-}
-
-// Settings is the configuration the numbers were taken with.
-type Settings struct {
-	harness.Setup[Workload]
-	Pairs []int `json:"pairs"`
-	harness.Timing
-	// Pods: how many pods node1 and node2 had.
-	Pods [2]int `json:"pods"`
-}
-
 // Row is one workload and pair count: every mode and the ratios.
 type Row struct {
 	Workload Workload                     `json:"workload"`
@@ -92,11 +75,11 @@ var podsPaper = map[Workload][2]float64{
 }
 
 func newResult(cfg Config) *Result {
-	return &Result{Report: harness.NewReport(Settings{
+	return &Result{harness.Results[Settings, Row, Target]{Report: harness.NewReport(Settings{
 		Setup: harness.Setup[Workload]{Topology: "two Flannel nodes (vxlan backend) with pods plugged in by the CNI bridge plugin",
 			Modes: cfg.Modes, Workloads: cfg.Workloads},
 		Pairs: cfg.Pairs, Timing: cfg.Timing(),
-	})}
+	})}}
 }
 
 // add adds round rd of workload w with n pairs in mode m: to the medians over the rounds that
@@ -174,9 +157,7 @@ func (r *Result) targets() []Target {
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
-func (r *Result) Measured() bool {
-	return r != nil && slices.ContainsFunc(r.Rows, func(row *Row) bool { return len(row.Modes) > 0 })
-}
+func (r *Result) Measured() bool { return r != nil && r.Results.Measured() }
 
 // WriteTable writes the tables a person reads.
 func (r *Result) WriteTable(w io.Writer) {

@@ -11,30 +11,6 @@ import (
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
-// Result is everything the services benchmark measured. The JSON form is for scripts.
-type Result struct {
-	harness.Report[Settings]
-	Rows []*Row `json:"results"`
-	// Targets: issue 6's target for every case whose udp workload ran in Linux and linuxfp.
-	Targets []Target `json:"targets,omitempty"`
-	harness.Took
-}
-
-// Settings is the configuration the numbers were taken with.
-type Settings struct {
-	harness.Setup[Workload]
-	Cases      []Case `json:"cases"`
-	Pods       int    `json:"pods"`
-	PodGRO     bool   `json:"pod_gro,omitempty"`
-	Endpoints  int    `json:"endpoints_per_service"`
-	CRRWorkers int    `json:"crr_workers"`
-	RRSessions int    `json:"rr_sessions"`
-	Streams    int    `json:"streams"`
-	GenCores   int    `json:"generator_cores"`
-	FrameSize  int    `json:"udp_frame_size"`
-	harness.Timing
-}
-
 // Row is one case and workload: every mode and the ratios.
 type Row struct {
 	Case     Case                         `json:"case"`
@@ -99,14 +75,14 @@ type Target struct {
 const servicesTarget = 3.0
 
 func newResult(cfg Config) *Result {
-	return &Result{Report: harness.NewReport(Settings{
+	return &Result{harness.Results[Settings, Row, Target]{Report: harness.NewReport(Settings{
 		Setup: harness.Setup[Workload]{Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
 			"Flannel's masquerading, a client and a host outside the cluster", Modes: cfg.Modes, Workloads: cfg.Workloads},
 		Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
 		Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
 		Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
 		Timing: cfg.Timing(),
-	})}
+	})}}
 }
 
 // add adds round rd of workload w in case c and mode m: to the medians over the rounds that
@@ -155,9 +131,7 @@ func (r *Result) finish(elapsed time.Duration) {
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
-func (r *Result) Measured() bool {
-	return r != nil && slices.ContainsFunc(r.Rows, func(row *Row) bool { return len(row.Modes) > 0 })
-}
+func (r *Result) Measured() bool { return r != nil && r.Results.Measured() }
 
 // WriteTable writes the tables a person reads.
 func (r *Result) WriteTable(w io.Writer) {

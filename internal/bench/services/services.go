@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -230,7 +229,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = errors.Join(err, fmt.Errorf("remove the services topology: %w", cerr))
 		}
 	}()
-	r := &svcRun{ctx: ctx, cfg: cfg, topo: topo, res: res, log: cfg.Log}
+	r := &svcRun{ctx: ctx, cfg: cfg, topo: topo, res: res}
 	defer r.close()
 	if err := r.setup(); err != nil {
 		return res, err
@@ -254,13 +253,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	return res, ctx.Err()
 }
 
-// svcRun is one run of the benchmark on one topology.
+// svcRun is one run of the services benchmark: its node, the servers at the endpoints and
+// outside, the udp workload's generators and sinks, and linuxfp in the node.
 type svcRun struct {
-	ctx     context.Context
-	cfg     Config
-	topo    *testbed.Services
-	res     *Result
-	log     *slog.Logger
+	ctx  context.Context
+	cfg  Config
+	topo *testbed.Services
+	res  *Result
+
 	loaded  int                           // services whose rules are loaded
 	servers []*svcServer                  // the pods', in topo.Pods order
 	outside *svcServer                    // the outside host's
@@ -402,7 +402,7 @@ func (r *svcRun) measureAll(c Case, round int, m harness.Mode) error {
 		}
 		r.res.add(c, w, m, rd)
 		if rd.Error != "" {
-			r.log.Warn("round failed", "round", round+1, "mode", m, "case", c.String(), "workload", w, "err", rd.Error)
+			r.cfg.Log.Warn("round failed", "round", round+1, "mode", m, "case", c.String(), "workload", w, "err", rd.Error)
 			continue
 		}
 		args := []any{"round", round + 1, "mode", m, "case", c.String(), "workload", w, w.unit(), fmt.Sprintf("%.4g", rd.Value)}
@@ -415,7 +415,7 @@ func (r *svcRun) measureAll(c Case, round int, m harness.Mode) error {
 		if rd.FastPath != nil {
 			args = append(args, "linuxfp", rd.FastPath.Summary())
 		}
-		r.log.Info("measured", args...)
+		r.cfg.Log.Info("measured", args...)
 	}
 	return nil
 }
@@ -603,4 +603,25 @@ func (rd *Round) set(tr svcTraffic) {
 	if tr.Seconds > 0 {
 		rd.Value = float64(tr.Count) / tr.Seconds
 	}
+}
+
+// Result is everything the services benchmark measured. The JSON form is for scripts.
+// Its targets: issue 6's target for every case whose udp workload ran in Linux and linuxfp.
+type Result struct {
+	harness.Results[Settings, Row, Target]
+}
+
+// Settings is the configuration the numbers were taken with.
+type Settings struct {
+	harness.Setup[Workload]
+	Cases      []Case `json:"cases"`
+	Pods       int    `json:"pods"`
+	PodGRO     bool   `json:"pod_gro,omitempty"`
+	Endpoints  int    `json:"endpoints_per_service"`
+	CRRWorkers int    `json:"crr_workers"`
+	RRSessions int    `json:"rr_sessions"`
+	Streams    int    `json:"streams"`
+	GenCores   int    `json:"generator_cores"`
+	FrameSize  int    `json:"udp_frame_size"`
+	harness.Timing
 }
