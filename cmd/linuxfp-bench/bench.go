@@ -155,12 +155,9 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 			if large {
 				gc.LargeSet = largeSet
 			}
-			for _, s := range splitList(traffic) {
-				t, err := gateway.ParseTraffic(s)
-				if err != nil {
-					return fmt.Errorf("--traffic: %w", err)
-				}
-				gc.Traffic = append(gc.Traffic, t)
+			var err error
+			if gc.Traffic, err = parseList(traffic, "--traffic", gateway.ParseTraffic); err != nil {
+				return err
 			}
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
@@ -250,12 +247,9 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pc := pods.Config{Pairs: pairs}
-			for _, s := range splitList(workloads) {
-				w, err := pods.ParseWorkload(s)
-				if err != nil {
-					return fmt.Errorf("--workloads: %w", err)
-				}
-				pc.Workloads = append(pc.Workloads, w)
+			var err error
+			if pc.Workloads, err = parseList(workloads, "--workloads", pods.ParseWorkload); err != nil {
+				return err
 			}
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				pc.Run = cfg.Run
@@ -304,12 +298,9 @@ exit, including on Ctrl-C.
 Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, s := range splitList(workloads) {
-				w, err := services.ParseWorkload(s)
-				if err != nil {
-					return fmt.Errorf("--workloads: %w", err)
-				}
-				sc.Workloads = append(sc.Workloads, w)
+			var err error
+			if sc.Workloads, err = parseList(workloads, "--workloads", services.ParseWorkload); err != nil {
+				return err
 			}
 			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				sc.Run = cfg.Run
@@ -367,12 +358,9 @@ Removes its namespaces on exit, including on Ctrl-C.
 Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, s := range splitList(comps) {
-				c, err := compose.ParseComposition(s)
-				if err != nil {
-					return fmt.Errorf("--compositions: %w", err)
-				}
-				cc.Compositions = append(cc.Compositions, c)
+			var err error
+			if cc.Compositions, err = parseList(comps, "--compositions", compose.ParseComposition); err != nil {
+				return err
 			}
 			switch lookup {
 			case "hash":
@@ -459,12 +447,8 @@ func (bf *benchFlags) run(run func(context.Context, harness.PipelineConfig) (har
 		return errors.New("bench needs root (network namespaces, BPF)")
 	}
 	cfg := bf.cfg
-	for _, s := range splitList(bf.modes) {
-		m, err := harness.ParseMode(s)
-		if err != nil {
-			return fmt.Errorf("--modes: %w", err)
-		}
-		cfg.Modes = append(cfg.Modes, m)
+	if cfg.Modes, err = parseList(bf.modes, "--modes", harness.ParseMode); err != nil {
+		return err
 	}
 	cfg.Log = log
 	if cfg.Binary, err = linuxfpBinary(); err != nil {
