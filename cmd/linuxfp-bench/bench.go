@@ -251,10 +251,7 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 			if pc.Workloads, err = parseList(workloads, "--workloads", pods.ParseWorkload); err != nil {
 				return err
 			}
-			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
-				pc.Run = cfg.Run
-				return pods.Run(ctx, pc)
-			})
+			return bf.runOwn(&pc.Run, func(ctx context.Context) (harness.Result, error) { return pods.Run(ctx, pc) })
 		},
 	}
 	f := cmd.Flags()
@@ -302,10 +299,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 			if sc.Workloads, err = parseList(workloads, "--workloads", services.ParseWorkload); err != nil {
 				return err
 			}
-			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
-				sc.Run = cfg.Run
-				return services.Run(ctx, sc)
-			})
+			return bf.runOwn(&sc.Run, func(ctx context.Context) (harness.Result, error) { return services.Run(ctx, sc) })
 		},
 	}
 	f := cmd.Flags()
@@ -370,10 +364,7 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 				return fmt.Errorf("--lookup %q: want hash or lpm", lookup)
 			}
 			cc.TestRun, cc.Live = !noTestRun, !noForward
-			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
-				cc.Run = cfg.Run
-				return compose.Run(ctx, cc)
-			})
+			return bf.runOwn(&cc.Run, func(ctx context.Context) (harness.Result, error) { return compose.Run(ctx, cc) })
 		},
 	}
 	f := cmd.Flags()
@@ -434,6 +425,15 @@ func (bf *benchFlags) addRun(cmd *cobra.Command, modes string, t timing) {
 	f.IntVar(&bf.cfg.Rounds, "rounds", 3, t.roundsUsage)
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+}
+
+// runOwn runs a benchmark of its own configuration, whose harness.Run is *into: the flags
+// every benchmark has go there.
+func (bf *benchFlags) runOwn(into *harness.Run, run func(context.Context) (harness.Result, error)) error {
+	return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
+		*into = cfg.Run
+		return run(ctx)
+	})
 }
 
 // run runs a benchmark with the configuration the flags give, stops it on Ctrl-C, and prints
