@@ -12,8 +12,14 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
-	"github.com/linuxfp/linuxfp/internal/bench"
+	"github.com/linuxfp/linuxfp/internal/bench/bridge"
+	"github.com/linuxfp/linuxfp/internal/bench/compose"
+	"github.com/linuxfp/linuxfp/internal/bench/gateway"
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/modules"
+	"github.com/linuxfp/linuxfp/internal/bench/pods"
+	"github.com/linuxfp/linuxfp/internal/bench/router"
+	"github.com/linuxfp/linuxfp/internal/bench/services"
 )
 
 func benchCmds() []*cobra.Command {
@@ -30,7 +36,7 @@ pipeline), alternating round by round; the report gives medians. Then TCP reques
 latency over parallel sessions, and kernel CPU time per packet at a fixed offered load.
 Removes its namespaces on exit, including on Ctrl-C.
 
-Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1`, bench.RunRouter)
+Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1`, router.Run)
 }
 
 func benchBridgeCmd() *cobra.Command {
@@ -47,12 +53,12 @@ round; the report gives medians. Then TCP request/response latency over parallel
 kernel CPU time per packet at a fixed offered load. Removes its namespaces on exit, including
 on Ctrl-C.
 
-Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, bench.RunBridge)
+Quick run: linuxfp bench bridge --sizes 64 --cores 1 --duration 1s --rounds 1`, bridge.Run)
 }
 
 // forwardingBenchCmd is a benchmark of the gen -> dut -> sink pipeline (bench router, bench
 // bridge): the same flags, run by run.
-func forwardingBenchCmd(use, short, long string, run func(context.Context, bench.Config) (*bench.Result, error)) *cobra.Command {
+func forwardingBenchCmd(use, short, long string, run func(context.Context, harness.PipelineConfig) (*harness.PipelineResult, error)) *cobra.Command {
 	var (
 		bf benchFlags
 		tf testFlags
@@ -63,7 +69,7 @@ func forwardingBenchCmd(use, short, long string, run func(context.Context, bench
 		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
 				return run(ctx, cfg)
 			})
@@ -81,7 +87,7 @@ type testFlags struct {
 
 // add adds the flags (--no-throughput only with throughput: the benchmark can skip it), with
 // sessions request/response sessions by default.
-func (tf *testFlags) add(cmd *cobra.Command, cfg *bench.Config, throughput bool, sessions int) {
+func (tf *testFlags) add(cmd *cobra.Command, cfg *harness.PipelineConfig, throughput bool, sessions int) {
 	f := cmd.Flags()
 	f.IntVar(&cfg.Sessions, "sessions", sessions, "parallel TCP request/response sessions in the latency test")
 	if throughput {
@@ -96,7 +102,7 @@ func (tf *testFlags) add(cmd *cobra.Command, cfg *bench.Config, throughput bool,
 		"offered load of the CPU test in frames/s (default: half of Linux's 64-byte rate)")
 }
 
-func (tf *testFlags) set(cfg *bench.Config) {
+func (tf *testFlags) set(cfg *harness.PipelineConfig) {
 	cfg.Throughput, cfg.Latency, cfg.CPU = !tf.noThroughput, !tf.noLatency, !tf.noCPU
 }
 
@@ -104,7 +110,7 @@ func benchGatewayCmd() *cobra.Command {
 	var (
 		bf       benchFlags
 		tf       testFlags
-		gc       bench.GatewayConfig
+		gc       gateway.Config
 		rules    []int
 		noSweep  bool
 		large    bool
@@ -149,17 +155,14 @@ Quick run: linuxfp bench gateway --rounds 1 --duration 500ms --no-sweep`,
 			if large {
 				gc.LargeSet = largeSet
 			}
-			for _, s := range splitList(traffic) {
-				t, err := bench.ParseTraffic(s)
-				if err != nil {
-					return fmt.Errorf("--traffic: %w", err)
-				}
-				gc.Traffic = append(gc.Traffic, t)
+			var err error
+			if gc.Traffic, err = parseList(traffic, "--traffic", gateway.ParseTraffic); err != nil {
+				return err
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
-				gc.Config = cfg
-				return bench.RunGateway(ctx, gc)
+				gc.PipelineConfig = cfg
+				return gateway.Run(ctx, gc)
 			})
 		},
 	}
@@ -203,9 +206,9 @@ on exit, including on Ctrl-C.
 Quick run: linuxfp bench modules --rounds 1 --duration 500ms --no-cpu`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
+			return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
 				tf.set(&cfg)
-				return bench.RunModules(ctx, cfg)
+				return modules.Run(ctx, cfg)
 			})
 		},
 	}
@@ -243,37 +246,27 @@ Linux (from ` + "`linuxfp status -j`" + ` in each node). Removes its namespaces 
 Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pc := bench.PodsConfig{Pairs: pairs}
-			for _, s := range splitList(workloads) {
-				w, err := bench.ParseWorkload(s)
-				if err != nil {
-					return fmt.Errorf("--workloads: %w", err)
-				}
-				pc.Workloads = append(pc.Workloads, w)
+			pc := pods.Config{Pairs: pairs}
+			var err error
+			if pc.Workloads, err = parseList(workloads, "--workloads", pods.ParseWorkload); err != nil {
+				return err
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
-				pc.Run = cfg.Run
-				return bench.RunPods(ctx, pc)
-			})
+			return bf.runOwn(&pc.Run, func(ctx context.Context) (harness.Result, error) { return pods.Run(ctx, pc) })
 		},
 	}
 	f := cmd.Flags()
-	cfg := &bf.cfg
 	f.IntSliceVar(&pairs, "pairs", []int{1, 2, 5, 10}, "numbers of concurrent pod pairs to measure")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: intra (pods on one node), inter (pods on two nodes) (default both)")
-	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, ceiling (default all)")
-	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, workload and pair count")
-	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured transactions before each measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
-	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	bf.addRun(cmd, "modes: linux, linuxfp, ceiling (default all)", timing{
+		duration: 2 * time.Second, durationUsage: "measured time per round, mode, workload and pair count",
+		warmup: 500 * time.Millisecond, warmupUsage: "unmeasured transactions before each measurement"})
 	return cmd
 }
 
 func benchServicesCmd() *cobra.Command {
 	var (
 		bf        benchFlags
-		sc        bench.ServicesConfig
+		sc        services.Config
 		workloads []string
 	)
 	cmd := &cobra.Command{
@@ -302,21 +295,14 @@ exit, including on Ctrl-C.
 Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, s := range splitList(workloads) {
-				w, err := bench.ParseServiceWorkload(s)
-				if err != nil {
-					return fmt.Errorf("--workloads: %w", err)
-				}
-				sc.Workloads = append(sc.Workloads, w)
+			var err error
+			if sc.Workloads, err = parseList(workloads, "--workloads", services.ParseWorkload); err != nil {
+				return err
 			}
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
-				sc.Run = cfg.Run
-				return bench.RunServices(ctx, sc)
-			})
+			return bf.runOwn(&sc.Run, func(ctx context.Context) (harness.Result, error) { return services.Run(ctx, sc) })
 		},
 	}
 	f := cmd.Flags()
-	cfg := &bf.cfg
 	f.IntSliceVar(&sc.Services, "services", []int{1, 100, 1000}, "service counts to measure")
 	f.BoolVar(&sc.NoMasquerade, "no-masquerade", false, "skip the masquerade case (pods -> outside host)")
 	f.BoolVar(&sc.NoFromPods, "no-from-pods", false, "skip the case where the pods are the services' clients")
@@ -329,19 +315,16 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")
 	f.IntVar(&sc.GenCores, "gen-cores", 1, "generator cores of the udp workload")
 	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included")
-	f.StringSliceVar(&bf.modes, "modes", nil, "modes: linux, linuxfp, linuxfp-tc (default all)")
-	f.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured time per round, mode, case and workload")
-	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "traffic before each measurement, not counted")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
-	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	bf.addRun(cmd, "modes: linux, linuxfp, linuxfp-tc (default all)", timing{
+		duration: 2 * time.Second, durationUsage: "measured time per round, mode, case and workload",
+		warmup: 500 * time.Millisecond, warmupUsage: "traffic before each measurement, not counted"})
 	return cmd
 }
 
 func benchComposeCmd() *cobra.Command {
 	var (
 		bf        benchFlags
-		cc        bench.ComposeConfig
+		cc        compose.Config
 		comps     []string
 		lookup    string
 		noTestRun bool
@@ -369,12 +352,9 @@ Removes its namespaces on exit, including on Ctrl-C.
 Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, s := range splitList(comps) {
-				c, err := bench.ParseComposition(s)
-				if err != nil {
-					return fmt.Errorf("--compositions: %w", err)
-				}
-				cc.Compositions = append(cc.Compositions, c)
+			var err error
+			if cc.Compositions, err = parseList(comps, "--compositions", compose.ParseComposition); err != nil {
+				return err
 			}
 			switch lookup {
 			case "hash":
@@ -384,14 +364,10 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 				return fmt.Errorf("--lookup %q: want hash or lpm", lookup)
 			}
 			cc.TestRun, cc.Live = !noTestRun, !noForward
-			return bf.run(func(ctx context.Context, cfg bench.Config) (harness.Result, error) {
-				cc.Run = cfg.Run
-				return bench.RunCompose(ctx, cc)
-			})
+			return bf.runOwn(&cc.Run, func(ctx context.Context) (harness.Result, error) { return compose.Run(ctx, cc) })
 		},
 	}
 	f := cmd.Flags()
-	cfg := &bf.cfg
 	f.IntSliceVar(&cc.Modules, "modules", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, "chain lengths N to measure (1 to 16)")
 	f.StringSliceVar(&comps, "compositions", nil, "compositions: inline, tail, tail-map (default all)")
 	f.StringVar(&lookup, "lookup", "hash", "each module's table: hash (of the destination's /24) or lpm")
@@ -399,17 +375,17 @@ Quick run: linuxfp bench compose --modules 1,5,10 --rounds 1 --duration 500ms`,
 	f.DurationVar(&cc.TestRunTime, "test-run-time", 200*time.Millisecond, "time per BPF_PROG_TEST_RUN measurement")
 	f.BoolVar(&noTestRun, "no-test-run", false, "skip the BPF_PROG_TEST_RUN measurement")
 	f.BoolVar(&noForward, "no-forwarding", false, "skip the forwarding measurement")
-	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured forwarding time per round, composition and N")
-	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each forwarding measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds (the report gives medians and the spread)")
-	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
-	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	bf.addRun(cmd, "", timing{
+		duration: time.Second, durationUsage: "measured forwarding time per round, composition and N",
+		warmup: 200 * time.Millisecond, warmupUsage: "unmeasured traffic before each forwarding measurement",
+		roundsUsage: "rounds (the report gives medians and the spread)"})
 	return cmd
 }
 
-// benchFlags are the flags every benchmark of the gen -> dut -> sink pipeline has.
+// benchFlags are a benchmark's flags: those every benchmark has (addRun), and those of the
+// gen -> dut -> sink pipeline (add).
 type benchFlags struct {
-	cfg    bench.Config
+	cfg    harness.PipelineConfig
 	modes  []string
 	asJSON bool
 	level  string
@@ -420,20 +396,49 @@ func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
 	cfg := &bf.cfg
 	f.IntSliceVar(&cfg.Sizes, "sizes", sizes, "frame sizes in bytes including FCS (RFC 2544)")
 	f.IntSliceVar(&cfg.Cores, "cores", cores, "generator cores to run with, one topology each")
-	f.StringSliceVar(&bf.modes, "modes", nil,
-		"forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)")
-	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured time per round, mode and size")
-	f.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "unmeasured traffic before each measurement")
-	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds per mode (the report gives medians)")
 	f.BoolVar(&cfg.ProgStats, "prog-stats", false,
 		"report ns per packet of each BPF program (BPF_ENABLE_STATS; slows the XDP modes)")
+	bf.addRun(cmd, "forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)",
+		timing{duration: time.Second, durationUsage: "measured time per round, mode and size",
+			warmup: 200 * time.Millisecond, warmupUsage: "unmeasured traffic before each measurement"})
+}
+
+// timing is a benchmark's --duration and --warmup (defaults and usage) and --rounds' usage.
+type timing struct {
+	duration, warmup           time.Duration
+	durationUsage, warmupUsage string
+	roundsUsage                string // "": rounds per mode, as most benchmarks have
+}
+
+// addRun adds the flags every benchmark has: --modes (with its usage; none if empty), the
+// timing, --json and --log-level.
+func (bf *benchFlags) addRun(cmd *cobra.Command, modes string, t timing) {
+	f := cmd.Flags()
+	if modes != "" {
+		f.StringSliceVar(&bf.modes, "modes", nil, modes)
+	}
+	if t.roundsUsage == "" {
+		t.roundsUsage = "rounds per mode (the report gives medians)"
+	}
+	f.DurationVar(&bf.cfg.Duration, "duration", t.duration, t.durationUsage)
+	f.DurationVar(&bf.cfg.Warmup, "warmup", t.warmup, t.warmupUsage)
+	f.IntVar(&bf.cfg.Rounds, "rounds", 3, t.roundsUsage)
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
 }
 
+// runOwn runs a benchmark of its own configuration, whose harness.Run is *into: the flags
+// every benchmark has go there.
+func (bf *benchFlags) runOwn(into *harness.Run, run func(context.Context) (harness.Result, error)) error {
+	return bf.run(func(ctx context.Context, cfg harness.PipelineConfig) (harness.Result, error) {
+		*into = cfg.Run
+		return run(ctx)
+	})
+}
+
 // run runs a benchmark with the configuration the flags give, stops it on Ctrl-C, and prints
 // what it measured (also when it failed or was interrupted half-way).
-func (bf *benchFlags) run(run func(context.Context, bench.Config) (harness.Result, error)) error {
+func (bf *benchFlags) run(run func(context.Context, harness.PipelineConfig) (harness.Result, error)) error {
 	log, err := newLogger(bf.level)
 	if err != nil {
 		return err
@@ -442,12 +447,8 @@ func (bf *benchFlags) run(run func(context.Context, bench.Config) (harness.Resul
 		return errors.New("bench needs root (network namespaces, BPF)")
 	}
 	cfg := bf.cfg
-	for _, s := range splitList(bf.modes) {
-		m, err := harness.ParseMode(s)
-		if err != nil {
-			return fmt.Errorf("--modes: %w", err)
-		}
-		cfg.Modes = append(cfg.Modes, m)
+	if cfg.Modes, err = parseList(bf.modes, "--modes", harness.ParseMode); err != nil {
+		return err
 	}
 	cfg.Log = log
 	if cfg.Binary, err = linuxfpBinary(); err != nil {

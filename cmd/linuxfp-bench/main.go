@@ -69,6 +69,19 @@ func splitList(v []string) []string {
 	return out
 }
 
+// parseList is a list flag's values (flag: "--modes", for the error), each checked by parse.
+func parseList[T any](vals []string, flag string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, s := range splitList(vals) {
+		v, err := parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // newLogger is the progress log on stderr.
 func newLogger(level string) (*slog.Logger, error) {
 	var l slog.Level

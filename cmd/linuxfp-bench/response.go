@@ -8,11 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/linuxfp/linuxfp/internal/bench"
+	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/bench/response"
 )
 
 func benchResponseCmd() *cobra.Command {
-	var o bench.ResponseOptions
+	var o response.Options
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "response",
@@ -40,7 +41,15 @@ packets in0 fast-pathed, the share fenced, linuxfp's CPU (--no-churn skips it).`
 			o.Binary = bin
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return bench.RunResponse(ctx, o, os.Stdout, asJSON)
+			res, err := response.Run(ctx, o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return harness.WriteJSON(os.Stdout, res)
+			}
+			res.WriteTable(os.Stdout)
+			return nil
 		},
 	}
 	cmd.Flags().IntVar(&o.Repeats, "repeats", 50, "changes per command")

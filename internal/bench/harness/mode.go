@@ -1,6 +1,10 @@
 // Package harness is what linuxfp's benchmarks share: the modes they compare, the configuration
 // every one of them takes (Run) and how it is reported (Timing), the machine the numbers come
-// from, and the helpers their reports format numbers with.
+// from, the pipeline gen -> DUT -> sink with its XDP generator, sink and ceilings, the latency
+// and CPU tests, what linuxfp's status says it fast-pathed, and the helpers their reports are
+// written with. Each benchmark is a package of its own beside it (internal/bench/<name>); they
+// build their own namespaces (internal/testbed) and always compare linuxfp against Linux in the
+// same run.
 package harness
 
 import (

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -130,4 +131,22 @@ func Met(ok bool) string {
 		return "met"
 	}
 	return "not met"
+}
+
+// Distribution summarises samples in milliseconds.
+type Distribution struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func DistributionOf(d []time.Duration) Distribution {
+	if len(d) == 0 {
+		return Distribution{}
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return Distribution{P50: ms(q(0.50)), P99: ms(q(0.99)), Max: ms(s[len(s)-1])}
 }

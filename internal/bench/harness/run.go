@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"time"
 
@@ -123,4 +124,34 @@ func UsableCPUs() ([]int, error) {
 		}
 	}
 	return cpus, nil
+}
+
+// OnCPU runs fn on the calling thread, locked to it and pinned to cpu, and gives the thread its
+// CPUs back afterwards.
+func OnCPU(cpu int, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return fmt.Errorf("get cpu affinity: %w", err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("pin to cpu %d: %w", cpu, err)
+	}
+	defer unix.SchedSetaffinity(0, &old)
+	return fn()
+}
+
+// EachRound runs fn for rounds rounds and every mode, modes rotated round by round (Rotated),
+// until fn fails.
+func EachRound(rounds int, modes []Mode, fn func(round int, m Mode) error) error {
+	for r := 0; r < rounds; r++ {
+		for _, m := range Rotated(modes, r) {
+			if err := fn(r, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
