@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+
+	"github.com/linuxfp/linuxfp/internal/filter/nft"
 )
 
 // readNetfilter finds every netfilter hook that forwarded packets traverse and that holds
@@ -27,7 +29,7 @@ func readNetfilter(r *Ruleset) Netfilter {
 		}
 		hook := *ch.Hooknum
 		fam := ch.Table.Family
-		name := fmt.Sprintf("nftables %s %s %s (hook %s)", familyName(fam), ch.Table.Name, ch.Name, hookName(fam, hook))
+		name := fmt.Sprintf("nftables %s %s %s (hook %s)", nft.FamilyName(fam), ch.Table.Name, ch.Name, nft.HookName(fam, hook))
 		var why []string
 		if ch.Type == nftables.ChainTypeNAT {
 			why = append(why, name+": NAT")
@@ -124,31 +126,6 @@ func forwardPathHook(fam nftables.TableFamily, h nftables.ChainHook) bool {
 		return fam == nftables.TableFamilyINet
 	}
 	return false
-}
-
-func familyName(f nftables.TableFamily) string {
-	switch f {
-	case nftables.TableFamilyIPv4:
-		return "ip"
-	case nftables.TableFamilyIPv6:
-		return "ip6"
-	case nftables.TableFamilyINet:
-		return "inet"
-	case nftables.TableFamilyNetdev:
-		return "netdev"
-	case nftables.TableFamilyBridge:
-		return "bridge"
-	case nftables.TableFamilyARP:
-		return "arp"
-	}
-	return fmt.Sprint(uint8(f))
-}
-
-func hookName(f nftables.TableFamily, h nftables.ChainHook) string {
-	if f == nftables.TableFamilyNetdev {
-		return map[nftables.ChainHook]string{0: "ingress", 1: "egress"}[h]
-	}
-	return map[nftables.ChainHook]string{0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting", 5: "ingress"}[h]
 }
 
 // legacyTables lists the x_tables (iptables-legacy) tables loaded in this namespace. The kernel

@@ -105,7 +105,7 @@ func conntrackUsers(chains []*nftables.Chain, rules []rawRule, objs []rawObject)
 	}
 	for _, ch := range chains {
 		if ch.Hooknum != nil && ch.Type == nftables.ChainTypeNAT {
-			add(uint8(ch.Table.Family), fmt.Sprintf("%s %s: nat chain %s", familyName(ch.Table.Family), ch.Table.Name, ch.Name))
+			add(uint8(ch.Table.Family), fmt.Sprintf("%s %s: nat chain %s", FamilyName(ch.Table.Family), ch.Table.Name, ch.Name))
 		}
 	}
 	for _, r := range rules {
@@ -122,13 +122,13 @@ func conntrackUsers(chains []*nftables.Chain, rules []rawRule, objs []rawObject)
 				}
 			}
 			if what != "" {
-				add(r.Family, fmt.Sprintf("%s %s: %s", familyName(nftables.TableFamily(r.Family)), r.Table, what))
+				add(r.Family, fmt.Sprintf("%s %s: %s", FamilyName(nftables.TableFamily(r.Family)), r.Table, what))
 			}
 		}
 	}
 	for _, o := range objs {
 		if what := conntrackObjects[o.Type]; what != "" {
-			add(o.Family, fmt.Sprintf("%s %s: %s object %s", familyName(nftables.TableFamily(o.Family)), o.Table, what, o.Name))
+			add(o.Family, fmt.Sprintf("%s %s: %s object %s", FamilyName(nftables.TableFamily(o.Family)), o.Table, what, o.Name))
 		}
 	}
 	sort.Strings(users[0])

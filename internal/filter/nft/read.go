@@ -172,7 +172,7 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 	dormant := map[[2]string]bool{}
 	for _, t := range tables {
 		if t.Flags&unix.NFT_TABLE_F_DORMANT != 0 {
-			dormant[[2]string{familyName(nftables.TableFamily(t.Family)), t.Name}] = true
+			dormant[[2]string{FamilyName(nftables.TableFamily(t.Family)), t.Name}] = true
 		}
 	}
 	type key struct {
@@ -186,7 +186,7 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 	}
 	for _, ch := range chains {
 		fam := ch.Table.Family
-		famName := familyName(fam)
+		famName := FamilyName(fam)
 		if dormant[[2]string{famName, ch.Table.Name}] {
 			continue // a dormant table's chains are not registered
 		}
@@ -201,7 +201,7 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 		}
 		var base *model.BaseChain
 		if ch.Hooknum != nil {
-			desc := fmt.Sprintf("%s %s %s (hook %s", famName, ch.Table.Name, ch.Name, hookName(fam, *ch.Hooknum))
+			desc := fmt.Sprintf("%s %s %s (hook %s", famName, ch.Table.Name, ch.Name, HookName(fam, *ch.Hooknum))
 			if ch.Device != "" {
 				desc += " device " + ch.Device
 			}
@@ -280,7 +280,8 @@ func modelHook(h nftables.ChainHook) (model.Hook, bool) {
 	return 0, false
 }
 
-func familyName(f nftables.TableFamily) string {
+// FamilyName is the nft name of a table family (ip, ip6, inet, netdev, bridge, arp).
+func FamilyName(f nftables.TableFamily) string {
 	switch f {
 	case nftables.TableFamilyIPv4:
 		return "ip"
@@ -298,7 +299,8 @@ func familyName(f nftables.TableFamily) string {
 	return fmt.Sprint(uint8(f))
 }
 
-func hookName(f nftables.TableFamily, h nftables.ChainHook) string {
+// HookName is the nft name of hook h in a table of family f.
+func HookName(f nftables.TableFamily, h nftables.ChainHook) string {
 	if f == nftables.TableFamilyNetdev {
 		return map[nftables.ChainHook]string{0: "ingress", 1: "egress"}[h]
 	}

@@ -32,7 +32,7 @@ func writtenSets(rules []rawRule) WrittenSets {
 			if e.Name != "target" || e.str(xtName) != "SET" {
 				continue
 			}
-			why := fmt.Sprintf("changed by packets: SET target in %s %s %s", familyName(nftables.TableFamily(r.Family)), r.Table, r.Chain)
+			why := fmt.Sprintf("changed by packets: SET target in %s %s %s", FamilyName(nftables.TableFamily(r.Family)), r.Table, r.Chain)
 			rev, _ := e.u32(xtRev)
 			idx, ok := setTargetIndexes(rev, e.Attrs[xtInfo])
 			if !ok {
