@@ -21,6 +21,12 @@ import (
 // returns meet the new configuration as with Linux alone. Linux alone is measured in the same
 // test (the same setup in a testbed without linuxfp), so a command after which Linux itself still
 // forwards a few packets (or queues them) is compared with what Linux does, not with a constant.
+//
+// What each case guards (seen by disabling parts of linuxfp): the filter and ipset cases fail
+// without the gate's family check (the fast path keeps the old verdict for all 20 datagrams);
+// the route, address, link and neighbour cases pass even then, since the fast path asks the
+// kernel's FIB and neighbour table for every packet; the bridge case fails (nothing flooded to
+// out1) only without both the gate and the fdb_delete mirror.
 
 // fenceCase is one command run in a DUT prepared by setup (a script run line by line).
 type fenceCase struct {
