@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -28,27 +27,10 @@ func probesAfter(t *testing.T, tb *testbed.Testbed, cmd string, dst string, n in
 // probesAfterArgs is probesAfter for a command given as its arguments.
 func probesAfterArgs(t *testing.T, tb *testbed.Testbed, argv []string, dst string, n int) int {
 	t.Helper()
-	cmd := strings.Join(argv, " ")
-	fd := openCapture(t, tb.Sink, tb.SinkIfindex)
-	defer unix.Close(fd)
-	// The sender's socket belongs to gen's namespace from its creation on.
-	var c net.Conn
-	if err := tb.Gen.Do(func() error {
-		var err error
-		c, err = net.Dial("udp", net.JoinHostPort(dst, "9"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	arrived := 0
+	for _, k := range probesAt(t, tb, argv, dst, n, []capturePoint{{tb.Sink, tb.SinkIfindex}})[0] {
+		arrived += k
 	}
-	defer c.Close()
-	args := append([]string{"netns", "exec", tb.DUT.Name}, argv...)
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v: %s", cmd, err, out)
-	}
-	for i := 0; i < n; i++ {
-		c.Write([]byte("linuxfp fence probe"))
-	}
-	arrived := countFrames(fd, "linuxfp fence probe")
 	return arrived
 }
 
