@@ -27,8 +27,9 @@ func statusCmd() *cobra.Command {
 	var (
 		asJSON bool
 		stats  bool
-		netns  string
-		watch  time.Duration
+		netns   string
+		watch   time.Duration
+		verbose bool
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -39,7 +40,9 @@ func statusCmd() *cobra.Command {
 makes them, or a path such as /proc/PID/ns/net). -s reads the status twice, an interval apart,
 and shows packets per second beside each counter (with -j: "rates" per interface, and
 "rates_interval_seconds"). --watch[=INTERVAL] (default 1s) redraws until interrupted; with -s
-the rates are over the interval.`,
+the rates are over the interval. -v also lists every netfilter rule that hands packets to Linux
+and why, counted or not (the fast path's counters say for each rule what happened to the
+packets it decided: dropped, matched, or handed to Linux).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client := status.NewClient()
@@ -53,7 +56,11 @@ the rates are over the interval.`,
 			defer stop()
 			r := &statusRun{
 				fetch: func() (*status.Status, error) {
-					st, err := client.Status()
+					get := client.Status
+					if verbose {
+						get = client.StatusVerbose
+					}
+					st, err := get()
 					if errors.Is(err, status.ErrNotRunning) && netns != "" {
 						err = notRunningIn(netns)
 					}
@@ -72,6 +79,7 @@ the rates are over the interval.`,
 	f.BoolVarP(&asJSON, "json", "j", false, "JSON output")
 	f.StringVarP(&netns, "netns", "n", "", "the linuxfp of this network namespace (a name under /run/netns, as ip -n takes)")
 	f.BoolVarP(&stats, "stats", "s", false, "packets per second beside the counters (two readings an interval apart: 1s, or the --watch interval)")
+	f.BoolVarP(&verbose, "verbose", "v", false, "also every netfilter rule that hands packets to Linux, and why")
 	f.DurationVar(&watch, "watch", 0, "redraw every INTERVAL until interrupted (--watch alone: 1s; give it as --watch=2s)")
 	f.Lookup("watch").NoOptDefVal = "1s"
 	return cmd
@@ -216,6 +224,20 @@ func isTerminal(f *os.File) bool {
 
 // printStatus writes the report; withRates (-s) puts each interface's packets per second over dt
 // beside its counters (rs, by ifindex; an interface with a program but no rate shows "?").
+// ruleOutcome says what the fast path did with the packets a rule decided.
+func ruleOutcome(r status.FilterRule) string {
+	switch r.Outcome {
+	case "linux":
+		if r.Why != "" {
+			return "handed to Linux: " + r.Why
+		}
+		return "handed to Linux"
+	case "":
+		return "matched"
+	}
+	return r.Outcome
+}
+
 func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates bool, dt time.Duration) {
 	if st.Version != "" {
 		fmt.Fprintf(w, "linuxfp %s (%s)\n", st.Version, st.Commit)
@@ -258,7 +280,8 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 			st.ProgramKinds, st.ProgramsVerified)
 	}
 	for _, r := range st.FilterRules {
-		fmt.Fprintf(w, "filter fast path: %s %s: %d packets, %d bytes\n", r.Family, r.Rule, r.Counter.Packets, r.Counter.Bytes)
+		fmt.Fprintf(w, "filter fast path: %s %s: %d packets, %d bytes %s\n", r.Family, r.Rule, r.Counter.Packets, r.Counter.Bytes,
+			ruleOutcome(r))
 	}
 	if len(st.Conntrack) > 0 {
 		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established, untranslated ones fast-pathed; %d TCP connections marked liberal (%d failed)\n",

@@ -17,7 +17,7 @@ const syscallEADDRINUSE = syscall.EADDRINUSE
 func (c *Controller) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, c.status())
+		writeJSON(w, c.status(r.URL.Query().Get("verbose") == "1"))
 	})
 	mux.HandleFunc("GET /v1/changes", func(w http.ResponseWriter, r *http.Request) {
 		since, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
@@ -41,7 +41,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc.Encode(v)
 }
 
-func (c *Controller) status() *status.Status {
+func (c *Controller) status(verbose bool) *status.Status {
 	installed := c.dp.Installed()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -96,9 +96,10 @@ func (c *Controller) status() *status.Status {
 	}
 	st.CTLiberal, st.CTLiberalFailed = c.ctLiberal.Load(), c.ctLiberalFailed.Load()
 	st.ProgramKinds, st.ProgramsVerified = c.dp.Kinds(), c.dp.Verified()
-	if rcs, err := c.dp.FilterCounters(); err == nil {
+	if rcs, err := c.dp.FilterCounters(verbose); err == nil {
 		for _, rc := range rcs {
-			st.FilterRules = append(st.FilterRules, status.FilterRule{Family: rc.Family, Rule: rc.Rule, Counter: status.Counter(rc.Counter)})
+			st.FilterRules = append(st.FilterRules, status.FilterRule{Family: rc.Family, Rule: rc.Rule, Outcome: rc.Outcome,
+				Why: rc.Why, Counter: status.Counter(rc.Counter)})
 		}
 	}
 	for idx, it := range c.plan.Interfaces {

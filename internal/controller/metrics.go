@@ -201,10 +201,10 @@ func newCollector(c *Controller, mc MetricsConfig) *collector {
 		bytes: prometheus.NewDesc("linuxfp_bytes_total",
 			"Bytes of the packets of linuxfp_packets_total.", ifLabels, nil),
 		rulePackets: prometheus.NewDesc("linuxfp_filter_rule_packets_total",
-			"Packets the fast path matched at a netfilter rule or chain policy (iptables -v does not count them).",
-			[]string{"family", "rule"}, nil),
+			"Packets the fast path decided at a netfilter rule or chain policy (iptables -v does not count them), by outcome: dropped, matched, or linux (handed to Linux).",
+			[]string{"family", "rule", "outcome"}, nil),
 		ruleBytes: prometheus.NewDesc("linuxfp_filter_rule_bytes_total",
-			"Bytes of the packets of linuxfp_filter_rule_packets_total.", []string{"family", "rule"}, nil),
+			"Bytes of the packets of linuxfp_filter_rule_packets_total.", []string{"family", "rule", "outcome"}, nil),
 		programs: prometheus.NewDesc("linuxfp_programs",
 			"Verified programs held, one per kind of interface.", nil, nil),
 		verified: prometheus.NewDesc("linuxfp_programs_verified_total",
@@ -224,7 +224,7 @@ func (k *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (k *collector) Collect(ch chan<- prometheus.Metric) {
-	st := k.c.status()
+	st := k.c.status(false)
 	for _, it := range st.Interfaces {
 		for _, s := range interfaceSamples(it) {
 			ch <- prometheus.MustNewConstMetric(k.packets, prometheus.CounterValue, float64(s.Counter.Packets), it.Name, s.outcome, s.reason)
@@ -232,8 +232,8 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, r := range st.FilterRules {
-		ch <- prometheus.MustNewConstMetric(k.rulePackets, prometheus.CounterValue, float64(r.Counter.Packets), r.Family, r.Rule)
-		ch <- prometheus.MustNewConstMetric(k.ruleBytes, prometheus.CounterValue, float64(r.Counter.Bytes), r.Family, r.Rule)
+		ch <- prometheus.MustNewConstMetric(k.rulePackets, prometheus.CounterValue, float64(r.Counter.Packets), r.Family, r.Rule, r.Outcome)
+		ch <- prometheus.MustNewConstMetric(k.ruleBytes, prometheus.CounterValue, float64(r.Counter.Bytes), r.Family, r.Rule, r.Outcome)
 	}
 	ch <- prometheus.MustNewConstMetric(k.programs, prometheus.GaugeValue, float64(st.ProgramKinds))
 	ch <- prometheus.MustNewConstMetric(k.verified, prometheus.CounterValue, float64(st.ProgramsVerified))

@@ -408,14 +408,36 @@ func putArray[V any](m *ebpf.Map, base uint32, vals []V) error {
 // RuleCounter is what the fast path counted for one netfilter rule (or chain policy): packets
 // it matched there (Linux's own counters never see those).
 type RuleCounter struct {
-	Family  string  `json:"family"`
-	Rule    string  `json:"rule"`
+	Family string `json:"family"`
+	Rule   string `json:"rule"`
+	// Outcome is what the fast path did with the packets the rule decided (Outcome*); Why says,
+	// for OutcomeLinux, what makes them Linux's.
+	Outcome string  `json:"outcome"`
+	Why     string  `json:"why,omitempty"`
 	Counter Counter `json:"counter"`
 }
 
-// FilterCounters sums the fast path's per-flat-rule counters by the rule they come from, for the
-// rulesets installed now (nonzero ones only).
-func (d *Dataplane) FilterCounters() ([]RuleCounter, error) {
+// What the fast path did with the packets a rule decided.
+const (
+	OutcomeDropped = "dropped"
+	OutcomeMatched = "matched" // accepted, or returned from / went past its chain
+	OutcomeLinux   = "linux"   // handed to Linux: the rule, or what decides before it, is Linux's
+)
+
+func outcome(a compile.Action) string {
+	switch a {
+	case compile.ActDrop:
+		return OutcomeDropped
+	case compile.ActLinux:
+		return OutcomeLinux
+	}
+	return OutcomeMatched
+}
+
+// FilterCounters sums the fast path's per-flat-rule counters by the rule they come from and what
+// happened to the packets, for the rulesets installed now: nonzero ones, and with linux every
+// rule that hands packets to Linux, counted or not.
+func (d *Dataplane) FilterCounters(linux bool) ([]RuleCounter, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := &d.fw
@@ -425,8 +447,9 @@ func (d *Dataplane) FilterCounters() ([]RuleCounter, error) {
 		if p == nil || p.Empty || st.flags&(fwActive4<<fam) == 0 {
 			continue
 		}
-		sums := map[string]*Counter{}
-		var order []string
+		type group struct{ name, outcome, why string }
+		sums := map[group]*Counter{}
+		var order []group
 		for i, r := range p.Rules {
 			key := st.bank*uint32(d.fwCap) + st.ruleBase[fam] + uint32(i)
 			if err := d.maps.LfpFwStats.Lookup(key, &per); err != nil {
@@ -437,19 +460,23 @@ func (d *Dataplane) FilterCounters() ([]RuleCounter, error) {
 				c.Packets += x.Packets
 				c.Bytes += x.Bytes
 			}
-			if c.Packets == 0 {
+			if c.Packets == 0 && !(linux && r.Action == compile.ActLinux) {
 				continue
 			}
-			name := originName(r.Origin)
-			if sums[name] == nil {
-				sums[name] = &Counter{}
-				order = append(order, name)
+			g := group{name: originName(r.Origin), outcome: outcome(r.Action)}
+			if r.Action == compile.ActLinux {
+				g.why = r.Origin.Note
 			}
-			sums[name].Packets += c.Packets
-			sums[name].Bytes += c.Bytes
+			if sums[g] == nil {
+				sums[g] = &Counter{}
+				order = append(order, g)
+			}
+			sums[g].Packets += c.Packets
+			sums[g].Bytes += c.Bytes
 		}
-		for _, n := range order {
-			out = append(out, RuleCounter{Family: []string{"ipv4", "ipv6"}[fam], Rule: n, Counter: *sums[n]})
+		for _, g := range order {
+			out = append(out, RuleCounter{Family: []string{"ipv4", "ipv6"}[fam], Rule: g.name, Outcome: g.outcome,
+				Why: g.why, Counter: *sums[g]})
 		}
 	}
 	return out, nil

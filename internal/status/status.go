@@ -223,16 +223,26 @@ func (c *Client) Status() (*Status, error) {
 	return &s, c.get("/v1/status", &s)
 }
 
+// StatusVerbose is Status with every filter rule that hands packets to Linux in FilterRules,
+// counted or not.
+func (c *Client) StatusVerbose() (*Status, error) {
+	var s Status
+	return &s, c.get("/v1/status?verbose=1", &s)
+}
+
 // Changes returns the recorded changes with Seq > since (the most recent ones are kept).
 func (c *Client) Changes(since uint64) ([]Change, error) {
 	var ch []Change
 	return ch, c.get(fmt.Sprintf("/v1/changes?since=%d", since), &ch)
 }
 
-// FilterRule is one netfilter rule's fast-path counter.
+// FilterRule is one netfilter rule's fast-path counter: the packets the fast path decided with
+// it, and what it did with them (Outcome: dropped, matched, or linux: handed to Linux, Why says why).
 type FilterRule struct {
 	Family  string  `json:"family"`
 	Rule    string  `json:"rule"`
+	Outcome string  `json:"outcome,omitempty"`
+	Why     string  `json:"why,omitempty"`
 	Counter Counter `json:"counter"`
 }
 
