@@ -97,3 +97,44 @@ iptables -A FORWARD -d 198.19.9.0/24 -m set --match-set lfpto dst -j DROP`)
 		t.Fatalf("the knock did not add gen's address: %v: %s", err, out)
 	}
 }
+
+// A rule change reads no ipset (none changed: their commands are seen as made), and still the
+// rules follow sets made or changed while no rule tested them.
+func TestIPSetNotReadForRuleChanges(t *testing.T) {
+	requireTool(t, "ipset")
+	requireTool(t, "iptables")
+	tb := newTestbed(t, testbed.Options{})
+	sh(t, tb.DUT, `ipset create lfpblk hash:ip
+ipset add lfpblk 198.19.9.1
+ipset create lfpidle hash:ip
+iptables -A FORWARD -m set --match-set lfpblk dst -j DROP`)
+	l := startLinuxfp(t, tb)
+	waitVerdict(t, tb, l, "198.19.9.1", "dropped", 0)
+	reads := func() uint64 {
+		t.Helper()
+		st, err := l.Client.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(st.IPSetWatch, "event") {
+			t.Skipf("ipsets watched by %q", st.IPSetWatch)
+		}
+		return st.IPSetReads
+	}
+	r0 := reads()
+	sh(t, tb.DUT, "iptables -I FORWARD -d 198.19.9.2 -j DROP")
+	waitVerdict(t, tb, l, "198.19.9.2", "dropped", 0)
+	if r := reads(); r != r0 {
+		t.Errorf("the sets were read %d times for a rule change", r-r0)
+	}
+	// A set made after the last read, and a change of a set no rule tested: the rules that
+	// start to test them see their members.
+	sh(t, tb.DUT, `ipset create lfpnew hash:ip
+ipset add lfpnew 198.19.9.5
+ipset add lfpidle 198.19.9.6
+iptables -I FORWARD -m set --match-set lfpnew dst -j DROP
+iptables -I FORWARD -m set --match-set lfpidle dst -j DROP`)
+	waitVerdict(t, tb, l, "198.19.9.5", "dropped", 0)
+	waitVerdict(t, tb, l, "198.19.9.6", "dropped", 0)
+	waitVerdict(t, tb, l, "198.19.9.7", "forwarded", 10)
+}

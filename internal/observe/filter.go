@@ -58,27 +58,42 @@ var rulesetReads atomic.Uint64
 // made, and none was since the last read), nothing. A ruleset change is announced by one
 // notification per rule (a 50,000-rule iptables-restore sends 50,000), which may wake the
 // controller more than once for one generation; reading such a ruleset takes a second.
-func readRuleset(prev *Ruleset, keepSets bool) (*Ruleset, error) {
+// setsRead says whether the ipsets were read.
+func readRuleset(prev *Ruleset, keepSets bool) (r *Ruleset, setsRead bool, err error) {
 	t0 := time.Now()
 	if prev != nil {
 		gen, err := nft.Generation(nft.Options{})
 		if err != nil {
-			return nil, fmt.Errorf("read netfilter ruleset: %w", err)
+			return nil, false, fmt.Errorf("read netfilter ruleset: %w", err)
 		}
 		if gen == prev.Generation {
 			if keepSets {
-				return prev, nil
+				return prev, false, nil
 			}
-			return prev.refreshSets()
+			r, err := prev.refreshSets()
+			return r, true, err
 		}
 	}
 	rulesetReads.Add(1)
-	snap, err := nft.Read(nft.Options{})
+	// The sets as last read, when no ipset command came since: a rule change then costs no
+	// read of every set (a 1,000,000-entry one takes seconds). A set the new rules start to
+	// test is read again (Observer.watchSets), so an unwatched set's copy may be old here.
+	var o nft.Options
+	if keepSets && prev != nil {
+		o.Sets = prev.Sets
+	}
+	snap, err := nft.Read(o)
+	setsRead = o.Sets == nil
+	if err == nil && snap.MissingSet && o.Sets != nil {
+		// A set made since the last read (its commands wake nobody while no rule tests it).
+		snap, err = nft.Read(nft.Options{})
+		setsRead = true
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read netfilter ruleset: %w", err)
+		return nil, setsRead, fmt.Errorf("read netfilter ruleset: %w", err)
 	}
 	return &Ruleset{Generation: snap.Generation, Rulesets: [2]*model.Ruleset{snap.IPv4, snap.IPv6}, Sets: snap.Sets,
-		chains: snap.Chains, ruleCounts: snap.RuleCounts, written: snap.Written, ReadTime: time.Since(t0)}, nil
+		chains: snap.Chains, ruleCounts: snap.RuleCounts, written: snap.Written, ReadTime: time.Since(t0)}, setsRead, nil
 }
 
 // refreshSets re-reads the ipsets. It returns r itself when none changed, and otherwise the

@@ -146,10 +146,12 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.Sysctl = readSysctls(s.Links, s.Sysctl, cs.all&DirtySysctl != 0 || d&DirtyNetfilter != 0, needs(DirtySysctl))
 	}
 	if d&DirtyNetfilter != 0 {
-		o.setReads.Add(1)
-		// A wake for the ruleset with no ipset command since the last read (the watcher sees
-		// each one) need not read the sets again if the ruleset is the same.
-		r, err := readRuleset(s.Rules, o.w != nil && o.w.IPSetEvents && d&DirtyIPSet == 0)
+		// With no ipset command since the last read (the watcher sees each one), the sets
+		// need not be read again, for the same ruleset nor for a new one (readRuleset).
+		r, setsRead, err := readRuleset(s.Rules, o.w != nil && o.w.IPSetEvents && d&DirtyIPSet == 0)
+		if setsRead {
+			o.setReads.Add(1)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -29,6 +29,9 @@ import (
 type Options struct {
 	// NetNS is a network namespace file descriptor; 0 reads the caller's namespace.
 	NetNS int
+	// Sets, when not nil, are the ipsets as the caller knows them, used instead of reading
+	// every set again (a caller that sees each ipset command knows when they have not changed).
+	Sets map[string]*model.IPSet
 }
 
 // Snapshot is the forward path's ruleset at one nf_tables generation.
@@ -53,6 +56,8 @@ type Snapshot struct {
 	// Written: the sets packets change (SET targets), already marked Unsupported in Sets; a
 	// later read of the sets alone must mark them again (WrittenSets.Mark).
 	Written WrittenSets
+	// MissingSet: a rule tests a set Sets does not hold (Options.Sets older than the rules).
+	MissingSet bool
 }
 
 // ChainRef names a chain: its table's family (NFPROTO_*), table and name.
@@ -129,12 +134,15 @@ func Read(o Options) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		sets, err := ipset.List(ipset.Options{NetNS: o.NetNS})
-		if errors.Is(err, ipset.ErrNoIPSet) {
-			sets, err = map[string]*model.IPSet{}, nil
-		}
-		if err != nil {
-			return nil, err
+		sets := o.Sets
+		if sets == nil {
+			sets, err = ipset.List(ipset.Options{NetNS: o.NetNS})
+			if errors.Is(err, ipset.ErrNoIPSet) {
+				sets, err = map[string]*model.IPSet{}, nil
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		again, err := generation(c)
 		if err != nil {
@@ -241,7 +249,7 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 				Base:     base,
 				IPTables: iptablesTables[ch.Table.Name] && fam != nftables.TableFamilyINet,
 			}
-			t := &translator{family: target.Family, setsByIndex: byIndex}
+			t := &translator{family: target.Family, setsByIndex: byIndex, missingSet: &s.MissingSet}
 			for i, r := range rs {
 				res := t.translate(r.Exprs)
 				if res.never {

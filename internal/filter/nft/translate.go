@@ -43,6 +43,8 @@ import (
 type translator struct {
 	family      model.Family
 	setsByIndex map[uint16]*model.IPSet
+	// missingSet: a rule named a set index setsByIndex does not hold.
+	missingSet *bool
 
 	// Per rule.
 	regs       map[uint32]*regVal // by first 32-bit register

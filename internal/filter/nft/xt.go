@@ -244,6 +244,9 @@ func (t *translator) xtSet(rev uint32, info []byte) (model.Set, string) {
 	}
 	s := t.setsByIndex[index]
 	if s == nil {
+		if t.missingSet != nil {
+			*t.missingSet = true
+		}
 		return m, fmt.Sprintf("set index %d not found", index)
 	}
 	m.Name = s.Name
