@@ -260,7 +260,14 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 	case !st.FenceWatch:
 		fmt.Fprintln(w, "fence: off (changes are followed by notifications: the fast path may act on a replaced configuration for a few ms)")
 	case len(st.Fenced) > 0:
-		fmt.Fprintf(w, "fence: on; %s packets go to Linux until a change just made is followed\n", strings.Join(st.Fenced, " and "))
+		var who []string
+		for _, f := range st.Fenced {
+			if f == "devices" {
+				f = "the changed devices'" // the link unit: per device, not a family
+			}
+			who = append(who, f)
+		}
+		fmt.Fprintf(w, "fence: on; %s packets go to Linux until a change just made is followed\n", strings.Join(who, " and "))
 	default:
 		fmt.Fprintln(w, "fence: on (a change's packets go to Linux from the moment Linux applies it until the fast path follows it)")
 	}

@@ -26,6 +26,9 @@ func TestPrintStatusHeader(t *testing.T) {
 		{name: "fence holding both families", mutate: func(st *status.Status) {
 			st.FenceWatch, st.Fenced = true, []string{"ipv4", "ipv6"}
 		}, want: []string{"fence: on; ipv4 and ipv6 packets go to Linux until a change just made is followed"}},
+		{name: "fence holding changed devices", mutate: func(st *status.Status) {
+			st.FenceWatch, st.Fenced = true, []string{"ipv6", "devices"}
+		}, want: []string{"fence: on; ipv6 and the changed devices' packets go to Linux until a change just made is followed"}},
 		{name: "apply failed", mutate: func(st *status.Status) {
 			st.ApplyError, st.ApplyErrorSince, st.FamiliesToLinux = "update maps: no space", &since, []string{"ipv4"}
 		}, want: []string{"APPLY FAILED 1m0s ago, retrying: update maps: no space", "to Linux until an apply succeeds: every ipv4 packet (apply_failed)"}},

@@ -29,7 +29,7 @@ func (f Families) Names() []string {
 		n = append(n, "ipv6")
 	}
 	if f&Devices != 0 {
-		n = append(n, "devices changed")
+		n = append(n, "devices")
 	}
 	return n
 }
