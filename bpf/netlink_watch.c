@@ -502,8 +502,13 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		if (units & UNIT_IPV6)
 			ev.seq[LFP_FENCE_IPV6] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_IPV6], 1) + 1;
 		if (units & UNIT_LINK) {
+			__u64 *changed = bpf_map_lookup_elem(&lfp_if_fence, &link_if);
+
 			ev.seq[LFP_FENCE_LINK] = __sync_fetch_and_add(&fence->seq[LFP_FENCE_LINK], 1) + 1;
-			bpf_map_update_elem(&lfp_if_fence, &link_if, &ev.seq[LFP_FENCE_LINK], BPF_ANY);
+			/* In place: an update could fail to allocate and leave the device's entry at all
+			 * ones, its packets Linux's until its next change. */
+			if (changed)
+				*(volatile __u64 *)changed = ev.seq[LFP_FENCE_LINK];
 		}
 	}
 	for (__u32 c = LFP_NL_NONE + 1; c < LFP_NL_CLASSES; c++) {
