@@ -129,6 +129,31 @@ static __always_inline __u32 family_units(__u8 family)
  * attribute loops multiply past its limit). So they take the request's kernel address as a
  * number and read it with bpf_probe_read_kernel(). */
 
+/* The attribute types (below 63) of a message at msg whose attributes start at off, one bit each;
+ * ATTRS_UNREAD when they could not all be read (malformed, or more than ATTR_SCAN). */
+#define ATTR(t) ((__u64)1 << (t))
+#define ATTRS_UNREAD ATTR(63)
+
+__noinline __u64 attr_types(__u64 msg, __u32 off, __u32 len)
+{
+	struct nlattr a;
+	__u64 types = 0;
+	__u16 t;
+
+	for (int i = 0; i < ATTR_SCAN; i++) {
+		if (off >= len)
+			return types;
+		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
+		    a.nla_len < sizeof(a))
+			return types | ATTRS_UNREAD;
+		t = a.nla_type & NLA_TYPE_MASK;
+		if (t < 63)
+			types |= ATTR(t);
+		off += NLA_ALIGN(a.nla_len);
+	}
+	return off >= len ? types : types | ATTRS_UNREAD;
+}
+
 /* struct rtmsg, as far as it is read. */
 struct rtmsg_head {
 	__u8 family, dst_len, src_len, tos, table, protocol, scope, type;
@@ -148,8 +173,7 @@ struct rtmsg_head {
 __noinline int route_plain(__u64 msg, __u32 len, __u32 type, __u32 flags)
 {
 	struct rtmsg_head rt;
-	struct nlattr a;
-	__u32 off;
+	__u64 types;
 
 	if (type == RTM_DELROUTE)
 		return 1;
@@ -169,22 +193,8 @@ __noinline int route_plain(__u64 msg, __u32 len, __u32 type, __u32 flags)
 	}
 	if (rt.family == 10 && !(flags & (NLM_F_REPLACE | NLM_F_EXCL)))
 		return 0;
-	off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct rtmsg));
-	for (int i = 0; i < ATTR_SCAN; i++) {
-		if (off >= len)
-			return 1;
-		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
-		    a.nla_len < sizeof(a))
-			return 0;
-		switch (a.nla_type & NLA_TYPE_MASK) {
-		case RTA_METRICS:
-		case RTA_MULTIPATH:
-		case RTA_NH_ID:
-			return 0;
-		}
-		off += NLA_ALIGN(a.nla_len);
-	}
-	return off >= len;
+	types = attr_types(msg, NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct rtmsg)), len);
+	return !(types & (ATTRS_UNREAD | ATTR(RTA_METRICS) | ATTR(RTA_MULTIPATH) | ATTR(RTA_NH_ID)));
 }
 
 /* struct ifinfomsg, as far as it is read. */
@@ -208,8 +218,7 @@ struct ifinfo_head {
 __noinline int link_fenced(__u64 msg, __u32 len, __u32 type, __u32 flags)
 {
 	struct ifinfo_head ifi;
-	struct nlattr a;
-	__u32 off;
+	__u64 types;
 
 	if (bpf_probe_read_kernel(&ifi, sizeof(ifi), (void *)(msg + NLMSG_HDRLEN)))
 		return 1;
@@ -217,26 +226,9 @@ __noinline int link_fenced(__u64 msg, __u32 len, __u32 type, __u32 flags)
 		return 1;
 	if (type == RTM_DELLINK || (type == RTM_NEWLINK && (flags & NLM_F_CREATE)))
 		return 0;
-	off = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct ifinfomsg));
-	for (int i = 0; i < ATTR_SCAN; i++) {
-		if (off >= len)
-			return 0;
-		if (off + sizeof(a) > len || bpf_probe_read_kernel(&a, sizeof(a), (void *)(msg + off)) ||
-		    a.nla_len < sizeof(a))
-			return 1;
-		switch (a.nla_type & NLA_TYPE_MASK) {
-		case IFLA_ADDRESS:
-		case IFLA_MTU:
-		case IFLA_IFNAME:
-		case IFLA_MASTER:
-		case IFLA_PROTINFO:
-		case IFLA_LINKINFO:
-		case IFLA_AF_SPEC:
-			return 1;
-		}
-		off += NLA_ALIGN(a.nla_len);
-	}
-	return 1;
+	types = attr_types(msg, NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct ifinfomsg)), len);
+	return !!(types & (ATTRS_UNREAD | ATTR(IFLA_ADDRESS) | ATTR(IFLA_MTU) | ATTR(IFLA_IFNAME) |
+			   ATTR(IFLA_MASTER) | ATTR(IFLA_PROTINFO) | ATTR(IFLA_LINKINFO) | ATTR(IFLA_AF_SPEC)));
 }
 
 /* The ipsets whose changes are fenced: those the data plane's rules test, by name, written by
