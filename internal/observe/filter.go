@@ -23,7 +23,8 @@ type Ruleset struct {
 	Generation uint32 // the nf_tables generation read
 	// Rulesets are the forward-path models of IPv4 [0] and IPv6 [1] (nil: not read).
 	Rulesets [2]*model.Ruleset
-	// Sets are every ipset, by name.
+	// Sets are every ipset, by name, and the nf_tables address sets the rules look up
+	// (model.IPSet.Nft), read with the rules.
 	Sets map[string]*model.IPSet
 	// ReadTime is how long reading the ruleset took (0 when only the ipsets were read again);
 	// SetsReadTime how long reading the ipsets last took (the watcher polls them no more often
@@ -109,6 +110,12 @@ func (r *Ruleset) refreshSets() (*Ruleset, error) {
 		return nil, fmt.Errorf("read ipsets: %w", err)
 	}
 	r.written.Mark(sets)
+	// The nf_tables sets belong to the ruleset's generation: they stay.
+	for n, s := range r.Sets {
+		if s.Nft {
+			sets[n] = s
+		}
+	}
 	if setsEqual(sets, r.Sets) {
 		return r, nil
 	}

@@ -271,6 +271,9 @@ type Set struct {
 	Name   string
 	Dirs   []Dir
 	Invert bool
+	// Nft: an nf_tables lookup of the source or destination address (Dirs has one entry) in an
+	// address set (IPSet.Nft); Name is the set's name in the sets.
+	Nft bool
 }
 
 // Mark: the packet's mark (skb->mark) masked with Mask is (not) Value (iptables' -m mark). No rule
@@ -400,6 +403,13 @@ func (m ICMP) String() string {
 }
 
 func (m Set) String() string {
+	if m.Nft && len(m.Dirs) == 1 {
+		op := "in"
+		if m.Invert {
+			op = "not in"
+		}
+		return fmt.Sprintf("%saddr %s %s", map[Dir]string{Src: "s", Dst: "d"}[m.Dirs[0]], op, m.Name)
+	}
 	var ds []string
 	for _, d := range m.Dirs {
 		ds = append(ds, d.String())
@@ -518,7 +528,8 @@ func (rs *Ruleset) AddChain(c *Chain) {
 	}
 }
 
-// AddSetNames adds to names the ipsets the ruleset's rules test (by name, as read).
+// AddSetNames adds to names the ipsets the ruleset's rules test (by name, as read); nf_tables
+// sets are not ipsets.
 func (rs *Ruleset) AddSetNames(names map[string]bool) {
 	if rs == nil {
 		return
@@ -526,7 +537,7 @@ func (rs *Ruleset) AddSetNames(names map[string]bool) {
 	for _, ch := range rs.Chains {
 		for _, r := range ch.Rules {
 			for _, m := range r.Matches {
-				if s, ok := m.(Set); ok {
+				if s, ok := m.(Set); ok && !s.Nft {
 					names[s.Name] = true
 				}
 			}

@@ -45,6 +45,13 @@ type translator struct {
 	setsByIndex map[uint16]*model.IPSet
 	// missingSet: a rule named a set index setsByIndex does not hold.
 	missingSet *bool
+	// The table of the rules translated (lookups name sets of their table), the nf_tables sets
+	// the rules look up (readSets), and the sets: an address set looked up is added to them
+	// (under SetName), an ipset of that name makes it Unknown.
+	tableFamily uint8
+	table       string
+	nftSets     map[setRef]*nftSet
+	sets        map[string]*model.IPSet
 
 	// Per rule.
 	regs       map[uint32]*regVal // by first 32-bit register
@@ -222,10 +229,9 @@ func (t *translator) translate(exprs []rawExpr) ruleResult {
 				return r
 			}
 		case "lookup":
-			sreg, _ := e.u32(lookupSreg)
-			what := fmt.Sprintf("%s in set @%s", t.get(sreg).describe(), e.str(lookupSet))
-			t.matches = append(t.matches, model.Unknown{What: what})
-			if dreg, ok := e.u32(lookupDreg); ok {
+			dreg, isMap := e.u32(lookupDreg)
+			t.matches = append(t.matches, t.lookup(e, isMap))
+			if isMap {
 				if dreg == unix.NFT_REG_VERDICT {
 					return linux("verdict map", false)
 				}
@@ -719,4 +725,68 @@ func ctStateCmp(mask []byte, value uint32, neq bool) model.CtState {
 		states = model.CtStates &^ states
 	}
 	return model.CtState{States: states}
+}
+
+// lookup translates a set lookup (`ip daddr @s`, `tcp dport != { 22, 80 }`) in a set whose key
+// is one field the model reads: the source or destination address (a Set match on the set's
+// addresses) or a port (a Ports match). Everything else is an Unknown match saying why.
+func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
+	sreg, _ := e.u32(lookupSreg)
+	name := e.str(lookupSet)
+	v := t.get(sreg)
+	flags, _ := e.u32(nftaLookupFlags)
+	invert := flags&nftLookupInv != 0
+	op := "in"
+	if invert {
+		op = "not in"
+	}
+	unknown := func(why string) model.Match {
+		what := fmt.Sprintf("%s %s set @%s", v.describe(), op, name)
+		if why != "" {
+			what += " (" + why + ")"
+		}
+		return model.Unknown{What: what}
+	}
+	s := t.nftSets[setRef{t.tableFamily, t.table, name}]
+	switch {
+	case isMap:
+		return unknown("")
+	case flags&^nftLookupInv != 0:
+		return unknown(fmt.Sprintf("lookup flags %#x", flags))
+	case v == nil || v.kind != valPayload || v.mask != nil:
+		return unknown("")
+	case s == nil:
+		return unknown("set not read")
+	case s.unsupported != "":
+		return unknown(s.unsupported)
+	case uint32(v.n) < s.keyLen:
+		return unknown(fmt.Sprintf("a key of %d bytes: a concatenation", s.keyLen))
+	case uint32(v.n) != s.keyLen:
+		return unknown("")
+	}
+	switch v.base {
+	case baseNetwork:
+		for _, f := range t.addrFields() {
+			if v.offset != f.off || uint32(v.n) != f.len {
+				continue
+			}
+			as := s.addrSet(t.family)
+			if o := t.sets[as.Name]; o != nil && !o.Nft {
+				return unknown("an ipset has the name " + as.Name)
+			}
+			t.sets[as.Name] = as
+			return model.Set{Name: as.Name, Dirs: []model.Dir{f.dir}, Invert: invert, Nft: true}
+		}
+	case baseTransport:
+		if t.hasProto && model.HasPorts(t.proto) && v.n == 2 && (v.offset == 0 || v.offset == 2) {
+			dir := model.Src
+			if v.offset == 2 {
+				dir = model.Dst
+			}
+			// The model's Ports are false for packets without ports, inverted or not: so is
+			// this lookup, after the rule's protocol match.
+			return model.Ports{Dir: dir, Ranges: s.portRanges(), Invert: invert}
+		}
+	}
+	return unknown("")
 }
