@@ -506,7 +506,7 @@ func (g *gen) nft() string {
 			case 16:
 				m = append(m, l4+" sport "+pick(r, []string{"", "!= "})+"@p")
 			case 17:
-				m = append(m, "meta l4proto "+pick(r, []string{"", "!= "})+"{ tcp, udp }") // not modelled
+				m = append(m, "meta mark "+pick(r, []string{"", "!= "})+"{ 0x1, 0x2 }") // not modelled (a lookup of the mark)
 			case 18:
 				if v6 {
 					m = append(m, "ip6 daddr . "+l4+" dport @c6") // not modelled (concatenation)
