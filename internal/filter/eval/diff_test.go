@@ -950,6 +950,8 @@ func TestDifferentialNFTSets(t *testing.T) {
 				ip + " saddr @a" + fam, ip + " daddr @n" + fam, ip + " daddr != @n" + fam, ip + " saddr @n" + fam,
 				ip + " daddr != @a" + fam, ip + " daddr { " + anon + " }",
 				l4 + " dport @p", l4 + " sport != @p",
+				"meta l4proto { tcp, udp } th dport @p", "meta l4proto { tcp, udp } th sport != { 53, 1000-1500 }",
+				"meta l4proto != { tcp, icmp, ipv6-icmp }", "ip protocol { udp, gre }",
 			})
 			fmt.Fprintf(&b, "\t\t%s %s\n", m, pick(r, []string{"drop", "drop", "accept"}))
 		}

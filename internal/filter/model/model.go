@@ -213,8 +213,8 @@ const (
 
 func (d Dir) String() string { return [...]string{"src", "dst", "src-or-dst"}[d] }
 
-// Match is one condition of a rule. The concrete types are Addr, Proto, Ports, Iface, ICMP, Set,
-// Mark, CtState and Unknown.
+// Match is one condition of a rule. The concrete types are Addr, Proto, Protos, Ports, Iface,
+// ICMP, Set, Mark, CtState and Unknown.
 type Match interface {
 	isMatch()
 	String() string
@@ -230,6 +230,14 @@ type Addr struct {
 // Proto: the transport protocol (IPv6: after extension headers) is (not) Proto.
 type Proto struct {
 	Proto  uint8
+	Invert bool
+}
+
+// Protos: the transport protocol is (not) one of Protos (nft's `meta l4proto { tcp, udp }`, a
+// lookup in a set of protocols). Port matches after a Protos match whose protocols all have
+// ports are the translator's guarantee of Ports, as after a Proto match.
+type Protos struct {
+	Protos []uint8
 	Invert bool
 }
 
@@ -328,6 +336,7 @@ type Unknown struct {
 
 func (Addr) isMatch()    {}
 func (Proto) isMatch()   {}
+func (Protos) isMatch()  {}
 func (Ports) isMatch()   {}
 func (Iface) isMatch()   {}
 func (ICMP) isMatch()    {}
@@ -352,6 +361,14 @@ func (m Addr) String() string {
 }
 
 func (m Proto) String() string { return fmt.Sprintf("%s-p %s", not(m.Invert), ProtoName(m.Proto)) }
+
+func (m Protos) String() string {
+	var ps []string
+	for _, p := range m.Protos {
+		ps = append(ps, ProtoName(p))
+	}
+	return fmt.Sprintf("%s-p {%s}", not(m.Invert), strings.Join(ps, ","))
+}
 
 func (m Ports) String() string {
 	var rs []string

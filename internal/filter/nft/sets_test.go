@@ -34,6 +34,9 @@ table inet lfpsets {
 		ip daddr . tcp dport @cat drop
 		ip daddr vmap @vm
 		meta l4proto { tcp, udp } accept
+		meta l4proto { tcp, udp } th dport { 53, 5353 } drop
+		ip protocol != { icmp, gre } accept
+		meta l4proto { tcp, icmp } th dport 53 drop
 		add @dyn { ip saddr }
 	}
 }
@@ -75,8 +78,11 @@ func TestNFTSets(t *testing.T) {
 		"7: unknown(network header bytes 12-15 in set @dyn (dynamic set (packets add elements))) => drop",
 		"8: -p tcp unknown(network header bytes 16-19 in set @cat (a key of 8 bytes: a concatenation)) => drop",
 		"9: unknown(network header bytes 16-19 in set @vm) => linux (verdict map)",
-		"10: unknown(meta l4proto in set @__set2) => accept",
-		"11: unknown(dynset, stateful) => continue",
+		"10: -p {tcp,udp} => accept",
+		"11: -p {tcp,udp} -m multiport --dports 53,5353 => drop",
+		"12: ! -p {icmp,47} => accept",
+		"13: -p {icmp,tcp} unknown(transport header bytes 2-3 == 0x0035) => drop",
+		"14: unknown(dynset, stateful) => continue",
 	})
 	if t.Failed() {
 		t.Logf("ipv6: %s", strings.Join(render(s.IPv6), "\n"))

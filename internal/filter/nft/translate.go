@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -54,9 +55,11 @@ type translator struct {
 	sets        map[string]*model.IPSet
 
 	// Per rule.
-	regs       map[uint32]*regVal // by first 32-bit register
-	proto      uint8              // transport protocol the rule requires so far (valid if hasProto)
-	hasProto   bool
+	regs     map[uint32]*regVal // by first 32-bit register
+	proto    uint8              // transport protocol the rule requires so far (valid if hasProto)
+	hasProto bool
+	// setPorts: a protocol set the rule requires holds only protocols with ports (protoSet).
+	setPorts   bool
 	sideEffect bool // a stateful Unknown match came before
 	matches    []model.Match
 }
@@ -186,7 +189,7 @@ type ruleResult struct {
 // translate translates a rule's expressions for t.family.
 func (t *translator) translate(exprs []rawExpr) ruleResult {
 	t.regs = map[uint32]*regVal{}
-	t.proto, t.hasProto, t.sideEffect, t.matches = 0, false, false, nil
+	t.proto, t.hasProto, t.setPorts, t.sideEffect, t.matches = 0, false, false, false, nil
 	linux := func(reason string, nat bool) ruleResult {
 		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Linux, Reason: reason, NAT: nat}}
 	}
@@ -531,7 +534,7 @@ func (t *translator) payloadCmp(v *regVal, op uint32, data []byte) (model.Match,
 		if v.mask != nil && !allOnes(v.mask) {
 			return nil, false
 		}
-		if t.hasProto && model.HasPorts(t.proto) && v.n == 2 && len(data) == 2 && (v.offset == 0 || v.offset == 2) {
+		if t.hasPorts() && v.n == 2 && len(data) == 2 && (v.offset == 0 || v.offset == 2) {
 			dir := model.Src
 			if v.offset == 2 {
 				dir = model.Dst
@@ -619,7 +622,7 @@ func (t *translator) rangeExpr(e rawExpr) (ruleResult, bool) {
 	}
 	v := t.get(sreg)
 	if v != nil && v.kind == valPayload && v.base == baseTransport && v.mask == nil && v.n == 2 &&
-		(v.offset == 0 || v.offset == 2) && t.hasProto && model.HasPorts(t.proto) && len(from) == 2 && len(to) == 2 {
+		(v.offset == 0 || v.offset == 2) && t.hasPorts() && len(from) == 2 && len(to) == 2 {
 		dir := model.Src
 		if v.offset == 2 {
 			dir = model.Dst
@@ -753,7 +756,7 @@ func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
 		return unknown("")
 	case flags&^nftLookupInv != 0:
 		return unknown(fmt.Sprintf("lookup flags %#x", flags))
-	case v == nil || v.kind != valPayload || v.mask != nil:
+	case v == nil || (v.kind != valPayload && !(v.kind == valMeta && v.key == unix.NFT_META_L4PROTO)) || v.mask != nil:
 		return unknown("")
 	case s == nil:
 		return unknown("set not read")
@@ -763,6 +766,10 @@ func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
 		return unknown(fmt.Sprintf("a key of %d bytes: a concatenation", s.keyLen))
 	case uint32(v.n) != s.keyLen:
 		return unknown("")
+	}
+	if v.kind == valMeta || (t.family == model.IPv4 && v.base == baseNetwork && v.offset == 9 && v.n == 1) {
+		// meta l4proto, or ip protocol (in IPv4 the same).
+		return t.protoSet(s.ranges, invert)
 	}
 	switch v.base {
 	case baseNetwork:
@@ -778,7 +785,7 @@ func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
 			return model.Set{Name: as.Name, Dirs: []model.Dir{f.dir}, Invert: invert, Nft: true}
 		}
 	case baseTransport:
-		if t.hasProto && model.HasPorts(t.proto) && v.n == 2 && (v.offset == 0 || v.offset == 2) {
+		if t.hasPorts() && v.n == 2 && (v.offset == 0 || v.offset == 2) {
 			dir := model.Src
 			if v.offset == 2 {
 				dir = model.Dst
@@ -789,4 +796,24 @@ func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
 		}
 	}
 	return unknown("")
+}
+
+// protoSet is the match of a protocol set lookup. A set of protocols that all have ports lets
+// port matches after it be modelled, as a single protocol with ports does.
+func (t *translator) protoSet(ranges []keyRange, invert bool) model.Match {
+	m := model.Protos{Invert: invert}
+	for _, r := range ranges {
+		for p := int(r.from[0]); p <= int(r.to[0]); p++ {
+			m.Protos = append(m.Protos, uint8(p))
+		}
+	}
+	if !invert && len(m.Protos) > 0 && !slices.ContainsFunc(m.Protos, func(p uint8) bool { return !model.HasPorts(p) }) {
+		t.setPorts = true
+	}
+	return m
+}
+
+// hasPorts: the rule so far requires a protocol with ports, so port matches can be modelled.
+func (t *translator) hasPorts() bool {
+	return t.hasProto && model.HasPorts(t.proto) || t.setPorts
 }

@@ -183,6 +183,14 @@ func (g *Gen) matches() []model.Match {
 		}
 	case 4:
 		add(model.Proto{Proto: pick(r, []uint8{model.ProtoTCP, model.ProtoUDP, g.icmp(), 47, 0}), Invert: inv()})
+	case 5:
+		// An nf_tables protocol set (`meta l4proto { tcp, udp } th dport 53`).
+		ps := model.Protos{Protos: pick(r, [][]uint8{{model.ProtoTCP, model.ProtoUDP}, {model.ProtoUDP, model.ProtoSCTP, model.ProtoDCCP},
+			{model.ProtoTCP, g.icmp()}, {47}, {}}), Invert: inv()}
+		add(ps)
+		if !ps.Invert && len(ps.Protos) > 0 && model.HasPorts(ps.Protos[len(ps.Protos)-1]) && r.IntN(2) == 0 {
+			add(model.Ports{Dir: pick(r, []model.Dir{model.Src, model.Dst}), Ranges: []model.PortRange{g.portRange()}, Invert: inv()})
+		}
 	}
 	switch r.IntN(20) {
 	case 0, 1, 2, 3:
