@@ -3,6 +3,7 @@ package nft
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -167,7 +168,7 @@ func dumpElems(c *netlink.Conn, s setRef) ([]rawElem, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := c.Execute(netlink.Message{
+	msgs, err := dumpLarge(c, netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
 			Flags: netlink.Request | netlink.Dump,
@@ -291,8 +292,10 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 			s.unsupported = "elements time out (no message when one does)"
 		case rs.flags&unix.NFT_SET_EVAL != 0:
 			s.unsupported = "dynamic set (packets add elements)"
-		case rs.flags&unix.NFT_SET_OBJECT != 0:
-			s.unsupported = "object map"
+		case rs.flags&(unix.NFT_SET_MAP|unix.NFT_SET_OBJECT) != 0:
+			// Their lookups are map lookups (verdict maps, kube-proxy's), left to Linux: their
+			// elements are not read.
+			s.unsupported = "a map"
 		case written[rs.setRef] != "":
 			s.unsupported = written[rs.setRef]
 		case len(rs.exprs) > 0 && slices.ContainsFunc(rs.exprs, func(n string) bool { return n != "counter" }):
@@ -441,4 +444,64 @@ func (s *nftSet) portRanges() []model.PortRange {
 		rs = append(rs, model.PortRange{From: binary.BigEndian.Uint16(r.from), To: binary.BigEndian.Uint16(r.to)})
 	}
 	return rs
+}
+
+// dumpLarge runs a dump, receiving into a large buffer. The kernel sizes each part of a dump by
+// the largest buffer the socket's reader has passed (up to 32 KiB), and mdlayher/netlink peeks
+// with a page; a set's element dump starts every part by walking the elements already sent, so
+// with 4 KiB parts reading a set of 50,000 intervals (100,000 elements) took 1.7-2.0 s, with
+// 32 KiB parts 0.46-0.58 s (`nft list set`: 0.45-0.63 s).
+func dumpLarge(c *netlink.Conn, req netlink.Message) ([]netlink.Message, error) {
+	req, err := c.Send(req)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var msgs []netlink.Message
+	for {
+		buf := make([]byte, 64<<10) // the messages keep pointing into it
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, _, rerr = unix.Recvfrom(int(fd), buf, 0)
+			return rerr != unix.EAGAIN
+		}); err != nil {
+			return nil, err
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
+		for b := buf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < unix.NLMSG_HDRLEN || l > len(b) {
+				return nil, errors.New("netlink: truncated message")
+			}
+			var m netlink.Message
+			if err := m.UnmarshalBinary(b[:l]); err != nil {
+				return nil, err
+			}
+			b = b[min((l+3)&^3, len(b)):]
+			if m.Header.Sequence != req.Header.Sequence {
+				continue
+			}
+			switch m.Header.Type {
+			case netlink.Done:
+				if m.Header.Flags&netlink.DumpInterrupted != 0 {
+					return nil, errInterrupted
+				}
+				return msgs, nil
+			case netlink.Error:
+				if len(m.Data) >= 4 {
+					if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
+						return nil, unix.Errno(-code)
+					}
+				}
+				return msgs, nil
+			}
+			msgs = append(msgs, m)
+		}
+	}
 }
