@@ -294,6 +294,13 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established, untranslated ones fast-pathed; %d TCP connections marked liberal (%d failed)\n",
 			strings.Join(st.Conntrack, ", "), st.CTLiberal, st.CTLiberalFailed)
 	}
+	for _, f := range st.FibCache {
+		if f.On {
+			fmt.Fprintf(w, "fib cache %s: on (a destination's route is looked up once per change of Linux's routing state)\n", f.Family)
+		} else {
+			fmt.Fprintf(w, "fib cache %s: off: %s\n", f.Family, strings.Join(f.Off, "; "))
+		}
+	}
 	if st.FDBEntries > 0 {
 		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",
 			st.FDBEntries, st.FDBRefreshes)
