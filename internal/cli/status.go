@@ -25,8 +25,8 @@ import (
 
 func statusCmd() *cobra.Command {
 	var (
-		asJSON bool
-		stats  bool
+		asJSON  bool
+		stats   bool
 		netns   string
 		watch   time.Duration
 		verbose bool
