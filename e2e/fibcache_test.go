@@ -36,7 +36,7 @@ func TestFibCacheNeighbourLearnt(t *testing.T) {
 	for _, h := range hookTestbeds {
 		t.Run(h.hook, func(t *testing.T) {
 			tb := newTestbed(t, h.opts)
-			l := startLinuxfp(t, tb)
+			l := startLinuxfp(t, tb, "--fib-cache")
 			waitFibCache(t, l, "ipv4", true)
 			waitFastPath(t, tb, l, "198.19.6.1")
 			const newMAC = "02:00:5e:00:53:77"
@@ -94,7 +94,7 @@ func altPath(t *testing.T, tb *testbed.Testbed) (*nsutil.NS, int) {
 // the next packets take the route that is left.
 func TestFibCacheDeviceGone(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
-	l := startLinuxfp(t, tb)
+	l := startLinuxfp(t, tb, "--fib-cache")
 	alt, _ := altPath(t, tb)
 	sh(t, tb.DUT, "ip route add 198.19.9.0/25 via 198.18.3.2")
 	waitStatus(t, l, "alt0", "alt0 is an egress", func(it *status.Interface) bool { return it.Egress })
@@ -120,7 +120,7 @@ func TestFibCacheDeviceGone(t *testing.T) {
 // the cache is off for the family, and each source's packets take their own path.
 func TestFibCachePolicyRules(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
-	l := startLinuxfp(t, tb)
+	l := startLinuxfp(t, tb, "--fib-cache")
 	alt, _ := altPath(t, tb)
 	sh(t, tb.Gen, "ip addr add 198.18.0.3/24 dev eth0")
 	waitFibCache(t, l, "ipv4", true)

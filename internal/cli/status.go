@@ -295,6 +295,9 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 			strings.Join(st.Conntrack, ", "), st.CTLiberal, st.CTLiberalFailed)
 	}
 	for _, f := range st.FibCache {
+		if len(f.Off) > 0 && strings.HasPrefix(f.Off[0], "not asked for") {
+			continue // not asked for: nothing to say
+		}
 		if f.On {
 			fmt.Fprintf(w, "fib cache %s: on (a destination's route is looked up once per change of Linux's routing state)\n", f.Family)
 		} else {

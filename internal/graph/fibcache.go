@@ -14,7 +14,9 @@ import (
 // command that made it returns.
 func fibCache(s *observe.Snapshot, o Options) (why [2][]string) {
 	var both []string
-	if !o.FibEvents {
+	if !o.FibCache {
+		both = append(both, "not asked for (linuxfp run --fib-cache)")
+	} else if !o.FibEvents {
 		both = append(both, "the netlink and neighbour watchers are not attached (changes are not seen as they happen)")
 	}
 	why[0] = append(why[0], both...)

@@ -31,9 +31,10 @@ type Options struct {
 	Hook       HookMode
 	Interfaces []string // glob patterns; empty: every interface but lo
 	Exclude    []string // glob patterns
-	// FibEvents: the watchers see every change that can alter a routing lookup as it happens
-	// (the fence and the neighbour tracepoints): the FIB cache may be used.
-	FibEvents bool
+	// FibCache: the FIB cache was asked for (linuxfp run --fib-cache). FibEvents: the watchers
+	// see every change that can alter a routing lookup as it happens (the fence and the
+	// neighbour tracepoints): it may be used.
+	FibCache, FibEvents bool
 }
 
 // Interface is the decision for one interface.
