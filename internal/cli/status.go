@@ -25,8 +25,8 @@ import (
 
 func statusCmd() *cobra.Command {
 	var (
-		asJSON bool
-		stats  bool
+		asJSON  bool
+		stats   bool
 		netns   string
 		watch   time.Duration
 		verbose bool
@@ -293,6 +293,16 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 	if len(st.Conntrack) > 0 {
 		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established, untranslated ones fast-pathed; %d TCP connections marked liberal (%d failed)\n",
 			strings.Join(st.Conntrack, ", "), st.CTLiberal, st.CTLiberalFailed)
+	}
+	for _, f := range st.FibCache {
+		if len(f.Off) > 0 && strings.HasPrefix(f.Off[0], "not asked for") {
+			continue // not asked for: nothing to say
+		}
+		if f.On {
+			fmt.Fprintf(w, "fib cache %s: on (a destination's route is looked up once per change of Linux's routing state)\n", f.Family)
+		} else {
+			fmt.Fprintf(w, "fib cache %s: off: %s\n", f.Family, strings.Join(f.Off, "; "))
+		}
 	}
 	if st.FDBEntries > 0 {
 		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",

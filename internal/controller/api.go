@@ -86,6 +86,10 @@ func (c *Controller) status(verbose bool) *status.Status {
 		return st
 	}
 	st.NetfilterBackend = c.backend
+	for i, fam := range []string{"ipv4", "ipv6"} {
+		off := c.plan.FibCacheOff[i]
+		st.FibCache = append(st.FibCache, status.FibCacheFamily{Family: fam, On: len(off) == 0, Off: off})
+	}
 	st.FDBEntries = len(c.plan.Data.FDB)
 	st.FDBRefreshes = c.fdbRefreshes
 	if c.plan.Data.CT.Active4 {

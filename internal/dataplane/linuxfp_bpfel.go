@@ -44,6 +44,7 @@ type linuxfpLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwdUpdatePrio4     uint32
+	FibFlags           linuxfpLfpFibFlags
 }
 
 type linuxfpLfpCounter struct {
@@ -104,6 +105,40 @@ type linuxfpLfpFdbVal struct {
 type linuxfpLfpFence struct {
 	_   structs.HostLayout
 	Seq [4]uint64
+}
+
+type linuxfpLfpFibEntry struct {
+	_       structs.HostLayout
+	Gen     uint64
+	Ifindex uint32
+	Nh      [4]uint32
+	Metric  uint32
+	Mtu     uint16
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Pad     [4]uint8
+	_       [6]byte
+}
+
+type linuxfpLfpFibFlags uint32
+
+const (
+	linuxfpLfpFibFlagsLFP_FIB_CACHE4 linuxfpLfpFibFlags = 1
+	linuxfpLfpFibFlagsLFP_FIB_CACHE6 linuxfpLfpFibFlags = 2
+)
+
+type linuxfpLfpFibGen struct {
+	_   structs.HostLayout
+	Gen [2]uint64
+}
+
+type linuxfpLfpFibKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Flow    uint32
+	Dst     [4]uint32
+	Family  uint8
+	Pad     [3]uint8
 }
 
 type linuxfpLfpFwFlags uint32
@@ -184,10 +219,11 @@ type linuxfpLfpFwSetKey struct {
 }
 
 type linuxfpLfpGate struct {
-	_      structs.HostLayout
-	Failed uint32
-	Pad    uint32
-	Done   [4]uint64
+	_        structs.HostLayout
+	Failed   uint32
+	Pad      uint32
+	Done     [4]uint64
+	FibEpoch uint64
 }
 
 type linuxfpLfpIf struct {
@@ -320,9 +356,12 @@ type linuxfpLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf  [260]uint8
-	_    [4]byte
-	Ofib [8]uint64
+	Buf      [260]uint8
+	_        [4]byte
+	Ofib     [8]uint64
+	FibKey   linuxfpLfpFibKey
+	_        [4]byte
+	FibEntry linuxfpLfpFibEntry
 }
 
 type linuxfpLfpStaleVal struct {
@@ -411,6 +450,8 @@ const (
 	linuxfpMapLfpFdb          = "lfp_fdb"
 	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
 	linuxfpMapLfpFenceMap     = "lfp_fence_map"
+	linuxfpMapLfpFibCache     = "lfp_fib_cache"
+	linuxfpMapLfpFibGen       = "lfp_fib_gen"
 	linuxfpMapLfpFwHosts      = "lfp_fw_hosts"
 	linuxfpMapLfpFwIfs        = "lfp_fw_ifs"
 	linuxfpMapLfpFwLeaves     = "lfp_fw_leaves"
@@ -504,6 +545,8 @@ type linuxfpMapSpecs struct {
 	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibCache     *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
+	LfpFibGen       *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -573,6 +616,8 @@ type linuxfpMaps struct {
 	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibCache     *ebpf.Map `ebpf:"lfp_fib_cache"`
+	LfpFibGen       *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -609,6 +654,8 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFdb,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
+		m.LfpFibCache,
+		m.LfpFibGen,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

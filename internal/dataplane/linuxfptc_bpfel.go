@@ -44,6 +44,7 @@ type linuxfpTcLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwdUpdatePrio4     uint32
+	FibFlags           uint32
 }
 
 type linuxfpTcLfpCounter struct {
@@ -88,6 +89,33 @@ type linuxfpTcLfpFdbVal struct {
 type linuxfpTcLfpFence struct {
 	_   structs.HostLayout
 	Seq [4]uint64
+}
+
+type linuxfpTcLfpFibEntry struct {
+	_       structs.HostLayout
+	Gen     uint64
+	Ifindex uint32
+	Nh      [4]uint32
+	Metric  uint32
+	Mtu     uint16
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Pad     [4]uint8
+	_       [6]byte
+}
+
+type linuxfpTcLfpFibGen struct {
+	_   structs.HostLayout
+	Gen [2]uint64
+}
+
+type linuxfpTcLfpFibKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Flow    uint32
+	Dst     [4]uint32
+	Family  uint8
+	Pad     [3]uint8
 }
 
 type linuxfpTcLfpFwHostKey struct {
@@ -147,10 +175,11 @@ type linuxfpTcLfpFwSetKey struct {
 }
 
 type linuxfpTcLfpGate struct {
-	_      structs.HostLayout
-	Failed uint32
-	Pad    uint32
-	Done   [4]uint64
+	_        structs.HostLayout
+	Failed   uint32
+	Pad      uint32
+	Done     [4]uint64
+	FibEpoch uint64
 }
 
 type linuxfpTcLfpIf struct {
@@ -262,9 +291,12 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf  [260]uint8
-	_    [4]byte
-	Ofib [8]uint64
+	Buf      [260]uint8
+	_        [4]byte
+	Ofib     [8]uint64
+	FibKey   linuxfpTcLfpFibKey
+	_        [4]byte
+	FibEntry linuxfpTcLfpFibEntry
 }
 
 type linuxfpTcLfpStaleVal struct {
@@ -339,6 +371,8 @@ const (
 	linuxfpTcMapLfpFdb          = "lfp_fdb"
 	linuxfpTcMapLfpFdbRefresh   = "lfp_fdb_refresh"
 	linuxfpTcMapLfpFenceMap     = "lfp_fence_map"
+	linuxfpTcMapLfpFibCache     = "lfp_fib_cache"
+	linuxfpTcMapLfpFibGen       = "lfp_fib_gen"
 	linuxfpTcMapLfpFwHosts      = "lfp_fw_hosts"
 	linuxfpTcMapLfpFwIfs        = "lfp_fw_ifs"
 	linuxfpTcMapLfpFwLeaves     = "lfp_fw_leaves"
@@ -432,6 +466,8 @@ type linuxfpTcMapSpecs struct {
 	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibCache     *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
+	LfpFibGen       *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -501,6 +537,8 @@ type linuxfpTcMaps struct {
 	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibCache     *ebpf.Map `ebpf:"lfp_fib_cache"`
+	LfpFibGen       *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -537,6 +575,8 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFdb,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
+		m.LfpFibCache,
+		m.LfpFibGen,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

@@ -32,6 +32,11 @@ type netlinkwatchLfpFence struct {
 	Seq [4]uint64
 }
 
+type netlinkwatchLfpFibGen struct {
+	_   structs.HostLayout
+	Gen [2]uint64
+}
+
 type netlinkwatchLfpNlClass uint32
 
 const (
@@ -63,19 +68,23 @@ type netlinkwatchLfpSetName struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	netlinkwatchMapLfpFdb         = "lfp_fdb"
-	netlinkwatchMapLfpFdbChanges  = "lfp_fdb_changes"
-	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
-	netlinkwatchMapLfpIfFence     = "lfp_if_fence"
-	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
-	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
-	netlinkwatchMapLfpNlSets      = "lfp_nl_sets"
-	netlinkwatchProgLfpFdbDeleted = "lfp_fdb_deleted"
-	netlinkwatchProgLfpFdbMoved   = "lfp_fdb_moved"
-	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
-	netlinkwatchVarCfgNetns       = "cfg_netns"
-	netlinkwatchVarCfgSelf        = "cfg_self"
-	netlinkwatchVarLfpNlEventType = "lfp_nl_event_type"
+	netlinkwatchMapLfpFdb            = "lfp_fdb"
+	netlinkwatchMapLfpFdbChanges     = "lfp_fdb_changes"
+	netlinkwatchMapLfpFenceMap       = "lfp_fence_map"
+	netlinkwatchMapLfpFibGen         = "lfp_fib_gen"
+	netlinkwatchMapLfpIfFence        = "lfp_if_fence"
+	netlinkwatchMapLfpNlChanges      = "lfp_nl_changes"
+	netlinkwatchMapLfpNlEvents       = "lfp_nl_events"
+	netlinkwatchMapLfpNlSets         = "lfp_nl_sets"
+	netlinkwatchProgLfpFdbDeleted    = "lfp_fdb_deleted"
+	netlinkwatchProgLfpFdbMoved      = "lfp_fdb_moved"
+	netlinkwatchProgLfpNeighReleased = "lfp_neigh_released"
+	netlinkwatchProgLfpNeighTimer    = "lfp_neigh_timer"
+	netlinkwatchProgLfpNeighUpdated  = "lfp_neigh_updated"
+	netlinkwatchProgLfpNlConsumed    = "lfp_nl_consumed"
+	netlinkwatchVarCfgNetns          = "cfg_netns"
+	netlinkwatchVarCfgSelf           = "cfg_self"
+	netlinkwatchVarLfpNlEventType    = "lfp_nl_event_type"
 )
 
 // loadNetlinkwatch returns the embedded CollectionSpec for netlinkwatch.
@@ -120,9 +129,12 @@ type netlinkwatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchProgramSpecs struct {
-	LfpFdbDeleted *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
-	LfpFdbMoved   *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
-	LfpNlConsumed *ebpf.ProgramSpec `ebpf:"lfp_nl_consumed"`
+	LfpFdbDeleted    *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
+	LfpFdbMoved      *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
+	LfpNeighReleased *ebpf.ProgramSpec `ebpf:"lfp_neigh_released"`
+	LfpNeighTimer    *ebpf.ProgramSpec `ebpf:"lfp_neigh_timer"`
+	LfpNeighUpdated  *ebpf.ProgramSpec `ebpf:"lfp_neigh_updated"`
+	LfpNlConsumed    *ebpf.ProgramSpec `ebpf:"lfp_nl_consumed"`
 }
 
 // netlinkwatchMapSpecs contains maps before they are loaded into the kernel.
@@ -132,6 +144,7 @@ type netlinkwatchMapSpecs struct {
 	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibGen     *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpIfFence    *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
@@ -170,6 +183,7 @@ type netlinkwatchMaps struct {
 	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibGen     *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpIfFence    *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
@@ -181,6 +195,7 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpFdb,
 		m.LfpFdbChanges,
 		m.LfpFenceMap,
+		m.LfpFibGen,
 		m.LfpIfFence,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
@@ -201,15 +216,21 @@ type netlinkwatchVariables struct {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchPrograms struct {
-	LfpFdbDeleted *ebpf.Program `ebpf:"lfp_fdb_deleted"`
-	LfpFdbMoved   *ebpf.Program `ebpf:"lfp_fdb_moved"`
-	LfpNlConsumed *ebpf.Program `ebpf:"lfp_nl_consumed"`
+	LfpFdbDeleted    *ebpf.Program `ebpf:"lfp_fdb_deleted"`
+	LfpFdbMoved      *ebpf.Program `ebpf:"lfp_fdb_moved"`
+	LfpNeighReleased *ebpf.Program `ebpf:"lfp_neigh_released"`
+	LfpNeighTimer    *ebpf.Program `ebpf:"lfp_neigh_timer"`
+	LfpNeighUpdated  *ebpf.Program `ebpf:"lfp_neigh_updated"`
+	LfpNlConsumed    *ebpf.Program `ebpf:"lfp_nl_consumed"`
 }
 
 func (p *netlinkwatchPrograms) Close() error {
 	return _NetlinkwatchClose(
 		p.LfpFdbDeleted,
 		p.LfpFdbMoved,
+		p.LfpNeighReleased,
+		p.LfpNeighTimer,
+		p.LfpNeighUpdated,
 		p.LfpNlConsumed,
 	)
 }

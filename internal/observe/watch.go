@@ -93,6 +93,9 @@ type Watcher struct {
 	nlChanges *ebpf.Map
 	// fencedSets: which ipsets the netlink watcher fences (watchSets).
 	fencedSets setWatch
+	// NeighEvents: the neighbour table's own changes move the FIB cache's generation on as they
+	// happen (netlinkwatch.go); without them the cache stays off.
+	NeighEvents bool
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	fdbMu     sync.Mutex

@@ -72,6 +72,9 @@ type Status struct {
 	// FilterRules: per netfilter rule (or chain policy), the packets the fast path matched with
 	// it (rules of a jump's path included); iptables -v counts only what Linux saw.
 	FilterRules []FilterRule `json:"filter_rules,omitempty"`
+	// FibCache: per family, whether the FIB cache answers the router's lookups (bpf/lib/
+	// fibcache.h) or why not.
+	FibCache []FibCacheFamily `json:"fib_cache,omitempty"`
 	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
 	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
 	FDBEntries   int    `json:"fdb_entries"`
@@ -290,4 +293,11 @@ func NewClientInNetns(name string) (*Client, error) {
 		})
 		return c, err
 	}), nil
+}
+
+// FibCacheFamily is the FIB cache's state for one family.
+type FibCacheFamily struct {
+	Family string   `json:"family"`
+	On     bool     `json:"on"`
+	Off    []string `json:"off_because,omitempty"`
 }
