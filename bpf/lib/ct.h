@@ -102,7 +102,6 @@ extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout) __ksym;
 #define TCP_CONNTRACK_ESTABLISHED 3
 #define TCP_CONNTRACK_CLOSE_WAIT  5
 #define IP_CT_TCP_FLAG_BE_LIBERAL          0x08
-#define IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED 0x10
 
 #define TCPHDR_FIN 0x01
 #define TCPHDR_SYN 0x02
@@ -154,7 +153,10 @@ struct ct_pkt {
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 v6;
-	__u16 tcp_win; /* the TCP window field as sent (host order), once ct_valid() has read it */
+	/* Once ct_valid() has read them: the TCP window field as sent (host order), and whether
+	 * the segment carries data. */
+	__u16 tcp_win;
+	__u8 tcp_data;
 	/* In: the caller translates (ct_forward may return a translation). Out: nat set when the
 	 * connection is translated and the packet leaves with these (IPv4) addresses and ports. */
 	__u8 nat_ok;
@@ -283,10 +285,22 @@ static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
  * Returns the timeout Linux's nf_conntrack_tcp_packet() would give the entry, in ms, or 0:
  * timeouts[state], or shorter: the retransmission timeout after tcp_max_retrans retransmissions
  * (the entry's count: Linux resets it on the next segment it sees that is not one), the
- * unacknowledged one while data is unacknowledged (the entry's flags), the retransmission one
- * when the segment closes the window (tcp_in_window() keeps its window as last_win); then, for an
- * ESTABLISHED entry that has seen no reply (picked up mid-stream), at most the unacknowledged
- * timeout. */
+ * unacknowledged one while data is unacknowledged, the retransmission one when the segment
+ * closes the window (tcp_in_window() keeps its window as last_win); then, for an ESTABLISHED
+ * entry that has seen no reply (picked up mid-stream), at most the unacknowledged timeout.
+ *
+ * Unacknowledged data is judged from the segment, not from the entry's
+ * IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED flags: those say what the last segment Linux saw left
+ * (tcp_in_window() sets the sender's on new data and clears the receiver's on an ACK of all of
+ * its data), and stay so while the fast path takes the rest. A connection whose last segment seen
+ * by Linux was data would be refreshed to the unacknowledged timeout (300 s) for ever after, and
+ * once idle expire there, where Linux alone, having seen the final ACK, keeps it for the state's
+ * timeout (5 days; kube-proxy's close_wait, 1 hour): a translated connection would lose its
+ * mapping. A segment with data sets its sender's flag, so Linux's choice for it is exact; a pure
+ * ACK is taken as acknowledging all the peer's data, as the last segment of an exchange does
+ * (the one that decides when an idle connection's entry expires). Where a pure ACK leaves data
+ * unacknowledged in the middle of a transfer, the entry gets the state's timeout where Linux's
+ * would be shorter, until the next data segment. */
 static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn *ct, const struct ct_pkt *c,
 				    __u8 dir, unsigned long status, enum lfp_reason *why)
 {
@@ -314,7 +328,7 @@ static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn
 	timeout = state;
 	if (ct->proto.tcp.retrans >= cfg->ct_tcp_max_retrans && state > cfg->ct_tcp_retrans_ms)
 		timeout = cfg->ct_tcp_retrans_ms;
-	else if (((f0 | f1) & IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED) && state > cfg->ct_tcp_unack_ms)
+	else if (c->tcp_data && state > cfg->ct_tcp_unack_ms)
 		timeout = cfg->ct_tcp_unack_ms;
 	else if (c->tcp_win == 0 && state > cfg->ct_tcp_retrans_ms)
 		timeout = cfg->ct_tcp_retrans_ms;
@@ -401,6 +415,7 @@ static __always_inline enum lfp_reason ct_valid(lfp_ctx *ctx, const struct lfp_c
 		if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
 			return LFP_PASS_CT_STATE;
 		c->tcp_win = (__u16)th[14] << 8 | th[15];
+		c->tcp_data = l4len > (__u32)(th[12] >> 4) * 4;
 		/* tcp_valid_flags[] (PSH, ECE, CWR aside): without those three, only ACK and ACK|URG. */
 		if ((c->tcp_flags & 0x37) != TCPHDR_ACK && (c->tcp_flags & 0x37) != (TCPHDR_ACK | TCPHDR_URG))
 			return LFP_PASS_CT_INVALID;

@@ -292,12 +292,12 @@ type linuxfpLfpScratch struct {
 		V6       uint8
 		_        [1]byte
 		TcpWin   uint16
+		TcpData  uint8
 		NatOk    uint8
 		Nat      uint8
 		State    uint8
 		Defer    uint8
 		Refresh  uint8
-		_        [1]byte
 		Timeout  uint32
 		NatSport uint16
 		NatDport uint16
