@@ -278,9 +278,10 @@ static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
  * entries accept what it would judge out of window. Those updates are what the fast path does
  * not make, in CLOSE_WAIT as in ESTABLISHED, and what the liberal mark is for. Everything else
  * is Linux's: FIN_WAIT (an ACK moves it to CLOSE_WAIT, be it the ACK of the FIN or not),
- * LAST_ACK (to TIME_WAIT), SYN_SENT, SYN_SENT2 (INVALID or ignored), SYN_RECV (its reply-direction
- * ACK keeps it, but ends a simultaneous open); TIME_WAIT and CLOSE keep their state too, but
- * nothing new can follow both FINs or a RST, only stray retransmissions: not worth a case.
+ * LAST_ACK (to TIME_WAIT), SYN_SENT, SYN_SENT2 (INVALID or ignored), SYN_RECV (the client's ACK
+ * completes the handshake; the server's keeps it unless it ends a simultaneous open); TIME_WAIT
+ * and CLOSE keep their state too, but after both FINs or a RST only stray retransmissions come:
+ * not worth a case.
  *
  * Returns the timeout Linux's nf_conntrack_tcp_packet() would give the entry, in ms, or 0:
  * timeouts[state], or shorter: the retransmission timeout after tcp_max_retrans retransmissions
