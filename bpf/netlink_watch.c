@@ -26,6 +26,7 @@
 #include "kernel_ns.h"
 #include "fdb_map.h"
 #include "fibcache_map.h"
+#include "neigh_map.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -645,10 +646,12 @@ int BPF_PROG(lfp_fdb_deleted, struct net_bridge *br, struct net_bridge_fdb_entry
 }
 
 /* The neighbour table changes by itself: an entry learns a new address or state from an ARP or
- * ND packet, its timer moves it on (REACHABLE, STALE, PROBE, FAILED), it is removed (garbage
- * collection, its device going down or away, the device's routes with it). bpf_fib_lookup()
- * answers with a neighbour's address and only for a valid one, so the FIB cache's generation
- * moves on with each such change (lib/fibcache.h). These tracepoints fire after the change. */
+ * ND packet, its timer moves it on (REACHABLE, STALE, PROBE, FAILED), a packet Linux sends moves
+ * a STALE one to DELAY, it is removed (garbage collection, its device going down or away, the
+ * device's routes with it). These tracepoints fire after the change. Each one keeps the data
+ * plane's STALE mirror (include/neigh_map.h, lib/neigh.h) exact, and moves the FIB cache's
+ * generation on: bpf_fib_lookup() answers with a neighbour's address and only for a valid one
+ * (lib/fibcache.h). */
 struct neigh_table {
 	int family;
 } __attribute__((preserve_access_index));
@@ -656,36 +659,71 @@ struct neigh_table {
 struct neighbour {
 	struct neigh_table *tbl;
 	struct net_device *dev;
+	__u8 nud_state;
+	unsigned char primary_key[0];
 } __attribute__((preserve_access_index));
 
-static __always_inline void neigh_changed(struct neighbour *n)
+#define NUD_STALE 0x04
+
+static __always_inline void stale_count(__s64 d)
 {
+	__u32 k = 0;
+	__s64 *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+
+	if (c)
+		__sync_fetch_and_add(c, d);
+}
+
+static __always_inline void neigh_changed(struct neighbour *n, int removed)
+{
+	struct lfp_neigh_key k = {};
+	struct lfp_stale_val v = {};
 	int family;
 
 	if (BPF_CORE_READ(n, dev, nd_net.net, ns.inum) != cfg_netns)
 		return;
 	family = BPF_CORE_READ(n, tbl, family);
-	if (family == 2 || family == 10)
-		fib_moved(family_fibs(family));
+	if (family != 2 && family != 10)
+		return;
+	fib_moved(family_fibs(family));
+	k.ifindex = BPF_CORE_READ(n, dev, ifindex);
+	k.family = family;
+	if (bpf_probe_read_kernel(k.addr, family == 2 ? 4 : 16,
+				  (void *)n + bpf_core_field_offset(struct neighbour, primary_key)))
+		return;
+	if (!removed && BPF_CORE_READ(n, nud_state) == NUD_STALE) {
+		/* Already there: it keeps its mark (the packet that moves it on went to Linux). */
+		if (!bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST))
+			stale_count(1);
+	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
+		stale_count(-1);
+	}
 }
 
 SEC("tp_btf/neigh_update_done")
 int BPF_PROG(lfp_neigh_updated, struct neighbour *n, int err)
 {
-	neigh_changed(n);
+	neigh_changed(n, 0);
 	return 0;
 }
 
 SEC("tp_btf/neigh_timer_handler")
 int BPF_PROG(lfp_neigh_timer, struct neighbour *n, int state)
 {
-	neigh_changed(n);
+	neigh_changed(n, 0);
+	return 0;
+}
+
+SEC("tp_btf/neigh_event_send_done")
+int BPF_PROG(lfp_neigh_sent, struct neighbour *n, int rc)
+{
+	neigh_changed(n, 0);
 	return 0;
 }
 
 SEC("tp_btf/neigh_cleanup_and_release")
 int BPF_PROG(lfp_neigh_released, struct neighbour *n, int rc)
 {
-	neigh_changed(n);
+	neigh_changed(n, 1);
 	return 0;
 }

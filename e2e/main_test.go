@@ -46,13 +46,7 @@ func run(m *testing.M) int {
 // newTestbed builds the gen -> dut -> sink topology for one test and removes it afterwards.
 func newTestbed(t *testing.T, o testbed.Options) *testbed.Testbed {
 	t.Helper()
-	return newTestbedNamed(t, "lfp-e2e", o)
-}
-
-// newTestbedNamed is newTestbed with its namespaces' names starting with prefix.
-func newTestbedNamed(t *testing.T, prefix string, o testbed.Options) *testbed.Testbed {
-	t.Helper()
-	tb, err := testbed.New(prefix, o)
+	tb, err := testbed.New("lfp-e2e", o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,6 +256,9 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 	if st.FDBWatch != "" {
 		fmt.Fprintf(w, "bridge fdb watch: %s\n", st.FDBWatch)
 	}
+	if st.NeighWatch != "" {
+		fmt.Fprintf(w, "neighbour watch: %s\n", st.NeighWatch)
+	}
 	switch {
 	case !st.FenceWatch:
 		fmt.Fprintln(w, "fence: off (changes are followed by notifications: the fast path may act on a replaced configuration for a few ms)")

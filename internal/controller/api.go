@@ -54,6 +54,7 @@ func (c *Controller) status(verbose bool) *status.Status {
 		SysctlWatch:    c.w.SysctlMethod,
 		IPSetWatch:     c.w.IPSetMethod,
 		FDBWatch:       c.w.FDBMethod,
+		NeighWatch:     c.w.NeighMethod,
 		IPSetReads:     c.obs.SetReads(),
 		NetlinkChanges: c.w.NetlinkChanges(),
 		Events:         c.events,

@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.w.Close()
-	c.cfg.Options.FibEvents = c.w.Fence && c.w.NeighEvents
+	c.cfg.Options.NeighEvents = c.w.Fence && c.w.NeighEvents
 	c.w.OnFDBForgotten(c.dp.ForgetFDB)
 	c.w.OnSysctlOnly(c.sysctlOnly)
 	c.obs, err = observe.NewObserver()

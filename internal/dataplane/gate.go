@@ -97,11 +97,11 @@ func FenceUnitName(u int) string {
 }
 
 // WatcherMaps are the maps the watchers write (they are loaded with them): the fence, the FDB
-// mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one, and the
-// FIB cache's generation.
+// mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one, the FIB
+// cache's generation, and the STALE-neighbour mirror the neighbour tracepoints keep.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb": d.maps.LfpFdb,
-		"lfp_fib_gen": d.maps.LfpFibGen}
+		"lfp_fib_gen": d.maps.LfpFibGen, "lfp_stale": d.maps.LfpStale, "lfp_stale_count": d.maps.LfpStaleCount}
 }
 
 // ForgetFDB: the FDB mirror's entry for (bridge, mac) was deleted behind the data plane's back

@@ -34,7 +34,6 @@ type linuxfpLfpConfig struct {
 	FwFlags            linuxfpLfpFwFlags
 	CtFlags            linuxfpLfpCtFlags
 	CtTcpEstablishedMs uint32
-	CtTcpCloseWaitMs   uint32
 	CtTcpUnackMs       uint32
 	CtTcpRetransMs     uint32
 	CtTcpMaxRetrans    uint32
@@ -326,9 +325,6 @@ type linuxfpLfpScratch struct {
 		Proto    uint8
 		TcpFlags uint8
 		V6       uint8
-		_        [1]byte
-		TcpWin   uint16
-		TcpData  uint8
 		NatOk    uint8
 		Nat      uint8
 		State    uint8
@@ -361,6 +357,7 @@ type linuxfpLfpScratch struct {
 		_         [2]byte
 	}
 	Buf      [260]uint8
+	_        [4]byte
 	Ofib     [8]uint64
 	FibKey   linuxfpLfpFibKey
 	_        [4]byte
@@ -473,6 +470,7 @@ const (
 	linuxfpMapLfpLocalPfx6    = "lfp_local_pfx6"
 	linuxfpMapLfpScratchMap   = "lfp_scratch_map"
 	linuxfpMapLfpStale        = "lfp_stale"
+	linuxfpMapLfpStaleCount   = "lfp_stale_count"
 	linuxfpMapLfpStats        = "lfp_stats"
 	linuxfpMapLfpTcCompanions = "lfp_tc_companions"
 	linuxfpMapLfpTcRequests   = "lfp_tc_requests"
@@ -568,6 +566,7 @@ type linuxfpMapSpecs struct {
 	LfpLocalPfx6    *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
 	LfpScratchMap   *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale        *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount   *ebpf.MapSpec `ebpf:"lfp_stale_count"`
 	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -639,6 +638,7 @@ type linuxfpMaps struct {
 	LfpLocalPfx6    *ebpf.Map `ebpf:"lfp_local_pfx6"`
 	LfpScratchMap   *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale        *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount   *ebpf.Map `ebpf:"lfp_stale_count"`
 	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -677,6 +677,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpLocalPfx6,
 		m.LfpScratchMap,
 		m.LfpStale,
+		m.LfpStaleCount,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,

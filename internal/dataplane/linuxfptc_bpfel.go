@@ -34,7 +34,6 @@ type linuxfpTcLfpConfig struct {
 	FwFlags            uint32
 	CtFlags            uint32
 	CtTcpEstablishedMs uint32
-	CtTcpCloseWaitMs   uint32
 	CtTcpUnackMs       uint32
 	CtTcpRetransMs     uint32
 	CtTcpMaxRetrans    uint32
@@ -261,9 +260,6 @@ type linuxfpTcLfpScratch struct {
 		Proto    uint8
 		TcpFlags uint8
 		V6       uint8
-		_        [1]byte
-		TcpWin   uint16
-		TcpData  uint8
 		NatOk    uint8
 		Nat      uint8
 		State    uint8
@@ -296,6 +292,7 @@ type linuxfpTcLfpScratch struct {
 		_         [2]byte
 	}
 	Buf      [260]uint8
+	_        [4]byte
 	Ofib     [8]uint64
 	FibKey   linuxfpTcLfpFibKey
 	_        [4]byte
@@ -394,6 +391,7 @@ const (
 	linuxfpTcMapLfpLocalPfx6    = "lfp_local_pfx6"
 	linuxfpTcMapLfpScratchMap   = "lfp_scratch_map"
 	linuxfpTcMapLfpStale        = "lfp_stale"
+	linuxfpTcMapLfpStaleCount   = "lfp_stale_count"
 	linuxfpTcMapLfpStats        = "lfp_stats"
 	linuxfpTcMapLfpTcCompanions = "lfp_tc_companions"
 	linuxfpTcMapLfpTcRequests   = "lfp_tc_requests"
@@ -489,6 +487,7 @@ type linuxfpTcMapSpecs struct {
 	LfpLocalPfx6    *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
 	LfpScratchMap   *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale        *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount   *ebpf.MapSpec `ebpf:"lfp_stale_count"`
 	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -560,6 +559,7 @@ type linuxfpTcMaps struct {
 	LfpLocalPfx6    *ebpf.Map `ebpf:"lfp_local_pfx6"`
 	LfpScratchMap   *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale        *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount   *ebpf.Map `ebpf:"lfp_stale_count"`
 	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -598,6 +598,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpLocalPfx6,
 		m.LfpScratchMap,
 		m.LfpStale,
+		m.LfpStaleCount,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,

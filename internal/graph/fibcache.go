@@ -16,7 +16,7 @@ func fibCache(s *observe.Snapshot, o Options) (why [2][]string) {
 	var both []string
 	if !o.FibCache {
 		both = append(both, "not asked for (linuxfp run --fib-cache)")
-	} else if !o.FibEvents {
+	} else if !o.NeighEvents {
 		both = append(both, "the netlink and neighbour watchers are not attached (changes are not seen as they happen)")
 	}
 	why[0] = append(why[0], both...)

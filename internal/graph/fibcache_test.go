@@ -8,14 +8,14 @@ import (
 )
 
 func TestFibCache(t *testing.T) {
-	on := Options{FibCache: true, FibEvents: true}
+	on := Options{FibCache: true, NeighEvents: true}
 	if p := Build(snapshot(), on, nil, nil); !p.Data.FibCache4 || p.Data.FibCache6 {
 		t.Fatalf("plain routing, watchers attached: FibCache4=%v FibCache6=%v, want on, off (%q)", p.Data.FibCache4, p.Data.FibCache6, p.FibCacheOff)
 	}
 	if p := Build(snapshot(), Options{FibCache: true}, nil, nil); p.Data.FibCache4 {
 		t.Fatal("cache on without the watchers")
 	}
-	if p := Build(snapshot(), Options{FibEvents: true}, nil, nil); p.Data.FibCache4 {
+	if p := Build(snapshot(), Options{NeighEvents: true}, nil, nil); p.Data.FibCache4 {
 		t.Fatal("cache on without --fib-cache")
 	}
 	cases := map[string]func(*observe.Snapshot){

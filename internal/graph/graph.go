@@ -31,10 +31,11 @@ type Options struct {
 	Hook       HookMode
 	Interfaces []string // glob patterns; empty: every interface but lo
 	Exclude    []string // glob patterns
-	// FibCache: the FIB cache was asked for (linuxfp run --fib-cache). FibEvents: the watchers
-	// see every change that can alter a routing lookup as it happens (the fence and the
-	// neighbour tracepoints): it may be used.
-	FibCache, FibEvents bool
+	// FibCache: the FIB cache was asked for (linuxfp run --fib-cache). NeighEvents: the
+	// watchers see every change that can alter a routing lookup as it happens, the neighbour
+	// table's own included (the fence and the neighbour tracepoints): the FIB cache may be used,
+	// and the tracepoints keep the STALE mirror.
+	FibCache, NeighEvents bool
 }
 
 // Interface is the decision for one interface.
@@ -166,6 +167,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 	p.Data.FwdUpdatePriority4 = s.Sysctl.FwdUpdatePriority4
 	p.FibCacheOff = fibCache(s, o)
 	p.Data.FibCache4, p.Data.FibCache6 = len(p.FibCacheOff[0]) == 0, len(p.FibCacheOff[1]) == 0
+	p.Data.StaleByEvents = o.NeighEvents
 	tcAfterXDP(p, o)
 	// The conntrack module is built into the programs where it may run (see Spec.Conntrack4).
 	for _, it := range p.Interfaces {

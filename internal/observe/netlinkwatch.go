@@ -90,9 +90,11 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 	}
 	w.fencedSets = setWatch{m: objs.LfpNlSets, all: true, names: map[string]bool{}}
 	if err := w.watchNeighbours(&objs); err != nil {
-		w.log.Warn("cannot see the neighbour table's own changes as they happen; the FIB cache stays off", "err", err)
+		w.log.Warn("cannot see the neighbour table's own changes as they happen; STALE neighbours are followed by notification and the FIB cache stays off", "err", err)
+		w.NeighMethod = "notification (" + err.Error() + ")"
 	} else {
 		w.NeighEvents = true
+		w.NeighMethod = "event: tp_btf/neigh_update_done, neigh_timer_handler, neigh_event_send_done and neigh_cleanup_and_release keep the STALE mirror at once"
 	}
 	if err := w.watchFDB(ctx, &objs); err != nil {
 		w.FDBMethod = "notification (" + err.Error() + ")"
@@ -217,11 +219,12 @@ func setName(n string) netlinkwatchLfpSetName {
 	return k
 }
 
-// watchNeighbours attaches the neighbour table's tracepoints, which move the FIB cache's
-// generation on (bpf/lib/fibcache.h).
+// watchNeighbours attaches the neighbour table's tracepoints, which keep the data plane's
+// STALE-neighbour mirror (bpf/lib/neigh.h) and move the FIB cache's generation on
+// (bpf/lib/fibcache.h).
 func (w *Watcher) watchNeighbours(objs *netlinkwatchObjects) error {
 	var links []link.Link
-	for _, p := range []*ebpf.Program{objs.LfpNeighUpdated, objs.LfpNeighTimer, objs.LfpNeighReleased} {
+	for _, p := range []*ebpf.Program{objs.LfpNeighUpdated, objs.LfpNeighTimer, objs.LfpNeighSent, objs.LfpNeighReleased} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			for _, l := range links {

@@ -37,6 +37,13 @@ type netlinkwatchLfpFibGen struct {
 	Gen [2]uint64
 }
 
+type netlinkwatchLfpNeighKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Family  uint32
+	Addr    [4]uint32
+}
+
 type netlinkwatchLfpNlClass uint32
 
 const (
@@ -64,6 +71,11 @@ type netlinkwatchLfpSetName struct {
 	Name [32]int8
 }
 
+type netlinkwatchLfpStaleVal struct {
+	_      structs.HostLayout
+	Kicked uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -76,9 +88,12 @@ const (
 	netlinkwatchMapLfpNlChanges      = "lfp_nl_changes"
 	netlinkwatchMapLfpNlEvents       = "lfp_nl_events"
 	netlinkwatchMapLfpNlSets         = "lfp_nl_sets"
+	netlinkwatchMapLfpStale          = "lfp_stale"
+	netlinkwatchMapLfpStaleCount     = "lfp_stale_count"
 	netlinkwatchProgLfpFdbDeleted    = "lfp_fdb_deleted"
 	netlinkwatchProgLfpFdbMoved      = "lfp_fdb_moved"
 	netlinkwatchProgLfpNeighReleased = "lfp_neigh_released"
+	netlinkwatchProgLfpNeighSent     = "lfp_neigh_sent"
 	netlinkwatchProgLfpNeighTimer    = "lfp_neigh_timer"
 	netlinkwatchProgLfpNeighUpdated  = "lfp_neigh_updated"
 	netlinkwatchProgLfpNlConsumed    = "lfp_nl_consumed"
@@ -132,6 +147,7 @@ type netlinkwatchProgramSpecs struct {
 	LfpFdbDeleted    *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
 	LfpFdbMoved      *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
 	LfpNeighReleased *ebpf.ProgramSpec `ebpf:"lfp_neigh_released"`
+	LfpNeighSent     *ebpf.ProgramSpec `ebpf:"lfp_neigh_sent"`
 	LfpNeighTimer    *ebpf.ProgramSpec `ebpf:"lfp_neigh_timer"`
 	LfpNeighUpdated  *ebpf.ProgramSpec `ebpf:"lfp_neigh_updated"`
 	LfpNlConsumed    *ebpf.ProgramSpec `ebpf:"lfp_nl_consumed"`
@@ -149,6 +165,8 @@ type netlinkwatchMapSpecs struct {
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
 	LfpNlSets     *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
+	LfpStale      *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount *ebpf.MapSpec `ebpf:"lfp_stale_count"`
 }
 
 // netlinkwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -188,6 +206,8 @@ type netlinkwatchMaps struct {
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
 	LfpNlSets     *ebpf.Map `ebpf:"lfp_nl_sets"`
+	LfpStale      *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount *ebpf.Map `ebpf:"lfp_stale_count"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
@@ -200,6 +220,8 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpNlChanges,
 		m.LfpNlEvents,
 		m.LfpNlSets,
+		m.LfpStale,
+		m.LfpStaleCount,
 	)
 }
 
@@ -219,6 +241,7 @@ type netlinkwatchPrograms struct {
 	LfpFdbDeleted    *ebpf.Program `ebpf:"lfp_fdb_deleted"`
 	LfpFdbMoved      *ebpf.Program `ebpf:"lfp_fdb_moved"`
 	LfpNeighReleased *ebpf.Program `ebpf:"lfp_neigh_released"`
+	LfpNeighSent     *ebpf.Program `ebpf:"lfp_neigh_sent"`
 	LfpNeighTimer    *ebpf.Program `ebpf:"lfp_neigh_timer"`
 	LfpNeighUpdated  *ebpf.Program `ebpf:"lfp_neigh_updated"`
 	LfpNlConsumed    *ebpf.Program `ebpf:"lfp_nl_consumed"`
@@ -229,6 +252,7 @@ func (p *netlinkwatchPrograms) Close() error {
 		p.LfpFdbDeleted,
 		p.LfpFdbMoved,
 		p.LfpNeighReleased,
+		p.LfpNeighSent,
 		p.LfpNeighTimer,
 		p.LfpNeighUpdated,
 		p.LfpNlConsumed,

@@ -96,6 +96,8 @@ type Watcher struct {
 	// NeighEvents: the neighbour table's own changes move the FIB cache's generation on as they
 	// happen (netlinkwatch.go); without them the cache stays off.
 	NeighEvents bool
+	// NeighMethod says how the neighbour table's own changes reach the data plane.
+	NeighMethod string
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	fdbMu     sync.Mutex

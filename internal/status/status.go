@@ -42,6 +42,7 @@ type Status struct {
 	SysctlWatch string    `json:"sysctl_watch"`
 	IPSetWatch  string    `json:"ipset_watch"`
 	FDBWatch    string    `json:"fdb_watch,omitempty"`
+	NeighWatch  string    `json:"neigh_watch,omitempty"`
 	// NetlinkChanges: configuration changes the netlink watcher saw as they were made, by
 	// class (link, address, route, neighbour, tc, other, nftables, ipset).
 	NetlinkChanges map[string]uint64 `json:"netlink_changes,omitempty"`

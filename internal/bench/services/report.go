@@ -31,7 +31,7 @@ type ModeResult struct {
 
 // Round is one measurement.
 type Round struct {
-	// Value: connections/s (crr), transactions/s (rr), Gbit/s of payload (upload, downloads),
+	// Value: connections/s (crr), transactions/s (rr), Gbit/s of payload (upload, download),
 	// Mpps received by the sinks (udp).
 	Value   float64 `json:"value"`
 	Count   uint64  `json:"count"` // connections, transactions, bytes, frames
@@ -237,7 +237,7 @@ func svcNumber(v float64, w Workload, value bool) string {
 		return fmt.Sprintf("%.1f", v)
 	case w == UDP:
 		return fmt.Sprintf("%.3f", v)
-	case w == Upload || w == Download || w == DownloadHalfClosed:
+	case w == Upload || w == Download:
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.0f", v)
