@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,23 +82,31 @@ only with --print. -n NETNS monitors the linuxfp of another network namespace, a
 					return err
 				}
 			}
-			m := &monitorRun{out: os.Stdout, json: asJSON, print: write == "" || print, count: count}
+			// Buffered: a burst of events is one write, flushed once no more are waiting.
+			stdout := bufio.NewWriter(os.Stdout)
+			defer stdout.Flush()
+			m := &monitorRun{out: stdout, json: asJSON, print: write == "" || print, count: count}
 			if write != "" {
-				f := os.Stdout
+				var f io.Writer = stdout
 				if write != "-" {
-					var err error
-					if f, err = os.Create(write); err != nil {
+					file, err := os.Create(write)
+					if err != nil {
 						return err
 					}
-					defer f.Close()
+					defer file.Close()
+					fw := bufio.NewWriter(file)
+					defer fw.Flush()
+					f, m.file = fw, fw
 				} else if m.print {
-					m.out = os.Stderr // standard output carries the pcap
+					m.out = bufio.NewWriter(os.Stderr) // standard output carries the pcap
+					defer m.out.Flush()
 				}
 				m.pcap = pcapgo.NewWriterNanos(f)
 				if err := m.pcap.WriteFileHeader(uint32(snapLen), layers.LinkTypeEthernet); err != nil {
 					return fmt.Errorf("%s: %w", write, err)
 				}
 			}
+			m.stdout = stdout
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			err := client.Monitor(ctx, q, m.event)
@@ -134,7 +143,10 @@ var errCountReached = errors.New("count reached")
 
 // monitorRun is one `linuxfp monitor`: it prints each event and writes it to the pcap file.
 type monitorRun struct {
-	out         io.Writer
+	out    *bufio.Writer // the lines
+	stdout *bufio.Writer // standard output: the lines, or the pcap of -w -
+	file   *bufio.Writer // the pcap file of -w FILE
+
 	json, print bool
 	pcap        *pcapgo.Writer
 	count       int
@@ -142,7 +154,21 @@ type monitorRun struct {
 	lost        uint64
 }
 
-func (m *monitorRun) event(ev *status.MonitorEvent) error {
+func (m *monitorRun) event(ev *status.MonitorEvent, more bool) error {
+	err := m.handle(ev)
+	if !more || err != nil {
+		for _, w := range []*bufio.Writer{m.out, m.stdout, m.file} {
+			if w != nil {
+				if ferr := w.Flush(); ferr != nil && err == nil {
+					err = ferr
+				}
+			}
+		}
+	}
+	return err
+}
+
+func (m *monitorRun) handle(ev *status.MonitorEvent) error {
 	if ev.Lost > 0 {
 		m.lost += ev.Lost
 		if m.json && m.print {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -94,9 +95,10 @@ type MonitorEvent struct {
 var ErrMonitorEnded = errors.New("linuxfp ended the monitor stream (stopped?)")
 
 // Monitor streams the packets q selects to fn until ctx is done (nil), fn returns an error
-// (that error), or linuxfp ends the stream (ErrMonitorEnded). While it runs, the data plane
-// reports them; once the last monitor is gone it stops.
-func (c *Client) Monitor(ctx context.Context, q MonitorQuery, fn func(*MonitorEvent) error) error {
+// (that error), or linuxfp ends the stream (ErrMonitorEnded). more says that the next event has
+// arrived already (fn may hold its output back until an event without). While it runs, the
+// data plane reports them; once the last monitor is gone it stops.
+func (c *Client) Monitor(ctx context.Context, q MonitorQuery, fn func(ev *MonitorEvent, more bool) error) error {
 	resp, err := c.open(ctx, c.stream, "/v1/monitor?"+q.Values().Encode())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -105,22 +107,24 @@ func (c *Client) Monitor(ctx context.Context, q MonitorQuery, fn func(*MonitorEv
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var ev MonitorEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				return ErrMonitorEnded
+			}
 			return fmt.Errorf("monitor stream: %w", err)
 		}
-		if err := fn(&ev); err != nil {
+		var ev MonitorEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return fmt.Errorf("monitor stream: %w", err)
+		}
+		if err := fn(&ev, br.Buffered() > 0); err != nil {
 			return err
 		}
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("monitor stream: %w", err)
-	}
-	return ErrMonitorEnded
 }
