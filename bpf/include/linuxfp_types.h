@@ -235,6 +235,29 @@ struct lfp_tc_request {
 	__u32 slot;
 };
 
+/* The packet monitor (lib/monitor.h). Flags of struct lfp_monitor: which packets to report. */
+enum lfp_monitor_flags {
+	LFP_MON_PASS = 1 << 0, /* handed to Linux */
+	LFP_MON_DROP = 1 << 1, /* dropped */
+};
+
+/* Written only by the controller: all zero while no monitor is connected. */
+struct lfp_monitor {
+	enum lfp_monitor_flags flags;
+	__u32 snaplen; /* the most packet bytes an event carries */
+};
+
+/* A reported packet (perf event), followed by its first caplen bytes. */
+struct lfp_monitor_event {
+	__u64 time_ns;  /* bpf_ktime_get_boot_ns() */
+	__u32 ifindex;  /* ingress */
+	__u32 len;      /* the packet's length */
+	__u32 caplen;   /* bytes that follow */
+	__u16 reason;   /* enum lfp_reason */
+	__u8 flags;     /* LFP_MON_PASS or LFP_MON_DROP */
+	__u8 tc;        /* 1: the tc program reported it, 0: XDP */
+};
+
 /* Ring buffer record (and rate-limit key): make this TCP connection's tracking liberal. The
  * tuple is the packet's, in direction dir of the entry (0 original, 1 reply). */
 struct lfp_ct_req {

@@ -30,7 +30,7 @@ func Main(args []string) int {
 	}
 	cobra.AddTemplateFunc("linuxfpVersion", versionText)
 	root.SetVersionTemplate("{{linuxfpVersion}}")
-	root.AddCommand(runCmd(), statusCmd(), benchCmd(), versionCmd())
+	root.AddCommand(runCmd(), statusCmd(), monitorCmd(), benchCmd(), versionCmd())
 	// A mistyped flag says where the right ones are, as iproute2's usage does.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())

@@ -31,6 +31,7 @@ func (c *Controller) handler() http.Handler {
 		c.mu.Unlock()
 		writeJSON(w, out)
 	})
+	mux.HandleFunc("GET /v1/monitor", c.serveMonitor)
 	return mux
 }
 
