@@ -3,6 +3,7 @@ package observe
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -124,6 +125,10 @@ func (r *Ruleset) refreshSets() (*Ruleset, error) {
 		chains: r.chains, ruleCounts: r.ruleCounts, written: r.written}, nil
 }
 
+// setsEqual: the same sets with the same entries. Entries come sorted (ipset.List; an
+// nf_tables set is carried over as it is), so equal sets have equal slices; comparing them in
+// place costs a scan, where counting them in a map cost a third of following a change to a
+// set of 1,000,000 entries.
 func setsEqual(a, b map[string]*model.IPSet) bool {
 	if len(a) != len(b) {
 		return false
@@ -131,17 +136,8 @@ func setsEqual(a, b map[string]*model.IPSet) bool {
 	for name, s := range a {
 		o := b[name]
 		if o == nil || o.Type != s.Type || o.Family != s.Family || o.Netmask != s.Netmask ||
-			o.Unsupported != s.Unsupported || len(o.Entries) != len(s.Entries) {
+			o.Unsupported != s.Unsupported || !slices.Equal(o.Entries, s.Entries) {
 			return false
-		}
-		seen := make(map[model.SetEntry]int, len(s.Entries))
-		for _, e := range s.Entries {
-			seen[e]++
-		}
-		for _, e := range o.Entries {
-			if seen[e]--; seen[e] < 0 {
-				return false
-			}
 		}
 	}
 	return true
