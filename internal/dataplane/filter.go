@@ -356,31 +356,87 @@ func (d *Dataplane) dropOldSets() error {
 }
 
 // syncSet brings set id's entries in lfp_fw_sets to entries, unless it was written from equal
-// entries last time. A failed write leaves it to be compared whole next time.
+// entries last time. Entries come in model.CompareSetEntries order: from the last ones written,
+// only the members added, removed or changed are written (an ipset add to a set of 1,000,000
+// members writes one entry, and builds no map of them all). A failed write leaves it to be
+// compared whole next time.
 func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 	st := &d.fw
-	if last, ok := st.setEntries[id]; ok && slices.Equal(last, entries) {
+	last, ok := st.setEntries[id]
+	if ok && slices.Equal(last, entries) {
 		return nil
 	}
 	delete(st.setEntries, id)
-	want := make(map[linuxfpLfpFwSetKey]uint8, len(entries))
-	for _, e := range entries {
-		pf := e.Prefix.Masked()
-		k := linuxfpLfpFwSetKey{Prefixlen: 64 + uint32(pf.Bits()), Set: uint32(id),
-			Proto: e.Proto, Port: e.Port, Addr: wordsOf(pf.Addr())}
-		want[k] = 1
-		if e.NoMatch {
-			want[k] = 0
+	cur := st.sets[id]
+	if !ok || cur == nil || !slices.IsSortedFunc(entries, model.CompareSetEntries) || !slices.IsSortedFunc(last, model.CompareSetEntries) {
+		want := make(map[linuxfpLfpFwSetKey]uint8, len(entries))
+		for _, e := range entries {
+			k, v := setKey(id, e)
+			want[k] = v
+		}
+		if cur == nil {
+			cur = map[linuxfpLfpFwSetKey]uint8{}
+			st.sets[id] = cur
+		}
+		if err := syncMap(d.maps.LfpFwSets, cur, want); err != nil {
+			return err
+		}
+		st.setEntries[id] = entries
+		return nil
+	}
+	// Removals first: a member replaced by one with the same key (its nomatch flag changed) is
+	// written after.
+	var put []model.SetEntry
+	i, j := 0, 0
+	for i < len(last) || j < len(entries) {
+		var c int
+		switch {
+		case i == len(last):
+			c = 1
+		case j == len(entries):
+			c = -1
+		default:
+			c = model.CompareSetEntries(last[i], entries[j])
+		}
+		switch {
+		case c < 0:
+			k, _ := setKey(id, last[i])
+			if err := d.maps.LfpFwSets.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete from %s: %w", d.maps.LfpFwSets, err)
+			}
+			delete(cur, k)
+			i++
+		case c > 0:
+			put = append(put, entries[j])
+			j++
+		default:
+			if last[i] != entries[j] {
+				put = append(put, entries[j])
+			}
+			i++
+			j++
 		}
 	}
-	if st.sets[id] == nil {
-		st.sets[id] = map[linuxfpLfpFwSetKey]uint8{}
-	}
-	if err := syncMap(d.maps.LfpFwSets, st.sets[id], want); err != nil {
-		return err
+	for _, e := range put {
+		k, v := setKey(id, e)
+		if err := d.maps.LfpFwSets.Put(k, v); err != nil {
+			return fmt.Errorf("update %s: %w", d.maps.LfpFwSets, err)
+		}
+		cur[k] = v
 	}
 	st.setEntries[id] = entries
 	return nil
+}
+
+// setKey is member e of set id as lfp_fw_sets holds it: 1 where it matches, 0 for nomatch.
+func setKey(id uint16, e model.SetEntry) (linuxfpLfpFwSetKey, uint8) {
+	pf := e.Prefix.Masked()
+	k := linuxfpLfpFwSetKey{Prefixlen: 64 + uint32(pf.Bits()), Set: uint32(id),
+		Proto: e.Proto, Port: e.Port, Addr: wordsOf(pf.Addr())}
+	if e.NoMatch {
+		return k, 0
+	}
+	return k, 1
 }
 
 const setHashIP = 8 // LFP_FW_SET_HASH_IP

@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"encoding/binary"
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -187,6 +189,24 @@ func TestFilterSetsInPlace(t *testing.T) {
 	icmp.Proto, icmp.ICMPType = layers.IPProtocolICMPv4, 8
 	if ret, _, reason := env.run(t, bpfProg, icmp.Bytes()); ret != xdpDrop || reason != FilterDropped {
 		t.Fatalf("echo to the added member: verdict %d reason %v, want dropped", ret, reason)
+	}
+	// One member removed, one added, one turned nomatch: only those are written, and the map
+	// holds exactly the new members.
+	p = filterProgram()
+	p.Sets[0].Entries = []model.SetEntry{{Prefix: pfx("198.19.0.4/32")}, {Prefix: pfx("198.19.0.6/32"), NoMatch: true}}
+	sync(p)
+	want := map[netip.Addr]uint8{netip.MustParseAddr("198.19.0.4"): 1, netip.MustParseAddr("198.19.0.6"): 0,
+		netip.MustParseAddr("198.18.0.2"): 1}
+	got := map[netip.Addr]uint8{}
+	var k linuxfpLfpFwSetKey
+	var v uint8
+	for it := env.dp.maps.LfpFwSets.Iterate(); it.Next(&k, &v); {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], k.Addr[0])
+		got[netip.AddrFrom4(b)] = v
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("set members after a remove, an add and a nomatch: %v, want %v", got, want)
 	}
 	// No ruleset uses the sets any more: their entries go.
 	sync(nil)

@@ -13,6 +13,7 @@
 package ipset
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -200,18 +201,7 @@ func parse(msgs []netlink.Message) (map[string]*model.IPSet, error) {
 		}
 	}
 	for _, s := range sets {
-		slices.SortFunc(s.Entries, func(a, b model.SetEntry) int {
-			if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
-				return c
-			}
-			if a.Prefix.Bits() != b.Prefix.Bits() {
-				return a.Prefix.Bits() - b.Prefix.Bits()
-			}
-			if a.Proto != b.Proto {
-				return int(a.Proto) - int(b.Proto)
-			}
-			return int(a.Port) - int(b.Port)
-		})
+		sortEntries(s.Entries)
 	}
 	return sets, nil
 }
@@ -269,76 +259,100 @@ func header(s *model.IPSet, b []byte) error {
 }
 
 func entries(s *model.IPSet, b []byte) error {
-	ad, err := netlink.NewAttributeDecoder(b)
-	if err != nil {
-		return fmt.Errorf("ipset %s members: %w", s.Name, err)
-	}
-	for ad.Next() {
-		if ad.Type()&nlaTypeMask != attrData {
-			continue
+	err := attrs(b, func(t uint16, v []byte) error {
+		if t != attrData {
+			return nil
 		}
-		e, why, err := entry(s, ad.Bytes())
+		e, why, err := entry(s, v)
 		if err != nil {
 			return err
 		}
 		if why != "" {
 			unsupported(s, why)
-			continue
+			return nil
 		}
 		s.Entries = append(s.Entries, e)
-	}
-	if err := ad.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("ipset %s members: %w", s.Name, err)
 	}
 	return nil
 }
 
-func entry(s *model.IPSet, b []byte) (e model.SetEntry, unsupported string, err error) {
-	ad, err := netlink.NewAttributeDecoder(b)
-	if err != nil {
-		return e, "", fmt.Errorf("ipset %s member: %w", s.Name, err)
+// attrs calls fn with the type (flags masked off) and value of each netlink attribute in b. A
+// set's members are read with it rather than with an attribute decoder each: a set of
+// 1,000,000 members is 2,000,000 attributes, and the decoders' allocations were a quarter of
+// reading one.
+func attrs(b []byte, fn func(t uint16, v []byte) error) error {
+	for len(b) >= 4 {
+		l := int(binary.NativeEndian.Uint16(b))
+		if l < 4 || l > len(b) {
+			return errors.New("truncated attribute")
+		}
+		if err := fn(binary.NativeEndian.Uint16(b[2:])&nlaTypeMask, b[4:l]); err != nil {
+			return err
+		}
+		b = b[min((l+3)&^3, len(b)):]
 	}
-	ad.ByteOrder = binary.BigEndian
+	return nil
+}
+
+func entry(s *model.IPSet, b []byte) (e model.SetEntry, unsupported string, err error) {
 	var addr netip.Addr
 	cidr := -1
-	for ad.Next() {
-		switch t := ad.Type() & nlaTypeMask; t {
+	err = attrs(b, func(t uint16, v []byte) error {
+		switch t {
 		case attrIP:
-			nd, err := netlink.NewAttributeDecoder(ad.Bytes())
-			if err != nil {
-				return e, "", fmt.Errorf("ipset %s member address: %w", s.Name, err)
-			}
-			for nd.Next() {
-				switch nd.Type() & nlaTypeMask {
-				case attrIPv4, attrIPv6:
-					a, ok := netip.AddrFromSlice(nd.Bytes())
+			return attrs(v, func(t uint16, v []byte) error {
+				if t == attrIPv4 || t == attrIPv6 {
+					a, ok := netip.AddrFromSlice(v)
 					if !ok {
-						return e, "", fmt.Errorf("ipset %s: member address of %d bytes", s.Name, len(nd.Bytes()))
+						return fmt.Errorf("member address of %d bytes", len(v))
 					}
 					addr = a
 				}
-			}
+				return nil
+			})
 		case attrCIDR:
-			cidr = int(ad.Uint8())
+			if len(v) < 1 {
+				return errors.New("short cidr")
+			}
+			cidr = int(v[0])
 		case attrPort:
-			e.Port = ad.Uint16()
+			if len(v) < 2 {
+				return errors.New("short port")
+			}
+			e.Port = binary.BigEndian.Uint16(v)
 		case attrProto:
-			e.Proto = ad.Uint8()
+			if len(v) < 1 {
+				return errors.New("short proto")
+			}
+			e.Proto = v[0]
 		case attrCADTFlags:
-			f := ad.Uint32()
+			if len(v) < 4 {
+				return errors.New("short flags")
+			}
+			f := binary.BigEndian.Uint32(v)
 			e.NoMatch = f&flagNoMatch != 0
-			if f&^flagNoMatch != 0 {
-				return e, fmt.Sprintf("member flags %#x", f), nil
+			if f&^flagNoMatch != 0 && unsupported == "" {
+				unsupported = fmt.Sprintf("member flags %#x", f)
 			}
 		case attrTimeout, attrBytes, attrPackets, attrComment, attrSkbMark, attrSkbPrio, attrSkbQueue, attrPad:
 			// Extensions that do not change membership (skbinfo would, through SET targets
 			// only, which are Linux verdicts).
 		default:
-			return e, fmt.Sprintf("member attribute %d", t), nil
+			if unsupported == "" {
+				unsupported = fmt.Sprintf("member attribute %d", t)
+			}
 		}
-	}
-	if err := ad.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return e, "", fmt.Errorf("ipset %s member: %w", s.Name, err)
+	}
+	if unsupported != "" {
+		return e, unsupported, nil
 	}
 	if !addr.IsValid() {
 		return e, "member without address", nil
@@ -352,4 +366,40 @@ func entry(s *model.IPSet, b []byte) (e model.SetEntry, unsupported string, err 
 	}
 	e.Prefix = p
 	return e, "", nil
+}
+
+// sortEntries sorts es in model.CompareSetEntries order, on keys of plain integers (the
+// address's length and words), members with the same address by model.CompareSetEntries:
+// comparing netip.Addr values for each of a set of 1,000,000 members was a third of reading it.
+func sortEntries(es []model.SetEntry) {
+	type key struct {
+		hi, lo uint64
+		v6     bool
+		i      uint32
+	}
+	keys := make([]key, len(es))
+	for i, e := range es {
+		a := e.Prefix.Addr()
+		b := a.As16()
+		keys[i] = key{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), v6: a.Is6(), i: uint32(i)}
+	}
+	slices.SortFunc(keys, func(x, y key) int {
+		switch {
+		case x.v6 != y.v6:
+			if y.v6 {
+				return -1
+			}
+			return 1
+		case x.hi != y.hi:
+			return cmp.Compare(x.hi, y.hi)
+		case x.lo != y.lo:
+			return cmp.Compare(x.lo, y.lo)
+		}
+		return model.CompareSetEntries(es[x.i], es[y.i])
+	})
+	sorted := make([]model.SetEntry, len(es))
+	for i, k := range keys {
+		sorted[i] = es[k.i]
+	}
+	copy(es, sorted)
 }

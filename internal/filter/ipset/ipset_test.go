@@ -2,8 +2,11 @@ package ipset
 
 import (
 	"fmt"
+	"math/rand"
+	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,5 +89,25 @@ add h 198.18.1.1
 			t.Errorf("sets %s and %s share index %d", o, name, s.Index)
 		}
 		seen[s.Index] = name
+	}
+}
+
+// sortEntries gives model.CompareSetEntries's order, members sharing an address included.
+func TestSortEntries(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	var es []model.SetEntry
+	for range 5000 {
+		var b [16]byte
+		b[0], b[1], b[2], b[3] = 0x20, 0x01, 0, 2
+		r.Read(b[14:])
+		es = append(es, model.SetEntry{Prefix: netip.PrefixFrom(netip.AddrFrom16(b), 120+r.Intn(9))})
+		a := netip.AddrFrom4([4]byte{198, 18, byte(r.Intn(4)), byte(r.Intn(256))})
+		es = append(es, model.SetEntry{Prefix: netip.PrefixFrom(a, 24+r.Intn(9)).Masked(), Proto: uint8(6 + 11*r.Intn(2)), Port: uint16(r.Intn(4))})
+	}
+	want := slices.Clone(es)
+	slices.SortFunc(want, model.CompareSetEntries)
+	sortEntries(es)
+	if !slices.Equal(es, want) {
+		t.Fatal("sortEntries's order is not model.CompareSetEntries's")
 	}
 }

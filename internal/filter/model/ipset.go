@@ -40,6 +40,21 @@ type SetEntry struct {
 	NoMatch bool // hash:net(,port) `nomatch`: addresses in it do not match
 }
 
+// CompareSetEntries orders set members by address, prefix length, protocol and port: the order
+// ipset.List gives them in, which lets two readings of a set be compared, and diffed, in one scan.
+func CompareSetEntries(a, b SetEntry) int {
+	if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+		return c
+	}
+	if a.Prefix.Bits() != b.Prefix.Bits() {
+		return a.Prefix.Bits() - b.Prefix.Bits()
+	}
+	if a.Proto != b.Proto {
+		return int(a.Proto) - int(b.Proto)
+	}
+	return int(a.Port) - int(b.Port)
+}
+
 func (e SetEntry) String() string {
 	s := e.Prefix.String()
 	if e.Proto != 0 || e.Port != 0 {
