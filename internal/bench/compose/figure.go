@@ -14,6 +14,10 @@ func (r *Result) Figure() harness.Figure {
 	live := harness.Panel{Title: "forwarding, 1 generator core",
 		X: harness.Axis{Label: "modules in the chain (N)"},
 		Y: harness.Axis{Label: "Mpps (median)", FromZero: true}}
+	for _, n := range r.Config.Modules {
+		testRun.X.Ticks = append(testRun.X.Ticks, float64(n))
+	}
+	live.X.Ticks = testRun.X.Ticks
 	for _, c := range r.Config.Compositions {
 		tr, fw := harness.Series{Name: string(c)}, harness.Series{Name: string(c)}
 		for _, cell := range r.Cells {

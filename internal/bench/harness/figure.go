@@ -29,6 +29,9 @@ type Axis struct {
 	Log   bool // logarithmic (every value must be > 0)
 	// FromZero: the axis starts at 0 rather than at the smallest value.
 	FromZero bool
+	// Ticks, when set, are the values marked and labelled (what was measured: the frame sizes);
+	// otherwise the library picks round ones.
+	Ticks []float64
 }
 
 // Series is one line (or set of bars) of a panel, named in its legend.
@@ -93,11 +96,17 @@ func ThroughputPanels(rows []ThroughputRow, modes []Mode, title string) []Panel 
 		}
 	}
 	slices.Sort(cores)
+	var sizes []float64
+	for _, r := range rows {
+		if !slices.Contains(sizes, float64(r.FrameSize)) {
+			sizes = append(sizes, float64(r.FrameSize))
+		}
+	}
 	var out []Panel
 	for _, c := range cores {
 		p := Panel{
 			Title: title + ", " + Plural(c, "generator core"),
-			X:     Axis{Label: "frame size (bytes, with FCS)"},
+			X:     Axis{Label: "frame size (bytes, with FCS)", Ticks: sizes},
 			Y:     Axis{Label: "Mpps", FromZero: true},
 		}
 		for _, m := range modes {

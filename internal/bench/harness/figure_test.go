@@ -37,7 +37,9 @@ func TestPipelineFigure(t *testing.T) {
 	s := plottest.Draw(t, f)
 	// 3 modes in 2 panels: 17 points (one cell not measured) and 6 legend marks.
 	s.Expect(t, map[string]int{"Linux": 2, "linuxfp": 2, "ceiling": 2,
-		"throughput, 1 generator core": 1, "throughput, 2 generator cores": 1}, 17+6, 0)
+		"throughput, 1 generator core": 1, "throughput, 2 generator cores": 1,
+		// The frame sizes measured are the x axis' labels, in each panel.
+		"64": 2, "512": 2, "1500": 2}, 17+6, 0)
 
 	r.Latency = []harness.LatencyMode{{Mode: harness.ModeLinux, TPS: 1000}, {Mode: harness.ModeLinuxfp, TPS: 2000}}
 	r.CPU = &harness.CPUResult{Modes: []harness.CPUMode{{Mode: harness.ModeBaseline, DUTPerMpkt: 0},

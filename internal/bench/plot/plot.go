@@ -144,6 +144,13 @@ func axis(a *gplot.Axis, ax harness.Axis) {
 		a.Scale = gplot.LogScale{}
 		a.Tick.Marker = logTicks{}
 	}
+	if len(ax.Ticks) > 0 {
+		var ticks gplot.ConstantTicks
+		for _, v := range ax.Ticks {
+			ticks = append(ticks, gplot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+		}
+		a.Tick.Marker = ticks
+	}
 	if ax.FromZero && !ax.Log {
 		a.Min = math.Min(a.Min, 0)
 	}
