@@ -12,7 +12,7 @@ func (r *Result) Figure() harness.Figure {
 	for _, t := range r.Config.Traffic {
 		p := harness.Panel{
 			Title: string(t) + " traffic (" + trafficWhat(t) + ")",
-			X:     harness.Axis{Label: "blacklisted addresses (DROP rules, or in one ipset rule)", Log: true},
+			X:     harness.Axis{Label: "blacklisted addresses", Log: true},
 			Y:     harness.Axis{Label: "DUT Mpps (forwarded + dropped)", FromZero: true},
 		}
 		for _, ipset := range []bool{false, true} {

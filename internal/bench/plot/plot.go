@@ -134,7 +134,7 @@ func panel(p harness.Panel) (*gplot.Plot, error) {
 	axis(&gp.Y, p.Y)
 	// Room above the data for the legend, which sits at the top.
 	if !p.Y.Log {
-		gp.Y.Max += (gp.Y.Max - gp.Y.Min) * 0.08 * float64(len(p.Series)+1)
+		gp.Y.Max += (gp.Y.Max - gp.Y.Min) * 0.1 * float64(len(p.Series)+1)
 	}
 	return gp, nil
 }
