@@ -399,6 +399,7 @@ type benchFlags struct {
 	modes  []string
 	asJSON bool
 	level  string
+	plot   string
 }
 
 func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
@@ -435,6 +436,7 @@ func (bf *benchFlags) addRun(cmd *cobra.Command, modes string, t timing) {
 	f.IntVar(&bf.cfg.Rounds, "rounds", 3, t.roundsUsage)
 	f.BoolVarP(&bf.asJSON, "json", "j", false, "JSON output")
 	f.StringVar(&bf.level, "log-level", "info", "progress on stderr: debug, info, warn or error")
+	addPlotFlag(cmd, &bf.plot)
 }
 
 // runOwn runs a benchmark of its own configuration, whose harness.Run is *into: the flags
@@ -451,6 +453,9 @@ func (bf *benchFlags) runOwn(into *harness.Run, run func(context.Context) (harne
 func (bf *benchFlags) run(run func(context.Context, harness.PipelineConfig) (harness.Result, error)) error {
 	log, err := newLogger(bf.level)
 	if err != nil {
+		return err
+	}
+	if err := checkPlotFile(bf.plot); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -476,6 +481,9 @@ func (bf *benchFlags) run(run func(context.Context, harness.PipelineConfig) (har
 			}
 		} else {
 			res.WriteTable(os.Stdout)
+		}
+		if perr := writePlot(bf.plot, res); perr != nil {
+			return errors.Join(err, perr)
 		}
 	}
 	if ctx.Err() != nil {

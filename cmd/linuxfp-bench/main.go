@@ -34,6 +34,7 @@ func run(args []string) int {
 	root.PersistentFlags().StringVar(&linuxfpPath, "linuxfp", "",
 		"the linuxfp binary to run in the namespaces (default: linuxfp beside this command, else in $PATH)")
 	root.AddCommand(benchCmds()...)
+	root.AddCommand(plotCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "linuxfp-bench:", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,7 +15,10 @@ import (
 
 func benchResponseCmd() *cobra.Command {
 	var o response.Options
-	var asJSON bool
+	var (
+		asJSON bool
+		plot   string
+	)
 	cmd := &cobra.Command{
 		Use:   "response",
 		Short: "Time from a configuration command to the fast path following it (paper Table VI)",
@@ -34,6 +38,9 @@ FORWARD ... -j ACCEPT for other addresses) are made for --churn-seconds each: th
 packets in0 fast-pathed, the share fenced, linuxfp's CPU (--no-churn skips it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkPlotFile(plot); err != nil {
+				return err
+			}
 			bin, err := linuxfpBinary()
 			if err != nil {
 				return err
@@ -46,10 +53,11 @@ packets in0 fast-pathed, the share fenced, linuxfp's CPU (--no-churn skips it).`
 				return err
 			}
 			if asJSON {
-				return harness.WriteJSON(os.Stdout, res)
+				err = harness.WriteJSON(os.Stdout, res)
+			} else {
+				res.WriteTable(os.Stdout)
 			}
-			res.WriteTable(os.Stdout)
-			return nil
+			return errors.Join(err, writePlot(plot, res))
 		},
 	}
 	cmd.Flags().IntVar(&o.Repeats, "repeats", 50, "changes per command")
@@ -62,5 +70,6 @@ packets in0 fast-pathed, the share fenced, linuxfp's CPU (--no-churn skips it).`
 	cmd.Flags().Float64Var(&o.ChurnSeconds, "churn-seconds", 3, "seconds per churn window")
 	cmd.Flags().StringVar(&o.LinuxfpLog, "linuxfp-log", "", "write linuxfp's debug log of the run to this file (what each change did and how long its steps took)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	addPlotFlag(cmd, &plot)
 	return cmd
 }

@@ -133,11 +133,12 @@ func Met(ok bool) string {
 	return "not met"
 }
 
-// Distribution summarises samples in milliseconds.
+// Distribution summarises samples in milliseconds, and keeps them (sorted) for a figure.
 type Distribution struct {
-	P50 float64 `json:"p50"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
+	P50     float64   `json:"p50"`
+	P99     float64   `json:"p99"`
+	Max     float64   `json:"max"`
+	Samples []float64 `json:"samples,omitempty"`
 }
 
 func DistributionOf(d []time.Duration) Distribution {
@@ -148,5 +149,9 @@ func DistributionOf(d []time.Duration) Distribution {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return Distribution{P50: ms(q(0.50)), P99: ms(q(0.99)), Max: ms(s[len(s)-1])}
+	all := make([]float64, len(s))
+	for i, x := range s {
+		all[i] = ms(x)
+	}
+	return Distribution{P50: ms(q(0.50)), P99: ms(q(0.99)), Max: ms(s[len(s)-1]), Samples: all}
 }
