@@ -40,6 +40,10 @@ const (
 // Modes lists the forwarding modes in report order.
 var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeLinuxfpMonitor, ModeLinuxfpMetrics, ModeCeiling, ModeCeilingTC}
 
+// HookModes are the modes of the paper's Table VII (bench modules): each module at XDP and at
+// tc, against Linux and the ceiling at each hook.
+var HookModes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling, ModeCeilingTC}
+
 // DefaultModes are the modes a forwarding benchmark runs unless told otherwise: linuxfp as a
 // user runs it (--hook auto) against Linux and the ceiling. linuxfp-tc and ceiling-tc are asked
 // for by name (--modes, or bench modules): they add two thirds to every run's time, and what they

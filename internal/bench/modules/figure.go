@@ -23,7 +23,7 @@ func (r *Result) Figure() harness.Figure {
 			modes = append(modes, row.Mode)
 		}
 	}
-	modes = harness.InOrder(harness.Modes, modes)
+	modes = harness.InOrder(harness.HookModes, modes)
 	rate := harness.Panel{Title: "throughput", Categories: modules,
 		Y: harness.Axis{Label: "DUT Mpps (median)", FromZero: true}}
 	cpu := harness.Panel{Title: "DUT CPU per packet", Categories: modules,

@@ -10,7 +10,7 @@ import (
 func TestFigure(t *testing.T) {
 	tv := &harness.TableVII{}
 	for _, mod := range []string{"forward", "bridge", "filter"} {
-		for i, m := range harness.Modes {
+		for i, m := range harness.HookModes {
 			row := harness.HookRow{Module: mod, Mode: m, Mpps: float64(i + 1)}
 			// CPU measured only for Linux and linuxfp.
 			if m == harness.ModeLinux || m == harness.ModeLinuxfp {

@@ -35,7 +35,7 @@ type Result struct {
 // it measured even when ctx is cancelled half-way (with ctx's error).
 func Run(ctx context.Context, cfg harness.PipelineConfig) (*Result, error) {
 	if len(cfg.Modes) == 0 {
-		cfg.Modes = harness.Modes
+		cfg.Modes = harness.HookModes
 	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = []int{64}

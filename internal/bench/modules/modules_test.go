@@ -31,10 +31,10 @@ func TestModulesResult(t *testing.T) {
 // tcResult is a router or bridge result with every mode at 1 core and 64 bytes, Linux at 1 Mpps,
 // and linuxfp-tc's second round at XDP.
 func tcResult(name, module string) *harness.PipelineResult {
-	cfg := harness.PipelineConfig{Run: harness.Run{Modes: harness.Modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1}, Sessions: 1}
+	cfg := harness.PipelineConfig{Run: harness.Run{Modes: harness.HookModes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1}, Sessions: 1}
 	r := harness.NewPipelineResult(cfg, &harness.Topology{Name: name, Module: module})
 	rates := map[harness.Mode]float64{harness.ModeLinux: 1, harness.ModeLinuxfp: 4, harness.ModeLinuxfpTC: 2, harness.ModeCeiling: 8, harness.ModeCeilingTC: 2.5}
-	for _, m := range harness.Modes {
+	for _, m := range harness.HookModes {
 		for i := range 2 {
 			rd := harness.Round{Offered: 1000, Received: 1000, Mpps: rates[m]}
 			if m.RunsLinuxfp() {
