@@ -13,7 +13,8 @@ import (
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
-// The services topology is one Kubernetes node that runs kube-proxy (iptables mode) in front of
+// The services topology is one Kubernetes node that runs kube-proxy (iptables or nftables mode,
+// ServicesOptions.ProxyMode) in front of
 // its pods, a client outside the cluster that reaches the services' cluster IPs through the node
 // (as where the service CIDR is routed to the nodes), and a host outside the cluster that the
 // pods reach through the node (masqueraded):
