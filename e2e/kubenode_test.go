@@ -73,6 +73,7 @@ type kubeNode struct {
 	Pods                []*kubePod
 	Remotes             []netip.Addr
 	hook                string
+	prefix              string // of the namespaces' names
 
 	mu     sync.Mutex
 	kube   testbed.KubeProxy // what the last sync loaded
@@ -90,8 +91,14 @@ type kubePod struct {
 // each with an identity server; it is removed at the end of the test.
 func newKubeNode(t *testing.T, hook string, pods, remotes int) *kubeNode {
 	t.Helper()
+	return newKubeNodeNamed(t, "lfp-e2e-kp-", hook, pods, remotes)
+}
+
+// newKubeNodeNamed is newKubeNode with the namespaces' names starting with prefix.
+func newKubeNodeNamed(t *testing.T, prefix, hook string, pods, remotes int) *kubeNode {
+	t.Helper()
 	requireTool(t, "iptables-restore")
-	k := &kubeNode{hook: hook}
+	k := &kubeNode{hook: hook, prefix: prefix}
 	t.Cleanup(func() {
 		var errs []error
 		for _, p := range k.Pods {
@@ -111,7 +118,7 @@ func newKubeNode(t *testing.T, hook string, pods, remotes int) *kubeNode {
 		ns   **nsutil.NS
 		name string
 	}{{&k.Client, "client"}, {&k.Node, "node"}, {&k.Node2, "node2"}} {
-		if *x.ns, err = nsutil.New("lfp-e2e-kp-" + x.name); err != nil {
+		if *x.ns, err = nsutil.New(prefix + x.name); err != nil {
 			t.Fatal(err)
 		}
 		sh(t, *x.ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1\nsysctl -qw net.ipv6.conf.default.disable_ipv6=1")
@@ -176,7 +183,7 @@ ethtool -K eth0 gro on`
 func (k *kubeNode) addPod(t *testing.T) *kubePod {
 	t.Helper()
 	n := len(k.Pods) + 2
-	ns, err := nsutil.New(fmt.Sprintf("lfp-e2e-kp-pod%d", n-1))
+	ns, err := nsutil.New(fmt.Sprintf("%spod%d", k.prefix, n-1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -281,10 +281,14 @@ func benchServicesCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "services",
-		Short: "Kubernetes services through kube-proxy's iptables rules (1, 100, 1,000 services) and pods masqueraded to an outside host, Linux vs linuxfp",
+		Short: "Kubernetes services through kube-proxy's iptables or nftables rules (1, 100, 1,000 services) and pods masqueraded to an outside host, Linux vs linuxfp",
 		Long: `Builds one Kubernetes "node" (a network namespace) with kube-proxy's iptables-mode rules as
 kube-proxy 1.30 writes them (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-* with random endpoint choice,
-KUBE-MARK-MASQ, KUBE-POSTROUTING, KUBE-FORWARD ...) for --services services of 3 endpoints each (a
+KUBE-MARK-MASQ, KUBE-POSTROUTING, KUBE-FORWARD ...), or with --proxy-mode nftables its
+nftables-mode table as kube-proxy 1.33 writes it (table ip kube-proxy: the service-ips and
+service-nodeports verdict maps on ip daddr . meta l4proto . th dport, service-/endpoint- chains
+with numgen endpoint choice, the masquerade mark, the filter chains' ct state new checks), for
+--services services of 3 endpoints each (a
 TCP port 80 and a UDP port 9 per service, cluster IPs from 198.18.128.0/17), pods plugged in with
 the CNI bridge plugin's commands (cni0, 198.19.1.0/24; the endpoints spread over --pods pods, told
 apart by their ports), Flannel's masquerading rules, a client outside the cluster (198.18.0.2, on
@@ -316,6 +320,8 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.IntSliceVar(&sc.Services, "services", []int{1, 100, 1000}, "service counts to measure")
 	f.BoolVar(&sc.NoMasquerade, "no-masquerade", false, "skip the masquerade case (pods -> outside host)")
 	f.BoolVar(&sc.NoFromPods, "no-from-pods", false, "skip the case where the pods are the services' clients")
+	f.StringVar((*string)(&sc.ProxyMode), "proxy-mode", "iptables", "kube-proxy's mode whose rules the node gets: iptables or nftables")
+	f.StringVar(&sc.Prefix, "prefix", "lfp-svc", "start of the names of the namespaces the benchmark creates")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: crr, rr, upload, download, udp (default all)")
 	f.IntVar(&sc.Pods, "pods", 6, "pods holding the services' endpoints")
 	f.BoolVar(&sc.PodGRO, "pod-gro", false,

@@ -15,7 +15,7 @@ import (
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
-// KubeService is one Kubernetes service port as kube-proxy (iptables mode) programs it.
+// KubeService is one Kubernetes service port as kube-proxy programs it.
 type KubeService struct {
 	// Namespace/Name:PortName, as kube-proxy names it in comments and chain hashes.
 	Namespace, Name, PortName string
@@ -37,6 +37,12 @@ type KubeProxy struct {
 	// ClusterCIDR: traffic from outside it to a cluster IP is masqueraded (--cluster-cidr).
 	ClusterCIDR netip.Prefix
 	Services    []KubeService
+	// nftables mode only (NFTRules): ServiceCIDR, where cluster-ips-check drops what goes to an
+	// unallocated cluster IP (--service-cluster-ip-range); NodePortIPs, the addresses that
+	// accept NodePorts (--nodeport-addresses; its nftables-mode default is the node's primary
+	// address, where the iptables mode takes every local address).
+	ServiceCIDR netip.Prefix
+	NodePortIPs []netip.Addr
 }
 
 // kubeChain is kube-proxy's chain name: a prefix and the first 16 characters of the base32 of

@@ -13,7 +13,8 @@ import (
 	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
-// The services topology is one Kubernetes node that runs kube-proxy (iptables mode) in front of
+// The services topology is one Kubernetes node that runs kube-proxy (iptables or nftables mode,
+// ServicesOptions.ProxyMode) in front of
 // its pods, a client outside the cluster that reaches the services' cluster IPs through the node
 // (as where the service CIDR is routed to the nodes), and a host outside the cluster that the
 // pods reach through the node (masqueraded):
@@ -64,6 +65,8 @@ type ServicesOptions struct {
 	// PodGRO turns GRO on in the pods' eth0, which the CNI plugin leaves off: with NAPI there,
 	// XDP programs in the node may redirect frames into the pods' veths (see KERNEL-NOTES).
 	PodGRO bool
+	// ProxyMode: kube-proxy's iptables mode (the default) or its nftables mode.
+	ProxyMode ProxyMode
 }
 
 // Services is the node, its pods, the client and the outside host.
@@ -74,8 +77,9 @@ type Services struct {
 	// Subnet is the node's pod subnet, Gateway cni0's address in it.
 	Subnet  netip.Prefix
 	Gateway netip.Addr
-	// Kube is the kube-proxy configuration SetServices loaded last.
-	Kube KubeProxy
+	// Kube is the kube-proxy configuration SetServices loaded last, in ProxyMode.
+	Kube      KubeProxy
+	ProxyMode ProxyMode
 
 	// MACs and ifindexes (each in its own namespace) for the benchmark's generator and sinks.
 	ClientMAC, InMAC, OutMAC, OutsideMAC, BridgeMAC net.HardwareAddr
@@ -127,7 +131,11 @@ func NewServices(prefix string, o ServicesOptions) (_ *Services, err error) {
 	if o.Pods < EndpointsPerService || o.Pods > 250 {
 		return nil, fmt.Errorf("%d pods: want %d to 250", o.Pods, EndpointsPerService)
 	}
-	s := &Services{Subnet: PodSubnet(1)}
+	mode, err := ParseProxyMode(string(o.ProxyMode))
+	if err != nil {
+		return nil, err
+	}
+	s := &Services{Subnet: PodSubnet(1), ProxyMode: mode}
 	s.Gateway = s.Subnet.Addr().Next()
 	defer func() {
 		if err != nil {
@@ -267,16 +275,19 @@ func (s *Services) PodIPs() []netip.Addr {
 }
 
 // SetServices gives the node n services (ServicesFor over its pods) as kube-proxy would have them
-// after a full sync: the node's iptables are emptied, then kube-proxy's rules (KubeProxy.Apply,
-// cluster CIDR 198.19.0.0/16: a client outside it is masqueraded to the node) and Flannel's are
-// loaded. Starting from empty tables keeps the ruleset exactly kube-proxy's for n services
-// (applying its payload again would append the jumps from the built-in chains once more).
+// after a full sync: the node's iptables (and kube-proxy's nftables table) are emptied, then
+// kube-proxy's rules in the topology's ProxyMode (KubeProxy.Apply or ApplyNFT; cluster CIDR
+// 198.19.0.0/16: a client outside it is masqueraded to the node; nftables mode: NodePorts on
+// in0's address, the service CIDR's unallocated addresses dropped) and Flannel's are loaded.
+// Starting from empty tables keeps the ruleset exactly kube-proxy's for n services (applying
+// its iptables payload again would append the jumps from the built-in chains once more).
 func (s *Services) SetServices(n int) error {
 	svcs, err := ServicesFor(n, s.PodIPs())
 	if err != nil {
 		return err
 	}
-	k := KubeProxy{ClusterCIDR: PodsClusterCIDR, Services: svcs}
+	k := KubeProxy{ClusterCIDR: PodsClusterCIDR, Services: svcs,
+		ServiceCIDR: ServicesCIDR, NodePortIPs: []netip.Addr{ServicesNodeInIP}}
 	if err := s.Node.Do(func() error {
 		cmd := exec.Command("iptables-restore", "-w")
 		cmd.Stdin = strings.NewReader("*mangle\nCOMMIT\n*nat\nCOMMIT\n*filter\nCOMMIT\n")
@@ -287,8 +298,15 @@ func (s *Services) SetServices(n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := k.Apply(s.Node); err != nil {
-		return fmt.Errorf("load kube-proxy's rules for %d services: %w", n, err)
+	if err := DeleteNFT(s.Node); err != nil {
+		return err
+	}
+	apply := k.Apply
+	if s.ProxyMode == ProxyNFTables {
+		apply = k.ApplyNFT
+	}
+	if err := apply(s.Node); err != nil {
+		return fmt.Errorf("load kube-proxy's rules (%s mode) for %d services: %w", s.ProxyMode, n, err)
 	}
 	if err := s.loadFlannel(); err != nil {
 		return err

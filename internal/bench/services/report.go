@@ -76,9 +76,9 @@ const servicesTarget = 3.0
 
 func newResult(cfg Config) *Result {
 	return &Result{harness.Results[Settings, Row, Target]{Report: harness.NewReport(Settings{
-		Setup: harness.Setup[Workload]{Topology: "a Kubernetes node with kube-proxy (iptables mode) rules, pods plugged in by the CNI bridge plugin, " +
+		Setup: harness.Setup[Workload]{Topology: "a Kubernetes node with kube-proxy (" + string(cfg.ProxyMode) + " mode) rules, pods plugged in by the CNI bridge plugin, " +
 			"Flannel's masquerading, a client and a host outside the cluster", Modes: cfg.Modes, Workloads: cfg.Workloads},
-		Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO,
+		Cases: cfg.cases(), Pods: cfg.Pods, PodGRO: cfg.PodGRO, ProxyMode: string(cfg.ProxyMode),
 		Endpoints: testbed.EndpointsPerService, CRRWorkers: cfg.CRRWorkers, RRSessions: cfg.RRSessions,
 		Streams: cfg.Streams, GenCores: cfg.GenCores, FrameSize: cfg.FrameSize,
 		Timing: cfg.Timing(),
@@ -136,7 +136,11 @@ func (r *Result) Measured() bool { return r != nil && r.Results.Measured() }
 // WriteTable writes the tables a person reads.
 func (r *Result) WriteTable(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "Services: one Kubernetes node with kube-proxy's iptables rules (1.30) for N services, %d endpoints each,\n"+
+	rules := "kube-proxy's iptables rules (1.30)"
+	if c.ProxyMode == string(testbed.ProxyNFTables) {
+		rules = "kube-proxy's nftables rules (1.33)"
+	}
+	fmt.Fprintf(w, "Services: one Kubernetes node with %s for N services, %d endpoints each,\n"+
 		"spread over %d pods on cni0 (CNI bridge plugin, MTU %d), and Flannel's masquerading. A client outside the cluster\n"+
 		"reaches the services' cluster IPs through the node (DNAT to a random endpoint, masqueraded by kube-proxy);\n"+
 		"from pods: the pods are the clients of the same services (udp from pod 0), an endpoint on another pod reached\n"+
@@ -145,7 +149,7 @@ func (r *Result) WriteTable(w io.Writer) {
 		"crr: connect, %d-byte request, %d-byte response, close (%d workers, random services); rr: 1 byte each way\n"+
 		"(%s); upload/download: bulk (%s); udp: %d-byte frames from the XDP generator (%s), one flow\n"+
 		"per service to its cluster IP, counted at the endpoints by XDP sinks after the flows' conntrack entries exist\n",
-		c.Endpoints, c.Pods, testbed.PodsMTU, crrRequest, crrResponse, c.CRRWorkers, harness.Plural(c.RRSessions, "connection"),
+		rules, c.Endpoints, c.Pods, testbed.PodsMTU, crrRequest, crrResponse, c.CRRWorkers, harness.Plural(c.RRSessions, "connection"),
 		harness.Plural(c.Streams, "connection"), c.FrameSize, harness.Plural(c.GenCores, "core"))
 	if c.PodGRO {
 		fmt.Fprintln(w, "--pod-gro: GRO on in the pods' eth0 (the CNI plugin leaves it off), so XDP programs may redirect into them")

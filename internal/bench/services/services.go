@@ -1,7 +1,7 @@
 package services
 
-// The services benchmark: Kubernetes services through kube-proxy's iptables rules on one node
-// (testbed.NewServices), with Linux alone and with linuxfp in the node, for 1, 100 and 1,000
+// The services benchmark: Kubernetes services through kube-proxy's rules on one node, in its
+// iptables mode or its nftables mode (testbed.NewServices), with Linux alone and with linuxfp in the node, for 1, 100 and 1,000
 // services, and the MASQUERADE case (pods reaching a host outside the cluster through the node).
 //
 // Per case, workloads (each with Linux and linuxfp alternating round by round):
@@ -124,7 +124,9 @@ type Config struct {
 	NoFromPods   bool
 	Pods         int // pods holding the endpoints (default 6)
 	// PodGRO: GRO on in the pods' eth0 (testbed.ServicesOptions.PodGRO).
-	PodGRO     bool
+	PodGRO bool
+	// ProxyMode: kube-proxy's iptables mode (default) or nftables mode.
+	ProxyMode  testbed.ProxyMode
 	CRRWorkers int // concurrent connection-per-request clients (default 8)
 	RRSessions int // long-lived request/response connections (default 8)
 	Streams    int // bulk connections (default 4)
@@ -137,6 +139,10 @@ type Config struct {
 func (c *Config) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "lfp-svc"
+	}
+	var err0 error
+	if c.ProxyMode, err0 = testbed.ParseProxyMode(string(c.ProxyMode)); err0 != nil {
+		return fmt.Errorf("--proxy-mode: %w", err0)
 	}
 	err := c.Run.Defaults(harness.RunDefaults{Name: "services", Modes: Modes,
 		Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Where: "the node"})
@@ -220,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res = newResult(cfg)
 	defer func() { res.finish(time.Since(start)) }()
 	cfg.Log.Info("building the node, its pods, the client and the outside host", "pods", cfg.Pods)
-	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods, PodGRO: cfg.PodGRO})
+	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods, PodGRO: cfg.PodGRO, ProxyMode: cfg.ProxyMode})
 	if err != nil {
 		return res, fmt.Errorf("build the services topology: %w", err)
 	}
@@ -241,7 +247,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				return res, err
 			}
 			r.loaded = c.Services
-			cfg.Log.Info("loaded kube-proxy's rules", "services", c.Services, "took", time.Since(t).Round(time.Millisecond))
+			cfg.Log.Info("loaded kube-proxy's rules", "mode", cfg.ProxyMode, "services", c.Services, "took", time.Since(t).Round(time.Millisecond))
 		}
 		err := harness.EachRound(cfg.Rounds, cfg.Modes, func(round int, m harness.Mode) error {
 			return r.withMode(m, func() error { return r.measureAll(c, round, m) })
@@ -617,6 +623,7 @@ type Settings struct {
 	Cases      []Case `json:"cases"`
 	Pods       int    `json:"pods"`
 	PodGRO     bool   `json:"pod_gro,omitempty"`
+	ProxyMode  string `json:"proxy_mode"`
 	Endpoints  int    `json:"endpoints_per_service"`
 	CRRWorkers int    `json:"crr_workers"`
 	RRSessions int    `json:"rr_sessions"`

@@ -580,6 +580,29 @@ func (g *gen) nftSets() string {
 	set("p", "inet_service", " flags interval;", strings.Join(ps, ", "))
 	set("c4", "ipv4_addr . inet_service", "", pick(r, dst4)+" . 80")
 	set("c6", "ipv6_addr . inet_service", "", pick(r, dst6)+" . 80")
+	// Verdict maps as kube-proxy's (address . protocol . port, protocol . port), whose elements
+	// accept, drop, go to a chain that drops or jump to one that returns.
+	b.WriteString("\tchain vdrop {\n\t\tdrop\n\t}\n\tchain vret {\n\t\tcounter\n\t}\n")
+	vmap := func(name, typ string, key func() string) {
+		used := map[string]bool{}
+		var els []string
+		for range r.IntN(5) {
+			k := key()
+			if !used[k] {
+				used[k] = true
+				els = append(els, k+" : "+pick(r, []string{"accept", "drop", "goto vdrop", "jump vret"}))
+			}
+		}
+		fmt.Fprintf(&b, "\tmap %s {\n\t\ttype %s : verdict;\n", name, typ)
+		if len(els) > 0 {
+			fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(els, ", "))
+		}
+		b.WriteString("\t}\n")
+	}
+	l4 := func() string { return pick(r, []string{"tcp", "udp"}) + fmt.Sprintf(" . %d", pick(r, ports)) }
+	vmap("v4", "ipv4_addr . inet_proto . inet_service", func() string { return pick(r, dst4) + " . " + l4() })
+	vmap("v6", "ipv6_addr . inet_proto . inet_service", func() string { return pick(r, dst6) + " . " + l4() })
+	vmap("vp", "inet_proto . inet_service", l4)
 	return b.String()
 }
 
@@ -946,13 +969,22 @@ func TestDifferentialNFTSets(t *testing.T) {
 					anon = "2001:2:1::5, 2001:2:2::6"
 				}
 			}
+			srcs := map[string][]string{"4": src4, "6": src6}[fam]
+			a := r.IntN(len(srcs))
+			anonVmap := srcs[a] + " : drop, " + srcs[(a+1+r.IntN(len(srcs)-1))%len(srcs)] + " : " + pick(r, []string{"accept", "goto vdrop"})
 			m := pick(r, []string{
 				ip + " saddr @a" + fam, ip + " daddr @n" + fam, ip + " daddr != @n" + fam, ip + " saddr @n" + fam,
 				ip + " daddr != @a" + fam, ip + " daddr { " + anon + " }",
 				l4 + " dport @p", l4 + " sport != @p",
 				"meta l4proto { tcp, udp } th dport @p", "meta l4proto { tcp, udp } th sport != { 53, 1000-1500 }",
 				"meta l4proto != { tcp, icmp, ipv6-icmp }", "ip protocol { udp, gre }",
+				ip + " daddr . meta l4proto . th dport vmap @v" + fam, "meta l4proto . th dport vmap @vp",
+				ip + " saddr vmap { " + anonVmap + " }",
 			})
+			if strings.Contains(m, "vmap") {
+				fmt.Fprintf(&b, "\t\t%s\n", m) // the map's verdict ends the rule
+				continue
+			}
 			fmt.Fprintf(&b, "\t\t%s %s\n", m, pick(r, []string{"drop", "drop", "accept"}))
 		}
 		b.WriteString("\t}\n}\n")

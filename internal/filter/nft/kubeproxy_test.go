@@ -12,7 +12,7 @@ import (
 
 // kube-proxy's nftables mode guards every check of its filter chains with `ct state new`: the
 // packets of established connections pass them, and the filter module decides them without
-// Linux; new ones (Linux's anyway) would meet the vmaps, numgen and reject. Its tables make
+// Linux; new ones meet the verdict maps (decided) and the rejects (Linux's). Its tables make
 // netfilter track connections.
 func TestKubeProxyNFTablesMode(t *testing.T) {
 	filtertest.Require(t, "nft")
@@ -44,7 +44,12 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 	}{
 		{"a backend's reply", compile.Input{Src: a("198.18.1.7"), Dst: a("198.18.9.9"), Proto: model.ProtoTCP, SrcPort: 8080, DstPort: 40000, CtState: model.CtEstablished}, compile.Accept},
 		{"a client's later packet to a service", compile.Input{Src: a("198.18.9.9"), Dst: a("198.18.1.7"), Proto: model.ProtoTCP, SrcPort: 40000, DstPort: 8080, CtState: model.CtEstablished}, compile.Accept},
-		{"an unreplied UDP flow's later packet", compile.Input{Src: a("198.18.9.9"), Dst: a("198.18.1.5"), Proto: model.ProtoUDP, SrcPort: 40000, DstPort: 53, CtState: model.CtNew}, compile.Linux},
+		// An unreplied flow's packets are NEW: they meet the no-endpoint-services verdict map
+		// (after DNAT, with the backend's address) and cluster-ips-check, decided here.
+		{"an unreplied UDP flow's later packet", compile.Input{Src: a("198.18.9.9"), Dst: a("198.18.1.5"), Proto: model.ProtoUDP, SrcPort: 40000, DstPort: 53, CtState: model.CtNew}, compile.Accept},
+		{"a new connection to a service without endpoints", compile.Input{Src: a("198.18.9.9"), Dst: a("198.19.0.5"), Proto: model.ProtoTCP, SrcPort: 40000, DstPort: 80, CtState: model.CtNew}, compile.Linux},
+		{"its other port", compile.Input{Src: a("198.18.9.9"), Dst: a("198.19.0.5"), Proto: model.ProtoTCP, SrcPort: 40000, DstPort: 81, CtState: model.CtNew}, compile.Drop},
+		{"a cluster IP's other port", compile.Input{Src: a("198.18.9.9"), Dst: a("198.19.0.6"), Proto: model.ProtoUDP, SrcPort: 40000, DstPort: 80, CtState: model.CtNew}, compile.Linux},
 		{"state not known", compile.Input{Src: a("198.18.1.7"), Dst: a("198.18.9.9"), Proto: model.ProtoTCP, SrcPort: 8080, DstPort: 40000}, compile.Linux},
 	} {
 		if got := prog.Classify(c.in); got.Verdict != c.want {

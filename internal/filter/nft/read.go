@@ -270,11 +270,17 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 				if res.never {
 					continue
 				}
-				c.Rules = append(c.Rules, &model.Rule{
-					ID:      model.RuleID{Chain: ck, Handle: r.Handle, Position: i},
-					Matches: res.matches,
-					Verdict: res.verdict,
-				})
+				rules := []ruleResult{res}
+				if res.expand != nil {
+					rules = res.expand // a verdict map: one rule per element, of the same ID
+				}
+				for _, x := range rules {
+					c.Rules = append(c.Rules, &model.Rule{
+						ID:      model.RuleID{Chain: ck, Handle: r.Handle, Position: i},
+						Matches: x.matches,
+						Verdict: x.verdict,
+					})
+				}
 			}
 			target.AddChain(c)
 		}

@@ -41,12 +41,25 @@ type nftSet struct {
 	// concat: the number of fields of a concatenated key (0 or 1: one field).
 	concat int
 	// ranges: the members as inclusive ranges of keys (a key or an interval each), sorted.
-	ranges      []keyRange
+	ranges []keyRange
+	// vmap: a verdict map's elements (exact keys, each with its verdict); verdictMap tells a
+	// verdict map read from an empty one.
+	vmap        []vmapElem
+	verdictMap  bool
 	unsupported string
 	modelled    *model.IPSet // addrSet's result, made once
 }
 
 type keyRange struct{ from, to []byte }
+
+// vmapElem is one element of a verdict map: its key and its verdict (NFTA_SET_ELEM_DATA).
+type vmapElem struct {
+	key, data []byte
+}
+
+// maxVmapElems bounds the verdict maps modelled: each element becomes a rule of the model (see
+// translator.vmap). kube-proxy's service-ips holds one element per service port and address.
+const maxVmapElems = 16384
 
 // Attributes newer than x/sys/unix names (include/uapi/linux/netfilter/nf_tables.h).
 const (
@@ -66,6 +79,7 @@ const (
 type rawSet struct {
 	setRef
 	flags, keyLen uint32
+	dataType      uint32 // maps: NFTA_SET_DATA_TYPE (NFT_DATA_VERDICT for verdict maps)
 	concat        int
 	timeout       bool     // NFTA_SET_TIMEOUT: a default timeout for elements
 	exprs         []string // expressions every element carries (NFTA_SET_EXPR(ESSIONS))
@@ -107,6 +121,8 @@ func dumpSets(c *netlink.Conn) ([]rawSet, error) {
 				s.flags = ad.Uint32()
 			case unix.NFTA_SET_KEY_LEN:
 				s.keyLen = ad.Uint32()
+			case unix.NFTA_SET_DATA_TYPE:
+				s.dataType = ad.Uint32()
 			case unix.NFTA_SET_TIMEOUT:
 				s.timeout = true
 			case unix.NFTA_SET_DESC:
@@ -154,6 +170,7 @@ func exprName(b []byte) string {
 // rawElem is one element as the element dump gives it.
 type rawElem struct {
 	key, keyEnd []byte
+	data        []byte // NFTA_SET_ELEM_DATA, as is (maps)
 	flags       uint32
 	timeout     bool // NFTA_SET_ELEM_TIMEOUT or _EXPIRATION: it expires
 	exprs       []string
@@ -229,6 +246,8 @@ func decodeElem(b []byte) (rawElem, error) {
 			e.key = value()
 		case nftaSetElemKeyEnd:
 			e.keyEnd = value()
+		case unix.NFTA_SET_ELEM_DATA:
+			e.data = slices.Clone(ad.Bytes())
 		case unix.NFTA_SET_ELEM_FLAGS:
 			e.flags = ad.Uint32()
 		case unix.NFTA_SET_ELEM_TIMEOUT, unix.NFTA_SET_ELEM_EXPIRATION:
@@ -285,16 +304,19 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 		}
 		s := &nftSet{ref: rs.setRef, flags: rs.flags, keyLen: rs.keyLen, concat: rs.concat}
 		out[rs.setRef] = s
+		// Verdict maps (kube-proxy's) of exact keys, concatenated or not, are read element by
+		// element: each element is a rule of the model (translator.vmap).
+		s.verdictMap = rs.flags&unix.NFT_SET_MAP != 0 && rs.dataType == unix.NFT_DATA_VERDICT &&
+			rs.flags&(unix.NFT_SET_INTERVAL|unix.NFT_SET_OBJECT) == 0
 		switch {
-		case rs.concat > 1 || rs.flags&nftSetConcat != 0:
+		case (rs.concat > 1 || rs.flags&nftSetConcat != 0) && !s.verdictMap:
 			s.unsupported = "concatenated key"
 		case rs.flags&unix.NFT_SET_TIMEOUT != 0 || rs.timeout:
 			s.unsupported = "elements time out (no message when one does)"
 		case rs.flags&unix.NFT_SET_EVAL != 0:
 			s.unsupported = "dynamic set (packets add elements)"
-		case rs.flags&(unix.NFT_SET_MAP|unix.NFT_SET_OBJECT) != 0:
-			// Their lookups are map lookups (verdict maps, kube-proxy's), left to Linux: their
-			// elements are not read.
+		case rs.flags&(unix.NFT_SET_MAP|unix.NFT_SET_OBJECT) != 0 && !s.verdictMap:
+			// Maps of data, objects, and verdict maps of intervals: their elements are not read.
 			s.unsupported = "a map"
 		case written[rs.setRef] != "":
 			s.unsupported = written[rs.setRef]
@@ -307,6 +329,10 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 		elems, err := dumpElems(c, rs.setRef)
 		if err != nil {
 			return nil, err
+		}
+		if s.verdictMap {
+			s.vmap, s.unsupported = vmapElems(elems, rs.keyLen)
+			continue
 		}
 		s.ranges, s.unsupported = keyRanges(elems, rs.keyLen, rs.flags&unix.NFT_SET_INTERVAL != 0)
 	}
@@ -377,6 +403,31 @@ func keyRanges(elems []rawElem, keyLen uint32, interval bool) ([]keyRange, strin
 	}
 	slices.SortFunc(ranges, func(a, b keyRange) int { return bytes.Compare(a.from, b.from) })
 	return ranges, ""
+}
+
+// vmapElems checks a verdict map's elements: exact keys, no catch-all (a default verdict), no
+// timeouts or expressions other than counters.
+func vmapElems(elems []rawElem, keyLen uint32) ([]vmapElem, string) {
+	if len(elems) > maxVmapElems {
+		return nil, fmt.Sprintf("%d elements (more than %d)", len(elems), maxVmapElems)
+	}
+	out := make([]vmapElem, 0, len(elems))
+	for _, e := range elems {
+		switch {
+		case e.flags&nftSetElemCatchall != 0:
+			return nil, "catch-all element"
+		case e.timeout:
+			return nil, "an element times out (no message when it does)"
+		case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
+			return nil, "an element carries " + e.exprs[0]
+		case len(e.key) != int(keyLen) || e.keyEnd != nil || e.flags&unix.NFT_SET_ELEM_INTERVAL_END != 0:
+			return nil, "element of an unexpected form"
+		case e.data == nil:
+			return nil, "element without a verdict"
+		}
+		out = append(out, vmapElem{key: e.key, data: e.data})
+	}
+	return out, ""
 }
 
 func decrement(b []byte) []byte {

@@ -77,7 +77,7 @@ func TestNFTSets(t *testing.T) {
 		"6: unknown(network header bytes 16-19 in set @timed (elements time out (no message when one does))) => drop",
 		"7: unknown(network header bytes 12-15 in set @dyn (dynamic set (packets add elements))) => drop",
 		"8: -p tcp unknown(network header bytes 16-19 in set @cat (a key of 8 bytes: a concatenation)) => drop",
-		"9: unknown(network header bytes 16-19 in set @vm) => linux (verdict map)",
+		"9: -d 198.19.0.5/32 => drop",
 		"10: -p {tcp,udp} => accept",
 		"11: -p {tcp,udp} -m multiport --dports 53,5353 => drop",
 		"12: ! -p {icmp,47} => accept",

@@ -184,6 +184,8 @@ type ruleResult struct {
 	// never: no packet of the family ever gets past the rule's matches, and nothing before the
 	// failing match has side effects: the rule can be left out.
 	never bool
+	// expand: the rule is these rules, in order (a verdict map lookup, one rule per element).
+	expand []ruleResult
 }
 
 // translate translates a rule's expressions for t.family.
@@ -233,6 +235,11 @@ func (t *translator) translate(exprs []rawExpr) ruleResult {
 			}
 		case "lookup":
 			dreg, isMap := e.u32(lookupDreg)
+			if isMap && dreg == unix.NFT_REG_VERDICT {
+				if r, ok := t.vmap(e); ok {
+					return r
+				}
+			}
 			t.matches = append(t.matches, t.lookup(e, isMap))
 			if isMap {
 				if dreg == unix.NFT_REG_VERDICT {
@@ -667,22 +674,144 @@ func (t *translator) immediate(e rawExpr) (ruleResult, bool) {
 		return done(model.Verdict{Kind: model.Linux, Reason: "malformed verdict"})
 	}
 	switch code {
-	case nfAccept:
-		return done(model.Verdict{Kind: model.Accept})
-	case nfDrop:
-		return done(model.Verdict{Kind: model.Drop})
-	case nftReturn:
-		return done(model.Verdict{Kind: model.Return})
-	case nftJump:
-		return done(model.Verdict{Kind: model.Jump, Chain: chain})
-	case nftGoto:
-		return done(model.Verdict{Kind: model.Goto, Chain: chain})
 	case nftCont:
 		return done(model.Verdict{Kind: model.Continue})
 	case nftBreak:
 		return t.never()
 	}
-	return done(model.Verdict{Kind: model.Linux, Reason: fmt.Sprintf("verdict %d (queue, stolen, ...)", code)})
+	return done(verdictOf(code, chain))
+}
+
+// verdictOf is the model's verdict for an nf_tables verdict that ends the rule.
+func verdictOf(code int32, chain string) model.Verdict {
+	switch code {
+	case nfAccept:
+		return model.Verdict{Kind: model.Accept}
+	case nfDrop:
+		return model.Verdict{Kind: model.Drop}
+	case nftReturn:
+		return model.Verdict{Kind: model.Return}
+	case nftJump:
+		return model.Verdict{Kind: model.Jump, Chain: chain}
+	case nftGoto:
+		return model.Verdict{Kind: model.Goto, Chain: chain}
+	}
+	return model.Verdict{Kind: model.Linux, Reason: fmt.Sprintf("verdict %d (queue, stolen, ...)", code)}
+}
+
+// vmapField is one field of a verdict map's key as the rule loads it.
+type vmapField struct {
+	kind vmapFieldKind
+	dir  model.Dir
+	n    int // bytes of the field (its register space: rounded up to 4)
+}
+
+type vmapFieldKind uint8
+
+const (
+	vmapAddr vmapFieldKind = iota
+	vmapProto
+	vmapPort
+)
+
+// vmap translates a verdict map lookup (`ip daddr . meta l4proto . th dport vmap @service-ips`,
+// `meta l4proto . th dport vmap @m`, `ip saddr vmap { ... }`) whose key fields are addresses,
+// the transport protocol and ports, in a map of exact keys: the rule becomes one rule per
+// element, the matches before the lookup and the element's key as matches, with the element's
+// verdict. Keys are distinct, so at most one of these rules matches a packet, as at most one
+// element is found; a jump that returns continues after them as after the lookup's rule. The
+// expressions after a verdict map lookup never run (a verdict ends the rule, no element ends it
+// too). ok false: not modelled (the caller makes the lookup Unknown).
+func (t *translator) vmap(e rawExpr) (ruleResult, bool) {
+	flags, _ := e.u32(nftaLookupFlags)
+	s := t.nftSets[setRef{t.tableFamily, t.table, e.str(lookupSet)}]
+	if flags != 0 || t.sideEffect || s == nil || !s.verdictMap || s.unsupported != "" {
+		return ruleResult{}, false
+	}
+	sreg, _ := e.u32(lookupSreg)
+	// The key's fields are in consecutive 32-bit registers, each field padded to 4 bytes.
+	var fields []vmapField
+	hasProto := false
+	for pos, left := reg32(sreg), int(s.keyLen); left > 0; {
+		v := t.regs[pos]
+		if v == nil || v.mask != nil {
+			return ruleResult{}, false
+		}
+		f := vmapField{n: v.n}
+		switch {
+		case v.kind == valMeta && v.key == unix.NFT_META_L4PROTO && v.n == 1,
+			v.kind == valPayload && t.family == model.IPv4 && v.base == baseNetwork && v.offset == 9 && v.n == 1:
+			f.kind, hasProto = vmapProto, true
+		case v.kind == valPayload && v.base == baseTransport && v.n == 2 && (v.offset == 0 || v.offset == 2):
+			f.kind, f.dir = vmapPort, model.Src
+			if v.offset == 2 {
+				f.dir = model.Dst
+			}
+		case v.kind == valPayload && v.base == baseNetwork:
+			found := false
+			for _, af := range t.addrFields() {
+				if v.offset == af.off && uint32(v.n) == af.len {
+					f.kind, f.dir, found = vmapAddr, af.dir, true
+				}
+			}
+			if !found {
+				return ruleResult{}, false
+			}
+		default:
+			return ruleResult{}, false
+		}
+		fields = append(fields, f)
+		padded := (v.n + 3) / 4 * 4
+		pos += uint32(padded / 4)
+		left -= padded
+		if left < 0 {
+			return ruleResult{}, false
+		}
+	}
+	// A port is read only where the packet has one: after a protocol with ports in the rule, or
+	// from an element whose protocol field has ports.
+	portsKnown := t.hasPorts()
+	out := ruleResult{expand: []ruleResult{}}
+	for _, el := range s.vmap {
+		ms := slices.Clone(t.matches)
+		var ports []model.Match
+		elemPorts := false
+		off := 0
+		never := false
+		for _, f := range fields {
+			b := el.key[off : off+f.n]
+			// The registers' padding is zero for every packet: an element with other padding
+			// is never found.
+			never = never || !allZero(el.key[off+f.n:off+(f.n+3)/4*4])
+			off += (f.n + 3) / 4 * 4
+			switch f.kind {
+			case vmapAddr:
+				a, _ := netip.AddrFromSlice(b)
+				ms = append(ms, model.Addr{Dir: f.dir, Prefix: netip.PrefixFrom(a, a.BitLen())})
+			case vmapProto:
+				ms = append(ms, model.Proto{Proto: b[0]})
+				elemPorts = model.HasPorts(b[0])
+			case vmapPort:
+				p := binary.BigEndian.Uint16(b)
+				ports = append(ports, model.Ports{Dir: f.dir, Ranges: []model.PortRange{{From: p, To: p}}})
+			}
+		}
+		if never {
+			continue
+		}
+		if len(ports) > 0 && !portsKnown && !(hasProto && elemPorts) {
+			return ruleResult{}, false
+		}
+		code, chain, ok := verdictData(el.data)
+		if !ok || code == nftCont || code == nftBreak {
+			return ruleResult{}, false
+		}
+		out.expand = append(out.expand, ruleResult{matches: append(ms, ports...), verdict: verdictOf(code, chain)})
+	}
+	if len(out.expand) == 0 {
+		return ruleResult{never: true}, true
+	}
+	return out, true
 }
 
 func verdictData(b []byte) (code int32, chain string, ok bool) {
