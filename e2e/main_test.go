@@ -46,7 +46,13 @@ func run(m *testing.M) int {
 // newTestbed builds the gen -> dut -> sink topology for one test and removes it afterwards.
 func newTestbed(t *testing.T, o testbed.Options) *testbed.Testbed {
 	t.Helper()
-	tb, err := testbed.New("lfp-e2e", o)
+	return newTestbedAs(t, "lfp-e2e", o)
+}
+
+// newTestbedAs is newTestbed with namespaces named after prefix.
+func newTestbedAs(t *testing.T, prefix string, o testbed.Options) *testbed.Testbed {
+	t.Helper()
+	tb, err := testbed.New(prefix, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,16 +67,18 @@ func fdbLearning(p *graph.Plan) map[fdbKey]int {
 // refreshFDB does in Linux what a received frame does to its source's FDB entry
 // (br_fdb_update(): the entry's age restarts), for an address the fast path forwarded frames
 // from. RTM_NEWNEIGH with NTF_USE is the kernel's interface for exactly this (hardware offloads
-// use it); it changes nothing else and sends no event. The request is dropped if, by the
-// controller's latest view, the address is no longer learned on that port (it moved, was
-// deleted or flushed): refreshing it then would undo what Linux just did.
+// use it); it changes nothing else and sends no event. The request is dropped if the address
+// is no longer learned on that port (it moved, was deleted or flushed): NTF_USE would move it
+// back, undoing what Linux just did. The controller's latest view lags the bridge by an apply,
+// so the FDB mirror, which the bridge FDB watcher updates as the bridge changes, has the last
+// word (dataplane.FDBLearned).
 func (c *Controller) refreshFDB(r dataplane.FDBRefresh) {
 	k := fdbKey{bridge: r.Bridge}
 	copy(k.mac[:], r.MAC)
 	c.mu.Lock()
 	port, ok := c.fdb[k]
 	c.mu.Unlock()
-	if !ok || port != r.Port {
+	if !ok || port != r.Port || !c.dp.FDBLearned(r.Bridge, r.Port, r.MAC) {
 		c.log.Debug("fdb refresh skipped: entry changed", "bridge", r.Bridge, "mac", r.MAC, "port", r.Port)
 		return
 	}

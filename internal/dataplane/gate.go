@@ -108,6 +108,16 @@ func (d *Dataplane) ForgetFDB(bridge int, mac net.HardwareAddr) {
 	delete(d.fdb, k)
 }
 
+// FDBLearned tells whether the FDB mirror holds mac on port of bridge: the bridge FDB watcher
+// deletes an entry the moment the bridge moves or forgets it, so this is the bridge's state but
+// for a change made since (between this call and whatever its caller does next).
+func (d *Dataplane) FDBLearned(bridge, port int, mac net.HardwareAddr) bool {
+	k := linuxfpLfpFdbKey{Bridge: uint32(bridge)}
+	copy(k.Mac[:], mac)
+	var v linuxfpLfpFdbVal
+	return d.maps.LfpFdb.Lookup(k, &v) == nil && int(v.Port) == port
+}
+
 // Fence reads how many changes the watchers have counted. The controller reads it before it
 // reads Linux's state, and opens the fence with it once the data plane follows that state.
 func (d *Dataplane) Fence() (FenceSeq, error) {
