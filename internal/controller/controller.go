@@ -123,7 +123,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.w.Close()
-	c.w.OnFDBForgotten(c.dp.ForgetFDB)
 	c.w.OnSysctlOnly(c.sysctlOnly)
 	c.obs, err = observe.NewObserver()
 	if err != nil {
@@ -131,6 +130,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.obs.Close()
 	c.obs.Follow(c.w)
+	c.obs.FDBMoves = c.dp.FDBMoves
 	stopRequests, err := c.serveRequests()
 	if err != nil {
 		return err

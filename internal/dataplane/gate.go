@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"fmt"
-	"net"
 
 	"github.com/cilium/ebpf"
 	"strings"
@@ -93,29 +92,9 @@ func FenceUnitName(u int) string {
 }
 
 // WatcherMaps are the maps the watchers write (they are loaded with them): the fence, and the
-// FDB mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one.
+// bridge FDB's moves, which the bridge FDB watcher counts the moment the bridge makes one.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb": d.maps.LfpFdb}
-}
-
-// ForgetFDB: the FDB mirror's entry for (bridge, mac) was deleted behind the data plane's back
-// (the bridge FDB watcher): the next Sync writes it again if the bridge still has it.
-func (d *Dataplane) ForgetFDB(bridge int, mac net.HardwareAddr) {
-	k := linuxfpLfpFdbKey{Bridge: uint32(bridge)}
-	copy(k.Mac[:], mac)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.fdb, k)
-}
-
-// FDBLearned tells whether the FDB mirror holds mac on port of bridge: the bridge FDB watcher
-// deletes an entry the moment the bridge moves or forgets it, so this is the bridge's state but
-// for a change made since (between this call and whatever its caller does next).
-func (d *Dataplane) FDBLearned(bridge, port int, mac net.HardwareAddr) bool {
-	k := linuxfpLfpFdbKey{Bridge: uint32(bridge)}
-	copy(k.Mac[:], mac)
-	var v linuxfpLfpFdbVal
-	return d.maps.LfpFdb.Lookup(k, &v) == nil && int(v.Port) == port
+	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb_moves": d.maps.LfpFdbMoves}
 }
 
 // Fence reads how many changes the watchers have counted. The controller reads it before it

@@ -94,11 +94,17 @@ type linuxfpLfpFdbKey struct {
 	Pad    uint16
 }
 
+type linuxfpLfpFdbMoves struct {
+	_ structs.HostLayout
+	N [4096]uint64
+}
+
 type linuxfpLfpFdbVal struct {
 	_      structs.HostLayout
 	Port   uint32
 	Flags  linuxfpLfpFdbFlags
 	SeenNs uint64
+	Moved  uint64
 }
 
 type linuxfpLfpFence struct {
@@ -409,6 +415,7 @@ const (
 	linuxfpMapLfpCtRequested  = "lfp_ct_requested"
 	linuxfpMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpMapLfpFdb          = "lfp_fdb"
+	linuxfpMapLfpFdbMoves     = "lfp_fdb_moves"
 	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
 	linuxfpMapLfpFenceMap     = "lfp_fence_map"
 	linuxfpMapLfpFwHosts      = "lfp_fw_hosts"
@@ -502,6 +509,7 @@ type linuxfpMapSpecs struct {
 	LfpCtRequested  *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbMoves     *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -571,6 +579,7 @@ type linuxfpMaps struct {
 	LfpCtRequested  *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbMoves     *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -607,6 +616,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,
+		m.LfpFdbMoves,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
 		m.LfpFwHosts,

@@ -78,11 +78,17 @@ type linuxfpTcLfpFdbKey struct {
 	Pad    uint16
 }
 
+type linuxfpTcLfpFdbMoves struct {
+	_ structs.HostLayout
+	N [4096]uint64
+}
+
 type linuxfpTcLfpFdbVal struct {
 	_      structs.HostLayout
 	Port   uint32
 	Flags  uint32
 	SeenNs uint64
+	Moved  uint64
 }
 
 type linuxfpTcLfpFence struct {
@@ -337,6 +343,7 @@ const (
 	linuxfpTcMapLfpCtRequested  = "lfp_ct_requested"
 	linuxfpTcMapLfpCtRequests   = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb          = "lfp_fdb"
+	linuxfpTcMapLfpFdbMoves     = "lfp_fdb_moves"
 	linuxfpTcMapLfpFdbRefresh   = "lfp_fdb_refresh"
 	linuxfpTcMapLfpFenceMap     = "lfp_fence_map"
 	linuxfpTcMapLfpFwHosts      = "lfp_fw_hosts"
@@ -430,6 +437,7 @@ type linuxfpTcMapSpecs struct {
 	LfpCtRequested  *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbMoves     *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -499,6 +507,7 @@ type linuxfpTcMaps struct {
 	LfpCtRequested  *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbMoves     *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -535,6 +544,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,
+		m.LfpFdbMoves,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
 		m.LfpFwHosts,

@@ -20,11 +20,9 @@ type netlinkwatchLfpFdbKey struct {
 	Pad    uint16
 }
 
-type netlinkwatchLfpFdbVal struct {
-	_      structs.HostLayout
-	Port   uint32
-	Flags  uint32
-	SeenNs uint64
+type netlinkwatchLfpFdbMoves struct {
+	_ structs.HostLayout
+	N [4096]uint64
 }
 
 type netlinkwatchLfpFence struct {
@@ -63,8 +61,8 @@ type netlinkwatchLfpSetName struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	netlinkwatchMapLfpFdb         = "lfp_fdb"
 	netlinkwatchMapLfpFdbChanges  = "lfp_fdb_changes"
+	netlinkwatchMapLfpFdbMoves    = "lfp_fdb_moves"
 	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
 	netlinkwatchMapLfpIfFence     = "lfp_if_fence"
 	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
@@ -75,6 +73,7 @@ const (
 	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
 	netlinkwatchVarCfgNetns       = "cfg_netns"
 	netlinkwatchVarCfgSelf        = "cfg_self"
+	netlinkwatchVarLfpFdbKeyType  = "lfp_fdb_key_type"
 	netlinkwatchVarLfpNlEventType = "lfp_nl_event_type"
 )
 
@@ -129,8 +128,8 @@ type netlinkwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchMapSpecs struct {
-	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
+	LfpFdbMoves   *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpIfFence    *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
@@ -144,6 +143,7 @@ type netlinkwatchMapSpecs struct {
 type netlinkwatchVariableSpecs struct {
 	CfgNetns       *ebpf.VariableSpec `ebpf:"cfg_netns"`
 	CfgSelf        *ebpf.VariableSpec `ebpf:"cfg_self"`
+	LfpFdbKeyType  *ebpf.VariableSpec `ebpf:"lfp_fdb_key_type"`
 	LfpNlEventType *ebpf.VariableSpec `ebpf:"lfp_nl_event_type"`
 }
 
@@ -167,8 +167,8 @@ func (o *netlinkwatchObjects) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchMaps struct {
-	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
+	LfpFdbMoves   *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpIfFence    *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
@@ -178,8 +178,8 @@ type netlinkwatchMaps struct {
 
 func (m *netlinkwatchMaps) Close() error {
 	return _NetlinkwatchClose(
-		m.LfpFdb,
 		m.LfpFdbChanges,
+		m.LfpFdbMoves,
 		m.LfpFenceMap,
 		m.LfpIfFence,
 		m.LfpNlChanges,
@@ -194,6 +194,7 @@ func (m *netlinkwatchMaps) Close() error {
 type netlinkwatchVariables struct {
 	CfgNetns       *ebpf.Variable `ebpf:"cfg_netns"`
 	CfgSelf        *ebpf.Variable `ebpf:"cfg_self"`
+	LfpFdbKeyType  *ebpf.Variable `ebpf:"lfp_fdb_key_type"`
 	LfpNlEventType *ebpf.Variable `ebpf:"lfp_nl_event_type"`
 }
 
