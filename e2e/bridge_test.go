@@ -21,7 +21,7 @@ const sinkL2 = "198.18.0.3" // the sink, on the bridge's subnet
 // (brctl or iproute2, as a person would).
 func bridgeTestbed(t *testing.T, o testbed.Options, setup string) *testbed.Testbed {
 	t.Helper()
-	return bridgeTestbedAs(t, "lfp-e2e", o, setup)
+	return bridgeTestbedAs(t, nsPrefix, o, setup)
 }
 
 // bridgeTestbedAs is bridgeTestbed with namespaces named after prefix.

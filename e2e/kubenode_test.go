@@ -111,7 +111,7 @@ func newKubeNode(t *testing.T, hook string, pods, remotes int) *kubeNode {
 		ns   **nsutil.NS
 		name string
 	}{{&k.Client, "client"}, {&k.Node, "node"}, {&k.Node2, "node2"}} {
-		if *x.ns, err = nsutil.New("lfp-e2e-kp-" + x.name); err != nil {
+		if *x.ns, err = nsutil.New(nsPrefix + "-kp-" + x.name); err != nil {
 			t.Fatal(err)
 		}
 		sh(t, *x.ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1\nsysctl -qw net.ipv6.conf.default.disable_ipv6=1")
@@ -176,7 +176,7 @@ ethtool -K eth0 gro on`
 func (k *kubeNode) addPod(t *testing.T) *kubePod {
 	t.Helper()
 	n := len(k.Pods) + 2
-	ns, err := nsutil.New(fmt.Sprintf("lfp-e2e-kp-pod%d", n-1))
+	ns, err := nsutil.New(fmt.Sprintf("%s-kp-pod%d", nsPrefix, n-1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@
 #include "ctx.h"
 #include "parse.h"
 #include "stats.h"
+#include "gate.h"
 
 #include "fdb_map.h"
 
@@ -95,9 +96,18 @@ static __always_inline void bridge_refresh(struct lfp_fdb_val *src, __u32 bridge
 static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 *dmac, __u32 in_port,
 						       __u32 in_flags, __u32 l3len, __u32 *out)
 {
-	struct lfp_fdb_val *dst = fdb_lookup(bridge, dmac);
+	struct lfp_fdb_val *dst;
 	struct lfp_l2_dev *op;
+	enum lfp_reason r;
 
+	/* A change to the bridge device itself (ip link set ... type bridge: vlan_filtering,
+	 * ageing_time, nf_call_iptables ...) fences its entry only: its frames, which go between
+	 * two ports, are Linux's until the controller follows it, as a change to either port makes
+	 * them (gate.h). */
+	r = gate_egress(bridge);
+	if (r != LFP_FORWARDED)
+		return r;
+	dst = fdb_lookup(bridge, dmac);
 	/* Unknown unicast: Linux floods it to every port. */
 	if (!dst)
 		return LFP_PASS_BR_DST_UNKNOWN;
