@@ -564,17 +564,18 @@ static __always_inline void fdb_changed(struct net_bridge *br, const unsigned ch
 {
 	struct lfp_fdb_key k = {};
 	struct lfp_fdb_key *rec;
-	struct lfp_fdb_moves *m;
-	__u32 zero = 0;
+	__u64 *n;
+	__u32 b;
 
 	if (vid || BPF_CORE_READ(br, dev, nd_net.net, ns.inum) != cfg_netns)
 		return;
 	k.bridge = BPF_CORE_READ(br, dev, ifindex);
 	if (bpf_probe_read_kernel(k.mac, sizeof(k.mac), addr))
 		return;
-	m = bpf_map_lookup_elem(&lfp_fdb_moves, &zero);
-	if (m)
-		__sync_fetch_and_add(&m->n[fdb_bucket(k.bridge, k.mac)], 1);
+	b = fdb_bucket(k.bridge, k.mac);
+	n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 	rec = bpf_ringbuf_reserve(&lfp_fdb_changes, sizeof(*rec), 0);
 	if (rec) {
 		*rec = k;

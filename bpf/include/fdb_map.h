@@ -22,16 +22,14 @@
 
 #define LFP_FDB_MOVE_BUCKETS 4096
 
-struct lfp_fdb_moves {
-	__u64 n[LFP_FDB_MOVE_BUCKETS];
-};
-
-/* One element: the data plane's lookup is one array lookup, the controller's one copy. */
+/* One count per bucket. The controller maps it (BPF_F_MMAPABLE) and reads each count with one
+ * atomic load: a copy through the bpf() syscall could tear a count being added to. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct lfp_fdb_moves);
-	__uint(max_entries, 1);
+	__type(value, __u64);
+	__uint(max_entries, LFP_FDB_MOVE_BUCKETS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 } lfp_fdb_moves SEC(".maps");
 
 /* The bucket of (bridge, mac). The controller computes the same (dataplane.fdbBucket). */
@@ -47,17 +45,16 @@ static __always_inline __u32 fdb_bucket(__u32 bridge, const __u8 *mac)
 	return h & (LFP_FDB_MOVE_BUCKETS - 1);
 }
 
-/* The count of (bridge, mac)'s bucket now; all ones if the map cannot be read (no entry
- * written by the controller has it). */
+/* The count of (bridge, mac)'s bucket now; all ones if it cannot be read (no entry written by
+ * the controller has it). */
 static __always_inline __u64 fdb_moves(__u32 bridge, const __u8 *mac)
 {
-	struct lfp_fdb_moves *m;
-	__u32 zero = 0;
+	__u32 b = fdb_bucket(bridge, mac);
+	__u64 *n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
 
-	m = bpf_map_lookup_elem(&lfp_fdb_moves, &zero);
-	if (!m)
+	if (!n)
 		return ~0ULL;
-	return *(volatile __u64 *)&m->n[fdb_bucket(bridge, mac)];
+	return *(volatile __u64 *)n;
 }
 
 #endif

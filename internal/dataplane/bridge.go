@@ -2,8 +2,14 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 	"time"
 )
 
@@ -98,6 +104,9 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 	}, nil
 }
 
+// fdbMoveBuckets is LFP_FDB_MOVE_BUCKETS (bpf/include/fdb_map.h).
+const fdbMoveBuckets = 4096
+
 // fdbBucket is fdb_bucket() of bpf/include/fdb_map.h: the bucket of moves k's entry is in.
 func fdbBucket(k linuxfpLfpFdbKey) int {
 	m := k.Mac
@@ -107,17 +116,35 @@ func fdbBucket(k linuxfpLfpFdbKey) int {
 	h ^= uint32(m[4]) | uint32(m[5])<<8
 	h *= 0xc2b2ae35
 	h ^= h >> 16
-	return int(h & (uint32(len(linuxfpLfpFdbMoves{}.N)) - 1))
+	return int(h & (fdbMoveBuckets - 1))
+}
+
+// mapFDBMoves maps lfp_fdb_moves (BPF_F_MMAPABLE) read-only: the watcher adds to its counts
+// atomically, and a copy through the bpf() syscall (memcpy) could read one half-written.
+func mapFDBMoves(m *ebpf.Map) (counts []uint64, unmap func(), err error) {
+	if m.MaxEntries() != fdbMoveBuckets || m.ValueSize() != 8 {
+		return nil, nil, fmt.Errorf("lfp_fdb_moves: %d entries of %d bytes, want %d of 8", m.MaxEntries(), m.ValueSize(), fdbMoveBuckets)
+	}
+	b, err := unix.Mmap(m.FD(), 0, fdbMoveBuckets*8, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("map lfp_fdb_moves: %w", err)
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), fdbMoveBuckets), func() { unix.Munmap(b) }, nil
 }
 
 // FDBMoves reads the bridge FDB watcher's counts of moves (bpf/include/fdb_map.h). Read before
 // the FDB, they make the entries written from that read Linux's once their bridge changes them.
 func (d *Dataplane) FDBMoves() ([]uint64, error) {
-	var m linuxfpLfpFdbMoves
-	if err := d.maps.LfpFdbMoves.Lookup(uint32(0), &m); err != nil {
-		return nil, fmt.Errorf("read FDB moves: %w", err)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fdbMoves == nil {
+		return nil, errors.New("data plane closed")
 	}
-	return m.N[:], nil
+	out := make([]uint64, len(d.fdbMoves))
+	for i := range d.fdbMoves {
+		out[i] = atomic.LoadUint64(&d.fdbMoves[i])
+	}
+	return out, nil
 }
 
 // FDBUnmoved tells whether the bridge has made no change to mac's entry on bridge since an FDB
@@ -126,8 +153,9 @@ func (d *Dataplane) FDBMoves() ([]uint64, error) {
 func (d *Dataplane) FDBUnmoved(r FDBRefresh) bool {
 	k := linuxfpLfpFdbKey{Bridge: uint32(r.Bridge)}
 	copy(k.Mac[:], r.MAC)
-	moves, err := d.FDBMoves()
-	return err == nil && moves[fdbBucket(k)] == r.Moved
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fdbMoves != nil && atomic.LoadUint64(&d.fdbMoves[fdbBucket(k)]) == r.Moved
 }
 
 // FDBRefreshInterval is how often, at most, the data plane asks for one learned address to be

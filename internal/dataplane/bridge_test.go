@@ -448,18 +448,19 @@ func TestBridgeMoves(t *testing.T) {
 	}
 	// A distinct count in every bucket: the data plane and the controller must agree on each
 	// entry's bucket.
-	var m linuxfpLfpFdbMoves
-	for i := range m.N {
-		m.N[i] = uint64(1000 + 3*i)
-	}
-	if err := e.dp.maps.LfpFdbMoves.Put(uint32(0), &m); err != nil {
-		t.Fatal(err)
+	counts := make([]uint64, fdbMoveBuckets)
+	for i := range counts {
+		counts[i] = uint64(1000 + 3*i)
+		if err := e.dp.maps.LfpFdbMoves.Put(uint32(i), counts[i]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	move := func(mac net.HardwareAddr) {
 		k := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
 		copy(k.Mac[:], mac)
-		m.N[fdbBucket(k)]++
-		if err := e.dp.maps.LfpFdbMoves.Put(uint32(0), &m); err != nil {
+		b := fdbBucket(k)
+		counts[b]++
+		if err := e.dp.maps.LfpFdbMoves.Put(uint32(b), counts[b]); err != nil {
 			t.Fatal(err)
 		}
 	}

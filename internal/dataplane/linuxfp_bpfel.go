@@ -94,11 +94,6 @@ type linuxfpLfpFdbKey struct {
 	Pad    uint16
 }
 
-type linuxfpLfpFdbMoves struct {
-	_ structs.HostLayout
-	N [4096]uint64
-}
-
 type linuxfpLfpFdbVal struct {
 	_      structs.HostLayout
 	Port   uint32

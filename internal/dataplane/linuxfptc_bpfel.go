@@ -78,11 +78,6 @@ type linuxfpTcLfpFdbKey struct {
 	Pad    uint16
 }
 
-type linuxfpTcLfpFdbMoves struct {
-	_ structs.HostLayout
-	N [4096]uint64
-}
-
 type linuxfpTcLfpFdbVal struct {
 	_      structs.HostLayout
 	Port   uint32

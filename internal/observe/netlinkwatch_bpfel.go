@@ -20,11 +20,6 @@ type netlinkwatchLfpFdbKey struct {
 	Pad    uint16
 }
 
-type netlinkwatchLfpFdbMoves struct {
-	_ structs.HostLayout
-	N [4096]uint64
-}
-
 type netlinkwatchLfpFence struct {
 	_   structs.HostLayout
 	Seq [4]uint64
