@@ -25,6 +25,8 @@
 #include "linuxfp_types.h"
 #include "kernel_ns.h"
 #include "fdb_map.h"
+#include "fibcache_map.h"
+#include "neigh_map.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -325,11 +327,26 @@ __noinline __u32 batch_units(__u64 data, __u32 len)
 #define MSG_MAX 0xffffff
 #define MSG_STEP(r) ((__u32)(r) & MSG_MAX)
 #define MSG_CLASS(r) (((r) >> 24) & 0xff)
-#define MSG_UNITS(r) (((r) >> 32) & 0xff)
+#define MSG_UNITS(r) (((r) >> 32) & 0xf)
+#define MSG_FIB(r) (((r) >> 36) & 3) /* the FIB cache's families (FIB_IPV4, FIB_IPV6) */
 #define MSG_QUIET ((__u64)1 << 40) /* an ipset command on a set no rule tests */
 #define MSG_IFINDEX(r) ((__u32)((r) >> 42))
 #define MSG_IFINDEX_MAX ((1 << 22) - 1)
 #define MSG(step, class, units) ((__u64)(step) | (__u64)(class) << 24 | (__u64)(units) << 32)
+#define MSG_FIBS(fib) ((__u64)(fib) << 36)
+#define FIB_IPV4 1
+#define FIB_IPV6 2
+#define FIB_BOTH 3
+
+/* The FIB cache's families a request for an object of family (AF_*) may concern. */
+static __always_inline __u32 family_fibs(__u8 family)
+{
+	if (family == 2)
+		return FIB_IPV4;
+	if (family == 10)
+		return FIB_IPV6;
+	return FIB_BOTH;
+}
 
 /* One rtnetlink message at msg, rest bytes before the request's end. */
 __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
@@ -337,7 +354,7 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 	struct nlmsghdr h;
 	struct ifinfo_head ifi;
 	enum lfp_nl_class class;
-	__u32 step, units = 0;
+	__u32 step, units = 0, fibs = 0;
 	__u8 family;
 
 	if (rest < sizeof(h) || bpf_probe_read_kernel(&h, sizeof(h), (void *)msg) ||
@@ -349,6 +366,24 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 	if (!(h.nlmsg_flags & NLM_F_REQUEST))
 		return MSG(step, LFP_NL_NONE, 0);
 	class = rtnl_class(h.nlmsg_type);
+	/* What bpf_fib_lookup() answers may change with any request for a link, an address, a
+	 * route, a rule, a nexthop or a neighbour, counted by the fence or not (lib/fibcache.h). */
+	switch (class) {
+	case LFP_NL_ROUTE:
+	case LFP_NL_ADDR:
+	case LFP_NL_NEIGH:
+		if (bpf_probe_read_kernel(&family, 1, (void *)(msg + NLMSG_HDRLEN)))
+			fibs = FIB_BOTH;
+		else
+			fibs = family_fibs(family);
+		break;
+	case LFP_NL_LINK:
+	case LFP_NL_OTHER:
+		fibs = FIB_BOTH;
+		break;
+	default:
+		break;
+	}
 	switch (class) {
 	case LFP_NL_ROUTE:
 		if (route_plain(msg, h.nlmsg_len, h.nlmsg_type, h.nlmsg_flags))
@@ -370,14 +405,14 @@ __noinline __u64 rtnl_message(__u64 msg, __u32 rest)
 		    ifi.index <= 0 || ifi.index > MSG_IFINDEX_MAX)
 			units = UNITS_ALL;
 		else
-			return MSG(step, class, UNIT_LINK) | (__u64)ifi.index << 42;
+			return MSG(step, class, UNIT_LINK) | MSG_FIBS(fibs) | (__u64)ifi.index << 42;
 		break;
 	default:
 		/* tc and the rest are not fenced: the data plane follows them by notification (a
 		 * few ms late). */
 		break;
 	}
-	return MSG(step, class, units);
+	return MSG(step, class, units) | MSG_FIBS(fibs);
 }
 
 /* One nfnetlink message at msg, rest bytes before the request's end (an nf_tables batch is
@@ -422,11 +457,28 @@ __noinline __u64 nfnl_message(__u64 msg, __u32 rest)
 	return MSG(step, LFP_NL_NONE, 0);
 }
 
+/* The FIB cache's generation moves on for the families in fibs (FIB_IPV4, FIB_IPV6). */
+static __always_inline void fib_moved(__u32 fibs)
+{
+	struct lfp_fib_gen *g;
+	__u32 zero = 0;
+
+	if (!fibs)
+		return;
+	g = bpf_map_lookup_elem(&lfp_fib_gen, &zero);
+	if (!g)
+		return;
+	if (fibs & FIB_IPV4)
+		__sync_fetch_and_add(&g->gen[0], 1);
+	if (fibs & FIB_IPV6)
+		__sync_fetch_and_add(&g->gen[1], 1);
+}
+
 SEC("tp_btf/consume_skb")
 int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 {
 	struct sock *sk = skb->sk;
-	__u32 n[LFP_NL_CLASSES] = {}, quiet_ipset = 0, units = 0;
+	__u32 n[LFP_NL_CLASSES] = {}, quiet_ipset = 0, units = 0, fibs = 0;
 	struct lfp_nl_event ev = {};
 	struct lfp_fence *fence;
 	__u32 off = 0, len, zero = 0, link_if = 0;
@@ -465,6 +517,7 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 				link_if = MSG_IFINDEX(r);
 		}
 		units |= MSG_UNITS(r);
+		fibs |= MSG_FIB(r);
 		if (MSG_CLASS(r) < LFP_NL_CLASSES)
 			n[MSG_CLASS(r)]++;
 		if (r & MSG_QUIET)
@@ -477,7 +530,9 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 		/* More messages than are looked at: whatever they are, every unit. */
 		n[LFP_NL_OTHER]++;
 		units = UNITS_ALL;
+		fibs = proto == NETLINK_ROUTE ? FIB_BOTH : 0;
 	}
+	fib_moved(fibs);
 	/* The device's entry says "being counted" (all ones, above any count the data plane
 	 * follows) before the unit's count moves, and then the count it was given. A full map:
 	 * both families instead. */
@@ -594,5 +649,88 @@ SEC("tp_btf/fdb_delete")
 int BPF_PROG(lfp_fdb_deleted, struct net_bridge *br, struct net_bridge_fdb_entry *f)
 {
 	fdb_changed(br, f->key.addr.addr, BPF_CORE_READ(f, key.vlan_id));
+	return 0;
+}
+
+/* The neighbour table changes by itself: an entry learns a new address or state from an ARP or
+ * ND packet, its timer moves it on (REACHABLE, STALE, PROBE, FAILED), a packet Linux sends moves
+ * a STALE one to DELAY, it is removed (garbage collection, its device going down or away, the
+ * device's routes with it). These tracepoints fire after the change. Each one keeps the data
+ * plane's STALE mirror (include/neigh_map.h, lib/neigh.h) exact, and moves the FIB cache's
+ * generation on: bpf_fib_lookup() answers with a neighbour's address and only for a valid one
+ * (lib/fibcache.h). */
+struct neigh_table {
+	int family;
+} __attribute__((preserve_access_index));
+
+struct neighbour {
+	struct neigh_table *tbl;
+	struct net_device *dev;
+	__u8 nud_state;
+	unsigned char primary_key[0];
+} __attribute__((preserve_access_index));
+
+#define NUD_STALE 0x04
+
+static __always_inline void stale_count(__s64 d)
+{
+	__u32 k = 0;
+	__s64 *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+
+	if (c)
+		__sync_fetch_and_add(c, d);
+}
+
+static __always_inline void neigh_changed(struct neighbour *n, int removed)
+{
+	struct lfp_neigh_key k = {};
+	struct lfp_stale_val v = {};
+	int family;
+
+	if (BPF_CORE_READ(n, dev, nd_net.net, ns.inum) != cfg_netns)
+		return;
+	family = BPF_CORE_READ(n, tbl, family);
+	if (family != 2 && family != 10)
+		return;
+	fib_moved(family_fibs(family));
+	k.ifindex = BPF_CORE_READ(n, dev, ifindex);
+	k.family = family;
+	if (bpf_probe_read_kernel(k.addr, family == 2 ? 4 : 16,
+				  (void *)n + bpf_core_field_offset(struct neighbour, primary_key)))
+		return;
+	if (!removed && BPF_CORE_READ(n, nud_state) == NUD_STALE) {
+		/* Already there: it keeps its mark (the packet that moves it on went to Linux). */
+		if (!bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST))
+			stale_count(1);
+	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
+		stale_count(-1);
+	}
+}
+
+SEC("tp_btf/neigh_update_done")
+int BPF_PROG(lfp_neigh_updated, struct neighbour *n, int err)
+{
+	neigh_changed(n, 0);
+	return 0;
+}
+
+SEC("tp_btf/neigh_timer_handler")
+int BPF_PROG(lfp_neigh_timer, struct neighbour *n, int state)
+{
+	neigh_changed(n, 0);
+	return 0;
+}
+
+SEC("tp_btf/neigh_event_send_done")
+int BPF_PROG(lfp_neigh_sent, struct neighbour *n, int rc)
+{
+	neigh_changed(n, 0);
+	return 0;
+}
+
+SEC("tp_btf/neigh_cleanup_and_release")
+int BPF_PROG(lfp_neigh_released, struct neighbour *n, int rc)
+{
+	neigh_changed(n, 1);
 	return 0;
 }

@@ -97,7 +97,7 @@ static __always_inline int ends(const char *name, long len, const char *p, int n
 
 /* A device's knob (net/ipv4/conf/<dev>/..., net/ipv6/conf/<dev>/...) other than those the
  * controller reads (observe's forwardingSysctl: forwarding, rp_filter, disable_ipv6,
- * proxy_ndp): a CNI plugin writes accept_ra and the like for every pod it adds, and such a write
+ * proxy_ndp, ignore_routes_with_linkdown): a CNI plugin writes accept_ra and the like for every pod it adds, and such a write
  * must not fence anything even for the moment the controller takes to tell it apart. Every
  * other name under net/ is handed to the controller, which tells the rest apart. */
 static __always_inline int other_device_knob(const char *name, long len)
@@ -107,7 +107,8 @@ static __always_inline int other_device_knob(const char *name, long len)
 	if (!starts(name, "net/ipv4/conf/", 14) && !starts(name, "net/ipv6/conf/", 14))
 		return 0;
 	return !ends(name, len, "/forwarding", 11) && !ends(name, len, "/rp_filter", 10) &&
-	       !ends(name, len, "/disable_ipv6", 13) && !ends(name, len, "/proxy_ndp", 10);
+	       !ends(name, len, "/disable_ipv6", 13) && !ends(name, len, "/proxy_ndp", 10) &&
+	       !ends(name, len, "/ignore_routes_with_linkdown", 28);
 }
 
 SEC("cgroup/sysctl")

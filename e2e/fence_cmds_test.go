@@ -240,8 +240,8 @@ func runFenceCase(t *testing.T, o testbed.Options, c fenceCase, withLinuxfp bool
 }
 
 // fenceSettle waits until linuxfp follows the setup (no family fenced) and, if it can, takes
-// the stream on its fast path (forwards, drops or bridges it); some streams (native nft sets)
-// it leaves to Linux: that is logged, not a failure.
+// the stream on its fast path (forwards, drops or bridges it); a stream it leaves to Linux is
+// logged, not a failure.
 func fenceSettle(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst string, bridge bool) {
 	t.Helper()
 	waitFenceOpen(t, l)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
@@ -66,4 +68,40 @@ func TestHangupStopsCleanly(t *testing.T) {
 	if strings.Contains(l.Log.String(), "redirect target: its packets go to Linux\" interface=lo") {
 		t.Errorf("the log calls lo a redirect target that is not ready:\n%s", l.Log.String())
 	}
+}
+
+// --hook xdp where no interface can run native XDP (bridge devices have none) warns once that
+// nothing is accelerated, instead of running idle in silence.
+func TestHookXDPWithoutNativeXDPWarns(t *testing.T) {
+	ns, err := nsutil.New("mon-noxdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	sh(t, ns, `ip link add d0 type bridge
+ip link add d1 type bridge
+ip link set d0 up
+ip link set d1 up
+ip addr add 198.18.0.1/24 dev d0
+ip addr add 198.18.1.1/24 dev d1
+sysctl -qw net.ipv4.ip_forward=1`)
+	l, err := testbed.StartLinuxfpIn(ns, linuxfpBin, func(st *status.Status) bool {
+		decided := 0
+		for _, it := range st.Interfaces {
+			if it.Name == "d0" || it.Name == "d1" {
+				decided++
+			}
+		}
+		return decided == 2
+	}, "--hook", "xdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAtCleanup(t, l)
+	eventually(t, 3*time.Second, "the warning", func() error {
+		if n := strings.Count(l.Log.String(), "--hook xdp: no interface here can run native XDP"); n != 1 {
+			return fmt.Errorf("said %d times", n)
+		}
+		return nil
+	})
 }

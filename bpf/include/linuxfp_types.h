@@ -134,6 +134,11 @@ enum lfp_fw_flags {
 	LFP_FW_PRE_CT_DROP6 = 1 << 9,
 };
 
+enum lfp_fib_flags {
+	LFP_FIB_CACHE4 = 1 << 0, /* the FIB cache may answer for IPv4 (lib/fibcache.h) */
+	LFP_FIB_CACHE6 = 1 << 1,
+};
+
 /* Data that changes without changing the graph: read per packet. */
 struct lfp_config {
 	/* Smallest MTU metric on any IPv4 / IPv6 route (0: none). Linux's forwarding
@@ -171,6 +176,8 @@ struct lfp_config {
 	/* net.ipv4.ip_forward_update_priority: ip_forward() sets the skb priority from the TOS
 	 * (tc: a redirected skb keeps it into the egress qdisc). */
 	__u32 fwd_update_prio4;
+	/* FIB cache module: the families it answers for (LFP_FIB_*). */
+	enum lfp_fib_flags fib_flags;
 };
 
 /* A vxlan device the fast path encapsulates for (bpf/lib/vxlan.h): the parts of its
@@ -226,6 +233,29 @@ struct lfp_tc_companion {
 struct lfp_tc_request {
 	__u32 ifindex;
 	__u32 slot;
+};
+
+/* The packet monitor (lib/monitor.h). Flags of struct lfp_monitor: which packets to report. */
+enum lfp_monitor_flags {
+	LFP_MON_PASS = 1 << 0, /* handed to Linux */
+	LFP_MON_DROP = 1 << 1, /* dropped */
+};
+
+/* Written only by the controller: all zero while no monitor is connected. */
+struct lfp_monitor {
+	enum lfp_monitor_flags flags;
+	__u32 snaplen; /* the most packet bytes an event carries */
+};
+
+/* A reported packet (perf event), followed by its first caplen bytes. */
+struct lfp_monitor_event {
+	__u64 time_ns;  /* bpf_ktime_get_boot_ns() */
+	__u32 ifindex;  /* ingress */
+	__u32 len;      /* the packet's length */
+	__u32 caplen;   /* bytes that follow */
+	__u16 reason;   /* enum lfp_reason */
+	__u8 flags;     /* LFP_MON_PASS or LFP_MON_DROP */
+	__u8 tc;        /* 1: the tc program reported it, 0: XDP */
 };
 
 /* Ring buffer record (and rate-limit key): make this TCP connection's tracking liberal. The
@@ -431,6 +461,39 @@ struct lfp_gate {
 	__u32 pad;
 	/* Per fence unit: the count of changes the data plane follows. */
 	__u64 done[LFP_FENCE_UNITS];
+	/* Moved on each time the gate is written: part of the FIB cache's generation (struct
+	 * lfp_fib_gen), for changes the watchers see before they take effect (sysctls). */
+	__u64 fib_epoch;
+};
+
+/* The FIB cache's generation per family (lib/fibcache.h), moved on by the watchers after each
+ * change that can alter what bpf_fib_lookup() answers: netlink requests for links, addresses,
+ * routes, rules and neighbours, and the neighbour table's own changes (tracepoints). Atomic
+ * adds only; the controller's part is lfp_gate.fib_epoch. */
+struct lfp_fib_gen {
+	__u64 gen[2]; /* IPv4, IPv6 */
+};
+
+/* What bpf_fib_lookup() is asked, as far as its answer depends on it where the cache is used
+ * (graph/fibcache.go says when: no policy rules, no multipath), and the part of its answer the
+ * fast path uses. */
+struct lfp_fib_key {
+	__u32 ifindex; /* the device Linux routes the packet from */
+	__u32 flow;    /* IPv4: the TOS; IPv6: traffic class and flow label */
+	__u32 dst[4];  /* IPv4: dst[0] */
+	__u8 family;
+	__u8 pad[3];
+};
+
+struct lfp_fib_entry {
+	__u64 gen;     /* struct lfp_fib_gen's plus lfp_gate.fib_epoch, read before the lookup */
+	__u32 ifindex; /* egress */
+	__u32 nh[4];   /* the next hop (bpf_fib_lookup() writes it over the destination) */
+	__u32 metric;  /* rt_metric */
+	__u16 mtu;     /* the largest IP length the lookup let through (0xffff: any) */
+	__u8 smac[6];
+	__u8 dmac[6];
+	__u8 pad[4];
 };
 
 #endif

@@ -19,6 +19,7 @@
 #include "ct.h"
 #include "nat.h"
 #include "vxlan.h"
+#include "fibcache.h"
 
 /* Frozen per interface: which families this interface forwards in the fast path (the controller
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
@@ -504,10 +505,11 @@ static __always_inline void router_dnat(struct router_pkt *p)
 	scr->fp.dport = bpf_ntohs(scr->ct.nat_dport);
 }
 
-/* The routing decision: the kernel's FIB. */
+/* The routing decision: the kernel's FIB, or its answer kept by the FIB cache (fibcache.h). */
 static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pkt *p)
 {
 	struct bpf_fib_lookup *fib = p->fib;
+	__u64 gen;
 	int rc;
 
 	/* Read before the lookup, which overwrites them (tot_len shares a union with mtu_result,
@@ -516,7 +518,10 @@ static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pk
 	p->mtulen = fib->tot_len;
 	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	p->tos = fib->tos;
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	gen = fib_cache_gen(p->cfg, p->v4);
+	rc = gen ? fib_cache_get(p->scr, fib, p->v4, gen, p->mtulen) : FIB_MISS;
+	if (rc == FIB_MISS)
+		rc = fib_cache_fill(ctx, p->scr, fib, p->v4, gen);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
 	return LFP_FORWARDED;

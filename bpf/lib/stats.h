@@ -4,6 +4,7 @@
 
 #include "ctx.h"
 #include "iface.h"
+#include "monitor.h"
 #include "linuxfp_types.h"
 
 struct {
@@ -72,6 +73,7 @@ static __always_inline int lfp_pass(const lfp_ctx *ctx, enum lfp_reason reason)
 	if (cfg_tc_after && (reason == LFP_PASS_EGRESS_NOT_READY || reason == LFP_PASS_VXLAN))
 		return LFP_XDP_TO_TC | reason;
 	lfp_count(ctx, reason);
+	lfp_monitor(ctx, reason, LFP_MON_PASS);
 	return CTX_PASS;
 }
 
@@ -116,6 +118,7 @@ static __always_inline int lfp_xdp_finish(lfp_ctx *ctx, int verdict)
 	}
 linux:
 	lfp_count(ctx, reason);
+	lfp_monitor(ctx, reason, LFP_MON_PASS);
 	return CTX_PASS;
 }
 
@@ -133,6 +136,7 @@ static __always_inline int lfp_marked_for_tc(const lfp_ctx *ctx)
 static __always_inline int lfp_drop(const lfp_ctx *ctx, enum lfp_reason reason)
 {
 	lfp_count(ctx, reason);
+	lfp_monitor(ctx, reason, LFP_MON_DROP);
 	return CTX_DROP;
 }
 

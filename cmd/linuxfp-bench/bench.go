@@ -27,7 +27,8 @@ func benchCmds() []*cobra.Command {
 }
 
 func benchRouterCmd() *cobra.Command {
-	return forwardingBenchCmd("router", "The virtual-router experiment: Linux vs linuxfp vs a hand-written XDP ceiling",
+	var o router.Options
+	cmd := forwardingBenchCmd("router", "The virtual-router experiment: Linux vs linuxfp vs a hand-written XDP ceiling",
 		`Builds its own namespaces gen -> dut -> sink (veth, 50 routed prefixes 198.19.N.0/24 on the
 DUT), generates UDP traffic with an XDP program run with BPF_PROG_RUN in live-frame mode in gen,
 and counts what arrives at the sink with XDP. The DUT forwards with plain Linux, with
@@ -36,7 +37,16 @@ pipeline), alternating round by round; the report gives medians. Then TCP reques
 latency over parallel sessions, and kernel CPU time per packet at a fixed offered load.
 Removes its namespaces on exit, including on Ctrl-C.
 
-Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1`, router.Run)
+Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1
+
+The cost of watching linuxfp: --modes linuxfp,linuxfp-monitor,linuxfp-metrics --to-linux 1
+(linuxfp-monitor: a linuxfp monitor -j connected while 1 prefix in 50 goes to Linux;
+linuxfp-metrics: --metrics-addr set and /metrics scraped every second).`,
+		func(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
+			return router.RunWith(ctx, cfg, o)
+		})
+	cmd.Flags().IntVar(&o.ToLinux, "to-linux", 0, "this many of the 50 routed prefixes are blackhole routes: their frames go to Linux, which drops them (every mode but the ceilings)")
+	return cmd
 }
 
 func benchBridgeCmd() *cobra.Command {
@@ -398,7 +408,7 @@ func (bf *benchFlags) add(cmd *cobra.Command, sizes, cores []int) {
 	f.IntSliceVar(&cfg.Cores, "cores", cores, "generator cores to run with, one topology each")
 	f.BoolVar(&cfg.ProgStats, "prog-stats", false,
 		"report ns per packet of each BPF program (BPF_ENABLE_STATS; slows the XDP modes)")
-	bf.addRun(cmd, "forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)",
+	bf.addRun(cmd, "forwarding modes: linux, linuxfp, linuxfp-tc (linuxfp run --hook tc), linuxfp-monitor (with linuxfp monitor -j connected), linuxfp-metrics (with /metrics scraped every second), ceiling, ceiling-tc (the ceiling at tc) (default linux,linuxfp,ceiling)",
 		timing{duration: time.Second, durationUsage: "measured time per round, mode and size",
 			warmup: 200 * time.Millisecond, warmupUsage: "unmeasured traffic before each measurement"})
 }

@@ -30,7 +30,7 @@ func Main(args []string) int {
 	}
 	cobra.AddTemplateFunc("linuxfpVersion", versionText)
 	root.SetVersionTemplate("{{linuxfpVersion}}")
-	root.AddCommand(runCmd(), statusCmd(), benchCmd(), versionCmd())
+	root.AddCommand(runCmd(), statusCmd(), monitorCmd(), benchCmd(), versionCmd())
 	// A mistyped flag says where the right ones are, as iproute2's usage does.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
@@ -47,6 +47,7 @@ func runCmd() *cobra.Command {
 	var hook, level, format, metricsAddr string
 	var ifaces, exclude []string
 	var filterRules int
+	var fibCache bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Accelerate the current network namespace until stopped (SIGINT/SIGTERM)",
@@ -91,7 +92,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			return controller.Run(ctx, controller.Config{
-				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude)},
+				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude), FibCache: fibCache},
 				Dataplane: dataplane.Options{FilterRules: filterRules},
 				Log:       log,
 				Metrics:   controller.MetricsConfig{Addr: metricsAddr, Version: version, Commit: buildCommit()},
@@ -105,6 +106,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&format, "log-format", "text", "text or json")
 	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "the most netfilter rules (flattened) the filter module takes: its maps start at 16,384 and follow the ruleset up to this (each 1,000 about 1.2 MB); a larger ruleset sends its family's forwarded packets to Linux")
+	f.BoolVar(&fibCache, "fib-cache", false, "keep the kernel's routing answer per destination until Linux's routing state changes, instead of asking per packet (exact; off by default: on the VMs measured it was no faster, see docs/benchmarks.md)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz and /readyz on this TCP address, e.g. 127.0.0.1:9650 (default: off; unauthenticated and read-only: bind it to localhost or a trusted network)")
 	return cmd
 }

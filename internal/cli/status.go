@@ -25,8 +25,8 @@ import (
 
 func statusCmd() *cobra.Command {
 	var (
-		asJSON bool
-		stats  bool
+		asJSON  bool
+		stats   bool
 		netns   string
 		watch   time.Duration
 		verbose bool
@@ -256,6 +256,9 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 	if st.FDBWatch != "" {
 		fmt.Fprintf(w, "bridge fdb watch: %s\n", st.FDBWatch)
 	}
+	if st.NeighWatch != "" {
+		fmt.Fprintf(w, "neighbour watch: %s\n", st.NeighWatch)
+	}
 	switch {
 	case !st.FenceWatch:
 		fmt.Fprintln(w, "fence: off (changes are followed by notifications: the fast path may act on a replaced configuration for a few ms)")
@@ -293,6 +296,16 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 	if len(st.Conntrack) > 0 {
 		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established, untranslated ones fast-pathed; %d TCP connections marked liberal (%d failed)\n",
 			strings.Join(st.Conntrack, ", "), st.CTLiberal, st.CTLiberalFailed)
+	}
+	for _, f := range st.FibCache {
+		if len(f.Off) > 0 && strings.HasPrefix(f.Off[0], "not asked for") {
+			continue // not asked for: nothing to say
+		}
+		if f.On {
+			fmt.Fprintf(w, "fib cache %s: on (a destination's route is looked up once per change of Linux's routing state)\n", f.Family)
+		} else {
+			fmt.Fprintf(w, "fib cache %s: off: %s\n", f.Family, strings.Join(f.Off, "; "))
+		}
 	}
 	if st.FDBEntries > 0 {
 		fmt.Fprintf(w, "bridge fdb: %d entries mirrored, %d refreshed in Linux for the fast path\n",

@@ -31,6 +31,7 @@ func (c *Controller) handler() http.Handler {
 		c.mu.Unlock()
 		writeJSON(w, out)
 	})
+	mux.HandleFunc("GET /v1/monitor", c.serveMonitor)
 	return mux
 }
 
@@ -54,6 +55,7 @@ func (c *Controller) status(verbose bool) *status.Status {
 		SysctlWatch:    c.w.SysctlMethod,
 		IPSetWatch:     c.w.IPSetMethod,
 		FDBWatch:       c.w.FDBMethod,
+		NeighWatch:     c.w.NeighMethod,
 		IPSetReads:     c.obs.SetReads(),
 		NetlinkChanges: c.w.NetlinkChanges(),
 		Events:         c.events,
@@ -86,6 +88,10 @@ func (c *Controller) status(verbose bool) *status.Status {
 		return st
 	}
 	st.NetfilterBackend = c.backend
+	for i, fam := range []string{"ipv4", "ipv6"} {
+		off := c.plan.FibCacheOff[i]
+		st.FibCache = append(st.FibCache, status.FibCacheFamily{Family: fam, On: len(off) == 0, Off: off})
+	}
 	st.FDBEntries = len(c.plan.Data.FDB)
 	st.FDBRefreshes = c.fdbRefreshes
 	if c.plan.Data.CT.Active4 {

@@ -81,6 +81,8 @@ type Controller struct {
 	busy atomic.Bool
 	// metrics: what --metrics-addr serves (metrics.go); nil without it.
 	metrics *promState
+	// mon: the packet monitors connected to the status API (monitor.go).
+	mon *monitorHub
 }
 
 const keepChanges = 4096
@@ -123,6 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.w.Close()
+	c.cfg.Options.NeighEvents = c.w.Fence && c.w.NeighEvents
 	c.w.OnSysctlOnly(c.sysctlOnly)
 	c.obs, err = observe.NewObserver()
 	if err != nil {
@@ -137,6 +140,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer stopRequests()
 
+	c.mon = newMonitorHub(c.dp, log, c.ifName)
+	defer c.mon.close()
 	srv := newAPIServer(c.handler(), log)
 	go srv.Serve(newAPIListener(ln, log))
 	defer srv.Close()
@@ -279,6 +284,13 @@ func (c *Controller) build(snap *observe.Snapshot, dirty observe.Dirty) *graph.P
 		c.w.PollSets(false, 0)
 	}
 	return plan
+}
+
+// ifName is the name of the interface ifindex, as last read ("" if unknown).
+func (c *Controller) ifName(ifindex int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.links[ifindex].Name
 }
 
 // record keeps ch for status and the metrics.

@@ -152,8 +152,9 @@ type Dataplane struct {
 	failed      Families
 	done        FenceSeq // the fence counts the data plane follows (gate.go)
 	gateWritten bool
-	fwCap       int // filter rules (and leaves) per bank the maps hold now (filter_capacity.go)
-	fwMax       int // the most it may grow to: Options.FilterRules
+	fibEpoch    uint64 // the last lfp_gate.fib_epoch written
+	fwCap       int    // filter rules (and leaves) per bank the maps hold now (filter_capacity.go)
+	fwMax       int    // the most it may grow to: Options.FilterRules
 	// mapsGen counts the times the maps were replaced (a program loaded with older ones must
 	// not be attached).
 	mapsGen uint64

@@ -53,15 +53,19 @@ func (d *Dataplane) setGateLocked(f Families) error {
 	return d.writeGateLocked(f, d.done)
 }
 
+// Each write moves the FIB cache's generation on (bpf/lib/fibcache.h): a write may let through
+// packets of changes the watchers saw before they took effect (sysctl writes), whose effect on
+// the kernel's routing answers no entry filled before may hide.
 func (d *Dataplane) writeGateLocked(f Families, done FenceSeq) error {
-	if err := d.maps.LfpGateMap.Put(uint32(0), linuxfpLfpGate{Failed: uint32(f), Done: done}); err != nil {
+	epoch := d.fibEpoch + 1
+	if err := d.maps.LfpGateMap.Put(uint32(0), linuxfpLfpGate{Failed: uint32(f), Done: done, FibEpoch: epoch}); err != nil {
 		for idx := range d.ifaces {
 			d.removeLocked(idx)
 		}
 		d.log.Error("gate not written: every program detached, Linux handles every packet", "err", err)
 		return fmt.Errorf("write gate: %w", err)
 	}
-	d.failed, d.done, d.gateWritten = f, done, true
+	d.failed, d.done, d.gateWritten, d.fibEpoch = f, done, true, epoch
 	return nil
 }
 
@@ -91,10 +95,12 @@ func FenceUnitName(u int) string {
 	return fmt.Sprintf("unit%d", u)
 }
 
-// WatcherMaps are the maps the watchers write (they are loaded with them): the fence, and the
-// bridge FDB's moves, which the bridge FDB watcher counts the moment the bridge makes one.
+// WatcherMaps are the maps the watchers write (they are loaded with them): the fence, the bridge
+// FDB's moves, which the bridge FDB watcher counts the moment the bridge makes one, the FIB
+// cache's generation, and the STALE-neighbour mirror the neighbour tracepoints keep.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb_moves": d.maps.LfpFdbMoves}
+	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb_moves": d.maps.LfpFdbMoves,
+		"lfp_fib_gen": d.maps.LfpFibGen, "lfp_stale": d.maps.LfpStale, "lfp_stale_count": d.maps.LfpStaleCount}
 }
 
 // Fence reads how many changes the watchers have counted. The controller reads it before it

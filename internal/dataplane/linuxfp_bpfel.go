@@ -44,6 +44,7 @@ type linuxfpLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwdUpdatePrio4     uint32
+	FibFlags           linuxfpLfpFibFlags
 }
 
 type linuxfpLfpCounter struct {
@@ -105,6 +106,40 @@ type linuxfpLfpFdbVal struct {
 type linuxfpLfpFence struct {
 	_   structs.HostLayout
 	Seq [4]uint64
+}
+
+type linuxfpLfpFibEntry struct {
+	_       structs.HostLayout
+	Gen     uint64
+	Ifindex uint32
+	Nh      [4]uint32
+	Metric  uint32
+	Mtu     uint16
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Pad     [4]uint8
+	_       [6]byte
+}
+
+type linuxfpLfpFibFlags uint32
+
+const (
+	linuxfpLfpFibFlagsLFP_FIB_CACHE4 linuxfpLfpFibFlags = 1
+	linuxfpLfpFibFlagsLFP_FIB_CACHE6 linuxfpLfpFibFlags = 2
+)
+
+type linuxfpLfpFibGen struct {
+	_   structs.HostLayout
+	Gen [2]uint64
+}
+
+type linuxfpLfpFibKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Flow    uint32
+	Dst     [4]uint32
+	Family  uint8
+	Pad     [3]uint8
 }
 
 type linuxfpLfpFwFlags uint32
@@ -185,10 +220,11 @@ type linuxfpLfpFwSetKey struct {
 }
 
 type linuxfpLfpGate struct {
-	_      structs.HostLayout
-	Failed uint32
-	Pad    uint32
-	Done   [4]uint64
+	_        structs.HostLayout
+	Failed   uint32
+	Pad      uint32
+	Done     [4]uint64
+	FibEpoch uint64
 }
 
 type linuxfpLfpIf struct {
@@ -246,6 +282,19 @@ type linuxfpLfpLpm6Key struct {
 	Prefixlen uint32
 	Addr      linuxfpLfpIn6
 }
+
+type linuxfpLfpMonitor struct {
+	_       structs.HostLayout
+	Flags   linuxfpLfpMonitorFlags
+	Snaplen uint32
+}
+
+type linuxfpLfpMonitorFlags uint32
+
+const (
+	linuxfpLfpMonitorFlagsLFP_MON_PASS linuxfpLfpMonitorFlags = 1
+	linuxfpLfpMonitorFlagsLFP_MON_DROP linuxfpLfpMonitorFlags = 2
+)
 
 type linuxfpLfpNeighKey struct {
 	_       structs.HostLayout
@@ -321,9 +370,12 @@ type linuxfpLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf  [260]uint8
-	_    [4]byte
-	Ofib [8]uint64
+	Buf      [260]uint8
+	_        [4]byte
+	Ofib     [8]uint64
+	FibKey   linuxfpLfpFibKey
+	_        [4]byte
+	FibEntry linuxfpLfpFibEntry
 }
 
 type linuxfpLfpStaleVal struct {
@@ -406,49 +458,54 @@ type linuxfpLfpVxlanRxKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	linuxfpMapLfpConfigMap    = "lfp_config_map"
-	linuxfpMapLfpCtRequested  = "lfp_ct_requested"
-	linuxfpMapLfpCtRequests   = "lfp_ct_requests"
-	linuxfpMapLfpFdb          = "lfp_fdb"
-	linuxfpMapLfpFdbMoves     = "lfp_fdb_moves"
-	linuxfpMapLfpFdbRefresh   = "lfp_fdb_refresh"
-	linuxfpMapLfpFenceMap     = "lfp_fence_map"
-	linuxfpMapLfpFwHosts      = "lfp_fw_hosts"
-	linuxfpMapLfpFwIfs        = "lfp_fw_ifs"
-	linuxfpMapLfpFwLeaves     = "lfp_fw_leaves"
-	linuxfpMapLfpFwLpm        = "lfp_fw_lpm"
-	linuxfpMapLfpFwRules      = "lfp_fw_rules"
-	linuxfpMapLfpFwSets       = "lfp_fw_sets"
-	linuxfpMapLfpFwStats      = "lfp_fw_stats"
-	linuxfpMapLfpGateMap      = "lfp_gate_map"
-	linuxfpMapLfpIfFence      = "lfp_if_fence"
-	linuxfpMapLfpIfs          = "lfp_ifs"
-	linuxfpMapLfpIfsHi        = "lfp_ifs_hi"
-	linuxfpMapLfpL2           = "lfp_l2"
-	linuxfpMapLfpLocal4       = "lfp_local4"
-	linuxfpMapLfpLocal6       = "lfp_local6"
-	linuxfpMapLfpLocalPfx4    = "lfp_local_pfx4"
-	linuxfpMapLfpLocalPfx6    = "lfp_local_pfx6"
-	linuxfpMapLfpScratchMap   = "lfp_scratch_map"
-	linuxfpMapLfpStale        = "lfp_stale"
-	linuxfpMapLfpStats        = "lfp_stats"
-	linuxfpMapLfpTcCompanions = "lfp_tc_companions"
-	linuxfpMapLfpTcRequests   = "lfp_tc_requests"
-	linuxfpMapLfpTcTxDevs     = "lfp_tc_tx_devs"
-	linuxfpMapLfpTxDevs       = "lfp_tx_devs"
-	linuxfpMapLfpVxfdb        = "lfp_vxfdb"
-	linuxfpMapLfpVxlan        = "lfp_vxlan"
-	linuxfpMapLfpVxlanRxMap   = "lfp_vxlan_rx_map"
-	linuxfpProgLinuxfpXdp     = "linuxfp_xdp"
-	linuxfpVarCfgBridge       = "cfg_bridge"
-	linuxfpVarCfgCt4          = "cfg_ct4"
-	linuxfpVarCfgCt6          = "cfg_ct6"
-	linuxfpVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
-	linuxfpVarCfgRouter4      = "cfg_router4"
-	linuxfpVarCfgRouter6      = "cfg_router6"
-	linuxfpVarCfgSkbSender    = "cfg_skb_sender"
-	linuxfpVarCfgTcAfter      = "cfg_tc_after"
-	linuxfpVarCfgTcCompanion  = "cfg_tc_companion"
+	linuxfpMapLfpConfigMap     = "lfp_config_map"
+	linuxfpMapLfpCtRequested   = "lfp_ct_requested"
+	linuxfpMapLfpCtRequests    = "lfp_ct_requests"
+	linuxfpMapLfpFdb           = "lfp_fdb"
+	linuxfpMapLfpFdbMoves      = "lfp_fdb_moves"
+	linuxfpMapLfpFdbRefresh    = "lfp_fdb_refresh"
+	linuxfpMapLfpFenceMap      = "lfp_fence_map"
+	linuxfpMapLfpFibCache      = "lfp_fib_cache"
+	linuxfpMapLfpFibGen        = "lfp_fib_gen"
+	linuxfpMapLfpFwHosts       = "lfp_fw_hosts"
+	linuxfpMapLfpFwIfs         = "lfp_fw_ifs"
+	linuxfpMapLfpFwLeaves      = "lfp_fw_leaves"
+	linuxfpMapLfpFwLpm         = "lfp_fw_lpm"
+	linuxfpMapLfpFwRules       = "lfp_fw_rules"
+	linuxfpMapLfpFwSets        = "lfp_fw_sets"
+	linuxfpMapLfpFwStats       = "lfp_fw_stats"
+	linuxfpMapLfpGateMap       = "lfp_gate_map"
+	linuxfpMapLfpIfFence       = "lfp_if_fence"
+	linuxfpMapLfpIfs           = "lfp_ifs"
+	linuxfpMapLfpIfsHi         = "lfp_ifs_hi"
+	linuxfpMapLfpL2            = "lfp_l2"
+	linuxfpMapLfpLocal4        = "lfp_local4"
+	linuxfpMapLfpLocal6        = "lfp_local6"
+	linuxfpMapLfpLocalPfx4     = "lfp_local_pfx4"
+	linuxfpMapLfpLocalPfx6     = "lfp_local_pfx6"
+	linuxfpMapLfpMonitorEvents = "lfp_monitor_events"
+	linuxfpMapLfpMonitorMap    = "lfp_monitor_map"
+	linuxfpMapLfpScratchMap    = "lfp_scratch_map"
+	linuxfpMapLfpStale         = "lfp_stale"
+	linuxfpMapLfpStaleCount    = "lfp_stale_count"
+	linuxfpMapLfpStats         = "lfp_stats"
+	linuxfpMapLfpTcCompanions  = "lfp_tc_companions"
+	linuxfpMapLfpTcRequests    = "lfp_tc_requests"
+	linuxfpMapLfpTcTxDevs      = "lfp_tc_tx_devs"
+	linuxfpMapLfpTxDevs        = "lfp_tx_devs"
+	linuxfpMapLfpVxfdb         = "lfp_vxfdb"
+	linuxfpMapLfpVxlan         = "lfp_vxlan"
+	linuxfpMapLfpVxlanRxMap    = "lfp_vxlan_rx_map"
+	linuxfpProgLinuxfpXdp      = "linuxfp_xdp"
+	linuxfpVarCfgBridge        = "cfg_bridge"
+	linuxfpVarCfgCt4           = "cfg_ct4"
+	linuxfpVarCfgCt6           = "cfg_ct6"
+	linuxfpVarCfgFdbRefreshNs  = "cfg_fdb_refresh_ns"
+	linuxfpVarCfgRouter4       = "cfg_router4"
+	linuxfpVarCfgRouter6       = "cfg_router6"
+	linuxfpVarCfgSkbSender     = "cfg_skb_sender"
+	linuxfpVarCfgTcAfter       = "cfg_tc_after"
+	linuxfpVarCfgTcCompanion   = "cfg_tc_companion"
 )
 
 // loadLinuxfp returns the embedded CollectionSpec for linuxfp.
@@ -500,39 +557,44 @@ type linuxfpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpMapSpecs struct {
-	LfpConfigMap    *ebpf.MapSpec `ebpf:"lfp_config_map"`
-	LfpCtRequested  *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
-	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
-	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
-	LfpFdbMoves     *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
-	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
-	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
-	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm        *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
-	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
-	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
-	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
-	LfpGateMap      *ebpf.MapSpec `ebpf:"lfp_gate_map"`
-	LfpIfFence      *ebpf.MapSpec `ebpf:"lfp_if_fence"`
-	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
-	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
-	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
-	LfpLocal4       *ebpf.MapSpec `ebpf:"lfp_local4"`
-	LfpLocal6       *ebpf.MapSpec `ebpf:"lfp_local6"`
-	LfpLocalPfx4    *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6    *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
-	LfpScratchMap   *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
-	LfpStale        *ebpf.MapSpec `ebpf:"lfp_stale"`
-	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
-	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
-	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
-	LfpTcTxDevs     *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs       *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
-	LfpVxfdb        *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
-	LfpVxlan        *ebpf.MapSpec `ebpf:"lfp_vxlan"`
-	LfpVxlanRxMap   *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
+	LfpConfigMap     *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
+	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
+	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
+	LfpFdbRefresh    *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
+	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
+	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm         *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
+	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
+	LfpIfFence       *ebpf.MapSpec `ebpf:"lfp_if_fence"`
+	LfpIfs           *ebpf.MapSpec `ebpf:"lfp_ifs"`
+	LfpIfsHi         *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
+	LfpL2            *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpLocal4        *ebpf.MapSpec `ebpf:"lfp_local4"`
+	LfpLocal6        *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalPfx4     *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6     *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
+	LfpMonitorEvents *ebpf.MapSpec `ebpf:"lfp_monitor_events"`
+	LfpMonitorMap    *ebpf.MapSpec `ebpf:"lfp_monitor_map"`
+	LfpScratchMap    *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
+	LfpStale         *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount    *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
+	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	LfpVxfdb         *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
+	LfpVxlan         *ebpf.MapSpec `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap    *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
 }
 
 // linuxfpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -570,39 +632,44 @@ func (o *linuxfpObjects) Close() error {
 //
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpMaps struct {
-	LfpConfigMap    *ebpf.Map `ebpf:"lfp_config_map"`
-	LfpCtRequested  *ebpf.Map `ebpf:"lfp_ct_requested"`
-	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
-	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
-	LfpFdbMoves     *ebpf.Map `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
-	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
-	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
-	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm        *ebpf.Map `ebpf:"lfp_fw_lpm"`
-	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
-	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
-	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
-	LfpGateMap      *ebpf.Map `ebpf:"lfp_gate_map"`
-	LfpIfFence      *ebpf.Map `ebpf:"lfp_if_fence"`
-	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
-	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
-	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
-	LfpLocal4       *ebpf.Map `ebpf:"lfp_local4"`
-	LfpLocal6       *ebpf.Map `ebpf:"lfp_local6"`
-	LfpLocalPfx4    *ebpf.Map `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6    *ebpf.Map `ebpf:"lfp_local_pfx6"`
-	LfpScratchMap   *ebpf.Map `ebpf:"lfp_scratch_map"`
-	LfpStale        *ebpf.Map `ebpf:"lfp_stale"`
-	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
-	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
-	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
-	LfpTcTxDevs     *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs       *ebpf.Map `ebpf:"lfp_tx_devs"`
-	LfpVxfdb        *ebpf.Map `ebpf:"lfp_vxfdb"`
-	LfpVxlan        *ebpf.Map `ebpf:"lfp_vxlan"`
-	LfpVxlanRxMap   *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
+	LfpConfigMap     *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
+	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
+	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
+	LfpFdbRefresh    *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
+	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
+	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm         *ebpf.Map `ebpf:"lfp_fw_lpm"`
+	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
+	LfpIfFence       *ebpf.Map `ebpf:"lfp_if_fence"`
+	LfpIfs           *ebpf.Map `ebpf:"lfp_ifs"`
+	LfpIfsHi         *ebpf.Map `ebpf:"lfp_ifs_hi"`
+	LfpL2            *ebpf.Map `ebpf:"lfp_l2"`
+	LfpLocal4        *ebpf.Map `ebpf:"lfp_local4"`
+	LfpLocal6        *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalPfx4     *ebpf.Map `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6     *ebpf.Map `ebpf:"lfp_local_pfx6"`
+	LfpMonitorEvents *ebpf.Map `ebpf:"lfp_monitor_events"`
+	LfpMonitorMap    *ebpf.Map `ebpf:"lfp_monitor_map"`
+	LfpScratchMap    *ebpf.Map `ebpf:"lfp_scratch_map"`
+	LfpStale         *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount    *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
+	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
+	LfpVxfdb         *ebpf.Map `ebpf:"lfp_vxfdb"`
+	LfpVxlan         *ebpf.Map `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap    *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
 }
 
 func (m *linuxfpMaps) Close() error {
@@ -614,6 +681,8 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFdbMoves,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
+		m.LfpFibCache,
+		m.LfpFibGen,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
@@ -630,8 +699,11 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpLocal6,
 		m.LfpLocalPfx4,
 		m.LfpLocalPfx6,
+		m.LfpMonitorEvents,
+		m.LfpMonitorMap,
 		m.LfpScratchMap,
 		m.LfpStale,
+		m.LfpStaleCount,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,

@@ -44,6 +44,7 @@ type linuxfpTcLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwdUpdatePrio4     uint32
+	FibFlags           uint32
 }
 
 type linuxfpTcLfpCounter struct {
@@ -89,6 +90,33 @@ type linuxfpTcLfpFdbVal struct {
 type linuxfpTcLfpFence struct {
 	_   structs.HostLayout
 	Seq [4]uint64
+}
+
+type linuxfpTcLfpFibEntry struct {
+	_       structs.HostLayout
+	Gen     uint64
+	Ifindex uint32
+	Nh      [4]uint32
+	Metric  uint32
+	Mtu     uint16
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Pad     [4]uint8
+	_       [6]byte
+}
+
+type linuxfpTcLfpFibGen struct {
+	_   structs.HostLayout
+	Gen [2]uint64
+}
+
+type linuxfpTcLfpFibKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Flow    uint32
+	Dst     [4]uint32
+	Family  uint8
+	Pad     [3]uint8
 }
 
 type linuxfpTcLfpFwHostKey struct {
@@ -148,10 +176,11 @@ type linuxfpTcLfpFwSetKey struct {
 }
 
 type linuxfpTcLfpGate struct {
-	_      structs.HostLayout
-	Failed uint32
-	Pad    uint32
-	Done   [4]uint64
+	_        structs.HostLayout
+	Failed   uint32
+	Pad      uint32
+	Done     [4]uint64
+	FibEpoch uint64
 }
 
 type linuxfpTcLfpIf struct {
@@ -187,6 +216,12 @@ type linuxfpTcLfpLpm6Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Addr      linuxfpTcLfpIn6
+}
+
+type linuxfpTcLfpMonitor struct {
+	_       structs.HostLayout
+	Flags   uint32
+	Snaplen uint32
 }
 
 type linuxfpTcLfpNeighKey struct {
@@ -263,9 +298,12 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf  [260]uint8
-	_    [4]byte
-	Ofib [8]uint64
+	Buf      [260]uint8
+	_        [4]byte
+	Ofib     [8]uint64
+	FibKey   linuxfpTcLfpFibKey
+	_        [4]byte
+	FibEntry linuxfpTcLfpFibEntry
 }
 
 type linuxfpTcLfpStaleVal struct {
@@ -334,49 +372,54 @@ type linuxfpTcLfpVxlanRxKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	linuxfpTcMapLfpConfigMap    = "lfp_config_map"
-	linuxfpTcMapLfpCtRequested  = "lfp_ct_requested"
-	linuxfpTcMapLfpCtRequests   = "lfp_ct_requests"
-	linuxfpTcMapLfpFdb          = "lfp_fdb"
-	linuxfpTcMapLfpFdbMoves     = "lfp_fdb_moves"
-	linuxfpTcMapLfpFdbRefresh   = "lfp_fdb_refresh"
-	linuxfpTcMapLfpFenceMap     = "lfp_fence_map"
-	linuxfpTcMapLfpFwHosts      = "lfp_fw_hosts"
-	linuxfpTcMapLfpFwIfs        = "lfp_fw_ifs"
-	linuxfpTcMapLfpFwLeaves     = "lfp_fw_leaves"
-	linuxfpTcMapLfpFwLpm        = "lfp_fw_lpm"
-	linuxfpTcMapLfpFwRules      = "lfp_fw_rules"
-	linuxfpTcMapLfpFwSets       = "lfp_fw_sets"
-	linuxfpTcMapLfpFwStats      = "lfp_fw_stats"
-	linuxfpTcMapLfpGateMap      = "lfp_gate_map"
-	linuxfpTcMapLfpIfFence      = "lfp_if_fence"
-	linuxfpTcMapLfpIfs          = "lfp_ifs"
-	linuxfpTcMapLfpIfsHi        = "lfp_ifs_hi"
-	linuxfpTcMapLfpL2           = "lfp_l2"
-	linuxfpTcMapLfpLocal4       = "lfp_local4"
-	linuxfpTcMapLfpLocal6       = "lfp_local6"
-	linuxfpTcMapLfpLocalPfx4    = "lfp_local_pfx4"
-	linuxfpTcMapLfpLocalPfx6    = "lfp_local_pfx6"
-	linuxfpTcMapLfpScratchMap   = "lfp_scratch_map"
-	linuxfpTcMapLfpStale        = "lfp_stale"
-	linuxfpTcMapLfpStats        = "lfp_stats"
-	linuxfpTcMapLfpTcCompanions = "lfp_tc_companions"
-	linuxfpTcMapLfpTcRequests   = "lfp_tc_requests"
-	linuxfpTcMapLfpTcTxDevs     = "lfp_tc_tx_devs"
-	linuxfpTcMapLfpTxDevs       = "lfp_tx_devs"
-	linuxfpTcMapLfpVxfdb        = "lfp_vxfdb"
-	linuxfpTcMapLfpVxlan        = "lfp_vxlan"
-	linuxfpTcMapLfpVxlanRxMap   = "lfp_vxlan_rx_map"
-	linuxfpTcProgLinuxfpTc      = "linuxfp_tc"
-	linuxfpTcVarCfgBridge       = "cfg_bridge"
-	linuxfpTcVarCfgCt4          = "cfg_ct4"
-	linuxfpTcVarCfgCt6          = "cfg_ct6"
-	linuxfpTcVarCfgFdbRefreshNs = "cfg_fdb_refresh_ns"
-	linuxfpTcVarCfgRouter4      = "cfg_router4"
-	linuxfpTcVarCfgRouter6      = "cfg_router6"
-	linuxfpTcVarCfgSkbSender    = "cfg_skb_sender"
-	linuxfpTcVarCfgTcAfter      = "cfg_tc_after"
-	linuxfpTcVarCfgTcCompanion  = "cfg_tc_companion"
+	linuxfpTcMapLfpConfigMap     = "lfp_config_map"
+	linuxfpTcMapLfpCtRequested   = "lfp_ct_requested"
+	linuxfpTcMapLfpCtRequests    = "lfp_ct_requests"
+	linuxfpTcMapLfpFdb           = "lfp_fdb"
+	linuxfpTcMapLfpFdbMoves      = "lfp_fdb_moves"
+	linuxfpTcMapLfpFdbRefresh    = "lfp_fdb_refresh"
+	linuxfpTcMapLfpFenceMap      = "lfp_fence_map"
+	linuxfpTcMapLfpFibCache      = "lfp_fib_cache"
+	linuxfpTcMapLfpFibGen        = "lfp_fib_gen"
+	linuxfpTcMapLfpFwHosts       = "lfp_fw_hosts"
+	linuxfpTcMapLfpFwIfs         = "lfp_fw_ifs"
+	linuxfpTcMapLfpFwLeaves      = "lfp_fw_leaves"
+	linuxfpTcMapLfpFwLpm         = "lfp_fw_lpm"
+	linuxfpTcMapLfpFwRules       = "lfp_fw_rules"
+	linuxfpTcMapLfpFwSets        = "lfp_fw_sets"
+	linuxfpTcMapLfpFwStats       = "lfp_fw_stats"
+	linuxfpTcMapLfpGateMap       = "lfp_gate_map"
+	linuxfpTcMapLfpIfFence       = "lfp_if_fence"
+	linuxfpTcMapLfpIfs           = "lfp_ifs"
+	linuxfpTcMapLfpIfsHi         = "lfp_ifs_hi"
+	linuxfpTcMapLfpL2            = "lfp_l2"
+	linuxfpTcMapLfpLocal4        = "lfp_local4"
+	linuxfpTcMapLfpLocal6        = "lfp_local6"
+	linuxfpTcMapLfpLocalPfx4     = "lfp_local_pfx4"
+	linuxfpTcMapLfpLocalPfx6     = "lfp_local_pfx6"
+	linuxfpTcMapLfpMonitorEvents = "lfp_monitor_events"
+	linuxfpTcMapLfpMonitorMap    = "lfp_monitor_map"
+	linuxfpTcMapLfpScratchMap    = "lfp_scratch_map"
+	linuxfpTcMapLfpStale         = "lfp_stale"
+	linuxfpTcMapLfpStaleCount    = "lfp_stale_count"
+	linuxfpTcMapLfpStats         = "lfp_stats"
+	linuxfpTcMapLfpTcCompanions  = "lfp_tc_companions"
+	linuxfpTcMapLfpTcRequests    = "lfp_tc_requests"
+	linuxfpTcMapLfpTcTxDevs      = "lfp_tc_tx_devs"
+	linuxfpTcMapLfpTxDevs        = "lfp_tx_devs"
+	linuxfpTcMapLfpVxfdb         = "lfp_vxfdb"
+	linuxfpTcMapLfpVxlan         = "lfp_vxlan"
+	linuxfpTcMapLfpVxlanRxMap    = "lfp_vxlan_rx_map"
+	linuxfpTcProgLinuxfpTc       = "linuxfp_tc"
+	linuxfpTcVarCfgBridge        = "cfg_bridge"
+	linuxfpTcVarCfgCt4           = "cfg_ct4"
+	linuxfpTcVarCfgCt6           = "cfg_ct6"
+	linuxfpTcVarCfgFdbRefreshNs  = "cfg_fdb_refresh_ns"
+	linuxfpTcVarCfgRouter4       = "cfg_router4"
+	linuxfpTcVarCfgRouter6       = "cfg_router6"
+	linuxfpTcVarCfgSkbSender     = "cfg_skb_sender"
+	linuxfpTcVarCfgTcAfter       = "cfg_tc_after"
+	linuxfpTcVarCfgTcCompanion   = "cfg_tc_companion"
 )
 
 // loadLinuxfpTc returns the embedded CollectionSpec for linuxfpTc.
@@ -428,39 +471,44 @@ type linuxfpTcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpTcMapSpecs struct {
-	LfpConfigMap    *ebpf.MapSpec `ebpf:"lfp_config_map"`
-	LfpCtRequested  *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
-	LfpCtRequests   *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
-	LfpFdb          *ebpf.MapSpec `ebpf:"lfp_fdb"`
-	LfpFdbMoves     *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh   *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
-	LfpFenceMap     *ebpf.MapSpec `ebpf:"lfp_fence_map"`
-	LfpFwHosts      *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
-	LfpFwIfs        *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves     *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm        *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
-	LfpFwRules      *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
-	LfpFwSets       *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
-	LfpFwStats      *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
-	LfpGateMap      *ebpf.MapSpec `ebpf:"lfp_gate_map"`
-	LfpIfFence      *ebpf.MapSpec `ebpf:"lfp_if_fence"`
-	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
-	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
-	LfpL2           *ebpf.MapSpec `ebpf:"lfp_l2"`
-	LfpLocal4       *ebpf.MapSpec `ebpf:"lfp_local4"`
-	LfpLocal6       *ebpf.MapSpec `ebpf:"lfp_local6"`
-	LfpLocalPfx4    *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6    *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
-	LfpScratchMap   *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
-	LfpStale        *ebpf.MapSpec `ebpf:"lfp_stale"`
-	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
-	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
-	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
-	LfpTcTxDevs     *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs       *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
-	LfpVxfdb        *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
-	LfpVxlan        *ebpf.MapSpec `ebpf:"lfp_vxlan"`
-	LfpVxlanRxMap   *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
+	LfpConfigMap     *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
+	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
+	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
+	LfpFdbRefresh    *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
+	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
+	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm         *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
+	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
+	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
+	LfpIfFence       *ebpf.MapSpec `ebpf:"lfp_if_fence"`
+	LfpIfs           *ebpf.MapSpec `ebpf:"lfp_ifs"`
+	LfpIfsHi         *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
+	LfpL2            *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpLocal4        *ebpf.MapSpec `ebpf:"lfp_local4"`
+	LfpLocal6        *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalPfx4     *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6     *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
+	LfpMonitorEvents *ebpf.MapSpec `ebpf:"lfp_monitor_events"`
+	LfpMonitorMap    *ebpf.MapSpec `ebpf:"lfp_monitor_map"`
+	LfpScratchMap    *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
+	LfpStale         *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount    *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
+	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	LfpVxfdb         *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
+	LfpVxlan         *ebpf.MapSpec `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap    *ebpf.MapSpec `ebpf:"lfp_vxlan_rx_map"`
 }
 
 // linuxfpTcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -498,39 +546,44 @@ func (o *linuxfpTcObjects) Close() error {
 //
 // It can be passed to loadLinuxfpTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpTcMaps struct {
-	LfpConfigMap    *ebpf.Map `ebpf:"lfp_config_map"`
-	LfpCtRequested  *ebpf.Map `ebpf:"lfp_ct_requested"`
-	LfpCtRequests   *ebpf.Map `ebpf:"lfp_ct_requests"`
-	LfpFdb          *ebpf.Map `ebpf:"lfp_fdb"`
-	LfpFdbMoves     *ebpf.Map `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh   *ebpf.Map `ebpf:"lfp_fdb_refresh"`
-	LfpFenceMap     *ebpf.Map `ebpf:"lfp_fence_map"`
-	LfpFwHosts      *ebpf.Map `ebpf:"lfp_fw_hosts"`
-	LfpFwIfs        *ebpf.Map `ebpf:"lfp_fw_ifs"`
-	LfpFwLeaves     *ebpf.Map `ebpf:"lfp_fw_leaves"`
-	LfpFwLpm        *ebpf.Map `ebpf:"lfp_fw_lpm"`
-	LfpFwRules      *ebpf.Map `ebpf:"lfp_fw_rules"`
-	LfpFwSets       *ebpf.Map `ebpf:"lfp_fw_sets"`
-	LfpFwStats      *ebpf.Map `ebpf:"lfp_fw_stats"`
-	LfpGateMap      *ebpf.Map `ebpf:"lfp_gate_map"`
-	LfpIfFence      *ebpf.Map `ebpf:"lfp_if_fence"`
-	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
-	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
-	LfpL2           *ebpf.Map `ebpf:"lfp_l2"`
-	LfpLocal4       *ebpf.Map `ebpf:"lfp_local4"`
-	LfpLocal6       *ebpf.Map `ebpf:"lfp_local6"`
-	LfpLocalPfx4    *ebpf.Map `ebpf:"lfp_local_pfx4"`
-	LfpLocalPfx6    *ebpf.Map `ebpf:"lfp_local_pfx6"`
-	LfpScratchMap   *ebpf.Map `ebpf:"lfp_scratch_map"`
-	LfpStale        *ebpf.Map `ebpf:"lfp_stale"`
-	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
-	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
-	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
-	LfpTcTxDevs     *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs       *ebpf.Map `ebpf:"lfp_tx_devs"`
-	LfpVxfdb        *ebpf.Map `ebpf:"lfp_vxfdb"`
-	LfpVxlan        *ebpf.Map `ebpf:"lfp_vxlan"`
-	LfpVxlanRxMap   *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
+	LfpConfigMap     *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
+	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
+	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
+	LfpFdbRefresh    *ebpf.Map `ebpf:"lfp_fdb_refresh"`
+	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
+	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
+	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
+	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
+	LfpFwLpm         *ebpf.Map `ebpf:"lfp_fw_lpm"`
+	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
+	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
+	LfpIfFence       *ebpf.Map `ebpf:"lfp_if_fence"`
+	LfpIfs           *ebpf.Map `ebpf:"lfp_ifs"`
+	LfpIfsHi         *ebpf.Map `ebpf:"lfp_ifs_hi"`
+	LfpL2            *ebpf.Map `ebpf:"lfp_l2"`
+	LfpLocal4        *ebpf.Map `ebpf:"lfp_local4"`
+	LfpLocal6        *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalPfx4     *ebpf.Map `ebpf:"lfp_local_pfx4"`
+	LfpLocalPfx6     *ebpf.Map `ebpf:"lfp_local_pfx6"`
+	LfpMonitorEvents *ebpf.Map `ebpf:"lfp_monitor_events"`
+	LfpMonitorMap    *ebpf.Map `ebpf:"lfp_monitor_map"`
+	LfpScratchMap    *ebpf.Map `ebpf:"lfp_scratch_map"`
+	LfpStale         *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount    *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
+	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
+	LfpVxfdb         *ebpf.Map `ebpf:"lfp_vxfdb"`
+	LfpVxlan         *ebpf.Map `ebpf:"lfp_vxlan"`
+	LfpVxlanRxMap    *ebpf.Map `ebpf:"lfp_vxlan_rx_map"`
 }
 
 func (m *linuxfpTcMaps) Close() error {
@@ -542,6 +595,8 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFdbMoves,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
+		m.LfpFibCache,
+		m.LfpFibGen,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
@@ -558,8 +613,11 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpLocal6,
 		m.LfpLocalPfx4,
 		m.LfpLocalPfx6,
+		m.LfpMonitorEvents,
+		m.LfpMonitorMap,
 		m.LfpScratchMap,
 		m.LfpStale,
+		m.LfpStaleCount,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,

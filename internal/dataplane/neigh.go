@@ -1,8 +1,11 @@
 package dataplane
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,6 +16,9 @@ import (
 type NeighData struct {
 	// StaleNeighbours are the neighbour entries Linux reports STALE.
 	StaleNeighbours []NeighKey
+	// StaleByEvents: the neighbour tracepoints keep the STALE mirror (bpf/netlink_watch.c); the
+	// controller only writes the entries that were STALE before they were attached, once.
+	StaleByEvents bool
 }
 
 // NeighKey identifies a neighbour entry: device and address.
@@ -21,9 +27,11 @@ type NeighKey struct {
 	Addr    netip.Addr
 }
 
-// neighMaps mirror what the neighbour module's map holds.
+// neighMaps mirror what the neighbour module's map holds (while the controller keeps it).
 type neighMaps struct {
 	stale map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
+	// seeded: with StaleByEvents, the first Sync wrote the entries STALE before the tracepoints.
+	seeded bool
 }
 
 func newNeighMaps() neighMaps {
@@ -43,6 +51,38 @@ func (n *neighMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befor
 		}
 		stale[linuxfpLfpNeighKey{Ifindex: uint32(k.Ifindex), Family: fam, Addr: addrWords(k.Addr)}] = linuxfpLfpStaleVal{}
 	}
+	if data.StaleByEvents {
+		cfg.StaleNeighs = 0
+		if n.seeded {
+			return nil, nil
+		}
+		return []func() error{func() error { return n.seed(d, stale) }}, nil
+	}
 	cfg.StaleNeighs = uint32(len(stale))
 	return []func() error{func() error { return syncMap(d.maps.LfpStale, n.stale, stale) }}, nil
+}
+
+// seed writes, once, the entries that were STALE before the tracepoints kept the set: each
+// one the tracepoints did not add meanwhile (they keep theirs), counted in lfp_stale_count's
+// controller part first, so that the data plane never skips a lookup the set needs. An entry
+// whose neighbour left STALE after the controller read it stays until the neighbour's next
+// change: one packet more to Linux, no more.
+func (n *neighMaps) seed(d *Dataplane, stale map[linuxfpLfpNeighKey]linuxfpLfpStaleVal) error {
+	count := int64(len(stale))
+	if err := d.maps.LfpStaleCount.Put(uint32(1), count); err != nil {
+		return fmt.Errorf("seed STALE neighbours: %w", err)
+	}
+	for k, v := range stale {
+		if err := d.maps.LfpStale.Update(k, v, ebpf.UpdateNoExist); err != nil {
+			if !errors.Is(err, ebpf.ErrKeyExist) {
+				return fmt.Errorf("seed STALE neighbours: %w", err)
+			}
+			count--
+		}
+	}
+	if err := d.maps.LfpStaleCount.Put(uint32(1), count); err != nil {
+		return fmt.Errorf("seed STALE neighbours: %w", err)
+	}
+	n.seeded = true
+	return nil
 }

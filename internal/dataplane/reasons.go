@@ -126,6 +126,16 @@ var reasonNames = [numReasons]string{
 	"multi_buffer",
 }
 
+// ReasonByName is the reason `linuxfp status` shows as name.
+func ReasonByName(name string) (Reason, bool) {
+	for r, n := range reasonNames {
+		if n == name {
+			return Reason(r), true
+		}
+	}
+	return 0, false
+}
+
 // FastPathed: the reason says the fast path took the packet (routed or bridged).
 func (r Reason) FastPathed() bool {
 	return r == Forwarded || r == Bridged || r == FilterDropped || r == Encapsulated || r == Decapsulated

@@ -21,6 +21,7 @@ type Data struct {
 	// CT is the conntrack module's settings.
 	CT CT
 	VXLANData
+	FibCacheData
 }
 
 // A module is one fast-path module's part of Sync. sync computes the entries its maps must
@@ -54,7 +55,7 @@ func (d *Dataplane) Sync(data Data) error {
 	// In this order, the writes of each group follow the modules' order.
 	modules := []module{
 		&d.routerMaps, &d.neighMaps, &d.bridgeMaps, ctModule{},
-		filterModule{flags: fwFlags, bank: fwBank}, &d.txMaps, &d.vxlanMaps,
+		filterModule{flags: fwFlags, bank: fwBank}, &d.txMaps, &d.vxlanMaps, fibCacheModule{},
 	}
 	var cfg linuxfpLfpConfig
 	var before, after []func() error
@@ -76,8 +77,9 @@ func (d *Dataplane) Sync(data Data) error {
 			failed = BothFamilies
 		}
 	}
-	// Only now, with everything written, is a family the gate held let through again.
-	errs = append(errs, d.setGateLocked(failed))
+	// Only now, with everything written, is a family the gate held let through again. Written
+	// even when unchanged: it moves the FIB cache's generation on.
+	errs = append(errs, d.writeGateLocked(failed, d.done))
 	return errors.Join(errs...)
 }
 

@@ -36,7 +36,7 @@ type Filter struct {
 	usesSets    bool
 }
 
-// UsesSets: the compiled rules test ipset membership.
+// UsesSets: the compiled rules test ipset membership (nf_tables sets not counted).
 func (f *Filter) UsesSets() bool { return f != nil && f.usesSets }
 
 // compiled is the last compilation and the read it was made from. Every change the controller
@@ -94,7 +94,12 @@ func compileFilter(r *observe.Ruleset) *Filter {
 			continue
 		}
 		f.Prog[i] = p
-		f.usesSets = f.usesSets || len(p.Sets) > 0
+		for _, ref := range p.Sets {
+			// nf_tables sets are read with the rules, not polled.
+			if s := r.Sets[ref.Name]; s != nil && !s.Nft {
+				f.usesSets = true
+			}
+		}
 	}
 	f.CompileTime = r.ReadTime + time.Since(t0)
 	return f

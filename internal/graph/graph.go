@@ -31,6 +31,11 @@ type Options struct {
 	Hook       HookMode
 	Interfaces []string // glob patterns; empty: every interface but lo
 	Exclude    []string // glob patterns
+	// FibCache: the FIB cache was asked for (linuxfp run --fib-cache). NeighEvents: the
+	// watchers see every change that can alter a routing lookup as it happens, the neighbour
+	// table's own included (the fence and the neighbour tracepoints): the FIB cache may be used,
+	// and the tracepoints keep the STALE mirror.
+	FibCache, NeighEvents bool
 }
 
 // Interface is the decision for one interface.
@@ -56,6 +61,9 @@ type Plan struct {
 	Data       dataplane.Data
 	// Filter is the netfilter ruleset compiled for the filter module (nil: not read).
 	Filter *Filter
+	// FibCacheOff says, per family (IPv4, IPv6), why the FIB cache does not answer (none: it
+	// does).
+	FibCacheOff [2][]string
 }
 
 // OwnedProgram tells whether prog is one of linuxfp's own programs on ifindex.
@@ -158,6 +166,9 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 	p.Data.RouteMTU4 = uint32(s.Routes.MinMTU4)
 	p.Data.RouteMTU6 = uint32(s.Routes.MinMTU6)
 	p.Data.FwdUpdatePriority4 = s.Sysctl.FwdUpdatePriority4
+	p.FibCacheOff = fibCache(s, o)
+	p.Data.FibCache4, p.Data.FibCache6 = len(p.FibCacheOff[0]) == 0, len(p.FibCacheOff[1]) == 0
+	p.Data.StaleByEvents = o.NeighEvents
 	tcAfterXDP(p, o)
 	// The conntrack module is built into the programs where it may run (see Spec.Conntrack4).
 	for _, it := range p.Interfaces {

@@ -2,12 +2,14 @@ package observe
 
 import (
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"reflect"
 	"testing"
 	"time"
 
 	mnl "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -228,5 +230,30 @@ func TestNetdevIfindex(t *testing.T) {
 	}
 	if _, ok := netdevIfindex(nil); ok {
 		t.Fatal("an empty message named a device")
+	}
+}
+
+func TestPolicyRules(t *testing.T) {
+	def := func(prio, table int) netlink.Rule {
+		r := *netlink.NewRule()
+		r.Priority, r.Table = prio, table
+		return r
+	}
+	v4 := []netlink.Rule{def(0, unix.RT_TABLE_LOCAL), def(32766, unix.RT_TABLE_MAIN), def(32767, unix.RT_TABLE_DEFAULT)}
+	if policyRules(netlink.FAMILY_V4, v4) {
+		t.Fatal("the kernel's default IPv4 rules taken for policy routing")
+	}
+	if !policyRules(netlink.FAMILY_V6, v4) {
+		t.Fatal("a rule to the default table in IPv6 (not one of its defaults) not seen")
+	}
+	from := def(100, 100)
+	from.Src = &net.IPNet{IP: net.IPv4(198, 18, 0, 2), Mask: net.CIDRMask(32, 32)}
+	if !policyRules(netlink.FAMILY_V4, append(v4, from)) {
+		t.Fatal("ip rule add from 198.18.0.2 lookup 100 not seen")
+	}
+	sel := def(32766, unix.RT_TABLE_MAIN)
+	sel.IifName = "in0"
+	if !policyRules(netlink.FAMILY_V4, []netlink.Rule{def(0, unix.RT_TABLE_LOCAL), sel}) {
+		t.Fatal("a main-table rule with a selector taken for the default")
 	}
 }

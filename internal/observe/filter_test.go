@@ -2,10 +2,12 @@ package observe
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/linuxfp/linuxfp/internal/filter/filtertest"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
 )
 
 // One nf_tables generation is read once, however many events announce it: a commit notifies
@@ -82,5 +84,24 @@ func TestRulesetReadOncePerGeneration(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSetsEqual(t *testing.T) {
+	set := func(addrs ...string) map[string]*model.IPSet {
+		s := &model.IPSet{Name: "s", Type: "hash:ip"}
+		for _, a := range addrs {
+			s.Entries = append(s.Entries, model.SetEntry{Prefix: netip.PrefixFrom(netip.MustParseAddr(a), 32)})
+		}
+		return map[string]*model.IPSet{"s": s}
+	}
+	if !setsEqual(set("198.18.0.1", "198.18.0.2"), set("198.18.0.1", "198.18.0.2")) {
+		t.Fatal("equal sets taken for different")
+	}
+	if setsEqual(set("198.18.0.1", "198.18.0.2"), set("198.18.0.1", "198.18.0.3")) {
+		t.Fatal("an element added and another deleted not seen")
+	}
+	if setsEqual(set("198.18.0.1"), set("198.18.0.1", "198.18.0.2")) {
+		t.Fatal("an element added not seen")
 	}
 }

@@ -88,6 +88,13 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 		return fmt.Errorf("netlink watcher: fence every ipset: %w", err)
 	}
 	w.fencedSets = setWatch{m: objs.LfpNlSets, all: true, names: map[string]bool{}}
+	if err := w.watchNeighbours(&objs); err != nil {
+		w.log.Warn("cannot see the neighbour table's own changes as they happen; STALE neighbours are followed by notification and the FIB cache stays off", "err", err)
+		w.NeighMethod = "notification (" + err.Error() + ")"
+	} else {
+		w.NeighEvents = true
+		w.NeighMethod = "event: tp_btf/neigh_update_done, neigh_timer_handler, neigh_event_send_done and neigh_cleanup_and_release keep the STALE mirror at once"
+	}
 	if err := w.watchFDB(ctx, &objs); err != nil {
 		w.FDBMethod = "notification (" + err.Error() + ")"
 		w.log.Warn("cannot see bridge FDB changes as they happen; followed by notification", "err", err)
@@ -209,6 +216,29 @@ func setName(n string) netlinkwatchLfpSetName {
 		k.Name[i] = int8(n[i])
 	}
 	return k
+}
+
+// watchNeighbours attaches the neighbour table's tracepoints, which keep the data plane's
+// STALE-neighbour mirror (bpf/lib/neigh.h) and move the FIB cache's generation on
+// (bpf/lib/fibcache.h).
+func (w *Watcher) watchNeighbours(objs *netlinkwatchObjects) error {
+	var links []link.Link
+	for _, p := range []*ebpf.Program{objs.LfpNeighUpdated, objs.LfpNeighTimer, objs.LfpNeighSent, objs.LfpNeighReleased} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return fmt.Errorf("attach %s: %w", p, err)
+		}
+		links = append(links, l)
+	}
+	w.closers = append(w.closers, func() {
+		for _, l := range links {
+			l.Close()
+		}
+	})
+	return nil
 }
 
 // watchFDB attaches the bridge FDB watcher (its programs and ring are in objs).

@@ -25,6 +25,18 @@ type netlinkwatchLfpFence struct {
 	Seq [4]uint64
 }
 
+type netlinkwatchLfpFibGen struct {
+	_   structs.HostLayout
+	Gen [2]uint64
+}
+
+type netlinkwatchLfpNeighKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Family  uint32
+	Addr    [4]uint32
+}
+
 type netlinkwatchLfpNlClass uint32
 
 const (
@@ -52,24 +64,36 @@ type netlinkwatchLfpSetName struct {
 	Name [32]int8
 }
 
+type netlinkwatchLfpStaleVal struct {
+	_      structs.HostLayout
+	Kicked uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	netlinkwatchMapLfpFdbChanges  = "lfp_fdb_changes"
-	netlinkwatchMapLfpFdbMoves    = "lfp_fdb_moves"
-	netlinkwatchMapLfpFenceMap    = "lfp_fence_map"
-	netlinkwatchMapLfpIfFence     = "lfp_if_fence"
-	netlinkwatchMapLfpNlChanges   = "lfp_nl_changes"
-	netlinkwatchMapLfpNlEvents    = "lfp_nl_events"
-	netlinkwatchMapLfpNlSets      = "lfp_nl_sets"
-	netlinkwatchProgLfpFdbDeleted = "lfp_fdb_deleted"
-	netlinkwatchProgLfpFdbMoved   = "lfp_fdb_moved"
-	netlinkwatchProgLfpNlConsumed = "lfp_nl_consumed"
-	netlinkwatchVarCfgNetns       = "cfg_netns"
-	netlinkwatchVarCfgSelf        = "cfg_self"
-	netlinkwatchVarLfpFdbKeyType  = "lfp_fdb_key_type"
-	netlinkwatchVarLfpNlEventType = "lfp_nl_event_type"
+	netlinkwatchMapLfpFdbChanges     = "lfp_fdb_changes"
+	netlinkwatchMapLfpFdbMoves       = "lfp_fdb_moves"
+	netlinkwatchMapLfpFenceMap       = "lfp_fence_map"
+	netlinkwatchMapLfpFibGen         = "lfp_fib_gen"
+	netlinkwatchMapLfpIfFence        = "lfp_if_fence"
+	netlinkwatchMapLfpNlChanges      = "lfp_nl_changes"
+	netlinkwatchMapLfpNlEvents       = "lfp_nl_events"
+	netlinkwatchMapLfpNlSets         = "lfp_nl_sets"
+	netlinkwatchMapLfpStale          = "lfp_stale"
+	netlinkwatchMapLfpStaleCount     = "lfp_stale_count"
+	netlinkwatchProgLfpFdbDeleted    = "lfp_fdb_deleted"
+	netlinkwatchProgLfpFdbMoved      = "lfp_fdb_moved"
+	netlinkwatchProgLfpNeighReleased = "lfp_neigh_released"
+	netlinkwatchProgLfpNeighSent     = "lfp_neigh_sent"
+	netlinkwatchProgLfpNeighTimer    = "lfp_neigh_timer"
+	netlinkwatchProgLfpNeighUpdated  = "lfp_neigh_updated"
+	netlinkwatchProgLfpNlConsumed    = "lfp_nl_consumed"
+	netlinkwatchVarCfgNetns          = "cfg_netns"
+	netlinkwatchVarCfgSelf           = "cfg_self"
+	netlinkwatchVarLfpFdbKeyType     = "lfp_fdb_key_type"
+	netlinkwatchVarLfpNlEventType    = "lfp_nl_event_type"
 )
 
 // loadNetlinkwatch returns the embedded CollectionSpec for netlinkwatch.
@@ -114,9 +138,13 @@ type netlinkwatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchProgramSpecs struct {
-	LfpFdbDeleted *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
-	LfpFdbMoved   *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
-	LfpNlConsumed *ebpf.ProgramSpec `ebpf:"lfp_nl_consumed"`
+	LfpFdbDeleted    *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
+	LfpFdbMoved      *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
+	LfpNeighReleased *ebpf.ProgramSpec `ebpf:"lfp_neigh_released"`
+	LfpNeighSent     *ebpf.ProgramSpec `ebpf:"lfp_neigh_sent"`
+	LfpNeighTimer    *ebpf.ProgramSpec `ebpf:"lfp_neigh_timer"`
+	LfpNeighUpdated  *ebpf.ProgramSpec `ebpf:"lfp_neigh_updated"`
+	LfpNlConsumed    *ebpf.ProgramSpec `ebpf:"lfp_nl_consumed"`
 }
 
 // netlinkwatchMapSpecs contains maps before they are loaded into the kernel.
@@ -126,10 +154,13 @@ type netlinkwatchMapSpecs struct {
 	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
 	LfpFdbMoves   *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibGen     *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpIfFence    *ebpf.MapSpec `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
 	LfpNlSets     *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
+	LfpStale      *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount *ebpf.MapSpec `ebpf:"lfp_stale_count"`
 }
 
 // netlinkwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -165,10 +196,13 @@ type netlinkwatchMaps struct {
 	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
 	LfpFdbMoves   *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibGen     *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpIfFence    *ebpf.Map `ebpf:"lfp_if_fence"`
 	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
 	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
 	LfpNlSets     *ebpf.Map `ebpf:"lfp_nl_sets"`
+	LfpStale      *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount *ebpf.Map `ebpf:"lfp_stale_count"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
@@ -176,10 +210,13 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpFdbChanges,
 		m.LfpFdbMoves,
 		m.LfpFenceMap,
+		m.LfpFibGen,
 		m.LfpIfFence,
 		m.LfpNlChanges,
 		m.LfpNlEvents,
 		m.LfpNlSets,
+		m.LfpStale,
+		m.LfpStaleCount,
 	)
 }
 
@@ -197,15 +234,23 @@ type netlinkwatchVariables struct {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchPrograms struct {
-	LfpFdbDeleted *ebpf.Program `ebpf:"lfp_fdb_deleted"`
-	LfpFdbMoved   *ebpf.Program `ebpf:"lfp_fdb_moved"`
-	LfpNlConsumed *ebpf.Program `ebpf:"lfp_nl_consumed"`
+	LfpFdbDeleted    *ebpf.Program `ebpf:"lfp_fdb_deleted"`
+	LfpFdbMoved      *ebpf.Program `ebpf:"lfp_fdb_moved"`
+	LfpNeighReleased *ebpf.Program `ebpf:"lfp_neigh_released"`
+	LfpNeighSent     *ebpf.Program `ebpf:"lfp_neigh_sent"`
+	LfpNeighTimer    *ebpf.Program `ebpf:"lfp_neigh_timer"`
+	LfpNeighUpdated  *ebpf.Program `ebpf:"lfp_neigh_updated"`
+	LfpNlConsumed    *ebpf.Program `ebpf:"lfp_nl_consumed"`
 }
 
 func (p *netlinkwatchPrograms) Close() error {
 	return _NetlinkwatchClose(
 		p.LfpFdbDeleted,
 		p.LfpFdbMoved,
+		p.LfpNeighReleased,
+		p.LfpNeighSent,
+		p.LfpNeighTimer,
+		p.LfpNeighUpdated,
 		p.LfpNlConsumed,
 	)
 }

@@ -212,6 +212,13 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 			if fam == netlink.FAMILY_V4 && rt.Hoplimit > 0 {
 				r.HopLimit4 = true
 			}
+			if rt.MTU > 0 && rt.MTULock {
+				if fam == netlink.FAMILY_V4 {
+					r.MTULocked4 = true
+				} else {
+					r.MTULocked6 = true
+				}
+			}
 			if len(rt.MultiPath) > 1 {
 				if fam == netlink.FAMILY_V4 {
 					r.Multipath4 = true
@@ -219,6 +226,18 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 					r.Multipath6 = true
 				}
 			}
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rules, err := retryDump(func() ([]netlink.Rule, error) { return h.RuleList(fam) })
+		if err != nil {
+			return r, fmt.Errorf("list rules: %w", err)
+		}
+		custom := policyRules(fam, rules)
+		if fam == netlink.FAMILY_V4 {
+			r.PolicyRules4 = custom
+		} else {
+			r.PolicyRules6 = custom
 		}
 	}
 	groups, err := nexthopGroups()
@@ -230,6 +249,25 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 		r.Multipath4, r.Multipath6 = true, true
 	}
 	return r, nil
+}
+
+// policyRules tells whether rules holds a rule besides the kernel's own: local (priority 0),
+// main (32766) and, for IPv4, default (32767), each matching every packet.
+func policyRules(fam int, rules []netlink.Rule) bool {
+	defaults := map[[2]int]bool{{0, unix.RT_TABLE_LOCAL}: true, {32766, unix.RT_TABLE_MAIN}: true}
+	if fam == netlink.FAMILY_V4 {
+		defaults[[2]int{32767, unix.RT_TABLE_DEFAULT}] = true
+	}
+	for _, ru := range rules {
+		plain := ru.Src == nil && ru.Dst == nil && ru.IifName == "" && ru.OifName == "" &&
+			ru.Tos == 0 && ru.Mark == 0 && ru.Mask == nil && !ru.Invert && ru.Goto <= 0 &&
+			ru.UIDRange == nil && ru.Sport == nil && ru.Dport == nil && ru.IPProto <= 0 &&
+			ru.Type <= unix.FR_ACT_TO_TBL
+		if !plain || !defaults[[2]int{ru.Priority, ru.Table}] {
+			return true
+		}
+	}
+	return false
 }
 
 // nexthopGroups tells whether any nexthop object is a group (RTM_GETNEXTHOP dump; the
@@ -333,7 +371,7 @@ func forwardingSysctl(name string) bool {
 	switch {
 	case strings.HasPrefix(name, "net/ipv4/conf/"):
 		// all/forwarding is ip_forward; all/rp_filter counts with each device's.
-		return knob == "forwarding" || knob == "rp_filter"
+		return knob == "forwarding" || knob == "rp_filter" || knob == "ignore_routes_with_linkdown"
 	case strings.HasPrefix(name, "net/ipv6/conf/"):
 		return knob == "disable_ipv6"
 	}
@@ -352,6 +390,7 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 		s := prev
 		s.IPv4DevFwd, s.RPFilter = make(map[string]bool, len(links)), make(map[string]int, len(links))
 		s.IPv6Disabled = make(map[string]bool, len(links))
+		s.IgnoreLinkdown4 = map[string]bool{}
 		s.readDevices(links, prev, need)
 		return s
 	}
@@ -370,6 +409,7 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 		IPv4DevFwd:        map[string]bool{},
 		IPv6Disabled:      map[string]bool{},
 		RPFilter:          map[string]int{},
+		IgnoreLinkdown4:   map[string]bool{},
 		Conntrack: ConntrackSysctls{
 			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
 			Checksum:              readSysctl("net/netfilter/nf_conntrack_checksum") != 0,
@@ -389,6 +429,7 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 		fmt.Sscan(string(b), &s.LocalPortLow, &s.LocalPortHigh)
 	}
 	s.rpFilterAll = readSysctl("net/ipv4/conf/all/rp_filter")
+	s.linkdownAll = readSysctl("net/ipv4/conf/all/ignore_routes_with_linkdown") != 0
 	s.readDevices(links, prev, need)
 	return s
 }
@@ -400,12 +441,15 @@ func (s *Sysctls) readDevices(links map[int]*Link, prev Sysctls, need func(*Link
 		fwd, ok1 := prev.IPv4DevFwd[lk.Name]
 		rp, ok2 := prev.RPFilter[lk.Name]
 		off6, ok3 := prev.IPv6Disabled[lk.Name]
-		if !ok1 || !ok2 || !ok3 || need(lk) || all != prev.rpFilterAll {
+		ld, ok4 := prev.IgnoreLinkdown4[lk.Name]
+		if !ok1 || !ok2 || !ok3 || !ok4 || need(lk) || all != prev.rpFilterAll || s.linkdownAll != prev.linkdownAll {
 			fwd = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
 			rp = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
 			off6 = readSysctl("net/ipv6/conf/"+lk.Name+"/disable_ipv6") != 0
+			ld = s.linkdownAll || readSysctl("net/ipv4/conf/"+lk.Name+"/ignore_routes_with_linkdown") != 0
 		}
 		s.IPv4DevFwd[lk.Name], s.RPFilter[lk.Name], s.IPv6Disabled[lk.Name] = fwd, rp, off6
+		s.IgnoreLinkdown4[lk.Name] = ld
 	}
 }
 

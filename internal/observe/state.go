@@ -134,6 +134,12 @@ type Routes struct {
 	// HopLimit4: some IPv4 route has a hoplimit metric (the TTL of packets this host sends on it;
 	// bpf_fib_lookup does not report it).
 	HopLimit4 bool
+	// MTULocked4 / MTULocked6: some route's MTU metric is locked (forwarding then honours a
+	// learnt path MTU below it).
+	MTULocked4, MTULocked6 bool
+	// PolicyRules4 / PolicyRules6: fib rules other than the kernel's defaults exist (lookups may
+	// depend on the source, marks, ports, the input device ...).
+	PolicyRules4, PolicyRules6 bool
 }
 
 // NeighKey identifies a neighbour entry.
@@ -156,6 +162,9 @@ type Sysctls struct {
 	// priority from the TOS); FwdUsePMTU4: net.ipv4.ip_forward_use_pmtu (ip_forward() sizes
 	// packets by the path MTU before the route's MTU metric).
 	FwdUpdatePriority4, FwdUsePMTU4 bool
+	// IgnoreLinkdown4: net.ipv4.conf.<dev>.ignore_routes_with_linkdown (effective: all or the
+	// device's) is set for some device: routes follow its carrier.
+	IgnoreLinkdown4 map[string]bool
 	// BrNFCallIPTables / BrNFCallIP6Tables: net.bridge.bridge-nf-call-iptables / -ip6tables
 	// (br_netfilter passes bridged IPv4 / IPv6 through the iptables hooks).
 	BrNFCallIPTables, BrNFCallIP6Tables bool
@@ -168,6 +177,8 @@ type Sysctls struct {
 	LocalPortLow, LocalPortHigh int
 	// rpFilterAll: net.ipv4.conf.all.rp_filter, which RPFilter folds into every device's value.
 	rpFilterAll int
+	// linkdownAll: net.ipv4.conf.all.ignore_routes_with_linkdown, folded into IgnoreLinkdown4.
+	linkdownAll bool
 }
 
 // ConntrackSysctls are net.netfilter.nf_conntrack_* (timeouts in seconds).

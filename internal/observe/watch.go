@@ -92,6 +92,11 @@ type Watcher struct {
 	nlChanges *ebpf.Map
 	// fencedSets: which ipsets the netlink watcher fences (watchSets).
 	fencedSets setWatch
+	// NeighEvents: the neighbour table's own changes move the FIB cache's generation on as they
+	// happen (netlinkwatch.go); without them the cache stays off.
+	NeighEvents bool
+	// NeighMethod says how the neighbour table's own changes reach the data plane.
+	NeighMethod string
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	// sysctl: the sysctl writes seen (the fence's sysctl unit).

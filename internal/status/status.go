@@ -42,6 +42,7 @@ type Status struct {
 	SysctlWatch string    `json:"sysctl_watch"`
 	IPSetWatch  string    `json:"ipset_watch"`
 	FDBWatch    string    `json:"fdb_watch,omitempty"`
+	NeighWatch  string    `json:"neigh_watch,omitempty"`
 	// NetlinkChanges: configuration changes the netlink watcher saw as they were made, by
 	// class (link, address, route, neighbour, tc, other, nftables, ipset).
 	NetlinkChanges map[string]uint64 `json:"netlink_changes,omitempty"`
@@ -72,6 +73,9 @@ type Status struct {
 	// FilterRules: per netfilter rule (or chain policy), the packets the fast path matched with
 	// it (rules of a jump's path included); iptables -v counts only what Linux saw.
 	FilterRules []FilterRule `json:"filter_rules,omitempty"`
+	// FibCache: per family, whether the FIB cache answers the router's lookups (bpf/lib/
+	// fibcache.h) or why not.
+	FibCache []FibCacheFamily `json:"fib_cache,omitempty"`
 	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
 	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
 	FDBEntries   int    `json:"fdb_entries"`
@@ -169,6 +173,8 @@ type Change struct {
 // you mean: the socket is resolved when connecting.
 type Client struct {
 	hc *http.Client
+	// stream: the same connections without the time limit, for GET /v1/monitor.
+	stream *http.Client
 }
 
 // NewClient returns a client for the controller of the calling thread's namespace at dial time.
@@ -182,39 +188,54 @@ func NewClient() *Client {
 // NewClientWithDialer returns a client that connects with dial (for instance from inside another
 // network namespace).
 func NewClientWithDialer(dial func(ctx context.Context) (net.Conn, error)) *Client {
-	return &Client{hc: &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := dial(ctx)
-				if err != nil {
-					return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
-				}
-				return c, nil
-			},
-			DisableKeepAlives: true,
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := dial(ctx)
+			if err != nil {
+				return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+			}
+			return c, nil
 		},
-	}}
+		DisableKeepAlives: true,
+	}
+	return &Client{hc: &http.Client{Timeout: 5 * time.Second, Transport: tr}, stream: &http.Client{Transport: tr}}
 }
 
 func (c *Client) get(path string, v any) error {
-	resp, err := c.hc.Get("http://linuxfp" + path)
+	resp, err := c.open(context.Background(), c.hc, path)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" && !errors.Is(err, ErrNoNetns) {
-			return ErrNotRunning
-		}
 		return err
 	}
 	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// open sends GET path and returns the response of a 200, or the error the answer means.
+func (c *Client) open(ctx context.Context, hc *http.Client, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://linuxfp"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" && !errors.Is(err, ErrNoNetns) {
+			return nil, ErrNotRunning
+		}
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		if resp.StatusCode == http.StatusForbidden {
-			return fmt.Errorf("%w (%s)", ErrNotAllowed, bytes.TrimSpace(b))
+			return nil, fmt.Errorf("%w (%s)", ErrNotAllowed, bytes.TrimSpace(b))
 		}
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+		if resp.StatusCode == http.StatusBadRequest {
+			return nil, errors.New(string(bytes.TrimSpace(b)))
+		}
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return resp, nil
 }
 
 // Status fetches the full status.
@@ -290,4 +311,11 @@ func NewClientInNetns(name string) (*Client, error) {
 		})
 		return c, err
 	}), nil
+}
+
+// FibCacheFamily is the FIB cache's state for one family.
+type FibCacheFamily struct {
+	Family string   `json:"family"`
+	On     bool     `json:"on"`
+	Off    []string `json:"off_because,omitempty"`
 }

@@ -361,6 +361,9 @@ func (l *Linuxfp) Interface(name string) (*status.Interface, error) {
 	return nil, fmt.Errorf("no interface %s in status", name)
 }
 
+// Signal sends sig to linuxfp (SIGSTOP to freeze its controller while the data plane runs on).
+func (l *Linuxfp) Signal(sig os.Signal) error { return l.cmd.Process.Signal(sig) }
+
 // Stop sends SIGTERM and waits for a clean exit.
 func (l *Linuxfp) Stop() error { return l.StopWith(syscall.SIGTERM) }
 

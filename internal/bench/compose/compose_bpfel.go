@@ -65,6 +65,12 @@ type composeLfpIf struct {
 	L3Ifindex uint32
 }
 
+type composeLfpMonitor struct {
+	_       structs.HostLayout
+	Flags   uint32
+	Snaplen uint32
+}
+
 type composeLfpTcCompanion struct {
 	_        structs.HostLayout
 	Attached uint32
@@ -82,43 +88,45 @@ type composeLfpTcTx struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	composeMapComposeChain    = "compose_chain"
-	composeMapComposeHash     = "compose_hash"
-	composeMapComposeLpm      = "compose_lpm"
-	composeMapComposeModules  = "compose_modules"
-	composeMapComposeNext     = "compose_next"
-	composeMapComposeStateMap = "compose_state_map"
-	composeMapLfpIfs          = "lfp_ifs"
-	composeMapLfpIfsHi        = "lfp_ifs_hi"
-	composeMapLfpStats        = "lfp_stats"
-	composeMapLfpTcCompanions = "lfp_tc_companions"
-	composeMapLfpTcRequests   = "lfp_tc_requests"
-	composeMapLfpTcTxDevs     = "lfp_tc_tx_devs"
-	composeMapLfpTxDevs       = "lfp_tx_devs"
-	composeProgComposeInline  = "compose_inline"
-	composeProgComposeTail0   = "compose_tail0"
-	composeProgComposeTail1   = "compose_tail1"
-	composeProgComposeTail10  = "compose_tail10"
-	composeProgComposeTail11  = "compose_tail11"
-	composeProgComposeTail12  = "compose_tail12"
-	composeProgComposeTail13  = "compose_tail13"
-	composeProgComposeTail14  = "compose_tail14"
-	composeProgComposeTail15  = "compose_tail15"
-	composeProgComposeTail2   = "compose_tail2"
-	composeProgComposeTail3   = "compose_tail3"
-	composeProgComposeTail4   = "compose_tail4"
-	composeProgComposeTail5   = "compose_tail5"
-	composeProgComposeTail6   = "compose_tail6"
-	composeProgComposeTail7   = "compose_tail7"
-	composeProgComposeTail8   = "compose_tail8"
-	composeProgComposeTail9   = "compose_tail9"
-	composeVarCfgBridge       = "cfg_bridge"
-	composeVarCfgLpm          = "cfg_lpm"
-	composeVarCfgModules      = "cfg_modules"
-	composeVarCfgNextFromMap  = "cfg_next_from_map"
-	composeVarCfgTcAfter      = "cfg_tc_after"
-	composeVarCfgTcCompanion  = "cfg_tc_companion"
-	composeVarCfgTestRun      = "cfg_test_run"
+	composeMapComposeChain     = "compose_chain"
+	composeMapComposeHash      = "compose_hash"
+	composeMapComposeLpm       = "compose_lpm"
+	composeMapComposeModules   = "compose_modules"
+	composeMapComposeNext      = "compose_next"
+	composeMapComposeStateMap  = "compose_state_map"
+	composeMapLfpIfs           = "lfp_ifs"
+	composeMapLfpIfsHi         = "lfp_ifs_hi"
+	composeMapLfpMonitorEvents = "lfp_monitor_events"
+	composeMapLfpMonitorMap    = "lfp_monitor_map"
+	composeMapLfpStats         = "lfp_stats"
+	composeMapLfpTcCompanions  = "lfp_tc_companions"
+	composeMapLfpTcRequests    = "lfp_tc_requests"
+	composeMapLfpTcTxDevs      = "lfp_tc_tx_devs"
+	composeMapLfpTxDevs        = "lfp_tx_devs"
+	composeProgComposeInline   = "compose_inline"
+	composeProgComposeTail0    = "compose_tail0"
+	composeProgComposeTail1    = "compose_tail1"
+	composeProgComposeTail10   = "compose_tail10"
+	composeProgComposeTail11   = "compose_tail11"
+	composeProgComposeTail12   = "compose_tail12"
+	composeProgComposeTail13   = "compose_tail13"
+	composeProgComposeTail14   = "compose_tail14"
+	composeProgComposeTail15   = "compose_tail15"
+	composeProgComposeTail2    = "compose_tail2"
+	composeProgComposeTail3    = "compose_tail3"
+	composeProgComposeTail4    = "compose_tail4"
+	composeProgComposeTail5    = "compose_tail5"
+	composeProgComposeTail6    = "compose_tail6"
+	composeProgComposeTail7    = "compose_tail7"
+	composeProgComposeTail8    = "compose_tail8"
+	composeProgComposeTail9    = "compose_tail9"
+	composeVarCfgBridge        = "cfg_bridge"
+	composeVarCfgLpm           = "cfg_lpm"
+	composeVarCfgModules       = "cfg_modules"
+	composeVarCfgNextFromMap   = "cfg_next_from_map"
+	composeVarCfgTcAfter       = "cfg_tc_after"
+	composeVarCfgTcCompanion   = "cfg_tc_companion"
+	composeVarCfgTestRun       = "cfg_test_run"
 )
 
 // loadCompose returns the embedded CollectionSpec for compose.
@@ -186,19 +194,21 @@ type composeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type composeMapSpecs struct {
-	ComposeChain    *ebpf.MapSpec `ebpf:"compose_chain"`
-	ComposeHash     *ebpf.MapSpec `ebpf:"compose_hash"`
-	ComposeLpm      *ebpf.MapSpec `ebpf:"compose_lpm"`
-	ComposeModules  *ebpf.MapSpec `ebpf:"compose_modules"`
-	ComposeNext     *ebpf.MapSpec `ebpf:"compose_next"`
-	ComposeStateMap *ebpf.MapSpec `ebpf:"compose_state_map"`
-	LfpIfs          *ebpf.MapSpec `ebpf:"lfp_ifs"`
-	LfpIfsHi        *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
-	LfpStats        *ebpf.MapSpec `ebpf:"lfp_stats"`
-	LfpTcCompanions *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
-	LfpTcRequests   *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
-	LfpTcTxDevs     *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs       *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
+	ComposeChain     *ebpf.MapSpec `ebpf:"compose_chain"`
+	ComposeHash      *ebpf.MapSpec `ebpf:"compose_hash"`
+	ComposeLpm       *ebpf.MapSpec `ebpf:"compose_lpm"`
+	ComposeModules   *ebpf.MapSpec `ebpf:"compose_modules"`
+	ComposeNext      *ebpf.MapSpec `ebpf:"compose_next"`
+	ComposeStateMap  *ebpf.MapSpec `ebpf:"compose_state_map"`
+	LfpIfs           *ebpf.MapSpec `ebpf:"lfp_ifs"`
+	LfpIfsHi         *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
+	LfpMonitorEvents *ebpf.MapSpec `ebpf:"lfp_monitor_events"`
+	LfpMonitorMap    *ebpf.MapSpec `ebpf:"lfp_monitor_map"`
+	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
+	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
+	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
 
 // composeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -234,19 +244,21 @@ func (o *composeObjects) Close() error {
 //
 // It can be passed to loadComposeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type composeMaps struct {
-	ComposeChain    *ebpf.Map `ebpf:"compose_chain"`
-	ComposeHash     *ebpf.Map `ebpf:"compose_hash"`
-	ComposeLpm      *ebpf.Map `ebpf:"compose_lpm"`
-	ComposeModules  *ebpf.Map `ebpf:"compose_modules"`
-	ComposeNext     *ebpf.Map `ebpf:"compose_next"`
-	ComposeStateMap *ebpf.Map `ebpf:"compose_state_map"`
-	LfpIfs          *ebpf.Map `ebpf:"lfp_ifs"`
-	LfpIfsHi        *ebpf.Map `ebpf:"lfp_ifs_hi"`
-	LfpStats        *ebpf.Map `ebpf:"lfp_stats"`
-	LfpTcCompanions *ebpf.Map `ebpf:"lfp_tc_companions"`
-	LfpTcRequests   *ebpf.Map `ebpf:"lfp_tc_requests"`
-	LfpTcTxDevs     *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
-	LfpTxDevs       *ebpf.Map `ebpf:"lfp_tx_devs"`
+	ComposeChain     *ebpf.Map `ebpf:"compose_chain"`
+	ComposeHash      *ebpf.Map `ebpf:"compose_hash"`
+	ComposeLpm       *ebpf.Map `ebpf:"compose_lpm"`
+	ComposeModules   *ebpf.Map `ebpf:"compose_modules"`
+	ComposeNext      *ebpf.Map `ebpf:"compose_next"`
+	ComposeStateMap  *ebpf.Map `ebpf:"compose_state_map"`
+	LfpIfs           *ebpf.Map `ebpf:"lfp_ifs"`
+	LfpIfsHi         *ebpf.Map `ebpf:"lfp_ifs_hi"`
+	LfpMonitorEvents *ebpf.Map `ebpf:"lfp_monitor_events"`
+	LfpMonitorMap    *ebpf.Map `ebpf:"lfp_monitor_map"`
+	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
+	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
+	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
+	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
 
 func (m *composeMaps) Close() error {
@@ -259,6 +271,8 @@ func (m *composeMaps) Close() error {
 		m.ComposeStateMap,
 		m.LfpIfs,
 		m.LfpIfsHi,
+		m.LfpMonitorEvents,
+		m.LfpMonitorMap,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,

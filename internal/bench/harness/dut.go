@@ -34,7 +34,7 @@ func (d *DUT) enter(m Mode) error {
 	}
 	switch m {
 	case ModeLinux:
-	case ModeLinuxfp, ModeLinuxfpTC:
+	case ModeLinuxfp, ModeLinuxfpTC, ModeLinuxfpMonitor, ModeLinuxfpMetrics:
 		l, err := d.topo.StartLinuxfp(d.tb, d.bin, m.RunArgs()...)
 		if err != nil {
 			return fmt.Errorf("start linuxfp in the DUT: %w", err)
@@ -46,6 +46,20 @@ func (d *DUT) enter(m Mode) error {
 			}
 			return nil
 		})
+		var stop func() error
+		switch m {
+		case ModeLinuxfpMonitor:
+			stop, err = startMonitor(d.tb.DUT, d.bin, l)
+		case ModeLinuxfpMetrics:
+			stop, err = startScraper(d.tb.DUT, MetricsAddr)
+		}
+		if err != nil {
+			d.leave()
+			return err
+		}
+		if stop != nil {
+			d.closers = append(d.closers, stop)
+		}
 	case ModeCeiling:
 		c, err := attachCeiling(d.tb, d.topo.L2)
 		if err != nil {

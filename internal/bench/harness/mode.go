@@ -26,13 +26,19 @@ const (
 	// ModeCeilingTC is the same minimal forwarder at tcx ingress on in0: what no tc program can
 	// beat in the topology.
 	ModeCeilingTC Mode = "ceiling-tc"
+	// ModeLinuxfpMonitor is ModeLinuxfp with `linuxfp monitor -j` connected (its output read and
+	// discarded): what reporting the packets it hands to Linux or drops costs while a monitor
+	// runs.
+	ModeLinuxfpMonitor Mode = "linuxfp-monitor"
+	// ModeLinuxfpMetrics is ModeLinuxfp with --metrics-addr, /metrics scraped every second.
+	ModeLinuxfpMetrics Mode = "linuxfp-metrics"
 	// ModeBaseline is only for the CPU measurement: the generator's frames are dropped by XDP
 	// on in0, so what remains is the generator's own cost.
 	ModeBaseline Mode = "baseline"
 )
 
 // Modes lists the forwarding modes in report order.
-var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling, ModeCeilingTC}
+var Modes = []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeLinuxfpMonitor, ModeLinuxfpMetrics, ModeCeiling, ModeCeilingTC}
 
 // DefaultModes are the modes a forwarding benchmark runs unless told otherwise: linuxfp as a
 // user runs it (--hook auto) against Linux and the ceiling. linuxfp-tc and ceiling-tc are asked
@@ -47,15 +53,23 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // RunsLinuxfp: the mode runs `linuxfp run` in the DUT.
-func (m Mode) RunsLinuxfp() bool { return m == ModeLinuxfp || m == ModeLinuxfpTC }
+func (m Mode) RunsLinuxfp() bool {
+	return m == ModeLinuxfp || m == ModeLinuxfpTC || m == ModeLinuxfpMonitor || m == ModeLinuxfpMetrics
+}
+
+// MetricsAddr is where linuxfp serves metrics in ModeLinuxfpMetrics (the DUT's loopback).
+const MetricsAddr = "127.0.0.1:9650"
 
 // Ceiling: the mode is a hand-written forwarder that evaluates no rules and forwards one way only.
 func (m Mode) Ceiling() bool { return m == ModeCeiling || m == ModeCeilingTC }
 
 // RunArgs are the mode's arguments to `linuxfp run`.
 func (m Mode) RunArgs() []string {
-	if m == ModeLinuxfpTC {
+	switch m {
+	case ModeLinuxfpTC:
 		return []string{"--hook", "tc"}
+	case ModeLinuxfpMetrics:
+		return []string{"--metrics-addr", MetricsAddr}
 	}
 	return nil
 }
@@ -68,9 +82,9 @@ func (m Mode) WantHook(txCsumOffload bool) string {
 	switch {
 	case m == ModeLinuxfpTC:
 		return "tc"
-	case m == ModeLinuxfp && txCsumOffload:
+	case m.RunsLinuxfp() && txCsumOffload:
 		return "xdp-generic"
-	case m == ModeLinuxfp:
+	case m.RunsLinuxfp():
 		return "xdp"
 	}
 	return ""

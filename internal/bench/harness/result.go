@@ -75,6 +75,8 @@ var ratioColumns = []RatioColumn{
 	{"tc/xdp", ModeLinuxfpTC, ModeLinuxfp, ""},
 	{"linuxfp/ceiling", ModeLinuxfp, ModeCeiling, ""},
 	{"linuxfp-tc/ceiling-tc", ModeLinuxfpTC, ModeCeilingTC, ""},
+	{"monitor/linuxfp", ModeLinuxfpMonitor, ModeLinuxfp, ""},
+	{"metrics/linuxfp", ModeLinuxfpMetrics, ModeLinuxfp, ""},
 }
 
 // RatioColumns are the ratio columns for a run of modes.

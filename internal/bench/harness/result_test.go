@@ -79,10 +79,11 @@ func TestHookProblem(t *testing.T) {
 // The forwarding report prints every mode run, the ratios between them, and flags rounds where
 // linuxfp ran elsewhere than its mode says or handed packets to Linux.
 func TestReportLinuxfpTC(t *testing.T) {
-	cfg := PipelineConfig{Run: Run{Modes: Modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1}}
+	modes := []Mode{ModeLinux, ModeLinuxfp, ModeLinuxfpTC, ModeCeiling, ModeCeilingTC}
+	cfg := PipelineConfig{Run: Run{Modes: modes, Rounds: 2}, Sizes: []int{64}, Cores: []int{1}}
 	r := NewPipelineResult(cfg, &Topology{Name: "router", Module: "forward"})
 	rates := map[Mode][2]float64{ModeLinux: {1, 1}, ModeLinuxfp: {3, 3}, ModeLinuxfpTC: {1.5, 1.5}, ModeCeiling: {6, 6}, ModeCeilingTC: {2, 2}}
-	for _, m := range Modes {
+	for _, m := range modes {
 		for i, x := range rates[m] {
 			rd := Round{Offered: 1000, Received: 1000, Mpps: x, OfferedMpps: x}
 			switch m {

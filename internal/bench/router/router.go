@@ -10,12 +10,34 @@ import (
 	"io"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
+	"github.com/linuxfp/linuxfp/internal/testbed"
 )
+
+// Options vary the router's configuration.
+type Options struct {
+	// ToLinux: this many of the routed prefixes are blackhole routes in the DUT, in every mode
+	// (but the ceilings, which route nothing): their share of the traffic goes to Linux
+	// (fib_blackhole), which drops it. For the cost of what watches the packets handed to
+	// Linux (linuxfp-monitor).
+	ToLinux int
+}
 
 // Run runs the virtual-router benchmark. It returns what it measured even when ctx is cancelled
 // half-way (with ctx's error); every namespace it created is gone when it returns.
 func Run(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
-	return harness.RunPipeline(ctx, cfg, topology())
+	return RunWith(ctx, cfg, Options{})
+}
+
+// RunWith is Run with o.
+func RunWith(ctx context.Context, cfg harness.PipelineConfig, o Options) (*harness.PipelineResult, error) {
+	t := topology()
+	if o.ToLinux < 0 || o.ToLinux >= t.Prefixes {
+		return nil, fmt.Errorf("--to-linux %d: want 0 to %d (of %d routed prefixes)", o.ToLinux, t.Prefixes-1, t.Prefixes)
+	}
+	if o.ToLinux > 0 {
+		toLinux(t, o.ToLinux)
+	}
+	return harness.RunPipeline(ctx, cfg, t)
 }
 
 func topology() *harness.Topology {
@@ -25,4 +47,30 @@ func topology() *harness.Topology {
 		fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", s.Prefixes)
 	}
 	return t
+}
+
+// toLinux makes the first n routed prefixes blackhole routes: the generator's destinations
+// cycle through the prefixes, so n in Prefixes of the frames go to Linux.
+func toLinux(t *harness.Topology, n int) {
+	describe := t.Describe
+	t.Describe = func(w io.Writer, s *harness.PipelineSettings) {
+		describe(w, s)
+		fmt.Fprintf(w, "%d of them blackhole routes: %.0f%% of the frames go to Linux, which drops them (the ceiling forwards them)\n",
+			n, 100*float64(n)/float64(s.Prefixes))
+	}
+	t.Setup = func(b *harness.Pipeline) error {
+		var script string
+		for i := range n {
+			script += fmt.Sprintf("ip route replace blackhole %s/24\n", testbed.Prefix4(i, 0))
+		}
+		return b.TB.DUT.Script(script)
+	}
+	permitted := float64(t.Prefixes-n) / float64(t.Prefixes)
+	t.Throughput = func(b *harness.Pipeline, cores int) error {
+		var cells []harness.Cell
+		for _, size := range b.Cfg.Sizes {
+			cells = append(cells, harness.Cell{Size: size, Res: b.Res, Permitted: permitted})
+		}
+		return b.MeasureCells(cores, cells)
+	}
 }

@@ -553,6 +553,22 @@ func (c *compiler) cond(x ctx, before []model.Match, m model.Match) cond {
 		return cond{all: []Test{{Kind: k, Prefix: p, Invert: m.Invert}}}
 	case model.Proto:
 		return cond{all: []Test{{Kind: TestProto, A: uint16(m.Proto), Invert: m.Invert}}}
+	case model.Protos:
+		var ts []Test
+		for _, p := range m.Protos {
+			ts = append(ts, Test{Kind: TestProto, A: uint16(p), Invert: m.Invert})
+		}
+		switch {
+		case len(ts) == 0:
+			return constCond(m.Invert)
+		case m.Invert || len(ts) == 1:
+			return cond{all: ts} // none of them, or the one
+		}
+		var alts [][]Test
+		for _, t := range ts {
+			alts = append(alts, []Test{t})
+		}
+		return cond{any: [][][]Test{alts}}
 	case model.Ports:
 		return c.ports(x, before, m)
 	case model.Iface:
@@ -710,6 +726,9 @@ func hasPortsProto(ctxTests []Test, before []model.Match) bool {
 	}
 	for _, m := range before {
 		if p, ok := m.(model.Proto); ok && !p.Invert && model.HasPorts(p.Proto) {
+			return true
+		}
+		if p, ok := m.(model.Protos); ok && !p.Invert && len(p.Protos) > 0 && !slices.ContainsFunc(p.Protos, func(x uint8) bool { return !model.HasPorts(x) }) {
 			return true
 		}
 	}

@@ -35,6 +35,7 @@ package eval
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/linuxfp/linuxfp/internal/filter/model"
@@ -297,6 +298,8 @@ func (e *evaluator) match(m model.Match) tri {
 		return toTri(m.Prefix.Contains(a) != m.Invert)
 	case model.Proto:
 		return toTri((p.Proto == m.Proto) != m.Invert)
+	case model.Protos:
+		return toTri(slices.Contains(m.Protos, p.Proto) != m.Invert)
 	case model.Ports:
 		if !model.HasPorts(p.Proto) {
 			return no // the translator puts a -p with ports before every port match

@@ -24,6 +24,10 @@ type IPSet struct {
 	// option that changes lookups); empty when it is.
 	Unsupported string
 	Entries     []SetEntry
+	// Nft: an nf_tables set of addresses (`ip daddr @blocklist`), read with the rules and
+	// modelled as a hash:net covering its members (package nft); Name is nft.SetName's, which no
+	// ipset can have. Index is not the kernel's.
+	Nft bool
 }
 
 // SetEntry is one member. Prefix is the address (a host prefix for hash:ip and hash:ip,port).

@@ -213,8 +213,8 @@ const (
 
 func (d Dir) String() string { return [...]string{"src", "dst", "src-or-dst"}[d] }
 
-// Match is one condition of a rule. The concrete types are Addr, Proto, Ports, Iface, ICMP, Set,
-// Mark, CtState and Unknown.
+// Match is one condition of a rule. The concrete types are Addr, Proto, Protos, Ports, Iface,
+// ICMP, Set, Mark, CtState and Unknown.
 type Match interface {
 	isMatch()
 	String() string
@@ -230,6 +230,14 @@ type Addr struct {
 // Proto: the transport protocol (IPv6: after extension headers) is (not) Proto.
 type Proto struct {
 	Proto  uint8
+	Invert bool
+}
+
+// Protos: the transport protocol is (not) one of Protos (nft's `meta l4proto { tcp, udp }`, a
+// lookup in a set of protocols). Port matches after a Protos match whose protocols all have
+// ports are the translator's guarantee of Ports, as after a Proto match.
+type Protos struct {
+	Protos []uint8
 	Invert bool
 }
 
@@ -271,6 +279,9 @@ type Set struct {
 	Name   string
 	Dirs   []Dir
 	Invert bool
+	// Nft: an nf_tables lookup of the source or destination address (Dirs has one entry) in an
+	// address set (IPSet.Nft); Name is the set's name in the sets.
+	Nft bool
 }
 
 // Mark: the packet's mark (skb->mark) masked with Mask is (not) Value (iptables' -m mark). No rule
@@ -325,6 +336,7 @@ type Unknown struct {
 
 func (Addr) isMatch()    {}
 func (Proto) isMatch()   {}
+func (Protos) isMatch()  {}
 func (Ports) isMatch()   {}
 func (Iface) isMatch()   {}
 func (ICMP) isMatch()    {}
@@ -349,6 +361,14 @@ func (m Addr) String() string {
 }
 
 func (m Proto) String() string { return fmt.Sprintf("%s-p %s", not(m.Invert), ProtoName(m.Proto)) }
+
+func (m Protos) String() string {
+	var ps []string
+	for _, p := range m.Protos {
+		ps = append(ps, ProtoName(p))
+	}
+	return fmt.Sprintf("%s-p {%s}", not(m.Invert), strings.Join(ps, ","))
+}
 
 func (m Ports) String() string {
 	var rs []string
@@ -400,6 +420,13 @@ func (m ICMP) String() string {
 }
 
 func (m Set) String() string {
+	if m.Nft && len(m.Dirs) == 1 {
+		op := "in"
+		if m.Invert {
+			op = "not in"
+		}
+		return fmt.Sprintf("%saddr %s %s", map[Dir]string{Src: "s", Dst: "d"}[m.Dirs[0]], op, m.Name)
+	}
 	var ds []string
 	for _, d := range m.Dirs {
 		ds = append(ds, d.String())
@@ -518,7 +545,8 @@ func (rs *Ruleset) AddChain(c *Chain) {
 	}
 }
 
-// AddSetNames adds to names the ipsets the ruleset's rules test (by name, as read).
+// AddSetNames adds to names the ipsets the ruleset's rules test (by name, as read); nf_tables
+// sets are not ipsets.
 func (rs *Ruleset) AddSetNames(names map[string]bool) {
 	if rs == nil {
 		return
@@ -526,7 +554,7 @@ func (rs *Ruleset) AddSetNames(names map[string]bool) {
 	for _, ch := range rs.Chains {
 		for _, r := range ch.Rules {
 			for _, m := range r.Matches {
-				if s, ok := m.(Set); ok {
+				if s, ok := m.(Set); ok && !s.Nft {
 					names[s.Name] = true
 				}
 			}

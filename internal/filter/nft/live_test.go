@@ -318,7 +318,7 @@ func TestNative(t *testing.T) {
 	compare(t, "ipv4", render(s.IPv4), []string{
 		"chain inet lfp lfpfw (forward 10 filter policy drop)",
 		"0: -s 198.18.0.0/24 => drop",
-		"2: -p tcp unknown(transport header bytes 2-3 in set @__set0) => accept",
+		"2: -p tcp -m multiport --dports 80,443 => accept",
 		"3: -m conntrack --ctstate RELATED,ESTABLISHED => accept",
 		"4: -i eth+ => accept",
 		"5: -p icmp --icmp-type 8 => accept",
@@ -336,7 +336,7 @@ func TestNative(t *testing.T) {
 	compare(t, "ipv6", render(s.IPv6), []string{
 		"chain inet lfp lfpfw (forward 10 filter policy drop)",
 		"1: -s 2001:2::/48 => drop",
-		"2: -p tcp unknown(transport header bytes 2-3 in set @__set0) => accept",
+		"2: -p tcp -m multiport --dports 80,443 => accept",
 		"3: -m conntrack --ctstate RELATED,ESTABLISHED => accept",
 		"4: -i eth+ => accept",
 		"5: -p icmp unknown(transport header bytes 0-0 == 0x08) => accept",

@@ -39,7 +39,8 @@ type Snapshot struct {
 	// Generation is the nf_tables ruleset generation read.
 	Generation uint32
 	IPv4, IPv6 *model.Ruleset
-	// Sets are every ipset set, by name. ipset has no generation: they are read within the same
+	// Sets are every ipset set, by name, and the nf_tables address sets the rules look up
+	// (model.IPSet.Nft, named by SetName). ipset has no generation: they are read within the same
 	// window as the rules, but a set changed meanwhile is not detected.
 	Sets map[string]*model.IPSet
 	// Native lists base chains of native nftables tables (not iptables-nft's) on the hooks
@@ -134,8 +135,18 @@ func Read(o Options) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		sets := o.Sets
-		if sets == nil {
+		nftSets, err := readSets(c, rules)
+		if errors.Is(err, errInterrupted) && try < tries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var sets map[string]*model.IPSet
+		if o.Sets != nil {
+			// The caller's ipsets; its nf_tables sets are those of an older read.
+			sets = IPSets(o.Sets)
+		} else {
 			sets, err = ipset.List(ipset.Options{NetNS: o.NetNS})
 			if errors.Is(err, ipset.ErrNoIPSet) {
 				sets, err = map[string]*model.IPSet{}, nil
@@ -156,7 +167,7 @@ func Read(o Options) (*Snapshot, error) {
 		}
 		written := writtenSets(rules)
 		written.Mark(sets)
-		s := build(tables, chains, rules, sets)
+		s := build(tables, chains, rules, sets, nftSets)
 		s.Written = written
 		s.Chains = chains
 		s.RuleCounts = map[ChainRef]int{}
@@ -171,11 +182,14 @@ func Read(o Options) (*Snapshot, error) {
 }
 
 // build assembles a snapshot from what was read.
-func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets map[string]*model.IPSet) *Snapshot {
+// sets are the ipsets (build adds the nf_tables address sets the rules look up).
+func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets map[string]*model.IPSet, nftSets map[setRef]*nftSet) *Snapshot {
 	s := &Snapshot{IPv4: model.NewRuleset(model.IPv4), IPv6: model.NewRuleset(model.IPv6), Sets: sets}
 	byIndex := map[uint16]*model.IPSet{}
 	for _, set := range sets {
-		byIndex[set.Index] = set
+		if !set.Nft {
+			byIndex[set.Index] = set
+		}
 	}
 	dormant := map[[2]string]bool{}
 	for _, t := range tables {
@@ -249,7 +263,8 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 				Base:     base,
 				IPTables: iptablesTables[ch.Table.Name] && fam != nftables.TableFamilyINet,
 			}
-			t := &translator{family: target.Family, setsByIndex: byIndex, missingSet: &s.MissingSet}
+			t := &translator{family: target.Family, setsByIndex: byIndex, missingSet: &s.MissingSet,
+				tableFamily: uint8(fam), table: ch.Table.Name, nftSets: nftSets, sets: sets}
 			for i, r := range rs {
 				res := t.translate(r.Exprs)
 				if res.never {
@@ -316,4 +331,15 @@ func HookName(f nftables.TableFamily, h nftables.ChainHook) string {
 		return n
 	}
 	return fmt.Sprint(uint32(h))
+}
+
+// IPSets returns the ipsets of sets (a copy of the map without its nf_tables sets).
+func IPSets(sets map[string]*model.IPSet) map[string]*model.IPSet {
+	out := make(map[string]*model.IPSet, len(sets))
+	for n, s := range sets {
+		if !s.Nft {
+			out[n] = s
+		}
+	}
+	return out
 }

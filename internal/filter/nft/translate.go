@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -45,11 +46,20 @@ type translator struct {
 	setsByIndex map[uint16]*model.IPSet
 	// missingSet: a rule named a set index setsByIndex does not hold.
 	missingSet *bool
+	// The table of the rules translated (lookups name sets of their table), the nf_tables sets
+	// the rules look up (readSets), and the sets: an address set looked up is added to them
+	// (under SetName), an ipset of that name makes it Unknown.
+	tableFamily uint8
+	table       string
+	nftSets     map[setRef]*nftSet
+	sets        map[string]*model.IPSet
 
 	// Per rule.
-	regs       map[uint32]*regVal // by first 32-bit register
-	proto      uint8              // transport protocol the rule requires so far (valid if hasProto)
-	hasProto   bool
+	regs     map[uint32]*regVal // by first 32-bit register
+	proto    uint8              // transport protocol the rule requires so far (valid if hasProto)
+	hasProto bool
+	// setPorts: a protocol set the rule requires holds only protocols with ports (protoSet).
+	setPorts   bool
 	sideEffect bool // a stateful Unknown match came before
 	matches    []model.Match
 }
@@ -179,7 +189,7 @@ type ruleResult struct {
 // translate translates a rule's expressions for t.family.
 func (t *translator) translate(exprs []rawExpr) ruleResult {
 	t.regs = map[uint32]*regVal{}
-	t.proto, t.hasProto, t.sideEffect, t.matches = 0, false, false, nil
+	t.proto, t.hasProto, t.setPorts, t.sideEffect, t.matches = 0, false, false, false, nil
 	linux := func(reason string, nat bool) ruleResult {
 		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Linux, Reason: reason, NAT: nat}}
 	}
@@ -222,10 +232,9 @@ func (t *translator) translate(exprs []rawExpr) ruleResult {
 				return r
 			}
 		case "lookup":
-			sreg, _ := e.u32(lookupSreg)
-			what := fmt.Sprintf("%s in set @%s", t.get(sreg).describe(), e.str(lookupSet))
-			t.matches = append(t.matches, model.Unknown{What: what})
-			if dreg, ok := e.u32(lookupDreg); ok {
+			dreg, isMap := e.u32(lookupDreg)
+			t.matches = append(t.matches, t.lookup(e, isMap))
+			if isMap {
 				if dreg == unix.NFT_REG_VERDICT {
 					return linux("verdict map", false)
 				}
@@ -525,7 +534,7 @@ func (t *translator) payloadCmp(v *regVal, op uint32, data []byte) (model.Match,
 		if v.mask != nil && !allOnes(v.mask) {
 			return nil, false
 		}
-		if t.hasProto && model.HasPorts(t.proto) && v.n == 2 && len(data) == 2 && (v.offset == 0 || v.offset == 2) {
+		if t.hasPorts() && v.n == 2 && len(data) == 2 && (v.offset == 0 || v.offset == 2) {
 			dir := model.Src
 			if v.offset == 2 {
 				dir = model.Dst
@@ -613,7 +622,7 @@ func (t *translator) rangeExpr(e rawExpr) (ruleResult, bool) {
 	}
 	v := t.get(sreg)
 	if v != nil && v.kind == valPayload && v.base == baseTransport && v.mask == nil && v.n == 2 &&
-		(v.offset == 0 || v.offset == 2) && t.hasProto && model.HasPorts(t.proto) && len(from) == 2 && len(to) == 2 {
+		(v.offset == 0 || v.offset == 2) && t.hasPorts() && len(from) == 2 && len(to) == 2 {
 		dir := model.Src
 		if v.offset == 2 {
 			dir = model.Dst
@@ -719,4 +728,92 @@ func ctStateCmp(mask []byte, value uint32, neq bool) model.CtState {
 		states = model.CtStates &^ states
 	}
 	return model.CtState{States: states}
+}
+
+// lookup translates a set lookup (`ip daddr @s`, `tcp dport != { 22, 80 }`) in a set whose key
+// is one field the model reads: the source or destination address (a Set match on the set's
+// addresses) or a port (a Ports match). Everything else is an Unknown match saying why.
+func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
+	sreg, _ := e.u32(lookupSreg)
+	name := e.str(lookupSet)
+	v := t.get(sreg)
+	flags, _ := e.u32(nftaLookupFlags)
+	invert := flags&nftLookupInv != 0
+	op := "in"
+	if invert {
+		op = "not in"
+	}
+	unknown := func(why string) model.Match {
+		what := fmt.Sprintf("%s %s set @%s", v.describe(), op, name)
+		if why != "" {
+			what += " (" + why + ")"
+		}
+		return model.Unknown{What: what}
+	}
+	s := t.nftSets[setRef{t.tableFamily, t.table, name}]
+	switch {
+	case isMap:
+		return unknown("")
+	case flags&^nftLookupInv != 0:
+		return unknown(fmt.Sprintf("lookup flags %#x", flags))
+	case v == nil || (v.kind != valPayload && !(v.kind == valMeta && v.key == unix.NFT_META_L4PROTO)) || v.mask != nil:
+		return unknown("")
+	case s == nil:
+		return unknown("set not read")
+	case s.unsupported != "":
+		return unknown(s.unsupported)
+	case uint32(v.n) < s.keyLen:
+		return unknown(fmt.Sprintf("a key of %d bytes: a concatenation", s.keyLen))
+	case uint32(v.n) != s.keyLen:
+		return unknown("")
+	}
+	if v.kind == valMeta || (t.family == model.IPv4 && v.base == baseNetwork && v.offset == 9 && v.n == 1) {
+		// meta l4proto, or ip protocol (in IPv4 the same).
+		return t.protoSet(s.ranges, invert)
+	}
+	switch v.base {
+	case baseNetwork:
+		for _, f := range t.addrFields() {
+			if v.offset != f.off || uint32(v.n) != f.len {
+				continue
+			}
+			as := s.addrSet(t.family)
+			if o := t.sets[as.Name]; o != nil && !o.Nft {
+				return unknown("an ipset has the name " + as.Name)
+			}
+			t.sets[as.Name] = as
+			return model.Set{Name: as.Name, Dirs: []model.Dir{f.dir}, Invert: invert, Nft: true}
+		}
+	case baseTransport:
+		if t.hasPorts() && v.n == 2 && (v.offset == 0 || v.offset == 2) {
+			dir := model.Src
+			if v.offset == 2 {
+				dir = model.Dst
+			}
+			// The model's Ports are false for packets without ports, inverted or not: so is
+			// this lookup, after the rule's protocol match.
+			return model.Ports{Dir: dir, Ranges: s.portRanges(), Invert: invert}
+		}
+	}
+	return unknown("")
+}
+
+// protoSet is the match of a protocol set lookup. A set of protocols that all have ports lets
+// port matches after it be modelled, as a single protocol with ports does.
+func (t *translator) protoSet(ranges []keyRange, invert bool) model.Match {
+	m := model.Protos{Invert: invert}
+	for _, r := range ranges {
+		for p := int(r.from[0]); p <= int(r.to[0]); p++ {
+			m.Protos = append(m.Protos, uint8(p))
+		}
+	}
+	if !invert && len(m.Protos) > 0 && !slices.ContainsFunc(m.Protos, func(p uint8) bool { return !model.HasPorts(p) }) {
+		t.setPorts = true
+	}
+	return m
+}
+
+// hasPorts: the rule so far requires a protocol with ports, so port matches can be modelled.
+func (t *translator) hasPorts() bool {
+	return t.hasProto && model.HasPorts(t.proto) || t.setPorts
 }

@@ -156,7 +156,7 @@ func TestTranslate(t *testing.T) {
 			"=> linux (meta set (the rule changes packet metadata))"},
 		{"nat", model.IPv4, cat(ex("masq", nil)), "=> linux (masq translates the packet)"},
 		{"lookup", model.IPv4, cat(l4(6), payload(baseTransport, 2, 2), ex("lookup", map[uint16][]byte{lookupSreg: u32(1), lookupSet: []byte("__set0\x00")}), verdict(nfAccept, "")),
-			"-p tcp unknown(transport header bytes 2-3 in set @__set0) => accept"},
+			"-p tcp unknown(transport header bytes 2-3 in set @__set0 (set not read)) => accept"},
 		{"mark with mask", model.IPv4, cat(meta(unix.NFT_META_MARK), bitwise(binary.NativeEndian.AppendUint32(nil, 0x4000), make([]byte, 4)), cmp(opEq, binary.NativeEndian.AppendUint32(nil, 0x4000)), verdict(nftReturn, "")),
 			"-m mark --mark 0x4000/0x4000 => return"},
 		{"mark inverted", model.IPv4, cat(meta(unix.NFT_META_MARK), cmp(opNeq, binary.NativeEndian.AppendUint32(nil, 1))),

@@ -79,6 +79,9 @@ func setTargetIndexes(rev uint32, info []byte) ([]uint16, bool) {
 // Mark makes the sets packets change Unsupported (keeping an earlier reason).
 func (w WrittenSets) Mark(sets map[string]*model.IPSet) {
 	for _, s := range sets {
+		if s.Nft {
+			continue // not an ipset: Index is not the kernel's (readSets finds nf_tables sets packets change)
+		}
 		why := w.ByIndex[s.Index]
 		if why == "" {
 			why = w.All

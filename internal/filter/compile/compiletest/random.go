@@ -183,6 +183,14 @@ func (g *Gen) matches() []model.Match {
 		}
 	case 4:
 		add(model.Proto{Proto: pick(r, []uint8{model.ProtoTCP, model.ProtoUDP, g.icmp(), 47, 0}), Invert: inv()})
+	case 5:
+		// An nf_tables protocol set (`meta l4proto { tcp, udp } th dport 53`).
+		ps := model.Protos{Protos: pick(r, [][]uint8{{model.ProtoTCP, model.ProtoUDP}, {model.ProtoUDP, model.ProtoSCTP, model.ProtoDCCP},
+			{model.ProtoTCP, g.icmp()}, {47}, {}}), Invert: inv()}
+		add(ps)
+		if !ps.Invert && len(ps.Protos) > 0 && model.HasPorts(ps.Protos[len(ps.Protos)-1]) && r.IntN(2) == 0 {
+			add(model.Ports{Dir: pick(r, []model.Dir{model.Src, model.Dst}), Ranges: []model.PortRange{g.portRange()}, Invert: inv()})
+		}
 	}
 	switch r.IntN(20) {
 	case 0, 1, 2, 3:
@@ -193,6 +201,9 @@ func (g *Gen) matches() []model.Match {
 		add(s)
 	case 4:
 		add(model.Unknown{What: "conntrack --ctstatus ASSURED"})
+	case 11, 12:
+		// An nf_tables address set lookup (`ip daddr @s`, `ip saddr != @s`).
+		add(model.Set{Name: NFTSet, Dirs: []model.Dir{pick(r, []model.Dir{model.Src, model.Dst})}, Invert: inv(), Nft: true})
 	case 8, 9, 10:
 		add(model.CtState{States: pick(r, []uint8{model.CtEstablished | model.CtRelated, model.CtNew, model.CtInvalid,
 			model.CtEstablished, model.CtUntracked | model.CtNew, model.CtStates, 0}), Invert: inv()})
@@ -365,6 +376,7 @@ func (g *Gen) sets() map[string]*model.IPSet {
 		"unsup":   {Name: "unsup", Type: "hash:ip", Family: g.Family, Unsupported: "option skbinfo"},
 		"other":   {Name: "other", Type: "hash:ip", Family: other},
 		"bitmap":  {Name: "bitmap", Type: "bitmap:port", Family: g.Family},
+		NFTSet:    {Name: NFTSet, Type: "hash:net", Family: g.Family, Nft: true},
 	}
 	for _, name := range []string{"ip", "ipm", "net", "ipport", "netport", "unsup", "other", "bitmap"} { // not map order: reproducible
 		s := sets[name]
@@ -395,8 +407,28 @@ func (g *Gen) sets() map[string]*model.IPSet {
 			s.Entries = append(s.Entries, e)
 		}
 	}
+	// The nf_tables set: the prefixes covering its intervals (package nft), no nomatch, and
+	// sometimes every address (an interval from the lowest to the highest).
+	nset := sets[NFTSet]
+	for range r.IntN(6) {
+		pf := g.prefix(all)
+		if !pf.IsValid() || pf.Addr().Is4() != !g.v6() {
+			continue
+		}
+		nset.Entries = append(nset.Entries, model.SetEntry{Prefix: pf.Masked()})
+	}
+	if r.IntN(15) == 0 {
+		a := netip.IPv4Unspecified()
+		if g.v6() {
+			a = netip.IPv6Unspecified()
+		}
+		nset.Entries = append(nset.Entries, model.SetEntry{Prefix: netip.PrefixFrom(a, 0)})
+	}
 	return sets
 }
+
+// NFTSet is the name of the generated nf_tables address set.
+const NFTSet = "nftables set inet t s"
 
 // Packet returns a random forwarded packet: addresses from the pools or near them, a protocol
 // with or without ports, interfaces named from Ifaces, mark 0 (one in ten: another mark).

@@ -1,0 +1,139 @@
+/* FIB cache module: the kernel's routing answer (bpf_fib_lookup()) for a destination, kept for
+ * as long as nothing it depends on has changed. The lookup is most of what a forwarded packet
+ * costs; asked once per destination instead of once per packet, it is the same answer, because:
+ *
+ * - The key holds everything the answer depends on where the cache is used: the device the
+ *   packet is routed from (forwarding sysctls, the ingress device's table), the destination and
+ *   the TOS (IPv4) or flow information (IPv6). The source address, the ports and the protocol
+ *   matter only to policy rules and multipath hashing; the controller turns the cache off for a
+ *   family that has either (graph/fibcache.go says why, per family, in status), and a request
+ *   that adds either is counted by the fence (include/fence.h), so no packet of the family is
+ *   decided before the controller has read it.
+ * - An entry holds the generation it was filled under, read before the lookup; it answers only
+ *   while the generation is still that one. The generation moves on after every change that can
+ *   alter an answer, before the command that made it returns: every netlink request for links,
+ *   addresses, routes, rules, nexthops and neighbours (the netlink watcher, counted or not), the
+ *   neighbour table's own changes (bpf/netlink_watch.c: its tracepoints fire after an entry's
+ *   state or address changed, or it was removed, as when a device goes away), and every time
+ *   the controller opens the fence (for sysctl writes, which the watcher sees before they take
+ *   effect). A change racing a fill moves the generation past the one the entry holds.
+ * - The MTU: the entry holds the largest IP length the lookup lets through for the destination
+ *   (a second lookup, at fill time only); larger packets go to Linux as the lookup would send
+ *   them. A path MTU exception Linux learns later (no event) is not seen; ip_forward() and
+ *   ip6_forward() ignore those unless net.ipv4.ip_forward_use_pmtu=1 or the route's MTU is
+ *   locked, and the controller turns the cache off in both cases.
+ * Only successful answers are kept: every other one is Linux's packet anyway, and asked again. */
+#ifndef LFP_FIBCACHE_H
+#define LFP_FIBCACHE_H
+
+#include "ctx.h"
+#include "linuxfp_types.h"
+#include "fibcache_map.h"
+#include "gate.h"
+#include "state.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lfp_fib_key);
+	__type(value, struct lfp_fib_entry);
+	__uint(max_entries, 32768);
+} lfp_fib_cache SEC(".maps");
+
+#define FIB_MISS (-1)
+
+/* The generation an answer for family v4 is filled under, or 0 where the cache is off. */
+static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
+{
+	const struct lfp_fib_gen *g;
+	const struct lfp_gate *gt;
+	__u32 key = 0;
+
+	if (!(cfg->fib_flags & (v4 ? LFP_FIB_CACHE4 : LFP_FIB_CACHE6)))
+		return 0;
+	g = bpf_map_lookup_elem(&lfp_fib_gen, &key);
+	gt = bpf_map_lookup_elem(&lfp_gate_map, &key);
+	if (!g || !gt)
+		return 0;
+	/* Both only grow: the sum moves on with either. +1: 0 stays "off". */
+	return *(volatile const __u64 *)&g->gen[v4 ? 0 : 1] + *(volatile const __u64 *)&gt->fib_epoch + 1;
+}
+
+/* The cached answer for the lookup fib describes (its input, filled by the family's entry point
+ * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
+ * code returned; FIB_MISS when there is none under generation gen. The key is built in scr. */
+static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4, __u64 gen,
+					 __u32 mtulen)
+{
+	struct lfp_fib_key *k = &scr->fib_key;
+	const struct lfp_fib_entry *e;
+
+	k->ifindex = fib->ifindex;
+	k->family = fib->family;
+	k->pad[0] = k->pad[1] = k->pad[2] = 0;
+	if (v4) {
+		k->flow = fib->tos;
+		k->dst[0] = fib->ipv4_dst;
+		k->dst[1] = k->dst[2] = k->dst[3] = 0;
+	} else {
+		k->flow = fib->flowinfo;
+		__builtin_memcpy(k->dst, fib->ipv6_dst, sizeof(k->dst));
+	}
+	e = bpf_map_lookup_elem(&lfp_fib_cache, k);
+	if (!e || e->gen != gen)
+		return FIB_MISS;
+	if (mtulen > e->mtu)
+		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
+	fib->ifindex = e->ifindex;
+	fib->rt_metric = e->metric;
+	fib->h_vlan_proto = 0;
+	fib->h_vlan_TCI = 0;
+	if (v4)
+		fib->ipv4_dst = e->nh[0];
+	else
+		__builtin_memcpy(fib->ipv6_dst, e->nh, sizeof(e->nh));
+	__builtin_memcpy(fib->smac, e->smac, ETH_ALEN);
+	__builtin_memcpy(fib->dmac, e->dmac, ETH_ALEN);
+	return BPF_FIB_LKUP_RET_SUCCESS;
+}
+
+/* bpf_fib_lookup() for fib; a successful answer is kept under generation gen (0: not kept) for
+ * the key fib_cache_get() built. */
+static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4,
+					  __u64 gen)
+{
+	struct bpf_fib_lookup *probe = (struct bpf_fib_lookup *)scr->ofib;
+	struct lfp_fib_entry *e = &scr->fib_entry;
+	int rc, prc;
+
+	if (!gen)
+		return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	__builtin_memcpy(probe, fib, sizeof(*fib));
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return rc;
+	/* The MTU the lookup checks lengths against: asked with the largest length, it answers
+	 * FRAG_NEEDED with that MTU before it looks at the neighbour, or lets any length through. */
+	probe->tot_len = 0xffff;
+	prc = bpf_fib_lookup(ctx, probe, sizeof(*probe), 0);
+	if (prc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		e->mtu = probe->mtu_result;
+	else if (prc == BPF_FIB_LKUP_RET_SUCCESS)
+		e->mtu = 0xffff;
+	else
+		return rc; /* the route changed meanwhile: not kept */
+	e->gen = gen;
+	e->ifindex = fib->ifindex;
+	e->metric = fib->rt_metric;
+	if (v4) {
+		e->nh[0] = fib->ipv4_dst;
+		e->nh[1] = e->nh[2] = e->nh[3] = 0;
+	} else {
+		__builtin_memcpy(e->nh, fib->ipv6_dst, sizeof(e->nh));
+	}
+	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
+	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
+	bpf_map_update_elem(&lfp_fib_cache, &scr->fib_key, e, BPF_ANY);
+	return rc;
+}
+
+#endif

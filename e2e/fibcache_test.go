@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/status"
+	"github.com/linuxfp/linuxfp/internal/testbed"
+)
+
+// The FIB cache (bpf/lib/fibcache.h) answers the router's lookups from what the kernel answered
+// before, until a change can alter the answer. These tests make the kernel change its answer
+// without any netlink request in the DUT's namespace, with linuxfp's controller frozen
+// (SIGSTOP; the answer is asked again after that, so that no apply of the controller's moves
+// the cache on), so that only the watchers' tracepoints can tell the data plane: packets sent
+// afterwards must go where Linux sends them.
+
+// freeze stops linuxfp's process until the end of the test (or thaw).
+func freeze(t *testing.T, l *testbed.Linuxfp) (thaw func()) {
+	t.Helper()
+	if err := l.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thaw = func() { l.Signal(syscall.SIGCONT) }
+	t.Cleanup(thaw)
+	return thaw
+}
+
+// A neighbour's new MAC learnt from an ARP request (the kernel's data path, no request): the
+// next packets carry it.
+func TestFibCacheNeighbourLearnt(t *testing.T) {
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbed(t, h.opts)
+			l := startLinuxfp(t, tb, "--fib-cache")
+			waitFibCache(t, l, "ipv4", true)
+			waitFastPath(t, tb, l, "198.19.6.1")
+			const newMAC = "02:00:5e:00:53:77"
+			sh(t, tb.Sink, "ip link set eth0 address "+newMAC+"\nip neigh flush dev eth0")
+			thaw := freeze(t, l)
+			// Answered once more now, kept under the generation the frozen controller leaves.
+			sendUDP(t, tb, "198.19.6.1", 5)
+			// The sink asks for the DUT's MAC: the DUT learns the sink's new one from the request.
+			tb.Sink.Run("ping", "-c", "1", "-W", "1", "198.18.1.1")
+			eventually(t, 3*time.Second, "the DUT learnt the new MAC", func() error {
+				out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
+				if !strings.Contains(out, newMAC) {
+					return errString(out)
+				}
+				return nil
+			})
+			got := captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.6.1", 5) })
+			thaw()
+			if len(got) != 5 {
+				t.Fatalf("sink got %d of 5 datagrams: %v", len(got), got)
+			}
+			for _, m := range got {
+				if m != newMAC {
+					t.Fatalf("frames to %v, want all to %s (Linux uses the MAC it learnt)", got, newMAC)
+				}
+			}
+		})
+	}
+}
+
+// altPath adds a second egress to the DUT: alt0 (198.18.3.1/24) to a namespace alt (eth0,
+// 198.18.3.2/24), with the DUT's neighbour for it resolved. Returns alt and its eth0's ifindex.
+func altPath(t *testing.T, tb *testbed.Testbed) (*nsutil.NS, int) {
+	t.Helper()
+	alt, err := nsutil.New("lfp-fc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alt.Close() })
+	sh(t, tb.DUT, "ip link add alt0 type veth peer name eth0 netns "+alt.Name+"\n"+
+		"ip addr add 198.18.3.1/24 dev alt0\nip link set alt0 up")
+	sh(t, alt, "ip addr add 198.18.3.2/24 dev eth0\nip link set eth0 up\nip link set lo up\n"+
+		"ethtool -K eth0 gro on\nip route add default via 198.18.3.1")
+	if _, err := tb.DUT.Run("ping", "-c", "1", "-W", "2", "198.18.3.2"); err != nil {
+		t.Fatalf("DUT cannot reach alt: %v", err)
+	}
+	_, idx, err := testbed.LinkOf(alt, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return alt, idx
+}
+
+// The egress device goes away with its peer's namespace (the kernel removes it, and its routes):
+// the next packets take the route that is left.
+func TestFibCacheDeviceGone(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
+	l := startLinuxfp(t, tb, "--fib-cache")
+	alt, _ := altPath(t, tb)
+	sh(t, tb.DUT, "ip route add 198.19.9.0/25 via 198.18.3.2")
+	waitStatus(t, l, "alt0", "alt0 is an egress", func(it *status.Interface) bool { return it.Egress })
+	waitFibCache(t, l, "ipv4", true)
+	waitFastPath(t, tb, l, "198.19.9.1")
+	freeze(t, l)
+	sendUDP(t, tb, "198.19.9.1", 5) // kept under the generation the frozen controller leaves
+	if err := alt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "alt0 removed with its peer", func() error {
+		if _, err := tb.DUT.Run("ip", "link", "show", "alt0"); err == nil {
+			return errString("alt0 still there")
+		}
+		return nil
+	})
+	if got := captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.9.1", 5) }); len(got) != 5 {
+		t.Fatalf("sink got %d of 5 datagrams after alt0 went away (Linux routes them there)", len(got))
+	}
+}
+
+// Policy routing: the answer depends on the source, which the cache's key does not hold, so
+// the cache is off for the family, and each source's packets take their own path.
+func TestFibCachePolicyRules(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
+	l := startLinuxfp(t, tb, "--fib-cache")
+	alt, _ := altPath(t, tb)
+	sh(t, tb.Gen, "ip addr add 198.18.0.3/24 dev eth0")
+	waitFibCache(t, l, "ipv4", true)
+	sh(t, tb.DUT, "ip route add 198.19.9.0/24 via 198.18.3.2 table 100\nip rule add from 198.18.0.2 lookup 100")
+	waitFibCache(t, l, "ipv4", false)
+	st, err := l.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.FibCache {
+		if f.Family == "ipv4" && (len(f.Off) == 0 || !strings.Contains(strings.Join(f.Off, ";"), "policy routing")) {
+			t.Fatalf("fib cache ipv4 off because %q, want policy routing named", f.Off)
+		}
+	}
+	for round := 0; round < 2; round++ {
+		var atSink []string
+		atAlt := udpTo9(captureOn(t, alt, "eth0", func() {
+			atSink = captureDstMACs(t, tb, func() {
+				sendUDPFromAddr(t, tb, "198.18.0.3", "198.19.9.1", 5)
+				sendUDPFromAddr(t, tb, "198.18.0.2", "198.19.9.1", 5)
+			})
+		}))
+		if len(atSink) != 5 || atAlt != 5 {
+			t.Fatalf("round %d: sink got %d, alt %d datagrams; want 5 each (198.18.0.2's by table 100)", round, len(atSink), atAlt)
+		}
+	}
+	d := trafficDelta(t, tb, l, "198.19.9.1", 5)
+	if d.forwarded == 0 {
+		t.Fatalf("nothing fast-pathed with the rule in place: %v", d.passed)
+	}
+}
+
+// waitFibCache waits until status says the FIB cache is on (or off) for family.
+func waitFibCache(t *testing.T, l *testbed.Linuxfp, family string, on bool) {
+	t.Helper()
+	eventually(t, 3*time.Second, "fib cache "+family+" on="+map[bool]string{true: "yes", false: "no"}[on], func() error {
+		st, err := l.Client.Status()
+		if err != nil {
+			return err
+		}
+		for _, f := range st.FibCache {
+			if f.Family == family && f.On == on {
+				return nil
+			}
+		}
+		return errString("not yet")
+	})
+}
+
+// udpTo9 counts the IPv4 UDP datagrams to port 9 among frames.
+func udpTo9(frames [][]byte) int {
+	n := 0
+	for _, b := range frames {
+		if len(b) >= 38 && b[12] == 0x08 && b[13] == 0 && b[23] == 17 && b[36] == 0 && b[37] == 9 {
+			n++
+		}
+	}
+	return n
+}
+
+// sendUDPFromAddr sends n datagrams from gen's address src to dst port 9.
+func sendUDPFromAddr(t *testing.T, tb *testbed.Testbed, src, dst string, n int) {
+	t.Helper()
+	err := tb.Gen.Do(func() error {
+		c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)}, &net.UDPAddr{IP: net.ParseIP(dst), Port: 9})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for i := 0; i < n; i++ {
+			if _, err := c.Write([]byte("linuxfp")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
