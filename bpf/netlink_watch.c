@@ -579,12 +579,11 @@ int BPF_PROG(lfp_nl_consumed, struct sk_buff *skb)
 }
 
 /* The bridge's own FDB changes (learning, a MAC moving to another port, ageing, flushes) happen
- * in its data path and timers, not over netlink: the controller hears of them by notification, a
- * few ms later. Meanwhile the fast path's mirror (lfp_fdb, the data plane's map) would send
- * frames to a moved address to its old port. So the moment the bridge moves, creates or deletes
- * an entry, its mirror entry is deleted here (frames to that address go to Linux, which knows
- * where it is) and the controller is told, so that its next apply writes the entry afresh.
- * Only VLAN 0 entries are mirrored (vlan_filtering bridges are Linux's). */
+ * in its data path and timers, not over netlink: each one is counted here the moment the bridge
+ * makes it, in the moves map the data plane reads (include/fdb_map.h explains how that keeps the
+ * fast path's mirror from using an entry the change made stale), and the controller is told,
+ * so that its next apply reads the FDB. Both tracepoints fire after the entry's new port is
+ * written. Only VLAN 0 entries are mirrored (vlan_filtering bridges are Linux's). */
 struct net_device {
 	int ifindex;
 	possible_net_t nd_net;
@@ -607,23 +606,31 @@ struct net_bridge_fdb_entry {
 	struct net_bridge_fdb_key key;
 } __attribute__((preserve_access_index));
 
-/* One record (struct lfp_fdb_key) per entry forgotten. */
+/* One record (struct lfp_fdb_key) per change counted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
 } lfp_fdb_changes SEC(".maps");
 
-static __always_inline void fdb_forget(struct net_bridge *br, const unsigned char *addr, __u16 vid)
+/* Names the record's type in BTF for bpf2go. */
+const struct lfp_fdb_key *lfp_fdb_key_type __attribute__((unused));
+
+static __always_inline void fdb_changed(struct net_bridge *br, const unsigned char *addr, __u16 vid)
 {
 	struct lfp_fdb_key k = {};
 	struct lfp_fdb_key *rec;
+	__u64 *n;
+	__u32 b;
 
 	if (vid || BPF_CORE_READ(br, dev, nd_net.net, ns.inum) != cfg_netns)
 		return;
 	k.bridge = BPF_CORE_READ(br, dev, ifindex);
 	if (bpf_probe_read_kernel(k.mac, sizeof(k.mac), addr))
 		return;
-	bpf_map_delete_elem(&lfp_fdb, &k);
+	b = fdb_bucket(k.bridge, k.mac);
+	n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 	rec = bpf_ringbuf_reserve(&lfp_fdb_changes, sizeof(*rec), 0);
 	if (rec) {
 		*rec = k;
@@ -634,14 +641,14 @@ static __always_inline void fdb_forget(struct net_bridge *br, const unsigned cha
 SEC("tp_btf/br_fdb_update")
 int BPF_PROG(lfp_fdb_moved, struct net_bridge *br, void *source, const unsigned char *addr, __u16 vid)
 {
-	fdb_forget(br, addr, vid);
+	fdb_changed(br, addr, vid);
 	return 0;
 }
 
 SEC("tp_btf/fdb_delete")
 int BPF_PROG(lfp_fdb_deleted, struct net_bridge *br, struct net_bridge_fdb_entry *f)
 {
-	fdb_forget(br, f->key.addr.addr, BPF_CORE_READ(f, key.vlan_id));
+	fdb_changed(br, f->key.addr.addr, BPF_CORE_READ(f, key.vlan_id));
 	return 0;
 }
 

@@ -21,7 +21,13 @@ const sinkL2 = "198.18.0.3" // the sink, on the bridge's subnet
 // (brctl or iproute2, as a person would).
 func bridgeTestbed(t *testing.T, o testbed.Options, setup string) *testbed.Testbed {
 	t.Helper()
-	tb := newTestbed(t, o)
+	return bridgeTestbedAs(t, nsPrefix, o, setup)
+}
+
+// bridgeTestbedAs is bridgeTestbed with namespaces named after prefix.
+func bridgeTestbedAs(t *testing.T, prefix string, o testbed.Options, setup string) *testbed.Testbed {
+	t.Helper()
+	tb := newTestbedAs(t, prefix, o)
 	sh(t, tb.DUT, `ip route flush table main proto static
 ip addr flush dev in0
 ip addr flush dev out0

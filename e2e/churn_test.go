@@ -24,7 +24,7 @@ const churnVeths = 200
 // full. How long the deletions take with and without linuxfp is in docs/benchmarks.md ("Churn").
 func TestChurnVeths(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{})
-	pods, err := nsutil.New("lfp-e2e-pods")
+	pods, err := nsutil.New(nsPrefix + "-pods")
 	if err != nil {
 		t.Fatal(err)
 	}

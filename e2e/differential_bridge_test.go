@@ -22,17 +22,22 @@ var sinkL2Addr6 = netip.MustParseAddr("2001:2::3")
 func TestDifferentialBridge(t *testing.T) {
 	for _, hook := range diffHooks {
 		t.Run(hook.name, func(t *testing.T) {
-			tb := bridgeTestbed(t, hook.opts, ipBridge+`
-ip link set out0 mtu 1400
-ip -6 addr add 2001:2::1/64 dev br0 nodad`)
-			sh(t, tb.Sink, "ip -6 addr flush dev eth0 scope global\nip -6 addr add 2001:2::3/64 dev eth0 nodad")
+			tb := bridgeTestbed(t, hook.opts, bridgeDiffSetup)
+			sh(t, tb.Sink, bridgeDiffSinkSetup)
 			d := newDiffEnv(t, tb, "")
 			d.hook, d.args, d.bridged = hook.name, hook.args, true
-			gen, sink := tb.GenMAC.String(), tb.SinkMAC.String()
-			d.reset = func(t *testing.T) {
-				// The same FDB and neighbours before every run: both hosts known on their
-				// ports (as if just learned), nothing else.
-				sh(t, tb.DUT, fmt.Sprintf(`ip link set br0 type bridge fdb_flush
+			d.reset = func(t *testing.T) { bridgeReset(t, d) }
+			d.differential(t, d.bridgeCorpus(), 3*time.Second, true)
+		})
+	}
+}
+
+// bridgeReset puts the same FDB and neighbours in place before every run: gen and the sink
+// known on their ports (as if just learned), nothing else.
+func bridgeReset(t *testing.T, d *diffEnv) {
+	tb := d.tb
+	gen, sink := tb.GenMAC.String(), tb.SinkMAC.String()
+	sh(t, tb.DUT, fmt.Sprintf(`ip link set br0 type bridge fdb_flush
 bridge fdb replace %[1]s dev in0 master dynamic
 bridge fdb replace %[2]s dev out0 master dynamic
 ip -4 neigh flush dev br0
@@ -42,17 +47,21 @@ ip neigh replace 198.18.0.3 lladdr %[2]s dev br0 nud reachable
 ip -6 neigh replace 2001:2::2 lladdr %[1]s dev br0 nud reachable
 ip -6 neigh replace %[3]s lladdr %[1]s dev br0 nud reachable
 ip -6 neigh replace 2001:2::3 lladdr %[2]s dev br0 nud reachable`, gen, sink, d.genLL))
-				// The sink answers gen directly (same subnet): its neighbours too.
-				sh(t, tb.Sink, fmt.Sprintf(`ip -4 neigh flush dev eth0
+	// The sink answers gen directly (same subnet): its neighbours too.
+	sh(t, tb.Sink, fmt.Sprintf(`ip -4 neigh flush dev eth0
 ip -6 neigh flush dev eth0
 ip neigh replace 198.18.0.2 lladdr %[1]s dev eth0 nud reachable
 ip -6 neigh replace 2001:2::2 lladdr %[1]s dev eth0 nud reachable
 ip -6 neigh replace %[2]s lladdr %[1]s dev eth0 nud reachable`, gen, d.genLL))
-			}
-			d.differential(t, d.bridgeCorpus(), 3*time.Second, true)
-		})
-	}
 }
+
+// bridgeDiffSetup and bridgeDiffSinkSetup are the DUT's and the sink's setup for the bridge
+// differential tests.
+const bridgeDiffSetup = ipBridge + `
+ip link set out0 mtu 1400
+ip -6 addr add 2001:2::1/64 dev br0 nodad`
+
+const bridgeDiffSinkSetup = "ip -6 addr flush dev eth0 scope global\nip -6 addr add 2001:2::3/64 dev eth0 nodad"
 
 func (d *diffEnv) bridgeCorpus() *diffCorpus {
 	b := d.newBuilder(diffSeed + 1)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/binary"
 	"flag"
 	"fmt"
@@ -141,6 +142,11 @@ type diffEnv struct {
 	preRun     func(t *testing.T)
 	// started, if set, runs once linuxfp is running, before its run.
 	started func(t *testing.T, l *testbed.Linuxfp)
+	// via are further hosts that capture what reaches them; frames may be sent from any
+	// capture point (difftest.Frame.Via: "sink", "gen" or one of these). fastAt is the DUT interface whose fast-path count is checked
+	// ("in0" when empty), fastTo the capture point the corpus's fast frames reach ("sink").
+	via            []difftest.Endpoint
+	fastAt, fastTo string
 }
 
 func newDiffEnv(t *testing.T, tb *testbed.Testbed, dutSetup string) *diffEnv {
@@ -231,14 +237,16 @@ ip -6 neigh replace 2001:2:0:1::2 lladdr %[2]s dev out0 nud reachable
 
 func (d *diffEnv) run(t *testing.T, c *diffCorpus, settle time.Duration) *difftest.Capture {
 	t.Helper()
+	points := append([]difftest.Endpoint{
+		{Name: "sink", NS: d.tb.Sink, Device: "eth0"}, // what the DUT forwarded
+		{Name: "gen", NS: d.tb.Gen, Device: "eth0"},   // what came back
+	}, d.via...)
 	capt, err := difftest.Run(difftest.Options{
-		Inject: difftest.Endpoint{Name: "gen", NS: d.tb.Gen, Device: "eth0"},
-		Capture: []difftest.Endpoint{
-			{Name: "sink", NS: d.tb.Sink, Device: "eth0"}, // what the DUT forwarded
-			{Name: "gen", NS: d.tb.Gen, Device: "eth0"},   // what came back
-		},
-		Gap:    500 * time.Microsecond,
-		Settle: settle,
+		Inject:  points[1],
+		Via:     points,
+		Capture: points,
+		Gap:     500 * time.Microsecond,
+		Settle:  settle,
 	}, c.frames)
 	if err != nil {
 		t.Fatal(err)
@@ -297,20 +305,29 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 		}
 		t.Logf("what Linux alone did with each case (frames carrying the case's marker):\n%s", b.String())
 	}
-	for _, p := range []string{"sink", "gen"} {
+	points := []string{"sink", "gen"}
+	for _, ep := range d.via {
+		points = append(points, ep.Name)
+	}
+	for _, p := range points {
 		t.Logf("at %s: Linux %d frames (%d compared), linuxfp %d frames (%d compared)", p,
 			len(linux.Packets[p]), difftest.Count(linux, p, classify),
 			len(fp.Packets[p]), difftest.Count(fp, p, classify))
 	}
-	fast := in0.Forwarded.Packets
-	if d.bridged {
-		fast = in0.Bridged.Packets
+	fastAt, fastTo := cmp.Or(d.fastAt, "in0"), cmp.Or(d.fastTo, "sink")
+	at, err := l.Interface(fastAt)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("in0 fast path: forwarded %d, bridged %d, passed to Linux %s", in0.Forwarded.Packets, in0.Bridged.Packets, passed(in0.Passed))
+	fast := at.Forwarded.Packets
+	if d.bridged {
+		fast = at.Bridged.Packets
+	}
+	t.Logf("%s fast path: forwarded %d, bridged %d, passed to Linux %s", fastAt, at.Forwarded.Packets, at.Bridged.Packets, passed(at.Passed))
 
 	// A capture that saw nothing would compare equal to another one that saw nothing.
-	if n := difftest.Count(linux, "sink", classify); n < c.fast {
-		t.Fatalf("the sink received %d frames with Linux alone, fewer than the %d valid ones sent: the capture is broken", n, c.fast)
+	if n := difftest.Count(linux, fastTo, classify); n < c.fast {
+		t.Fatalf("%s received %d frames with Linux alone, fewer than the %d valid ones sent: the capture is broken", fastTo, n, c.fast)
 	}
 
 	if ctl != nil {
@@ -325,7 +342,7 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 
 	// Without packets on the fast path the comparison would only show that XDP_PASS is harmless.
 	if got, want := fast, uint64(c.fast)*9/10; got < want {
-		t.Errorf("in0 fast-pathed %d packets, want at least %d of the %d valid ones", got, want, c.fast)
+		t.Errorf("%s fast-pathed %d packets, want at least %d of the %d valid ones", fastAt, got, want, c.fast)
 	}
 
 	// The comparison must be able to fail on these very captures: without one answer gen got
@@ -346,6 +363,11 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 // frame) and with the TTL of its first marked IPv4 frame at the sink decremented.
 func mutate(c *difftest.Capture) *difftest.Capture {
 	out := &difftest.Capture{Packets: map[string][]difftest.Packet{}}
+	for p, pkts := range c.Packets {
+		if p != "gen" && p != "sink" {
+			out.Packets[p] = pkts
+		}
+	}
 	dropped, changed := false, false
 	for _, pk := range c.Packets["gen"] {
 		if _, marked := difftest.FindMarker(pk.Data); !dropped && marked {
@@ -389,6 +411,7 @@ type diffCorpus struct {
 type corpusItem struct {
 	name  string
 	fast  bool
+	via   string // difftest.Frame.Via
 	build func(mark []byte) []byte
 }
 
@@ -432,9 +455,15 @@ func (b *corpusBuilder) add(name string, n int, fast bool, spec func(i int) pack
 
 func (b *corpusBuilder) done() *diffCorpus {
 	b.r.Shuffle(len(b.items), func(i, j int) { b.items[i], b.items[j] = b.items[j], b.items[i] })
+	return b.inOrder()
+}
+
+// inOrder is done without the shuffle: the frames go in the order they were added (a corpus
+// whose cases are sequences, such as a MAC moving from port to port).
+func (b *corpusBuilder) inOrder() *diffCorpus {
 	c := &diffCorpus{cases: map[string]bool{}}
 	for i, it := range b.items {
-		c.frames = append(c.frames, difftest.Frame{Name: it.name, Data: it.build(difftest.Marker(i))})
+		c.frames = append(c.frames, difftest.Frame{Name: it.name, Via: it.via, Data: it.build(difftest.Marker(i))})
 		c.cases[it.name] = true
 		if it.fast {
 			c.fast++

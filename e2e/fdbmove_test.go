@@ -22,7 +22,7 @@ func TestBridgeMoveFollowedAtOnce(t *testing.T) {
 			tb := bridgeTestbed(t, h.opts, `ip link add br0 type bridge
 ip link set in0 master br0
 ip link set out0 master br0`)
-			mover, err := nsutil.New("lfp-e2e-mover")
+			mover, err := nsutil.New(nsPrefix + "-mover")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,8 +25,9 @@ import (
 // What each case guards (seen by disabling parts of linuxfp): the filter and ipset cases fail
 // without the gate's family check (the fast path keeps the old verdict for all 20 datagrams);
 // the route, address, link and neighbour cases pass even then, since the fast path asks the
-// kernel's FIB and neighbour table for every packet; the bridge case fails (nothing flooded to
-// out1) only without both the gate and the fdb_delete mirror.
+// kernel's FIB and neighbour table for every packet; the bridge fdb del case fails (nothing
+// flooded to out1) only without both the gate and the FDB watcher's count of moves; the
+// nf_call_iptables case fails without bridge_out_port's check of the bridge device's fence.
 
 // fenceCase is one command run in a DUT prepared by setup (a script run line by line).
 type fenceCase struct {
@@ -37,7 +38,8 @@ type fenceCase struct {
 	argv []string
 	file string
 	// bridge: the DUT is a bridge (bridgeTestbed) with a third port, out1, leading to a host
-	// that captures what the bridge floods.
+	// that captures what the bridge floods; argv is `bridge fdb del` of the sink's MAC unless
+	// set.
 	bridge bool
 }
 
@@ -101,6 +103,11 @@ EOF`}},
 	// Linux floods frames to an address it forgot: the sink and the host behind out1 both get
 	// them (the sink drops them silently so that it does not teach the bridge its MAC again).
 	{name: "bridge fdb del of the sink's MAC", bridge: true},
+	// A bridge option: with it, iptables sees the bridged IPv4 frames, and drops them. The
+	// change fences br0 only, not the ports the frames go between.
+	{name: "ip link set br0 type bridge nf_call_iptables 1", bridge: true,
+		setup: "sysctl -qw net.bridge.bridge-nf-call-iptables=0\niptables -A FORWARD -d " + sinkL2 + " -j DROP",
+		argv:  strings.Fields("ip link set br0 type bridge nf_call_iptables 1")},
 }
 
 // fenceResult is what one run of a case delivered: datagrams per destination MAC ("sink" for
@@ -163,7 +170,7 @@ func runFenceCase(t *testing.T, o testbed.Options, c fenceCase, withLinuxfp bool
 		tb = bridgeTestbed(t, o, ipBridge)
 		dst = sinkL2
 		var err error
-		if extra, err = nsutil.New("lfp-e2e-flood"); err != nil {
+		if extra, err = nsutil.New(nsPrefix + "-flood"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { extra.Close() })
@@ -174,7 +181,9 @@ func runFenceCase(t *testing.T, o testbed.Options, c fenceCase, withLinuxfp bool
 		// the bridge where its MAC is.
 		sh(t, tb.Sink, "iptables -A INPUT -p udp --dport 9 -j DROP")
 		sinkSpeaks(t, tb)
-		argv = []string{"bridge", "fdb", "del", tb.SinkMAC.String(), "dev", "out0", "master"}
+		if argv == nil {
+			argv = []string{"bridge", "fdb", "del", tb.SinkMAC.String(), "dev", "out0", "master"}
+		}
 	} else {
 		tb = newTestbed(t, o)
 	}

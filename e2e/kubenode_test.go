@@ -91,7 +91,7 @@ type kubePod struct {
 // each with an identity server; it is removed at the end of the test.
 func newKubeNode(t *testing.T, hook string, pods, remotes int) *kubeNode {
 	t.Helper()
-	return newKubeNodeNamed(t, "lfp-e2e-kp-", hook, pods, remotes)
+	return newKubeNodeNamed(t, nsPrefix+"-kp-", hook, pods, remotes)
 }
 
 // newKubeNodeNamed is newKubeNode with the namespaces' names starting with prefix.

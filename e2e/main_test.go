@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,10 @@ import (
 
 // linuxfpBin is the binary under test, built once by TestMain.
 var linuxfpBin string
+
+// nsPrefix starts the names of the namespaces the tests create (LFP_E2E_PREFIX, when several
+// runs share a machine and each must tell its own).
+var nsPrefix = cmp.Or(os.Getenv("LFP_E2E_PREFIX"), "lfp-e2e")
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -46,7 +51,13 @@ func run(m *testing.M) int {
 // newTestbed builds the gen -> dut -> sink topology for one test and removes it afterwards.
 func newTestbed(t *testing.T, o testbed.Options) *testbed.Testbed {
 	t.Helper()
-	tb, err := testbed.New("lfp-e2e", o)
+	return newTestbedAs(t, nsPrefix, o)
+}
+
+// newTestbedAs is newTestbed with namespaces named after prefix.
+func newTestbedAs(t *testing.T, prefix string, o testbed.Options) *testbed.Testbed {
+	t.Helper()
+	tb, err := testbed.New(prefix, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -254,7 +254,7 @@ func TestPodsChurn(t *testing.T) {
 // end of the test.
 func newPodsTopology(t *testing.T, pods [2]int) *testbed.Pods {
 	t.Helper()
-	p, err := testbed.NewPods("lfp-e2e", testbed.PodsOptions{Pods: pods})
+	p, err := testbed.NewPods(nsPrefix, testbed.PodsOptions{Pods: pods})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 func TestRunArgumentErrors(t *testing.T) {
 	// In a namespace of its own, and bounded: were an argument accepted, linuxfp would run.
-	ns, err := nsutil.New("lfp-e2e-args")
+	ns, err := nsutil.New(nsPrefix + "-args")
 	if err != nil {
 		t.Fatal(err)
 	}

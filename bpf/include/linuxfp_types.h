@@ -369,6 +369,7 @@ struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
 	enum lfp_fdb_flags flags;
 	__u64 seen_ns; /* written by the data plane: last refresh request (see bridge_refresh) */
+	__u64 moved;   /* its bucket's count of moves when the controller read it (fdb_map.h) */
 };
 
 enum lfp_l2_flags {
@@ -401,6 +402,7 @@ struct lfp_fdb_refresh_ev {
 	__u32 port;
 	__u8 mac[6];
 	__u16 pad;
+	__u64 moved; /* the entry's lfp_fdb_val.moved */
 };
 
 /* TC hook: a device a redirected skb may leave by (bpf/lib/tx.h). */

@@ -219,6 +219,10 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 		 * delivered as PACKET_OTHERHOST or HOST depending on the port: Linux's. */
 		if (!mac_equal(eth->h_dest, port->br_mac))
 			return lfp_pass(ctx, LFP_PASS_BR_LOCAL);
+		/* The bridge device's options decide this too (its MAC, vlan_filtering ...). */
+		r = gate_egress(bridge);
+		if (r != LFP_FORWARDED)
+			return lfp_pass(ctx, r);
 		up->route = 1;
 		up->src = src;
 		up->port = port;

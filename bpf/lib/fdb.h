@@ -9,8 +9,17 @@
 #include "ctx.h"
 #include "parse.h"
 #include "stats.h"
+#include "gate.h"
 
 #include "fdb_map.h"
+
+/* The FDB mirror: each bridge's VLAN 0 entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_fdb_key);
+	__type(value, struct lfp_fdb_val);
+	__uint(max_entries, 131072);
+} lfp_fdb SEC(".maps");
 
 /* Bridges and bridge ports, by ifindex. */
 struct {
@@ -29,13 +38,19 @@ struct {
 /* How often, at most, one FDB entry is refreshed (set by the controller; see bridge_refresh). */
 LFP_SETTING(__u64, fdb_refresh_ns, 1000000000ULL, "the least time between two refreshes of one FDB entry (ns)");
 
+/* The mirror's entry for mac on bridge, or NULL: none, or one the bridge may have moved or
+ * deleted since the controller read it (include/fdb_map.h); Linux knows where it is. */
 static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *mac)
 {
 	struct lfp_fdb_key k = {};
+	struct lfp_fdb_val *v;
 
 	k.bridge = bridge;
 	__builtin_memcpy(k.mac, mac, ETH_ALEN);
-	return bpf_map_lookup_elem(&lfp_fdb, &k);
+	v = bpf_map_lookup_elem(&lfp_fdb, &k);
+	if (v && v->moved != fdb_moves(bridge, mac))
+		return NULL;
+	return v;
 }
 
 static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
@@ -53,7 +68,9 @@ static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
  * timestamp may lag the last frame by up to cfg_fdb_refresh_ns (1 s) plus the controller's
  * latency, so an address that falls silent ages out at most that much later than with Linux
  * alone (ageing_time is 300 s by default; the controller hands bridges with an ageing time
- * below 10 s to Linux). Ports that do not learn are not refreshed: Linux would not either. */
+ * below 10 s to Linux). Ports that do not learn are not refreshed: Linux would not either. The
+ * request carries the count of moves the entry was read with: the controller refreshes only an
+ * entry the bridge has not changed since (NTF_USE would move a moved address back). */
 static __always_inline void bridge_refresh(struct lfp_fdb_val *src, __u32 bridge, __u32 port,
 					   const __u8 *mac)
 {
@@ -65,6 +82,7 @@ static __always_inline void bridge_refresh(struct lfp_fdb_val *src, __u32 bridge
 	src->seen_ns = now;
 	ev.bridge = bridge;
 	ev.port = port;
+	ev.moved = src->moved;
 	__builtin_memcpy(ev.mac, mac, ETH_ALEN);
 	/* A full ring only delays a refresh to the next frame after cfg_fdb_refresh_ns. */
 	if (bpf_ringbuf_output(&lfp_fdb_refresh, &ev, sizeof(ev), 0))
@@ -78,9 +96,18 @@ static __always_inline void bridge_refresh(struct lfp_fdb_val *src, __u32 bridge
 static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 *dmac, __u32 in_port,
 						       __u32 in_flags, __u32 l3len, __u32 *out)
 {
-	struct lfp_fdb_val *dst = fdb_lookup(bridge, dmac);
+	struct lfp_fdb_val *dst;
 	struct lfp_l2_dev *op;
+	enum lfp_reason r;
 
+	/* A change to the bridge device itself (ip link set ... type bridge: vlan_filtering,
+	 * ageing_time, nf_call_iptables ...) fences its entry only: its frames, which go between
+	 * two ports, are Linux's until the controller follows it, as a change to either port makes
+	 * them (gate.h). */
+	r = gate_egress(bridge);
+	if (r != LFP_FORWARDED)
+		return r;
+	dst = fdb_lookup(bridge, dmac);
 	/* Unknown unicast: Linux floods it to every port. */
 	if (!dst)
 		return LFP_PASS_BR_DST_UNKNOWN;

@@ -126,7 +126,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.w.Close()
 	c.cfg.Options.NeighEvents = c.w.Fence && c.w.NeighEvents
-	c.w.OnFDBForgotten(c.dp.ForgetFDB)
 	c.w.OnSysctlOnly(c.sysctlOnly)
 	c.obs, err = observe.NewObserver()
 	if err != nil {
@@ -134,6 +133,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.obs.Close()
 	c.obs.Follow(c.w)
+	c.obs.FDBMoves = c.dp.FDBMoves
 	stopRequests, err := c.serveRequests()
 	if err != nil {
 		return err

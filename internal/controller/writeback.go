@@ -67,16 +67,27 @@ func fdbLearning(p *graph.Plan) map[fdbKey]int {
 // refreshFDB does in Linux what a received frame does to its source's FDB entry
 // (br_fdb_update(): the entry's age restarts), for an address the fast path forwarded frames
 // from. RTM_NEWNEIGH with NTF_USE is the kernel's interface for exactly this (hardware offloads
-// use it); it changes nothing else and sends no event. The request is dropped if, by the
-// controller's latest view, the address is no longer learned on that port (it moved, was
-// deleted or flushed): refreshing it then would undo what Linux just did.
+// use it); it changes nothing else and sends no event. The request is dropped if the address
+// may no longer be learned on that port (it moved, was deleted or flushed): NTF_USE would move
+// it back, undoing what Linux just did. The controller's latest view lags the bridge by an
+// apply, so the bridge FDB watcher's count of moves, which it keeps as the bridge changes, has
+// the last word: the request carries the count its entry was read with, and any change to the
+// entry since has moved it (dataplane.FDBUnmoved).
+//
+// What no check here can see is a move in the microseconds between it and NeighSet's
+// br_fdb_update(): the refresh then moves the address back to the port the fast path forwarded
+// its frame from, as if that frame, received a few ms earlier, had come after the one that
+// moved it. The bridge then sends frames to the address by the old port until the address
+// sends again from its new port (a frame the fast path hands to Linux: its entry's count has
+// moved). Closing it would need the check inside the kernel's update, which no interface
+// offers (the tracepoints only see it afterwards).
 func (c *Controller) refreshFDB(r dataplane.FDBRefresh) {
 	k := fdbKey{bridge: r.Bridge}
 	copy(k.mac[:], r.MAC)
 	c.mu.Lock()
 	port, ok := c.fdb[k]
 	c.mu.Unlock()
-	if !ok || port != r.Port {
+	if !ok || port != r.Port || !c.dp.FDBUnmoved(r) {
 		c.log.Debug("fdb refresh skipped: entry changed", "bridge", r.Bridge, "mac", r.MAC, "port", r.Port)
 		return
 	}

@@ -2,7 +2,14 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 	"time"
 )
 
@@ -14,6 +21,9 @@ type BridgeData struct {
 	// L2 are the bridges and bridge ports, FDB the bridges' forwarding databases (VLAN 0).
 	L2  []L2Dev
 	FDB []FDBEntry
+	// FDBMoves are the counts of the bridge FDB's moves (FDBMoves) read before FDB was: each
+	// entry is used only while its bucket's count stays as read (nil: all 0).
+	FDBMoves []uint64
 }
 
 // L2Flags are struct lfp_l2_dev's flags (enum lfp_l2_flags).
@@ -77,17 +87,75 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 		k := linuxfpLfpFdbKey{Bridge: uint32(e.Bridge)}
 		copy(k.Mac[:], e.MAC)
 		v := linuxfpLfpFdbVal{Port: uint32(e.Port)}
+		if b := fdbBucket(k); b < len(data.FDBMoves) {
+			v.Moved = data.FDBMoves[b]
+		}
 		if e.Local {
 			v.Flags = linuxfpLfpFdbFlagsLFP_FDB_LOCAL
 		}
 		// seen_ns is the data plane's: an entry that did not change is not rewritten (syncMap
-		// compares with what it wrote), so its refresh timestamp survives.
+		// compares with what it wrote), so its refresh timestamp survives. An entry whose
+		// bucket counted a move since it was written is (with the count it was read with).
 		fdb[k] = v
 	}
 	return []func() error{
 		func() error { return syncMap(d.maps.LfpFdb, b.fdb, fdb) },
 		func() error { return syncMap(d.maps.LfpL2, b.l2, l2) },
 	}, nil
+}
+
+// fdbMoveBuckets is LFP_FDB_MOVE_BUCKETS (bpf/include/fdb_map.h).
+const fdbMoveBuckets = 4096
+
+// fdbBucket is fdb_bucket() of bpf/include/fdb_map.h: the bucket of moves k's entry is in.
+func fdbBucket(k linuxfpLfpFdbKey) int {
+	m := k.Mac
+	h := k.Bridge * 0x9e3779b1
+	h ^= uint32(m[0]) | uint32(m[1])<<8 | uint32(m[2])<<16 | uint32(m[3])<<24
+	h *= 0x85ebca6b
+	h ^= uint32(m[4]) | uint32(m[5])<<8
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return int(h & (fdbMoveBuckets - 1))
+}
+
+// mapFDBMoves maps lfp_fdb_moves (BPF_F_MMAPABLE) read-only: the watcher adds to its counts
+// atomically, and a copy through the bpf() syscall (memcpy) could read one half-written.
+func mapFDBMoves(m *ebpf.Map) (counts []uint64, unmap func(), err error) {
+	if m.MaxEntries() != fdbMoveBuckets || m.ValueSize() != 8 {
+		return nil, nil, fmt.Errorf("lfp_fdb_moves: %d entries of %d bytes, want %d of 8", m.MaxEntries(), m.ValueSize(), fdbMoveBuckets)
+	}
+	b, err := unix.Mmap(m.FD(), 0, fdbMoveBuckets*8, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("map lfp_fdb_moves: %w", err)
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), fdbMoveBuckets), func() { unix.Munmap(b) }, nil
+}
+
+// FDBMoves reads the bridge FDB watcher's counts of moves (bpf/include/fdb_map.h). Read before
+// the FDB, they make the entries written from that read Linux's once their bridge changes them.
+func (d *Dataplane) FDBMoves() ([]uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fdbMoves == nil {
+		return nil, errors.New("data plane closed")
+	}
+	out := make([]uint64, len(d.fdbMoves))
+	for i := range d.fdbMoves {
+		out[i] = atomic.LoadUint64(&d.fdbMoves[i])
+	}
+	return out, nil
+}
+
+// FDBUnmoved tells whether the bridge has made no change to mac's entry on bridge since an FDB
+// read that found it where a refresh request (its Moved) says: no move was counted in its
+// bucket since. A change made after this call is not seen (see the controller's refreshFDB).
+func (d *Dataplane) FDBUnmoved(r FDBRefresh) bool {
+	k := linuxfpLfpFdbKey{Bridge: uint32(r.Bridge)}
+	copy(k.Mac[:], r.MAC)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fdbMoves != nil && atomic.LoadUint64(&d.fdbMoves[fdbBucket(k)]) == r.Moved
 }
 
 // FDBRefreshInterval is how often, at most, the data plane asks for one learned address to be
@@ -99,19 +167,21 @@ const FDBRefreshInterval = time.Second
 type FDBRefresh struct {
 	Bridge, Port int
 	MAC          net.HardwareAddr
+	Moved        uint64 // the entry's count of moves, as the data plane used it
 }
 
 // ReadFDBRefreshes delivers the data plane's refresh requests to fn until Close.
 func (d *Dataplane) ReadFDBRefreshes(fn func(FDBRefresh)) error {
 	return d.readRing(d.maps.LfpFdbRefresh, "fdb refresh ring", func(b []byte) {
-		// struct lfp_fdb_refresh_ev: bridge u32, port u32, mac[6], pad u16.
-		if len(b) < 14 {
+		// struct lfp_fdb_refresh_ev: bridge u32, port u32, mac[6], pad u16, moved u64.
+		if len(b) < 24 {
 			return
 		}
 		fn(FDBRefresh{
 			Bridge: int(binary.NativeEndian.Uint32(b[0:])),
 			Port:   int(binary.NativeEndian.Uint32(b[4:])),
 			MAC:    append(net.HardwareAddr(nil), b[8:14]...),
+			Moved:  binary.NativeEndian.Uint64(b[16:]),
 		})
 	})
 }

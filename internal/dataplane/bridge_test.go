@@ -425,3 +425,83 @@ func TestBridgeNetfilter(t *testing.T) {
 		}
 	}
 }
+
+// The bridge FDB watcher's counts of moves (bpf/include/fdb_map.h): an entry is used only while
+// its bucket's count is the one it was read with, whenever it was written; a refresh request
+// carries that count.
+func TestBridgeMoves(t *testing.T) {
+	e := newBridgeEnv(t)
+	prog := e.portProg(t, true)
+	refreshes := make(chan FDBRefresh, 16)
+	if err := e.dp.ReadFDBRefreshes(func(r FDBRefresh) { refreshes <- r }); err != nil {
+		t.Fatal(err)
+	}
+	frame := func(src, dst net.HardwareAddr) []byte {
+		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("198.18.4.10"),
+			Dst: netip.MustParseAddr("198.18.4.11"), SrcPort: 1, DstPort: 2, Size: 60}.Bytes()
+	}
+	expect := func(pkt []byte, want Reason) {
+		t.Helper()
+		if _, _, r := e.runOn(t, prog, pkt, e.bp1); r != want {
+			t.Fatalf("reason %v, want %v", r, want)
+		}
+	}
+	// A distinct count in every bucket: the data plane and the controller must agree on each
+	// entry's bucket.
+	counts := make([]uint64, fdbMoveBuckets)
+	for i := range counts {
+		counts[i] = uint64(1000 + 3*i)
+		if err := e.dp.maps.LfpFdbMoves.Put(uint32(i), counts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move := func(mac net.HardwareAddr) {
+		k := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
+		copy(k.Mac[:], mac)
+		b := fdbBucket(k)
+		counts[b]++
+		if err := e.dp.maps.LfpFdbMoves.Put(uint32(b), counts[b]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() []uint64 {
+		moves, err := e.dp.FDBMoves()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(moves)
+	}
+	withMoves := func(moves []uint64) func(*Data) { return func(d *Data) { d.FDBMoves = moves } }
+
+	e.sync(t, withMoves(read()))
+	expect(frame(macA, macB), Bridged)
+	var r FDBRefresh
+	select {
+	case r = <-refreshes:
+	case <-time.After(time.Second):
+		t.Fatal("no refresh request")
+	}
+	if !e.dp.FDBUnmoved(r) {
+		t.Fatalf("refresh %+v: entry seen as moved", r)
+	}
+
+	// The destination moves: Linux's, and a refresh decided before is not made.
+	before := read()
+	move(macB)
+	expect(frame(macA, macB), PassBridgeDstUnknown)
+	// An apply that read the FDB before the move writes after it: still Linux's.
+	e.sync(t, withMoves(before))
+	expect(frame(macA, macB), PassBridgeDstUnknown)
+	// The next apply reads it again.
+	e.sync(t, withMoves(read()))
+	expect(frame(macA, macB), Bridged)
+
+	// The source moves: Linux learns where it is, and the refresh asked for before is stale.
+	move(macA)
+	expect(frame(macA, macB), PassBridgeSrcUnknown)
+	if e.dp.FDBUnmoved(r) {
+		t.Fatalf("refresh %+v: entry moved since, but seen as unmoved", r)
+	}
+	e.sync(t, withMoves(read()))
+	expect(frame(macA, macB), Bridged)
+}

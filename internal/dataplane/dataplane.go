@@ -141,6 +141,9 @@ type Dataplane struct {
 	routerMaps
 	neighMaps
 	bridgeMaps
+	// fdbMoves: lfp_fdb_moves, mapped (mapFDBMoves) until Close.
+	fdbMoves      []uint64
+	unmapFDBMoves func()
 	txMaps
 	vxlanMaps
 	fw filterState
@@ -201,6 +204,12 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {
 		return nil, fmt.Errorf("create maps: %w", err)
 	}
+	moves, unmap, err := mapFDBMoves(d.maps.LfpFdbMoves)
+	if err != nil {
+		d.maps.Close()
+		return nil, err
+	}
+	d.fdbMoves, d.unmapFDBMoves = moves, unmap
 	// Every map of the object is shared by all programs (not .rodata: that is each program's
 	// own). Listed from the generated struct, so a map added to the C code cannot be missed
 	// (a program with a private copy of, say, a ring buffer would write where nobody reads).
@@ -227,6 +236,8 @@ func (d *Dataplane) Close() error {
 	}
 	d.closeProgramsLocked()
 	errs = append(errs, d.maps.Close())
+	d.unmapFDBMoves()
+	d.fdbMoves = nil
 	return errors.Join(errs...)
 }
 

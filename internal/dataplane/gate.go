@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"fmt"
-	"net"
 
 	"github.com/cilium/ebpf"
 	"strings"
@@ -96,22 +95,12 @@ func FenceUnitName(u int) string {
 	return fmt.Sprintf("unit%d", u)
 }
 
-// WatcherMaps are the maps the watchers write (they are loaded with them): the fence, the FDB
-// mirror, whose entries the bridge FDB watcher deletes the moment the bridge moves one, the FIB
+// WatcherMaps are the maps the watchers write (they are loaded with them): the fence, the bridge
+// FDB's moves, which the bridge FDB watcher counts the moment the bridge makes one, the FIB
 // cache's generation, and the STALE-neighbour mirror the neighbour tracepoints keep.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb": d.maps.LfpFdb,
+	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb_moves": d.maps.LfpFdbMoves,
 		"lfp_fib_gen": d.maps.LfpFibGen, "lfp_stale": d.maps.LfpStale, "lfp_stale_count": d.maps.LfpStaleCount}
-}
-
-// ForgetFDB: the FDB mirror's entry for (bridge, mac) was deleted behind the data plane's back
-// (the bridge FDB watcher): the next Sync writes it again if the bridge still has it.
-func (d *Dataplane) ForgetFDB(bridge int, mac net.HardwareAddr) {
-	k := linuxfpLfpFdbKey{Bridge: uint32(bridge)}
-	copy(k.Mac[:], mac)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.fdb, k)
 }
 
 // Fence reads how many changes the watchers have counted. The controller reads it before it

@@ -100,6 +100,7 @@ type linuxfpLfpFdbVal struct {
 	Port   uint32
 	Flags  linuxfpLfpFdbFlags
 	SeenNs uint64
+	Moved  uint64
 }
 
 type linuxfpLfpFence struct {
@@ -461,6 +462,7 @@ const (
 	linuxfpMapLfpCtRequested   = "lfp_ct_requested"
 	linuxfpMapLfpCtRequests    = "lfp_ct_requests"
 	linuxfpMapLfpFdb           = "lfp_fdb"
+	linuxfpMapLfpFdbMoves      = "lfp_fdb_moves"
 	linuxfpMapLfpFdbRefresh    = "lfp_fdb_refresh"
 	linuxfpMapLfpFenceMap      = "lfp_fence_map"
 	linuxfpMapLfpFibCache      = "lfp_fib_cache"
@@ -559,6 +561,7 @@ type linuxfpMapSpecs struct {
 	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh    *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
@@ -633,6 +636,7 @@ type linuxfpMaps struct {
 	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh    *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
@@ -674,6 +678,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,
+		m.LfpFdbMoves,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
 		m.LfpFibCache,

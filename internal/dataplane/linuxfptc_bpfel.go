@@ -84,6 +84,7 @@ type linuxfpTcLfpFdbVal struct {
 	Port   uint32
 	Flags  uint32
 	SeenNs uint64
+	Moved  uint64
 }
 
 type linuxfpTcLfpFence struct {
@@ -375,6 +376,7 @@ const (
 	linuxfpTcMapLfpCtRequested   = "lfp_ct_requested"
 	linuxfpTcMapLfpCtRequests    = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb           = "lfp_fdb"
+	linuxfpTcMapLfpFdbMoves      = "lfp_fdb_moves"
 	linuxfpTcMapLfpFdbRefresh    = "lfp_fdb_refresh"
 	linuxfpTcMapLfpFenceMap      = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache      = "lfp_fib_cache"
@@ -473,6 +475,7 @@ type linuxfpTcMapSpecs struct {
 	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh    *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
@@ -547,6 +550,7 @@ type linuxfpTcMaps struct {
 	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
+	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFdbRefresh    *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
@@ -588,6 +592,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,
+		m.LfpFdbMoves,
 		m.LfpFdbRefresh,
 		m.LfpFenceMap,
 		m.LfpFibCache,

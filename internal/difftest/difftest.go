@@ -46,6 +46,10 @@ type Frame struct {
 	// segments of GSOSize payload bytes by whatever cannot pass it on whole
 	// (VIRTIO_NET_HDR_GSO_TCPV4).
 	GSOSize uint16
+	// Via, when set, names the endpoint of Options.Via the frame is sent from instead of
+	// Options.Inject: a frame that reaches the device under test through another of its
+	// interfaces, in the corpus's order.
+	Via string
 }
 
 // Endpoint is a device in a namespace, named for reports ("gen", "sink").
@@ -57,7 +61,9 @@ type Endpoint struct {
 
 // Options describe one run.
 type Options struct {
-	Inject  Endpoint
+	Inject Endpoint
+	// Via are further endpoints frames name in Frame.Via.
+	Via     []Endpoint
 	Capture []Endpoint
 	// Gap is the time from one frame's send to the next: slow enough that no queue on the way
 	// (veth rings, backlogs, socket buffers) drops anything for capacity reasons, which Linux
@@ -111,6 +117,16 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		return nil, err
 	}
 	defer unix.Close(inj)
+	type injector struct{ fd, ifindex int }
+	via := map[string]injector{}
+	for _, ep := range o.Via {
+		fd, ifindex, err := openPacket(ep, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(fd)
+		via[ep.Name] = injector{fd, ifindex}
+	}
 	injPartial := -1 // a second injector for frames left to checksum offload, if any
 	for _, f := range frames {
 		if f.CsumStart != 0 {
@@ -133,8 +149,14 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		if d := time.Until(start.Add(time.Duration(i) * o.Gap)); d > 0 {
 			time.Sleep(d)
 		}
-		fd, vnet := inj, []byte(nil)
-		if f.CsumStart != 0 {
+		fd, ifi, vnet := inj, ifindex, []byte(nil)
+		if f.Via != "" {
+			v, ok := via[f.Via]
+			if !ok || f.CsumStart != 0 || f.GSOSize != 0 {
+				return nil, fmt.Errorf("frame %d (%s): no endpoint %q to inject it at (or not a plain frame)", i, f.Name, f.Via)
+			}
+			fd, ifi = v.fd, v.ifindex
+		} else if f.CsumStart != 0 {
 			fd, vnet = injPartial, vnetHdrPartial(f.CsumStart, f.CsumOffset)
 			if f.GSOSize != 0 {
 				if err := vnetHdrGSO(vnet, f); err != nil {
@@ -144,8 +166,12 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		} else if f.GSOSize != 0 {
 			return nil, fmt.Errorf("frame %d (%s): a GSO train needs its checksum left to offload (CsumStart)", i, f.Name)
 		}
-		if err := send(fd, ifindex, vnet, f.Data); err != nil {
-			return nil, fmt.Errorf("send frame %d (%s) on %s: %w", i, f.Name, o.Inject.Name, err)
+		if err := send(fd, ifi, vnet, f.Data); err != nil {
+			at := o.Inject.Name
+			if f.Via != "" {
+				at = f.Via
+			}
+			return nil, fmt.Errorf("send frame %d (%s) on %s: %w", i, f.Name, at, err)
 		}
 	}
 	time.Sleep(o.Settle)

@@ -127,6 +127,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 	sort.Ints(p.Data.TxDevs)
 	slices.SortFunc(p.Data.TCTx, func(a, b dataplane.TCTx) int { return a.Ifindex - b.Ifindex })
 	slices.SortFunc(p.Data.L2, func(a, b dataplane.L2Dev) int { return a.Ifindex - b.Ifindex })
+	p.Data.FDBMoves = s.FDBMoves
 	for _, e := range s.FDB {
 		p.Data.FDB = append(p.Data.FDB, dataplane.FDBEntry{Bridge: e.Bridge, MAC: e.MAC, Port: e.Port, Local: e.Local})
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -38,8 +37,8 @@ func netnsInode() (uint32, error) {
 
 // watchNetlink attaches the netlink request watcher for this namespace: it counts each change
 // in the data plane's fence as it is made, and wakes the controller (for ipset, the only way it
-// learns of one). With it, the bridge FDB watcher (br_fdb_update, fdb_delete), which forgets an
-// entry of the data plane's FDB mirror the moment the bridge moves or deletes it. shared are the
+// learns of one). With it, the bridge FDB watcher (br_fdb_update, fdb_delete), which counts in
+// the data plane's map of moves each change of the bridge's FDB the moment it is made. shared are the
 // data plane's maps they use (nil: their own, for nobody).
 func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map) error {
 	ino, err := netnsInode()
@@ -100,7 +99,7 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 		w.FDBMethod = "notification (" + err.Error() + ")"
 		w.log.Warn("cannot see bridge FDB changes as they happen; followed by notification", "err", err)
 	} else {
-		w.FDBMethod = "event: tp_btf/br_fdb_update and fdb_delete forget a moved or deleted entry at once"
+		w.FDBMethod = "event: tp_btf/br_fdb_update and fdb_delete make a moved or deleted entry Linux's at once"
 	}
 	// Sets are read once ipset commands pause for ipsetQuiet: a dump holds each set it reads
 	// (ref_netlink) for as long as it takes, and a user's `ipset swap` or `destroy` meeting it
@@ -268,30 +267,9 @@ func (w *Watcher) watchFDB(ctx context.Context, objs *netlinkwatchObjects) error
 			l.Close()
 		}
 	})
-	w.readRing(ctx, rd, "bridge FDB watcher", func(b []byte) {
-		var k netlinkwatchLfpFdbKey
-		if len(b) < 10 {
-			return
-		}
-		k.Bridge = binary.NativeEndian.Uint32(b)
-		copy(k.Mac[:], b[4:10])
-		w.fdbMu.Lock()
-		forgot := w.fdbForgot
-		w.fdbMu.Unlock()
-		if forgot != nil {
-			forgot(int(k.Bridge), net.HardwareAddr(k.Mac[:]))
-		}
-		w.send(ctx, DirtyFDB)
-	})
+	// Each record (struct lfp_fdb_key) is one change counted: the FDB is read again.
+	w.readRing(ctx, rd, "bridge FDB watcher", func([]byte) { w.send(ctx, DirtyFDB) })
 	return nil
-}
-
-// OnFDBForgotten sets what is told of each FDB mirror entry the watcher deleted (its bridge's
-// ifindex and MAC): the data plane must write it again whatever it believes it wrote.
-func (w *Watcher) OnFDBForgotten(fn func(bridge int, mac net.HardwareAddr)) {
-	w.fdbMu.Lock()
-	defer w.fdbMu.Unlock()
-	w.fdbForgot = fn
 }
 
 // readRing hands each record of rd to fn, on a goroutine of its own, until rd is closed; a

@@ -20,13 +20,6 @@ type netlinkwatchLfpFdbKey struct {
 	Pad    uint16
 }
 
-type netlinkwatchLfpFdbVal struct {
-	_      structs.HostLayout
-	Port   uint32
-	Flags  uint32
-	SeenNs uint64
-}
-
 type netlinkwatchLfpFence struct {
 	_   structs.HostLayout
 	Seq [4]uint64
@@ -80,8 +73,8 @@ type netlinkwatchLfpStaleVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	netlinkwatchMapLfpFdb            = "lfp_fdb"
 	netlinkwatchMapLfpFdbChanges     = "lfp_fdb_changes"
+	netlinkwatchMapLfpFdbMoves       = "lfp_fdb_moves"
 	netlinkwatchMapLfpFenceMap       = "lfp_fence_map"
 	netlinkwatchMapLfpFibGen         = "lfp_fib_gen"
 	netlinkwatchMapLfpIfFence        = "lfp_if_fence"
@@ -99,6 +92,7 @@ const (
 	netlinkwatchProgLfpNlConsumed    = "lfp_nl_consumed"
 	netlinkwatchVarCfgNetns          = "cfg_netns"
 	netlinkwatchVarCfgSelf           = "cfg_self"
+	netlinkwatchVarLfpFdbKeyType     = "lfp_fdb_key_type"
 	netlinkwatchVarLfpNlEventType    = "lfp_nl_event_type"
 )
 
@@ -157,8 +151,8 @@ type netlinkwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchMapSpecs struct {
-	LfpFdb        *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
+	LfpFdbMoves   *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibGen     *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpIfFence    *ebpf.MapSpec `ebpf:"lfp_if_fence"`
@@ -175,6 +169,7 @@ type netlinkwatchMapSpecs struct {
 type netlinkwatchVariableSpecs struct {
 	CfgNetns       *ebpf.VariableSpec `ebpf:"cfg_netns"`
 	CfgSelf        *ebpf.VariableSpec `ebpf:"cfg_self"`
+	LfpFdbKeyType  *ebpf.VariableSpec `ebpf:"lfp_fdb_key_type"`
 	LfpNlEventType *ebpf.VariableSpec `ebpf:"lfp_nl_event_type"`
 }
 
@@ -198,8 +193,8 @@ func (o *netlinkwatchObjects) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchMaps struct {
-	LfpFdb        *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
+	LfpFdbMoves   *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibGen     *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpIfFence    *ebpf.Map `ebpf:"lfp_if_fence"`
@@ -212,8 +207,8 @@ type netlinkwatchMaps struct {
 
 func (m *netlinkwatchMaps) Close() error {
 	return _NetlinkwatchClose(
-		m.LfpFdb,
 		m.LfpFdbChanges,
+		m.LfpFdbMoves,
 		m.LfpFenceMap,
 		m.LfpFibGen,
 		m.LfpIfFence,
@@ -231,6 +226,7 @@ func (m *netlinkwatchMaps) Close() error {
 type netlinkwatchVariables struct {
 	CfgNetns       *ebpf.Variable `ebpf:"cfg_netns"`
 	CfgSelf        *ebpf.Variable `ebpf:"cfg_self"`
+	LfpFdbKeyType  *ebpf.Variable `ebpf:"lfp_fdb_key_type"`
 	LfpNlEventType *ebpf.Variable `ebpf:"lfp_nl_event_type"`
 }
 

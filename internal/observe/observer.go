@@ -18,6 +18,9 @@ type Observer struct {
 	// w: the followed Watcher, whose events name the links that changed (nil: every link
 	// re-reads its facts whenever links are read).
 	w *Watcher
+	// FDBMoves, if set, reads the bridge FDB watcher's counts of moves; Refresh calls it just
+	// before each read of the FDB (Snapshot.FDBMoves).
+	FDBMoves func() ([]uint64, error)
 }
 
 // SetReads is how many times the ipsets were read.
@@ -136,6 +139,11 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 			return nil, err
 		}
 		s.VXLANFDB = vf
+		if o.FDBMoves != nil {
+			if s.FDBMoves, err = o.FDBMoves(); err != nil {
+				return nil, err
+			}
+		}
 		f, err := readFDB(o.h, s.Links)
 		if err != nil {
 			return nil, err

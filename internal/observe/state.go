@@ -17,6 +17,9 @@ type Snapshot struct {
 	Routes     Routes
 	Neighbours map[NeighKey]uint16 // NUD state of every neighbour entry
 	FDB        []FDBEntry          // every bridge's forwarding database
+	// FDBMoves: the bridge FDB watcher's counts of moves (bpf/include/fdb_map.h), read just
+	// before FDB (nil without Observer.FDBMoves).
+	FDBMoves []uint64
 	VXLANFDB   []VXLANFDBEntry     // every vxlan device's own forwarding database
 	Sysctl     Sysctls
 	Netfilter  Netfilter

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -100,8 +99,6 @@ type Watcher struct {
 	NeighMethod string
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
-	fdbMu     sync.Mutex
-	fdbForgot func(bridge int, mac net.HardwareAddr)
 	// sysctl: the sysctl writes seen (the fence's sysctl unit).
 	sysctl sysctlWrites
 	// changes: the links the events named (see changeLog), read by an Observer that follows
