@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/linuxfp/linuxfp/internal/filter/nlsock"
 	"net/netip"
 	"slices"
 
@@ -93,7 +94,7 @@ func List(o Options) (map[string]*model.IPSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial netfilter netlink: %w", err)
 	}
-	defer c.Close()
+	defer nlsock.CloseLater(c)
 	ae := netlink.NewAttributeEncoder()
 	ae.Uint8(attrProtocol, protocol)
 	attrs, err := ae.Encode()

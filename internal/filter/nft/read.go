@@ -15,6 +15,7 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"github.com/linuxfp/linuxfp/internal/filter/nlsock"
 	"slices"
 	"sort"
 
@@ -85,7 +86,7 @@ func Generation(o Options) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
+	defer nlsock.CloseLater(c)
 	return generation(c)
 }
 
@@ -95,8 +96,9 @@ func Read(o Options) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	var opts []nftables.ConnOption
+	defer nlsock.CloseLater(c)
+	// One socket for the chains too (google/nftables otherwise opens and closes one per call).
+	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if o.NetNS != 0 {
 		opts = append(opts, nftables.WithNetNSFd(o.NetNS))
 	}
@@ -104,6 +106,7 @@ func Read(o Options) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
+	defer nlsock.CloseLater(closerFunc(nc.CloseLasting))
 	const tries = 10
 	for try := 1; ; try++ {
 		gen, err := generation(c)
@@ -349,3 +352,8 @@ func IPSets(sets map[string]*model.IPSet) map[string]*model.IPSet {
 	}
 	return out
 }
+
+// closerFunc makes a close function an io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
