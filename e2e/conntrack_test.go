@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
@@ -350,4 +352,242 @@ func TestConntrackRawDropNoRefresh(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A half-closed connection (the client shuts its sending side down after its request, the server
+// then sends): once the server has acknowledged the client's FIN the entry is in CLOSE_WAIT for
+// the rest of the transfer, which the fast path takes as it takes ESTABLISHED segments, on an
+// untranslated (tracked) path and a DNAT'd one. The same exchange through Linux alone first, then
+// with linuxfp: the entry's state and timeout mid-transfer (nf_conntrack_tcp_timeout_close_wait,
+// set to kube-proxy's 3600 s: longer than the unacknowledged timeout, so Linux's choice between
+// them shows) and after the server's FIN (TIME_WAIT) are the same; with linuxfp most of the download is fast-pathed, its bytes arrive intact, and the
+// FIN and the ACK that ends LAST_ACK go to Linux.
+func TestConntrackHalfClosed(t *testing.T) {
+	const (
+		tcpCloseWait = 5
+		tcpTimeWait  = 7
+		closeWait    = 3600
+		pause        = 4 * time.Second        // before the second part: a timeout not refreshed shows
+		settle       = 300 * time.Millisecond // for the client's last ACK (it may be delayed)
+		first        = 1 << 20
+		second       = 20 << 20
+	)
+	paths := []struct{ name, listen, dial string }{
+		{"tracked", "198.19.0.1", ""},
+		{"dnat", "198.19.0.1", "198.19.0.99"},
+	}
+	type entry struct{ state, timeout uint32 }
+	for _, h := range hookTestbeds {
+		t.Run(h.hook, func(t *testing.T) {
+			tb := newTestbedAs(t, nsPrefix+"-hc", h.opts)
+			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0")
+			sh(t, tb.DUT, flannelishNAT+"\niptables -t nat -A PREROUTING -d 198.19.0.99 -p tcp -j DNAT --to-destination 198.19.0.1\n"+
+				"sysctl -qw net.netfilter.nf_conntrack_tcp_timeout_close_wait="+itoa(closeWait))
+			read := func(hc *halfClosed) entry {
+				t.Helper()
+				f, err := ctEntry(tb.DUT, unix.IPPROTO_TCP, hc.dst, hc.port)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.ProtoInfo.TCP == nil {
+					t.Fatalf("entry without TCP state: %+v", f)
+				}
+				return entry{uint32(f.ProtoInfo.TCP.State), f.Timeout}
+			}
+			// Linux alone.
+			var alone [2][2]entry // path, mid-transfer / closed
+			for i, p := range paths {
+				hc := startHalfClosed(t, tb, p.listen, p.dial)
+				hc.transfer(t, first)
+				time.Sleep(pause)
+				hc.transfer(t, second)
+				time.Sleep(settle)
+				alone[i][0] = read(hc)
+				hc.finish(t)
+				alone[i][1] = read(hc)
+				if alone[i][0].state != tcpCloseWait || alone[i][1].state != tcpTimeWait {
+					t.Fatalf("%s, Linux alone: entry %+v mid-transfer, %+v closed; want CLOSE_WAIT, then TIME_WAIT", p.name, alone[i][0], alone[i][1])
+				}
+			}
+
+			l := startLinuxfp(t, tb)
+			waitStatus(t, l, "in0", "ipv4 router on with conntrack", func(it *status.Interface) bool {
+				return it.Program != nil && contains(it.Program.Families, "ipv4") && hasNote(it, "conntrack: netfilter tracks connections") &&
+					hasNote(it, "translating them")
+			})
+			for i, p := range paths {
+				st0, err := l.Client.Status()
+				if err != nil {
+					t.Fatal(err)
+				}
+				in0, out0 := readCounters(t, l, "in0"), readCounters(t, l, "out0")
+				fwd0, passed0 := byteCounts(t, l, "in0", "out0")
+				hc := startHalfClosed(t, tb, p.listen, p.dial)
+				hc.transfer(t, first)
+				eventually(t, 3*time.Second, p.name+" connection marked liberal", func() error {
+					if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
+						return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
+					}
+					return nil
+				})
+				time.Sleep(pause)
+				hc.transfer(t, second)
+				time.Sleep(settle)
+				mid := read(hc)
+				din, dout := readCounters(t, l, "in0").sub(in0).ownOnly(), readCounters(t, l, "out0").sub(out0).ownOnly()
+				fwd1, passed1 := byteCounts(t, l, "in0", "out0")
+				fwd, passed := fwd1-fwd0, passed1-passed0
+				if fwd*100 < (fwd+passed)*90 {
+					t.Errorf("%s: half-closed download of %d bytes: %d bytes forwarded, %d to Linux (packets: %d and %d forwarded, to Linux %v on the client's side and %v on the server's); want at least 90%% forwarded",
+						p.name, first+second, fwd, passed, din.forwarded, dout.forwarded, din.passed, dout.passed)
+				}
+				t.Logf("%s: %d bytes forwarded, %d to Linux; packets: %d and %d forwarded, to Linux %v (client side) and %v (server side)",
+					p.name, fwd, passed, din.forwarded, dout.forwarded, din.passed, dout.passed)
+				in1, out1 := readCounters(t, l, "in0"), readCounters(t, l, "out0")
+				hc.finish(t)
+				closed := read(hc)
+				din, dout = readCounters(t, l, "in0").sub(in1), readCounters(t, l, "out0").sub(out1)
+				if dout.passed["ct_state"] == 0 || din.passed["ct_state"] == 0 {
+					t.Errorf("%s: the server's FIN and the client's last ACK: to Linux %v (server side) and %v (client side), want ct_state on both",
+						p.name, dout.passed, din.passed)
+				}
+				t.Logf("%s: entry mid-transfer %+v, closed %+v; Linux alone %+v", p.name, mid, closed, alone[i])
+				for k, e := range []entry{mid, closed} {
+					a := alone[i][k]
+					if e.state != a.state || e.timeout+2 < a.timeout || e.timeout > a.timeout+2 {
+						t.Errorf("%s, %s: entry %+v with linuxfp, %+v with Linux alone (state, timeout in s)",
+							p.name, []string{"mid-transfer", "closed"}[k], e, a)
+					}
+				}
+			}
+		})
+	}
+}
+
+// byteCounts sums what the fast path forwarded and handed to Linux on ifaces, in bytes (for
+// reasons a unicast connection's packets can have: see ownOnly).
+func byteCounts(t *testing.T, l *testbed.Linuxfp, ifaces ...string) (fwd, passed uint64) {
+	t.Helper()
+	for _, name := range ifaces {
+		it, err := l.Interface(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fwd += it.Forwarded.Bytes
+		for r, v := range it.Passed {
+			if r != "not_for_us" && r != "not_ip" {
+				passed += v.Bytes
+			}
+		}
+	}
+	return fwd, passed
+}
+
+// halfClosed is a TCP connection from gen to a server in the sink whose client sent a request
+// and shut its sending side down; the server then sends what transfer asks for, a stream of
+// pseudo-random bytes the client checks.
+type halfClosed struct {
+	ln     net.Listener
+	c      *net.TCPConn
+	dst    string // the address the client connected to
+	port   uint16
+	send   chan int
+	done   chan error
+	stream *rand.ChaCha8 // what the client expects next
+}
+
+func startHalfClosed(t *testing.T, tb *testbed.Testbed, addr, dial string) *halfClosed {
+	t.Helper()
+	hc := &halfClosed{send: make(chan int), done: make(chan error, 1), stream: rand.NewChaCha8([32]byte{1})}
+	if err := tb.Sink.Do(func() (err error) { hc.ln, err = net.Listen("tcp", net.JoinHostPort(addr, "0")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	hc.port = uint16(hc.ln.Addr().(*net.TCPAddr).Port)
+	go func() {
+		c, err := hc.ln.Accept()
+		hc.ln.Close()
+		if err != nil {
+			hc.done <- err
+			return
+		}
+		defer c.Close()
+		// The request, up to the client's FIN.
+		if req, err := io.ReadAll(c); err != nil || string(req) != "GET /\n" {
+			hc.done <- fmt.Errorf("request %q: %v", req, err)
+			return
+		}
+		src := rand.NewChaCha8([32]byte{1})
+		buf := make([]byte, 64<<10)
+		for n := range hc.send {
+			for n > 0 {
+				k := min(n, len(buf))
+				src.Read(buf[:k])
+				if _, err := c.Write(buf[:k]); err != nil {
+					hc.done <- err
+					return
+				}
+				n -= k
+			}
+		}
+		hc.done <- nil // and the FIN
+	}()
+	hc.dst = addr
+	if dial != "" {
+		hc.dst = dial
+	}
+	to := net.JoinHostPort(hc.dst, fmt.Sprint(hc.port))
+	err := tb.Gen.Do(func() error {
+		c, err := net.DialTimeout("tcp", to, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		hc.c = c.(*net.TCPConn)
+		return nil
+	})
+	if err != nil {
+		hc.ln.Close()
+		t.Fatalf("tcp connect through the DUT: %v", err)
+	}
+	t.Cleanup(func() { hc.c.Close(); hc.ln.Close() })
+	if _, err := hc.c.Write([]byte("GET /\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	return hc
+}
+
+// transfer has the server send n bytes, and checks the client receives them unaltered.
+func (hc *halfClosed) transfer(t *testing.T, n int) {
+	t.Helper()
+	hc.c.SetDeadline(time.Now().Add(30 * time.Second))
+	hc.send <- n
+	got, want := make([]byte, 64<<10), make([]byte, 64<<10)
+	for n > 0 {
+		k := min(n, len(got))
+		if _, err := io.ReadFull(hc.c, got[:k]); err != nil {
+			t.Fatalf("half-closed download: %v (%d bytes short)", err, n)
+		}
+		hc.stream.Read(want[:k])
+		if !bytes.Equal(got[:k], want[:k]) {
+			t.Fatalf("half-closed download: bytes altered (%d bytes before the end of the part)", n)
+		}
+		n -= k
+	}
+}
+
+// finish has the server close (its FIN), reads the client's end of the stream and closes the
+// client (its last ACK was sent when the FIN arrived).
+func (hc *halfClosed) finish(t *testing.T) {
+	t.Helper()
+	close(hc.send)
+	if err := <-hc.done; err != nil {
+		t.Fatalf("half-closed server: %v", err)
+	}
+	if rest, err := io.ReadAll(hc.c); err != nil || len(rest) > 0 {
+		t.Fatalf("after the download: %d more bytes, %v; want the server's FIN", len(rest), err)
+	}
+	hc.c.Close()
+	time.Sleep(50 * time.Millisecond) // the last ACK through the DUT
 }

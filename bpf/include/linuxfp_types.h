@@ -160,6 +160,7 @@ struct lfp_config {
 	 * tcp_packet() and udp_packet() refresh established entries to. */
 	enum lfp_ct_flags ct_flags;
 	__u32 ct_tcp_established_ms;
+	__u32 ct_tcp_close_wait_ms;
 	__u32 ct_tcp_unack_ms;
 	__u32 ct_tcp_retrans_ms;
 	__u32 ct_tcp_max_retrans;

@@ -100,8 +100,8 @@ extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout) __ksym;
 #define IPS_HW_OFFLOAD    (1UL << 15)
 
 #define TCP_CONNTRACK_ESTABLISHED 3
+#define TCP_CONNTRACK_CLOSE_WAIT  5
 #define IP_CT_TCP_FLAG_BE_LIBERAL          0x08
-#define IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED 0x10
 
 #define TCPHDR_FIN 0x01
 #define TCPHDR_SYN 0x02
@@ -153,6 +153,10 @@ struct ct_pkt {
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 v6;
+	/* Once ct_valid() has read them: the TCP window field as sent (host order), and whether
+	 * the segment carries data. */
+	__u16 tcp_win;
+	__u8 tcp_data;
 	/* In: the caller translates (ct_forward may return a translation). Out: nat set when the
 	 * connection is translated and the packet leaves with these (IPv4) addresses and ports. */
 	__u8 nat_ok;
@@ -251,20 +255,67 @@ static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
 	bpf_ringbuf_output(&lfp_ct_requests, &r, sizeof(r), 0);
 }
 
-/* TCP: only ESTABLISHED connections, only segments that cannot change the state (no SYN, FIN,
- * RST), and only once the entry is liberal in both directions: Linux no longer sees every
- * segment, so its sequence-window tracking would go stale and judge the connection's later
- * segments (the FIN) out of window, i.e. INVALID. The kernel's own flowtable offload marks its
- * connections liberal for the same reason; linuxfp asks the controller to do the same through
- * ctnetlink (or nf_conntrack_tcp_be_liberal=1 makes every connection so). Until then, Linux.
- * Returns the timeout Linux's tcp_packet() would give the entry, in ms, or 0. */
+/* TCP: only segments that leave conntrack's TCP state as it is, and only once the entry is
+ * liberal in both directions: Linux no longer sees every segment, so its sequence-window
+ * tracking would go stale and judge the connection's later segments (the FIN) out of window,
+ * i.e. INVALID. The kernel's own flowtable offload marks its connections liberal for the same
+ * reason; linuxfp asks the controller to do the same through ctnetlink (or
+ * nf_conntrack_tcp_be_liberal=1 makes every connection so). Until then, Linux.
+ *
+ * The segments that reach here carry ACK and neither SYN, FIN nor RST (ct_valid()): the ack row
+ * of nf_conntrack_proto_tcp.c's tcp_conntracks[dir][TCP_ACK_SET][state]. In either direction it
+ * keeps these states as they are:
+ *   ESTABLISHED -> ESTABLISHED;
+ *   CLOSE_WAIT -> CLOSE_WAIT: one side's FIN was seen and then an ACK; the other side goes on
+ *     sending (a client that shut its sending side down after its request: busybox nc, HTTP/1.0
+ *     clients, shutdown(SHUT_WR); or a server that did after its response): the whole rest of a
+ *     half-closed connection's transfer;
+ * and nf_conntrack_tcp_packet()'s switch on the new state has nothing for either (its cases are
+ * SYN_SENT, IGNORE, MAX, TIME_WAIT, SYN_SENT2, SYN_RECV and CLOSE), so the segment only goes
+ * through tcp_in_window(), which does the same for it in any state (its only state-dependent
+ * steps are for SYN and for RST in SYN_SENT): the sender's td_end, td_maxwin, td_maxack and
+ * DATA_UNACKNOWLEDGED flag, the receiver's td_maxend and flag, last_win and retrans; liberal
+ * entries accept what it would judge out of window. Those updates are what the fast path does
+ * not make, in CLOSE_WAIT as in ESTABLISHED, and what the liberal mark is for. Everything else
+ * is Linux's: FIN_WAIT (an ACK moves it to CLOSE_WAIT, be it the ACK of the FIN or not),
+ * LAST_ACK (to TIME_WAIT), SYN_SENT, SYN_SENT2 (INVALID or ignored), SYN_RECV (the client's ACK
+ * completes the handshake; the server's keeps it unless it ends a simultaneous open); TIME_WAIT
+ * and CLOSE keep their state too, but after both FINs or a RST only stray retransmissions come:
+ * not worth a case.
+ *
+ * Returns the timeout Linux's nf_conntrack_tcp_packet() would give the entry, in ms, or 0:
+ * timeouts[state], or shorter: the retransmission timeout after tcp_max_retrans retransmissions
+ * (the entry's count: Linux resets it on the next segment it sees that is not one), the
+ * unacknowledged one while data is unacknowledged, the retransmission one when the segment
+ * closes the window (tcp_in_window() keeps its window as last_win); then, for an ESTABLISHED
+ * entry that has seen no reply (picked up mid-stream), at most the unacknowledged timeout.
+ *
+ * Unacknowledged data is judged from the segment, not from the entry's
+ * IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED flags: those say what the last segment Linux saw left
+ * (tcp_in_window() sets the sender's on new data and clears the receiver's on an ACK of all of
+ * its data), and stay so while the fast path takes the rest. A connection whose last segment seen
+ * by Linux was data would be refreshed to the unacknowledged timeout (300 s) for ever after, and
+ * once idle expire there, where Linux alone, having seen the final ACK, keeps it for the state's
+ * timeout (5 days; kube-proxy's close_wait, 1 hour): a translated connection would lose its
+ * mapping. A segment with data sets its sender's flag, so Linux's choice for it is exact; a pure
+ * ACK is taken as acknowledging all the peer's data, as the last segment of an exchange does
+ * (the one that decides when an idle connection's entry expires). Where a pure ACK leaves data
+ * unacknowledged in the middle of a transfer, the entry gets the state's timeout where Linux's
+ * would be shorter, until the next data segment. */
 static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn *ct, const struct ct_pkt *c,
-				    __u8 dir, enum lfp_reason *why)
+				    __u8 dir, unsigned long status, enum lfp_reason *why)
 {
-	__u32 timeout;
+	__u32 timeout, state;
 	__u8 f0, f1;
 
-	if (ct->proto.tcp.state != TCP_CONNTRACK_ESTABLISHED) {
+	switch (ct->proto.tcp.state) {
+	case TCP_CONNTRACK_ESTABLISHED:
+		state = cfg->ct_tcp_established_ms;
+		break;
+	case TCP_CONNTRACK_CLOSE_WAIT:
+		state = cfg->ct_tcp_close_wait_ms;
+		break;
+	default:
 		*why = LFP_PASS_CT_STATE;
 		return 0;
 	}
@@ -275,11 +326,15 @@ static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn
 		*why = LFP_PASS_CT_LIBERAL;
 		return 0;
 	}
-	/* tcp_packet()'s choice for an ESTABLISHED connection. */
-	timeout = cfg->ct_tcp_established_ms;
-	if (ct->proto.tcp.retrans >= cfg->ct_tcp_max_retrans && timeout > cfg->ct_tcp_retrans_ms)
+	timeout = state;
+	if (ct->proto.tcp.retrans >= cfg->ct_tcp_max_retrans && state > cfg->ct_tcp_retrans_ms)
 		timeout = cfg->ct_tcp_retrans_ms;
-	else if (((f0 | f1) & IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED) && timeout > cfg->ct_tcp_unack_ms)
+	else if (c->tcp_data && state > cfg->ct_tcp_unack_ms)
+		timeout = cfg->ct_tcp_unack_ms;
+	else if (c->tcp_win == 0 && state > cfg->ct_tcp_retrans_ms)
+		timeout = cfg->ct_tcp_retrans_ms;
+	if (!(status & IPS_SEEN_REPLY) && ct->proto.tcp.state == TCP_CONNTRACK_ESTABLISHED &&
+	    timeout > cfg->ct_tcp_unack_ms)
 		timeout = cfg->ct_tcp_unack_ms;
 	return timeout;
 }
@@ -344,7 +399,7 @@ static __always_inline int ct_l4_csum(lfp_ctx *ctx, const struct ct_pkt *c, __u3
  * (IP length minus headers). The checksum is verified by Linux only with
  * nf_conntrack_checksum=1 (LFP_CT_CHECKSUM), and only where the skb's state does not vouch
  * for it already (CHECKSUM_UNNECESSARY, or PARTIAL: still to be filled in); then here too. */
-static __always_inline enum lfp_reason ct_valid(lfp_ctx *ctx, const struct lfp_config *cfg, const struct ct_pkt *c,
+static __always_inline enum lfp_reason ct_valid(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c,
 						const void *l4, const void *data_end, __u32 l4len, __u8 *buf)
 {
 	int csum = 0;
@@ -360,6 +415,8 @@ static __always_inline enum lfp_reason ct_valid(lfp_ctx *ctx, const struct lfp_c
 		/* SYN, FIN, RST move the state machine: Linux's, valid or not. */
 		if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
 			return LFP_PASS_CT_STATE;
+		c->tcp_win = (__u16)th[14] << 8 | th[15];
+		c->tcp_data = l4len > (__u32)(th[12] >> 4) * 4;
 		/* tcp_valid_flags[] (PSH, ECE, CWR aside): without those three, only ACK and ACK|URG. */
 		if ((c->tcp_flags & 0x37) != TCPHDR_ACK && (c->tcp_flags & 0x37) != (TCPHDR_ACK | TCPHDR_URG))
 			return LFP_PASS_CT_INVALID;
@@ -428,7 +485,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		/* Unconfirmed, a helper's (expected, sequence adjusting), dying, offloaded ...: Linux. */
 		why = LFP_PASS_CT_STATE;
 	} else if (c->proto == IPPROTO_TCP) {
-		timeout = ct_tcp(cfg, ct, c, o.dir, &why);
+		timeout = ct_tcp(cfg, ct, c, o.dir, status, &why);
 	} else if (status & IPS_ASSURED) {
 		/* udp_packet(): once ASSURED (replies seen, still alive after 2 s) every packet
 		 * refreshes the entry to the stream timeout. */

@@ -295,7 +295,9 @@ apart by their ports), Flannel's masquerading rules, a client outside the cluste
 in0) that reaches the cluster IPs through the node, and a host outside the cluster (198.18.2.2, on
 out0). Workloads, for every service count: crr (a connection per request to random services:
 connections/s and the time to the response), rr (long-lived connections, 1 byte each way:
-transactions/s, latency), upload and download (long-lived bulk: Gbit/s), udp (the established-flow
+transactions/s, latency), upload and download (long-lived bulk: Gbit/s), download-halfclosed (the
+download with the client's sending side shut down after its request, as busybox nc and HTTP/1.0
+clients do: its conntrack entry is in CLOSE_WAIT for the transfer), udp (the established-flow
 packet rate through the NAT: the XDP generator sends one UDP flow per service to its cluster IP
 after the first packet created the flow's conntrack entry; XDP sinks on the pods count what
 arrives: Mpps). Then the pods as the clients of the last count's services (an endpoint on another

@@ -21,6 +21,7 @@ type CT struct {
 	Checksum         bool // nf_conntrack_checksum: conntrack verifies L4 checksums
 	TCPLiberal       bool // nf_conntrack_tcp_be_liberal
 	TCPEstablished   time.Duration
+	TCPCloseWait     time.Duration // nf_conntrack_tcp_timeout_close_wait
 	TCPUnack         time.Duration // nf_conntrack_tcp_timeout_unacknowledged
 	TCPRetrans       time.Duration // nf_conntrack_tcp_timeout_max_retrans
 	TCPMaxRetrans    int
@@ -58,6 +59,7 @@ func (ctModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, a
 	c := data.CT
 	cfg.CtFlags = c.flags()
 	cfg.CtTcpEstablishedMs = ms(c.TCPEstablished)
+	cfg.CtTcpCloseWaitMs = ms(c.TCPCloseWait)
 	cfg.CtTcpUnackMs = ms(c.TCPUnack)
 	cfg.CtTcpRetransMs = ms(c.TCPRetrans)
 	cfg.CtTcpMaxRetrans = uint32(c.TCPMaxRetrans)

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"testing"
@@ -28,7 +29,7 @@ func TestConntrack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ct.Close()
-	ctData := CT{Active4: true, Active6: true, TCPEstablished: 432000 * time.Second, TCPUnack: 300 * time.Second,
+	ctData := CT{Active4: true, Active6: true, TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
 		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
 	sync := func(c CT) {
 		t.Helper()
@@ -49,8 +50,12 @@ func TestConntrack(t *testing.T) {
 	src6, dst6 := netip.MustParseAddr("2001:2::2"), netip.MustParseAddr("2001:2:1::9")
 	liberal := uint16(0x0808) // IP_CT_TCP_FLAG_BE_LIBERAL, as flags and mask
 	const (
-		tcpEstablished = 3
 		tcpSynSent     = 1
+		tcpEstablished = 3
+		tcpFinWait     = 4
+		tcpCloseWait   = 5
+		tcpLastAck     = 6
+		tcpTimeWait    = 7
 	)
 	seen := conntrack.StatusSeenReply | conntrack.StatusAssured
 	tcpFlow := func(s, d netip.Addr, sport uint16, state uint8, flags uint16) conntrack.Flow {
@@ -87,6 +92,17 @@ func TestConntrack(t *testing.T) {
 		udpFlow(2002, conntrack.StatusSeenReply),
 		udpFlow(2003, 0),
 		tcpFlow(src, dst, 1005, tcpEstablished, 0),
+		tcpFlow(src, dst, 1006, tcpCloseWait, liberal),
+		tcpFlow(src, dst, 1007, tcpFinWait, liberal),
+		tcpFlow(src, dst, 1008, tcpLastAck, liberal),
+		tcpFlow(src, dst, 1012, tcpTimeWait, liberal),
+		func() conntrack.Flow { // picked up mid-stream, no reply seen
+			f := tcpFlow(src, dst, 1013, tcpEstablished, liberal)
+			f.Status = conntrack.StatusAssured
+			return f
+		}(),
+		// The last segment Linux saw left data unacknowledged (IP_CT_TCP_FLAG_DATA_UNACKNOWLEDGED).
+		tcpFlow(src, dst, 1014, tcpEstablished, liberal|0x1010),
 	}
 	for _, f := range flows {
 		create(f)
@@ -109,16 +125,26 @@ func TestConntrack(t *testing.T) {
 	}
 	timeout := func(f conntrack.Flow) uint32 { t.Helper(); return get(f).Timeout }
 
-	tcp := func(s, d netip.Addr, sport, dport uint16, flags byte) []byte {
-		sp := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: s, Dst: d, Proto: layers.IPProtocolTCP,
-			SrcPort: sport, DstPort: dport, Size: 80}
-		b := sp.Bytes()
+	// tcpData is a segment with 26 bytes of data, tcp one without: 12 bytes of options (NOPs)
+	// instead, so that the frame needs no padding to Ethernet's minimum.
+	tcpSized := func(s, d netip.Addr, sport, dport uint16, flags byte, data int) []byte {
 		l4 := 14 + 20
 		if s.Is6() {
 			l4 = 14 + 40
 		}
+		sp := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: s, Dst: d, Proto: layers.IPProtocolTCP,
+			SrcPort: sport, DstPort: dport, Size: l4 + 20 + 12 + data}
+		b := sp.Bytes()
+		b[l4+12] = 8 << 4
+		copy(b[l4+20:], bytes.Repeat([]byte{1}, 12))
 		b[l4+13] = flags // the TCP checksum is not looked at
 		return b
+	}
+	tcp := func(s, d netip.Addr, sport, dport uint16, flags byte) []byte {
+		return tcpSized(s, d, sport, dport, flags, 0)
+	}
+	tcpData := func(s, d netip.Addr, sport, dport uint16, flags byte) []byte {
+		return tcpSized(s, d, sport, dport, flags, 26)
 	}
 	udp := func(sport, dport uint16) []byte {
 		return packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, SrcPort: sport, DstPort: dport, Size: 60}.Bytes()
@@ -126,16 +152,25 @@ func TestConntrack(t *testing.T) {
 	const ack, syn, fin, rst = 0x10, 0x02, 0x01, 0x04
 	reply := tcp(dst, src, 80, 1001, ack)
 	copy(reply, macOut) // received on out0
+	zeroWindow := func(b []byte) []byte {
+		b[14+20+14], b[14+20+15] = 0, 0
+		return b
+	}
+	replyCW := tcpData(dst, src, 80, 1006, ack)
+	copy(replyCW, macOut)
 	cases := []struct {
 		name    string
 		pkt     []byte
 		out     bool // received on out0 (default in0)
 		want    Reason
 		output  []byte          // when forwarded (default: to out0's nexthop)
-		refresh *conntrack.Flow // its timeout must be the established one afterwards
+		refresh *conntrack.Flow // its timeout must be Linux's afterwards
+		timeout uint32          // that timeout, in s (default: established TCP, or UDP's)
 		repeat  int             // times the packet is sent (default 1)
 	}{
 		{name: "tcp established, liberal", pkt: tcp(src, dst, 1001, 80, ack), want: Forwarded, refresh: &flows[0]},
+		// Data: its sender's data is unacknowledged (tcp_in_window() sets the flag).
+		{name: "tcp established, data", pkt: tcpData(src, dst, 1001, 80, ack|0x08), want: Forwarded, refresh: &flows[0], timeout: 300},
 		{name: "tcp established, reply direction", pkt: reply, out: true, want: Forwarded,
 			output: packet.Forwarded(reply, macIn, macPeer), refresh: &flows[0]},
 		{name: "tcp established, ipv6", pkt: tcp(src6, dst6, 1004, 80, ack), want: Forwarded, refresh: &flows[3]},
@@ -145,6 +180,25 @@ func TestConntrack(t *testing.T) {
 		// The request comes with the connection's LFP_CT_LIBERAL_AFTER-th such segment (ct.h).
 		{name: "tcp not liberal: asks, Linux meanwhile", pkt: tcp(src, dst, 1002, 80, ack), want: PassCTLiberal, repeat: liberalAfter},
 		{name: "tcp not established", pkt: tcp(src, dst, 1003, 80, ack), want: PassCTState},
+		// A half-closed connection: CLOSE_WAIT stays CLOSE_WAIT on an ACK, with its own timeout
+		// (kube-proxy's 3600 s here), or the unacknowledged one with data.
+		{name: "tcp close_wait", pkt: tcp(src, dst, 1006, 80, ack), want: Forwarded, refresh: &flows[8], timeout: 3600},
+		{name: "tcp close_wait, reply direction", pkt: replyCW, out: true, want: Forwarded,
+			output: packet.Forwarded(replyCW, macIn, macPeer), refresh: &flows[8], timeout: 300},
+		{name: "tcp close_wait fin", pkt: tcp(src, dst, 1006, 80, ack|fin), want: PassCTState},
+		{name: "tcp close_wait rst", pkt: tcp(src, dst, 1006, 80, rst), want: PassCTState},
+		// An ACK moves FIN_WAIT to CLOSE_WAIT and LAST_ACK to TIME_WAIT; TIME_WAIT is not taken.
+		{name: "tcp fin_wait", pkt: tcp(src, dst, 1007, 80, ack), want: PassCTState},
+		{name: "tcp last_ack", pkt: tcp(src, dst, 1008, 80, ack), want: PassCTState},
+		{name: "tcp time_wait", pkt: tcp(src, dst, 1012, 80, ack), want: PassCTState},
+		// A zero window: the retransmission timeout where the state's is longer.
+		{name: "tcp established, zero window", pkt: zeroWindow(tcp(src, dst, 1001, 80, ack)), want: Forwarded, refresh: &flows[0], timeout: 300},
+		{name: "tcp close_wait, zero window", pkt: zeroWindow(tcp(src, dst, 1006, 80, ack)), want: Forwarded, refresh: &flows[8], timeout: 300},
+		// ESTABLISHED without a reply seen (picked up mid-stream): at most the unacknowledged timeout.
+		// The entry's flags are what the last segment Linux saw left: a pure ACK taken by the
+		// fast path is judged by itself (it acknowledges the peer's data).
+		{name: "tcp established, pure ack, entry flags data unacknowledged", pkt: tcp(src, dst, 1014, 80, ack), want: Forwarded, refresh: &flows[13]},
+		{name: "tcp established, no reply seen", pkt: tcp(src, dst, 1013, 80, ack), want: Forwarded, refresh: &flows[12], timeout: 300},
 		{name: "tcp unknown connection", pkt: tcp(src, dst, 1009, 80, ack), want: PassCTNew},
 		{name: "udp assured", pkt: udp(2001, 53), want: Forwarded, refresh: &flows[4]},
 		{name: "udp not assured yet", pkt: udp(2002, 53), want: PassCTState},
@@ -202,6 +256,8 @@ func TestConntrack(t *testing.T) {
 				if c.refresh != nil {
 					want := uint32(120)
 					switch {
+					case c.timeout != 0:
+						want = c.timeout
 					case c.refresh.TupleOrig.Proto.Protocol == unix.IPPROTO_TCP:
 						want = 432000
 					case c.refresh.Status&conntrack.StatusSeenReply == 0:

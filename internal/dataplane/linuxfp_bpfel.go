@@ -34,6 +34,7 @@ type linuxfpLfpConfig struct {
 	FwFlags            linuxfpLfpFwFlags
 	CtFlags            linuxfpLfpCtFlags
 	CtTcpEstablishedMs uint32
+	CtTcpCloseWaitMs   uint32
 	CtTcpUnackMs       uint32
 	CtTcpRetransMs     uint32
 	CtTcpMaxRetrans    uint32
@@ -339,6 +340,9 @@ type linuxfpLfpScratch struct {
 		Proto    uint8
 		TcpFlags uint8
 		V6       uint8
+		_        [1]byte
+		TcpWin   uint16
+		TcpData  uint8
 		NatOk    uint8
 		Nat      uint8
 		State    uint8
@@ -371,7 +375,6 @@ type linuxfpLfpScratch struct {
 		_         [2]byte
 	}
 	Buf      [260]uint8
-	_        [4]byte
 	Ofib     [8]uint64
 	FibKey   linuxfpLfpFibKey
 	_        [4]byte

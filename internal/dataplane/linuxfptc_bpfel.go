@@ -34,6 +34,7 @@ type linuxfpTcLfpConfig struct {
 	FwFlags            uint32
 	CtFlags            uint32
 	CtTcpEstablishedMs uint32
+	CtTcpCloseWaitMs   uint32
 	CtTcpUnackMs       uint32
 	CtTcpRetransMs     uint32
 	CtTcpMaxRetrans    uint32
@@ -267,6 +268,9 @@ type linuxfpTcLfpScratch struct {
 		Proto    uint8
 		TcpFlags uint8
 		V6       uint8
+		_        [1]byte
+		TcpWin   uint16
+		TcpData  uint8
 		NatOk    uint8
 		Nat      uint8
 		State    uint8
@@ -299,7 +303,6 @@ type linuxfpTcLfpScratch struct {
 		_         [2]byte
 	}
 	Buf      [260]uint8
-	_        [4]byte
 	Ofib     [8]uint64
 	FibKey   linuxfpTcLfpFibKey
 	_        [4]byte

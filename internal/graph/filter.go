@@ -84,6 +84,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 		TCPLiberal:     c.TCPBeLiberal,
 		Checksum:       c.Checksum,
 		TCPEstablished: sec(c.TCPTimeoutEstablished),
+		TCPCloseWait:   sec(c.TCPTimeoutCloseWait),
 		TCPUnack:       sec(c.TCPTimeoutUnack),
 		TCPRetrans:     sec(c.TCPTimeoutMaxRetrans),
 		TCPMaxRetrans:  c.TCPMaxRetrans,

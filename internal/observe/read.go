@@ -414,6 +414,7 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
 			Checksum:              readSysctl("net/netfilter/nf_conntrack_checksum") != 0,
 			TCPTimeoutEstablished: readSysctl("net/netfilter/nf_conntrack_tcp_timeout_established"),
+			TCPTimeoutCloseWait:   readSysctl("net/netfilter/nf_conntrack_tcp_timeout_close_wait"),
 			TCPTimeoutUnack:       readSysctl("net/netfilter/nf_conntrack_tcp_timeout_unacknowledged"),
 			TCPTimeoutMaxRetrans:  readSysctl("net/netfilter/nf_conntrack_tcp_timeout_max_retrans"),
 			TCPMaxRetrans:         readSysctl("net/netfilter/nf_conntrack_tcp_max_retrans"),

@@ -186,6 +186,7 @@ type ConntrackSysctls struct {
 	TCPBeLiberal          bool
 	Checksum              bool // nf_conntrack_checksum
 	TCPTimeoutEstablished int
+	TCPTimeoutCloseWait   int
 	TCPTimeoutUnack       int
 	TCPTimeoutMaxRetrans  int
 	TCPMaxRetrans         int

@@ -31,7 +31,7 @@ type ModeResult struct {
 
 // Round is one measurement.
 type Round struct {
-	// Value: connections/s (crr), transactions/s (rr), Gbit/s of payload (upload, download),
+	// Value: connections/s (crr), transactions/s (rr), Gbit/s of payload (upload, downloads),
 	// Mpps received by the sinks (udp).
 	Value   float64 `json:"value"`
 	Count   uint64  `json:"count"` // connections, transactions, bytes, frames
@@ -241,7 +241,7 @@ func svcNumber(v float64, w Workload, value bool) string {
 		return fmt.Sprintf("%.1f", v)
 	case w == UDP:
 		return fmt.Sprintf("%.3f", v)
-	case w == Upload || w == Download:
+	case w == Upload || w == Download || w == DownloadHalfClosed:
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.0f", v)

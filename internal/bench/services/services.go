@@ -11,6 +11,8 @@ package services
 //   - rr: long-lived connections, one byte each way per transaction (netperf's TCP_RR):
 //     transactions/s and latency;
 //   - upload, download: long-lived bulk streams (Gbit/s of payload received);
+//   - download-halfclosed: download, with the client's sending side shut down after its request
+//     (busybox nc, HTTP/1.0 clients): the connection's entry is in CLOSE_WAIT for the transfer;
 //   - udp: the established-flow packet rate through the NAT: the XDP generator sends UDP flows
 //     to the services' cluster IPs (port 9), one flow per service; the first packet of each
 //     creates its conntrack entry (kube-proxy's DNAT and masquerade), and what arrives at the
@@ -44,11 +46,13 @@ const (
 	RR       Workload = "rr"       // request/response on long-lived connections
 	Upload   Workload = "upload"   // bulk, client -> endpoint
 	Download Workload = "download" // bulk, endpoint -> client
-	UDP      Workload = "udp"      // established UDP flows from the XDP generator
+	// DownloadHalfClosed is Download with the client's FIN sent after its request.
+	DownloadHalfClosed Workload = "download-halfclosed"
+	UDP                Workload = "udp" // established UDP flows from the XDP generator
 )
 
 // Workloads lists the workloads in report order.
-var Workloads = []Workload{CRR, RR, Upload, Download, UDP}
+var Workloads = []Workload{CRR, RR, Upload, Download, DownloadHalfClosed, UDP}
 
 // ParseWorkload checks a workload's name.
 func ParseWorkload(s string) (Workload, error) {
@@ -62,7 +66,7 @@ func (w Workload) unit() string {
 		return "conn/s"
 	case RR:
 		return "trans/s"
-	case Upload, Download:
+	case Upload, Download, DownloadHalfClosed:
 		return "Gbit/s"
 	}
 	return "Mpps"
@@ -593,7 +597,7 @@ func (r *svcRun) tcp(c Case, w Workload, rd *Round) error {
 			}
 			return n
 		}
-		tr, err := runStreams(r.ctx, dials(r.cfg.Streams), w == Upload, uploaded, r.cfg.Warmup, r.cfg.Duration)
+		tr, err := runStreams(r.ctx, dials(r.cfg.Streams), w == Upload, w == DownloadHalfClosed, uploaded, r.cfg.Warmup, r.cfg.Duration)
 		if err != nil {
 			return err
 		}

@@ -256,9 +256,10 @@ func runCRR(ctx context.Context, clients []*nsutil.NS, targets []netip.AddrPort,
 }
 
 // runStreams opens one connection per dial and moves data over all of them at once (upload: the
-// clients write, the servers count; download: the servers write, the clients count) for warmup,
-// then counts the bytes received in d (uploaded reads what the servers received so far).
-func runStreams(ctx context.Context, dials []harness.RRDial, upload bool, uploaded func() uint64, warmup, d time.Duration) (svcTraffic, error) {
+// clients write, the servers count; download: the servers write, the clients count, having shut
+// their sending side down after the request when halfClose) for warmup, then counts the bytes
+// received in d (uploaded reads what the servers received so far).
+func runStreams(ctx context.Context, dials []harness.RRDial, upload, halfClose bool, uploaded func() uint64, warmup, d time.Duration) (svcTraffic, error) {
 	conns, err := harness.Dial(dials)
 	defer harness.CloseAll(conns)
 	if err != nil {
@@ -279,6 +280,9 @@ func runStreams(ctx context.Context, dials []harness.RRDial, upload bool, upload
 				buf[0] = opDownload
 			}
 			_, err := c.Write(buf[:1])
+			if err == nil && halfClose {
+				err = c.(interface{ CloseWrite() error }).CloseWrite()
+			}
 			for err == nil && !stopping.Load() {
 				if upload {
 					_, err = c.Write(buf)
