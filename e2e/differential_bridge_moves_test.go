@@ -3,8 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net"
-	"os"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
