@@ -116,7 +116,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 
 		if (!up.route)
 			return v;
-		return bridge_routed(&up, linuxfp_router(ctx, up.proto));
+		return linuxfp_router(ctx, up.proto);
 	}
 
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */

@@ -57,8 +57,8 @@ struct sk_buff {
 
 /* The namespace whose changes count: the inode number of its /proc/<pid>/ns/net. */
 volatile const __u32 cfg_netns = 0;
-/* linuxfp's own process: its writes (the bridge FDB entries it refreshes for learning, which
- * change no forwarding decision) do not count. */
+/* linuxfp's own process: its writes (the tc programs it attaches after XDP, which change no
+ * forwarding decision) do not count. */
 volatile const __u32 cfg_self = 0;
 
 /* Per class: changes seen (linuxfp status shows them). Written only here. */

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -23,16 +22,6 @@ import (
 // only through its FDB mirror's tracepoints (bpf/netlink_watch.c).
 
 func TestDifferentialBridgeMoves(t *testing.T) {
-	// Known defect, not yet mended: the controller's FDB refresh (NTF_USE, controller's
-	// refreshFDB) can move an address back to the port it just left, when the bridge moves it
-	// between the refresh's check and its request: under load (the whole suite), 1 run of ~7 had
-	// 60 differences, all frames to a MAC that had just moved back to in0 going to out1. The mend
-	// is to hand one frame per address and refresh interval to Linux instead of asking for a
-	// refresh (the bridge then learns from a real frame on its real port), which removes the
-	// request and its race. Until then the test runs only when asked: LFP_E2E_BRIDGE_MOVES=1.
-	if os.Getenv("LFP_E2E_BRIDGE_MOVES") == "" {
-		t.Skip("known FDB-refresh race (see the comment); LFP_E2E_BRIDGE_MOVES=1 runs it")
-	}
 	for _, hook := range diffHooks[:2] {
 		t.Run(hook.name, func(t *testing.T) {
 			tb := bridgeTestbedAs(t, "brm-e2e", hook.opts, bridgeDiffSetup)

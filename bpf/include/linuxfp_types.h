@@ -74,6 +74,7 @@ enum lfp_reason {
 	LFP_PASS_APPLY_FAILED,    /* the data plane could not be brought to Linux's configuration for this family */
 	LFP_PASS_FENCED,          /* Linux has applied a change of this family's configuration the data plane does not follow yet */
 	LFP_PASS_MULTI_BUFFER,    /* XDP: a frame in several buffers (jumbo frame, GRO train): Linux */
+	LFP_PASS_BR_REFRESH,      /* a learned source's frame, once per interval: Linux's bridge refreshes its FDB entry */
 	LFP_REASON_MAX,
 };
 
@@ -369,7 +370,7 @@ enum lfp_fdb_flags {
 struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
 	enum lfp_fdb_flags flags;
-	__u64 seen_ns; /* written by the data plane: last refresh request (see bridge_refresh) */
+	__u64 seen_ns; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
 	__u64 moved;   /* its bucket's count of moves when the controller read it (fdb_map.h) */
 };
 
@@ -395,15 +396,6 @@ struct lfp_l2_dev {
 	 * follows its ports' unless set, and changing it must not reload every port's program. */
 	__u8 br_mac[6];
 	__u16 pad;
-};
-
-/* Ring buffer record: a learned address the fast path keeps using (see bridge_refresh). */
-struct lfp_fdb_refresh_ev {
-	__u32 bridge;
-	__u32 port;
-	__u8 mac[6];
-	__u16 pad;
-	__u64 moved; /* the entry's lfp_fdb_val.moved */
 };
 
 /* TC hook: a device a redirected skb may leave by (bpf/lib/tx.h). */

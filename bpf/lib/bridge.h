@@ -152,14 +152,10 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 }
 
 /* A frame to the bridge's own MAC, which the router takes as received by the bridge device
- * (bridge -> router), and what bridge_routed() needs of it afterwards. */
+ * (bridge -> router). */
 struct bridge_up {
 	int route; /* the router takes the frame */
-	struct lfp_fdb_val *src;
-	struct lfp_l2_dev *port;
-	__u32 bridge, in;
 	__be16 proto;
-	__u8 smac[ETH_ALEN];
 };
 
 /* A frame received on a bridge port: bridged, dropped or Linux's (the verdict), or for the
@@ -172,7 +168,6 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 	struct ethhdr *eth = data;
 	struct lfp_l2_dev *port;
 	struct bridge_nf nf = {};
-	__u8 smac[ETH_ALEN];
 	enum lfp_reason r;
 	__u16 proto;
 	int nf_ip;
@@ -210,7 +205,9 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 	src = fdb_lookup(bridge, eth->h_source);
 	if (!src || src->port != in || (src->flags & LFP_FDB_LOCAL))
 		return lfp_pass(ctx, LFP_PASS_BR_SRC_UNKNOWN);
-	__builtin_memcpy(smac, eth->h_source, ETH_ALEN);
+	/* Learning keeps the entry alive in Linux: one frame per interval is Linux's (fdb.h). */
+	if ((port->flags & LFP_L2_LEARNING) && fdb_refresh_due(src))
+		return lfp_pass(ctx, LFP_PASS_BR_REFRESH);
 
 	dst = fdb_lookup(bridge, eth->h_dest);
 	if (dst && (dst->flags & LFP_FDB_LOCAL)) {
@@ -224,12 +221,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 		up->route = 1;
-		up->src = src;
-		up->port = port;
-		up->bridge = bridge;
-		up->in = in;
 		up->proto = proto;
-		__builtin_memcpy(up->smac, smac, ETH_ALEN);
 		return CTX_PASS;
 	}
 
@@ -276,19 +268,8 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 	 * packet to Linux half rewritten. */
 	if (cfg_ct4 && nf_ip && nf.scr && nf.scr->ct.nat && nat_rewrite4(ctx, &nf.scr->ct))
 		return CTX_DROP;
-	if (port->flags & LFP_L2_LEARNING)
-		bridge_refresh(src, bridge, in, smac);
 	lfp_count(ctx, LFP_BRIDGED);
 	return CTX_REDIRECT;
-}
-
-/* After the router (up->route): a frame routed out refreshes its source's FDB
- * entry as the bridge's learning would have (bridge_refresh). */
-static __always_inline int bridge_routed(const struct bridge_up *up, int verdict)
-{
-	if (verdict == CTX_REDIRECT && (up->port->flags & LFP_L2_LEARNING))
-		bridge_refresh(up->src, up->bridge, up->in, up->smac);
-	return verdict;
 }
 
 #endif

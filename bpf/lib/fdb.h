@@ -29,13 +29,7 @@ struct {
 	__uint(max_entries, 4096);
 } lfp_l2 SEC(".maps");
 
-/* Learned addresses the fast path keeps using, for the controller to refresh in Linux. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 * 1024);
-} lfp_fdb_refresh SEC(".maps");
-
-/* How often, at most, one FDB entry is refreshed (set by the controller; see bridge_refresh). */
+/* How often, at most, one FDB entry is refreshed (set by the controller; see fdb_refresh_due). */
 LFP_SETTING(__u64, fdb_refresh_ns, 1000000000ULL, "the least time between two refreshes of one FDB entry (ns)");
 
 /* The mirror's entry for mac on bridge, or NULL: none, or one the bridge may have moved or
@@ -58,35 +52,23 @@ static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
 	return bpf_map_lookup_elem(&lfp_l2, &ifindex);
 }
 
-/* Linux refreshes a learned entry (fdb->updated) on every frame it sees from that address, and
- * ages the entry out ageing_time after the last refresh. Frames the fast path forwards are never
- * seen by Linux, so the entry of a host that talks only through the fast path would age out and
- * Linux would start flooding frames to it. So: at most once per cfg_fdb_refresh_ns per entry,
- * the first forwarded frame from a learned address asks the controller to refresh it, which it
- * does the way hardware offloads do (RTM_NEWNEIGH with NTF_USE: br_fdb_update(), exactly what a
- * received frame does; no event, no other state changed). Not exact in one respect: Linux's
- * timestamp may lag the last frame by up to cfg_fdb_refresh_ns (1 s) plus the controller's
- * latency, so an address that falls silent ages out at most that much later than with Linux
- * alone (ageing_time is 300 s by default; the controller hands bridges with an ageing time
- * below 10 s to Linux). Ports that do not learn are not refreshed: Linux would not either. The
- * request carries the count of moves the entry was read with: the controller refreshes only an
- * entry the bridge has not changed since (NTF_USE would move a moved address back). */
-static __always_inline void bridge_refresh(struct lfp_fdb_val *src, __u32 bridge, __u32 port,
-					   const __u8 *mac)
+/* Linux's bridge restarts an entry's age with every frame it receives from the address
+ * (br_fdb_update()); frames the fast path switches never reach it, and an address that only
+ * ever sends through the fast path would age out in Linux (which would then flood frames to it).
+ * So once per cfg_fdb_refresh_ns, one frame from each learned address on a learning port goes
+ * to Linux, whose bridge refreshes the entry from a real frame on its real port and then forwards
+ * it as the fast path would have. (Asking Linux to refresh the entry instead, with NTF_USE, moved
+ * it to the port given in the request, which the bridge may just have moved it away from.) The
+ * entry's last refresh is kept in the mirror's entry (seen_ns, written here only); a new entry
+ * from the controller has 0: its first frame goes to Linux. Returns 1 for the frame to hand over. */
+static __always_inline int fdb_refresh_due(struct lfp_fdb_val *src)
 {
-	struct lfp_fdb_refresh_ev ev = {};
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	if (now - src->seen_ns < cfg_fdb_refresh_ns)
-		return;
+		return 0;
 	src->seen_ns = now;
-	ev.bridge = bridge;
-	ev.port = port;
-	ev.moved = src->moved;
-	__builtin_memcpy(ev.mac, mac, ETH_ALEN);
-	/* A full ring only delays a refresh to the next frame after cfg_fdb_refresh_ns. */
-	if (bpf_ringbuf_output(&lfp_fdb_refresh, &ev, sizeof(ev), 0))
-		src->seen_ns = 0;
+	return 1;
 }
 
 /* br_forward()'s choice of port for a unicast frame to dmac on `bridge`, and should_deliver()'s

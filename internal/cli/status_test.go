@@ -37,12 +37,12 @@ func TestPrintStatusHeader(t *testing.T) {
 		}, want: []string{"changes seen as made: address 1, ipset 2, route 3"}},
 		{name: "modules' state", mutate: func(st *status.Status) {
 			st.Conntrack, st.CTLiberal, st.CTLiberalFailed = []string{"ipv4"}, 7, 1
-			st.FDBEntries, st.FDBRefreshes = 4, 9
+			st.FDBEntries = 4
 			st.ProgramKinds, st.ProgramsVerified = 2, 3
 			st.FilterRules = []status.FilterRule{{Family: "ipv4", Rule: "ip filter FORWARD rule 1", Counter: status.Counter{Packets: 5, Bytes: 300}}}
 		}, want: []string{
 			"conntrack: ipv4 connections tracked by netfilter: established, untranslated ones fast-pathed; 7 TCP connections marked liberal (1 failed)",
-			"bridge fdb: 4 entries mirrored, 9 refreshed in Linux for the fast path",
+			"bridge fdb: 4 entries mirrored (a learned address's frame per second goes to Linux, which keeps its entry fresh: bridge_refresh)",
 			"programs: 2 held, one per kind of interface (shared by the interfaces of that kind); 3 verified since the start",
 			"filter fast path: ipv4 ip filter FORWARD rule 1: 5 packets, 300 bytes"}},
 	} {

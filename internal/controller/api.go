@@ -93,7 +93,6 @@ func (c *Controller) status(verbose bool) *status.Status {
 		st.FibCache = append(st.FibCache, status.FibCacheFamily{Family: fam, On: len(off) == 0, Off: off})
 	}
 	st.FDBEntries = len(c.plan.Data.FDB)
-	st.FDBRefreshes = c.fdbRefreshes
 	if c.plan.Data.CT.Active4 {
 		st.Conntrack = append(st.Conntrack, "ipv4")
 	}

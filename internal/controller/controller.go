@@ -66,8 +66,6 @@ type Controller struct {
 	applyRetry    time.Duration
 	retryTimer    *time.Timer
 
-	fdb          map[fdbKey]int // learned FDB entries the data plane may refresh (see refreshFDB)
-	fdbRefreshes uint64
 	// ct: ctnetlink, to mark the TCP connections the fast path takes liberal (see setLiberal).
 	ct              *conntrack.Client
 	ctLiberal       atomic.Uint64
@@ -257,13 +255,12 @@ func (c *Controller) update(dirty observe.Dirty) (int, error) {
 		c.openFence(t0, seq, dirty == observe.DirtyAll)
 	}
 	c.logDecisions(plan)
-	fdb := fdbLearning(plan)
 	links := make(map[int]observe.Link, len(snap.Links))
 	for idx, lk := range snap.Links {
 		links[idx] = *lk
 	}
 	c.mu.Lock()
-	c.plan, c.fdb, c.links, c.backend = plan, fdb, links, snap.Netfilter.Backend
+	c.plan, c.links, c.backend = plan, links, snap.Netfilter.Backend
 	c.mu.Unlock()
 	return programs, err
 }

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -147,44 +146,9 @@ func (d *Dataplane) FDBMoves() ([]uint64, error) {
 	return out, nil
 }
 
-// FDBUnmoved tells whether the bridge has made no change to mac's entry on bridge since an FDB
-// read that found it where a refresh request (its Moved) says: no move was counted in its
-// bucket since. A change made after this call is not seen (see the controller's refreshFDB).
-func (d *Dataplane) FDBUnmoved(r FDBRefresh) bool {
-	k := linuxfpLfpFdbKey{Bridge: uint32(r.Bridge)}
-	copy(k.Mac[:], r.MAC)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.fdbMoves != nil && atomic.LoadUint64(&d.fdbMoves[fdbBucket(k)]) == r.Moved
-}
-
-// FDBRefreshInterval is how often, at most, the data plane asks for one learned address to be
-// refreshed in Linux (see bridge_refresh in bpf/lib/fdb.h).
+// FDBRefreshInterval is how often, at most, the data plane hands Linux a frame from one learned
+// address so that its bridge refreshes the entry (see fdb_refresh_due in bpf/lib/fdb.h).
 const FDBRefreshInterval = time.Second
-
-// FDBRefresh is a learned address the fast path keeps forwarding frames from: Linux, which does
-// not see those frames, must refresh its FDB entry or it would age out.
-type FDBRefresh struct {
-	Bridge, Port int
-	MAC          net.HardwareAddr
-	Moved        uint64 // the entry's count of moves, as the data plane used it
-}
-
-// ReadFDBRefreshes delivers the data plane's refresh requests to fn until Close.
-func (d *Dataplane) ReadFDBRefreshes(fn func(FDBRefresh)) error {
-	return d.readRing(d.maps.LfpFdbRefresh, "fdb refresh ring", func(b []byte) {
-		// struct lfp_fdb_refresh_ev: bridge u32, port u32, mac[6], pad u16, moved u64.
-		if len(b) < 24 {
-			return
-		}
-		fn(FDBRefresh{
-			Bridge: int(binary.NativeEndian.Uint32(b[0:])),
-			Port:   int(binary.NativeEndian.Uint32(b[4:])),
-			MAC:    append(net.HardwareAddr(nil), b[8:14]...),
-			Moved:  binary.NativeEndian.Uint64(b[16:]),
-		})
-	})
-}
 
 // bridgeSettings: a bridge port's program runs the bridge module.
 func bridgeSettings(k *settings, s Spec, companion bool) {

@@ -466,7 +466,6 @@ const (
 	linuxfpMapLfpCtRequests    = "lfp_ct_requests"
 	linuxfpMapLfpFdb           = "lfp_fdb"
 	linuxfpMapLfpFdbMoves      = "lfp_fdb_moves"
-	linuxfpMapLfpFdbRefresh    = "lfp_fdb_refresh"
 	linuxfpMapLfpFenceMap      = "lfp_fence_map"
 	linuxfpMapLfpFibCache      = "lfp_fib_cache"
 	linuxfpMapLfpFibGen        = "lfp_fib_gen"
@@ -565,7 +564,6 @@ type linuxfpMapSpecs struct {
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh    *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
@@ -640,7 +638,6 @@ type linuxfpMaps struct {
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh    *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
@@ -682,7 +679,6 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbMoves,
-		m.LfpFdbRefresh,
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,

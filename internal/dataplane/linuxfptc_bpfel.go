@@ -380,7 +380,6 @@ const (
 	linuxfpTcMapLfpCtRequests    = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb           = "lfp_fdb"
 	linuxfpTcMapLfpFdbMoves      = "lfp_fdb_moves"
-	linuxfpTcMapLfpFdbRefresh    = "lfp_fdb_refresh"
 	linuxfpTcMapLfpFenceMap      = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache      = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen        = "lfp_fib_gen"
@@ -479,7 +478,6 @@ type linuxfpTcMapSpecs struct {
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh    *ebpf.MapSpec `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
@@ -554,7 +552,6 @@ type linuxfpTcMaps struct {
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
-	LfpFdbRefresh    *ebpf.Map `ebpf:"lfp_fdb_refresh"`
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
@@ -596,7 +593,6 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbMoves,
-		m.LfpFdbRefresh,
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,

@@ -62,6 +62,7 @@ const (
 	PassApplyFailed
 	PassFenced
 	PassMultiBuffer
+	PassBridgeRefresh
 	numReasons
 )
 
@@ -124,6 +125,7 @@ var reasonNames = [numReasons]string{
 	"apply_failed",
 	"fenced",
 	"multi_buffer",
+	"bridge_refresh",
 }
 
 // ReasonByName is the reason `linuxfp status` shows as name.

@@ -19,10 +19,10 @@ type Snapshot struct {
 	FDB        []FDBEntry          // every bridge's forwarding database
 	// FDBMoves: the bridge FDB watcher's counts of moves (bpf/include/fdb_map.h), read just
 	// before FDB (nil without Observer.FDBMoves).
-	FDBMoves []uint64
-	VXLANFDB   []VXLANFDBEntry     // every vxlan device's own forwarding database
-	Sysctl     Sysctls
-	Netfilter  Netfilter
+	FDBMoves  []uint64
+	VXLANFDB  []VXLANFDBEntry // every vxlan device's own forwarding database
+	Sysctl    Sysctls
+	Netfilter Netfilter
 	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
 	XfrmPolicies bool
 	// Rules is the netfilter ruleset with its ipsets (nil until read); graph compiles it.

@@ -76,10 +76,9 @@ type Status struct {
 	// FibCache: per family, whether the FIB cache answers the router's lookups (bpf/lib/
 	// fibcache.h) or why not.
 	FibCache []FibCacheFamily `json:"fib_cache,omitempty"`
-	// FDBEntries: bridge forwarding-database entries mirrored into the data plane;
-	// FDBRefreshes: learned entries refreshed in Linux for the fast path (see bpf/lib/fdb.h).
-	FDBEntries   int    `json:"fdb_entries"`
-	FDBRefreshes uint64 `json:"fdb_refreshes"`
+	// FDBEntries: bridge forwarding-database entries mirrored into the data plane (the frames
+	// that keep learned ones fresh in Linux are counted as bridge_refresh; bpf/lib/fdb.h).
+	FDBEntries int `json:"fdb_entries"`
 	// Conntrack: the families whose forwarded connections netfilter tracks (the conntrack
 	// module runs); CTLiberal counts TCP connections marked liberal for the fast path,
 	// CTLiberalFailed the marks that failed (the connection was gone, mostly).
