@@ -15,6 +15,7 @@
 #include <linux/if_link.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/ipset/ip_set.h>
+#include <asm-generic/errno-base.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -675,10 +676,21 @@ struct neighbour {
 static __always_inline void stale_count(__s64 d)
 {
 	__u32 k = 0;
-	__s64 *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+	struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
 
 	if (c)
-		__sync_fetch_and_add(c, d);
+		__sync_fetch_and_add(&c->entries, d);
+}
+
+/* A STALE neighbour the set has no room for: the data plane hands every packet to a neighbour
+ * to Linux until the controller has written the set again (lib/neigh.h). */
+static __always_inline void stale_lost(void)
+{
+	__u32 k = 0;
+	struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+
+	if (c)
+		__sync_fetch_and_add(&c->lost, 1);
 }
 
 static __always_inline void neigh_changed(struct neighbour *n, int removed)
@@ -700,8 +712,12 @@ static __always_inline void neigh_changed(struct neighbour *n, int removed)
 		return;
 	if (!removed && BPF_CORE_READ(n, nud_state) == NUD_STALE) {
 		/* Already there: it keeps its mark (the packet that moves it on went to Linux). */
-		if (!bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST))
+		long err = bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST);
+
+		if (!err)
 			stale_count(1);
+		else if (err != -EEXIST)
+			stale_lost();
 	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
 		stale_count(-1);
 	}

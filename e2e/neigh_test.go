@@ -1,15 +1,20 @@
 package e2e
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/nsutil"
+	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 // A neighbour the kernel makes STALE by itself (a new MAC learnt from the neighbour's ARP
@@ -80,4 +85,115 @@ func sendARPRequest(t *testing.T, ns *nsutil.NS, dev, mac, ip, target string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The STALE mirror full: a neighbour the kernel makes STALE when the tracepoints have no room
+// to add it still sends its next packet to Linux (every packet to a neighbour goes to Linux,
+// counted as neighbour_mirror_lost), and the fast path comes back once the controller has read
+// the neighbours and written the set again. The set is filled from here with entries no
+// neighbour has. Without the tracepoints' count of losses the neighbour stays STALE.
+func TestNeighbourMirrorFull(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.6.1")
+	stale := dataplaneMap(t, tb.DUT, "in0", "lfp_stale")
+	type key struct {
+		Ifindex, Family uint32
+		Addr            [4]uint32
+	}
+	// Entries no neighbour has, until there is no room; the map goes with linuxfp's programs.
+	for i := uint32(1); ; i++ {
+		k := key{Ifindex: 1 << 30, Family: unix.AF_INET, Addr: [4]uint32{i}}
+		err := stale.Update(k, uint32(0), ebpf.UpdateNoExist)
+		if errors.Is(err, unix.E2BIG) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("fill lfp_stale: %v", err)
+		}
+	}
+	state := func() string {
+		out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
+		return out
+	}
+	sh(t, tb.Sink, "ip link set eth0 address 02:00:5e:00:53:79\nip neigh flush dev eth0")
+	thaw := freeze(t, l)
+	sendARPRequest(t, tb.Sink, "eth0", "02:00:5e:00:53:79", "198.18.1.2", "198.18.1.1")
+	eventually(t, 2*time.Second, "the DUT learnt the new MAC", func() error {
+		if s := state(); !strings.Contains(s, "02:00:5e:00:53:79") {
+			return errString(s)
+		}
+		return nil
+	})
+	if s := state(); !strings.Contains(s, "STALE") {
+		t.Fatalf("the DUT's neighbour after the sink's ARP request: %q, want STALE", s)
+	}
+	sendUDP(t, tb, "198.19.6.1", 1)
+	s := state()
+	thaw()
+	if strings.Contains(s, "STALE") {
+		t.Fatalf("after a packet to a STALE neighbour the mirror had no room for: %q; Linux alone moves it to DELAY", s)
+	}
+	eventually(t, 3*time.Second, "the packet counted as neighbour_mirror_lost", func() error {
+		if c := readCounters(t, l, "in0"); c.passed["neighbour_mirror_lost"] == 0 {
+			return errString("no neighbour_mirror_lost packet")
+		}
+		return nil
+	})
+	// The controller reads the neighbours after the change and writes the set: the neighbour
+	// Linux probed is STALE no more, so nothing is missing and the fast path comes back.
+	waitFastPath(t, tb, l, "198.19.6.1")
+}
+
+// dataplaneMap opens the map called name of the program linuxfp attached to dev in ns (at XDP
+// or tcx ingress): other linuxfp instances on this machine have maps of the same name.
+func dataplaneMap(t *testing.T, ns *nsutil.NS, dev, name string) *ebpf.Map {
+	t.Helper()
+	idx := linkIndex(t, ns, dev)
+	var ids []ebpf.ProgramID
+	err := ns.Do(func() error {
+		l, err := netlink.LinkByIndex(idx)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x != nil && x.ProgId != 0 {
+			ids = append(ids, ebpf.ProgramID(x.ProgId))
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		for _, p := range res.Programs {
+			ids = append(ids, p.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("programs of %s: %v", dev, err)
+	}
+	for _, id := range ids {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mapIDs, _ := info.MapIDs()
+		for _, mid := range mapIDs {
+			m, err := ebpf.NewMapFromID(mid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mi, err := m.Info(); err == nil && mi.Name == name {
+				t.Cleanup(func() { m.Close() })
+				return m
+			}
+			m.Close()
+		}
+	}
+	t.Fatalf("no map %s in the programs on %s", name, dev)
+	return nil
 }

@@ -75,6 +75,7 @@ enum lfp_reason {
 	LFP_PASS_FENCED,          /* Linux has applied a change of this family's configuration the data plane does not follow yet */
 	LFP_PASS_MULTI_BUFFER,    /* XDP: a frame in several buffers (jumbo frame, GRO train): Linux */
 	LFP_PASS_BR_REFRESH,      /* a learned source's frame, once per interval: Linux's bridge refreshes its FDB entry */
+	LFP_PASS_NEIGH_LOST,      /* the STALE-neighbour mirror lost an entry (full): Linux until it is written again */
 	LFP_REASON_MAX,
 };
 
@@ -95,6 +96,15 @@ struct lfp_neigh_key {
  * has handed Linux the packet that moves the entry from STALE to DELAY. */
 struct lfp_stale_val {
 	__u32 kicked;
+};
+
+/* One writer's part of the STALE-neighbour set's count (include/neigh_map.h). entries: the
+ * entries it added less the ones it removed. lost: the tracepoints' part counts the STALE
+ * neighbours they could not add (the set was full); the controller's part holds the count its
+ * last complete writing of the set covered. */
+struct lfp_stale_count {
+	__s64 entries;
+	__u64 lost;
 };
 
 /* LPM key for prefixes of local addresses (IPv4 and IPv6 share the layout). */

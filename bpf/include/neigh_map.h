@@ -14,12 +14,13 @@ struct {
 } lfp_stale SEC(".maps");
 
 /* How many entries lfp_stale holds, in two parts, each with one kind of writer: [0] the
- * tracepoints' inserts less their deletions (atomic adds), [1] the controller's (the entries it
- * wrote when it started). The data plane skips the lookup while the sum is 0. */
+ * tracepoints' (atomic adds), [1] the controller's (the entries it wrote when it started). The
+ * data plane skips the lookup while the sum is 0, and hands every packet to a neighbour to Linux
+ * while the tracepoints have lost more entries than the controller's last writing covered. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, __s64);
+	__type(value, struct lfp_stale_count);
 	__uint(max_entries, 2);
 } lfp_stale_count SEC(".maps");
 

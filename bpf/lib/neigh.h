@@ -7,14 +7,19 @@
 #include "linuxfp_types.h"
 #include "neigh_map.h"
 
-/* Whether the neighbour tracepoints (bpf/netlink_watch.c) keep entries in lfp_stale. */
+/* The state of the set the neighbour tracepoints (bpf/netlink_watch.c) keep: 0 empty, 1 some
+ * entries, LFP_PASS_NEIGH_LOST when an insert failed that the controller has not made good. */
 static __always_inline int neigh_stale_any(void)
 {
 	__u32 k0 = 0, k1 = 1;
-	const __s64 *a = bpf_map_lookup_elem(&lfp_stale_count, &k0);
-	const __s64 *b = bpf_map_lookup_elem(&lfp_stale_count, &k1);
+	const struct lfp_stale_count *a = bpf_map_lookup_elem(&lfp_stale_count, &k0);
+	const struct lfp_stale_count *b = bpf_map_lookup_elem(&lfp_stale_count, &k1);
 
-	return a && b && *a + *b != 0;
+	if (!a || !b)
+		return 0;
+	if (a->lost != b->lost)
+		return LFP_PASS_NEIGH_LOST;
+	return a->entries + b->entries != 0;
 }
 
 /* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE one, moves it to
@@ -23,15 +28,23 @@ static __always_inline int neigh_stale_any(void)
  * DELAY) and marks the entry; later packets are forwarded with the cached MAC, as Linux does in
  * DELAY and PROBE. The neighbour table's tracepoints (bpf/netlink_watch.c) add an entry the
  * moment its neighbour becomes STALE and remove it the moment it leaves STALE; where they cannot
- * attach, the controller keeps the set from netlink events, a notification late. Returns 1 when
- * the packet must go to Linux. */
+ * attach, the controller keeps the set from netlink events, a notification late. A STALE
+ * neighbour the tracepoints could not add (the set is full) would be forwarded to without the
+ * packet Linux needs: until the controller has written the set again, every packet to a
+ * neighbour goes to Linux. Returns 0, or the reason the packet goes to Linux. */
 static __always_inline int neigh_stale(const struct lfp_config *cfg, const struct bpf_fib_lookup *fib)
 {
 	struct lfp_neigh_key nk = {};
 	struct lfp_stale_val *sv;
 
-	if (!cfg->stale_neighs && !neigh_stale_any())
-		return 0;
+	if (!cfg->stale_neighs) {
+		int any = neigh_stale_any();
+
+		if (!any)
+			return 0;
+		if (any == LFP_PASS_NEIGH_LOST)
+			return LFP_PASS_NEIGH_LOST;
+	}
 	nk.ifindex = fib->ifindex;
 	nk.family = fib->family;
 	if (fib->family == AF_INET) {
@@ -45,7 +58,7 @@ static __always_inline int neigh_stale(const struct lfp_config *cfg, const struc
 	sv = bpf_map_lookup_elem(&lfp_stale, &nk);
 	if (sv && !sv->kicked) {
 		sv->kicked = 1;
-		return 1;
+		return LFP_PASS_NEIGH_STALE;
 	}
 	return 0;
 }

@@ -160,8 +160,9 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	port = l2_dev(in);
 	if (!bridge || !port || port->bridge != bridge || !(port->flags & LFP_L2_NF4))
 		return LFP_PASS_HAIRPIN;
-	if (neigh_stale(cfg, fib))
-		return LFP_PASS_NEIGH_STALE;
+	r = neigh_stale(cfg, fib);
+	if (r)
+		return r;
 	/* Back out of the port it came in by (a pod reaching itself through its service): the
 	 * port's hairpin mode decides, Linux's. */
 	dst = fdb_lookup(bridge, fib->dmac);
@@ -556,8 +557,9 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	if (!p->v4 && cfg->route_mtu6 && p->mtulen > cfg->route_mtu6)
 		return LFP_PASS_ROUTE_MTU;
 
-	if (neigh_stale(cfg, fib))
-		return LFP_PASS_NEIGH_STALE;
+	r = neigh_stale(cfg, fib);
+	if (r)
+		return r;
 
 	/* Into a vxlan device: encapsulated here when everything the driver would do is
 	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */

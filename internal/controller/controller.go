@@ -132,6 +132,9 @@ func Run(ctx context.Context, cfg Config) error {
 	defer c.obs.Close()
 	c.obs.Follow(c.w)
 	c.obs.FDBMoves = c.dp.FDBMoves
+	if c.cfg.Options.NeighEvents {
+		c.obs.StaleLost = c.dp.StaleLost
+	}
 	stopRequests, err := c.serveRequests()
 	if err != nil {
 		return err

@@ -19,7 +19,6 @@ import (
 func TestMultiBuffer(t *testing.T) {
 	env := newBridgeEnv(t)
 	env.sync(t, nil)
-	env.refreshed(t)
 	sized := func(s packet.Spec, size int) []byte { s.Size = size; return s.Bytes() }
 	good4 := v4("198.18.0.2", "198.19.0.9")
 	good6 := v6("2001:2::2", "2001:2:1::9")
@@ -55,6 +54,8 @@ func TestMultiBuffer(t *testing.T) {
 				}
 				if c.port {
 					prog, ifindex = port, env.bp1
+					// Loading the programs may have taken longer than the refresh interval.
+					env.refreshed(t)
 				}
 				if want == PassMultiBuffer {
 					env.checkMultiBuffer(t, prog, c.pkt, ifindex)

@@ -381,6 +381,12 @@ type linuxfpLfpScratch struct {
 	FibEntry linuxfpLfpFibEntry
 }
 
+type linuxfpLfpStaleCount struct {
+	_       structs.HostLayout
+	Entries int64
+	Lost    uint64
+}
+
 type linuxfpLfpStaleVal struct {
 	_      structs.HostLayout
 	Kicked uint32

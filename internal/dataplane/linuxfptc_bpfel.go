@@ -309,6 +309,12 @@ type linuxfpTcLfpScratch struct {
 	FibEntry linuxfpTcLfpFibEntry
 }
 
+type linuxfpTcLfpStaleCount struct {
+	_       structs.HostLayout
+	Entries int64
+	Lost    uint64
+}
+
 type linuxfpTcLfpStaleVal struct {
 	_      structs.HostLayout
 	Kicked uint32

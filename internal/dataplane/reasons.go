@@ -63,6 +63,7 @@ const (
 	PassFenced
 	PassMultiBuffer
 	PassBridgeRefresh
+	PassNeighLost
 	numReasons
 )
 
@@ -126,6 +127,7 @@ var reasonNames = [numReasons]string{
 	"fenced",
 	"multi_buffer",
 	"bridge_refresh",
+	"neighbour_mirror_lost",
 }
 
 // ReasonByName is the reason `linuxfp status` shows as name.

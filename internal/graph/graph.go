@@ -169,6 +169,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 	p.FibCacheOff = fibCache(s, o)
 	p.Data.FibCache4, p.Data.FibCache6 = len(p.FibCacheOff[0]) == 0, len(p.FibCacheOff[1]) == 0
 	p.Data.StaleByEvents = o.NeighEvents
+	p.Data.StaleLost = s.StaleLost
 	tcAfterXDP(p, o)
 	// The conntrack module is built into the programs where it may run (see Spec.Conntrack4).
 	for _, it := range p.Interfaces {

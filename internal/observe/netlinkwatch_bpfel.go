@@ -64,6 +64,12 @@ type netlinkwatchLfpSetName struct {
 	Name [32]int8
 }
 
+type netlinkwatchLfpStaleCount struct {
+	_       structs.HostLayout
+	Entries int64
+	Lost    uint64
+}
+
 type netlinkwatchLfpStaleVal struct {
 	_      structs.HostLayout
 	Kicked uint32

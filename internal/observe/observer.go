@@ -21,6 +21,9 @@ type Observer struct {
 	// FDBMoves, if set, reads the bridge FDB watcher's counts of moves; Refresh calls it just
 	// before each read of the FDB (Snapshot.FDBMoves).
 	FDBMoves func() ([]uint64, error)
+	// StaleLost, if set, reads how many STALE neighbours the neighbour tracepoints could not
+	// mirror; Refresh calls it just before each read of the neighbours (Snapshot.StaleLost).
+	StaleLost func() (uint64, error)
 }
 
 // SetReads is how many times the ipsets were read.
@@ -127,6 +130,12 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.Routes = r
 	}
 	if d&DirtyNeigh != 0 {
+		if o.StaleLost != nil {
+			var err error
+			if s.StaleLost, err = o.StaleLost(); err != nil {
+				return nil, err
+			}
+		}
 		n, err := readNeighbours(o.h)
 		if err != nil {
 			return nil, err

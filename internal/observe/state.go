@@ -16,7 +16,11 @@ type Snapshot struct {
 	Addrs      []Addr
 	Routes     Routes
 	Neighbours map[NeighKey]uint16 // NUD state of every neighbour entry
-	FDB        []FDBEntry          // every bridge's forwarding database
+	// StaleLost: the STALE neighbours the neighbour tracepoints could not mirror
+	// (bpf/include/neigh_map.h), counted before Neighbours was read (0 without
+	// Observer.StaleLost).
+	StaleLost uint64
+	FDB       []FDBEntry // every bridge's forwarding database
 	// FDBMoves: the bridge FDB watcher's counts of moves (bpf/include/fdb_map.h), read just
 	// before FDB (nil without Observer.FDBMoves).
 	FDBMoves  []uint64
