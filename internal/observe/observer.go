@@ -64,9 +64,12 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		// bridge ports.
 		d |= DirtyTC | DirtyXDP | DirtySysctl | DirtyFDB
 	}
-	if d&DirtyNetfilter != 0 {
-		// The nf_conntrack sysctls appear when netfilter first tracks connections (with a
-		// conntrack module loaded for a new ruleset), with no sysctl event.
+	// The nf_conntrack sysctls appear when netfilter first tracks connections (with a
+	// conntrack module loaded for a new ruleset), with no sysctl event. Once they are there,
+	// only a write changes them, which the watcher sees: a netfilter change alone then reads no
+	// sysctl and waits for no link event.
+	ctAppear := d&DirtyNetfilter != 0 && !s.Sysctl.conntrackRead
+	if ctAppear {
 		d |= DirtySysctl
 	}
 	cs := changeSet{all: DirtyAll}
@@ -160,7 +163,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		s.FDB = f
 	}
 	if d&DirtySysctl != 0 {
-		s.Sysctl = readSysctls(s.Links, s.Sysctl, cs.all&DirtySysctl != 0 || d&DirtyNetfilter != 0, needs(DirtySysctl))
+		s.Sysctl = readSysctls(s.Links, s.Sysctl, cs.all&DirtySysctl != 0 || ctAppear, needs(DirtySysctl))
 	}
 	if d&DirtyNetfilter != 0 {
 		// With no ipset command since the last read (the watcher sees each one), the sets

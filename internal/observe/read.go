@@ -430,6 +430,8 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 		fmt.Sscan(string(b), &s.LocalPortLow, &s.LocalPortHigh)
 	}
 	s.rpFilterAll = readSysctl("net/ipv4/conf/all/rp_filter")
+	_, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
+	s.conntrackRead = err == nil
 	s.linkdownAll = readSysctl("net/ipv4/conf/all/ignore_routes_with_linkdown") != 0
 	s.readDevices(links, prev, need)
 	return s

@@ -183,6 +183,8 @@ type Sysctls struct {
 	rpFilterAll int
 	// linkdownAll: net.ipv4.conf.all.ignore_routes_with_linkdown, folded into IgnoreLinkdown4.
 	linkdownAll bool
+	// conntrackRead: the nf_conntrack sysctls were there to read.
+	conntrackRead bool
 }
 
 // ConntrackSysctls are net.netfilter.nf_conntrack_* (timeouts in seconds).
