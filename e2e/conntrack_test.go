@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -590,4 +592,125 @@ func (hc *halfClosed) finish(t *testing.T) {
 	}
 	hc.c.Close()
 	time.Sleep(50 * time.Millisecond) // the last ACK through the DUT
+}
+
+// Entries whose every packet Linux must see: with accounting on (nf_conntrack_acct), Linux
+// counts each packet and its bytes in the entry, which a fast path cannot do; with a timeout
+// policy of its own (nft `ct timeout set` on the connection's first packet; the rule is then
+// removed and the entry keeps the policy), the entry is refreshed to the policy's timeout, not
+// the sysctl's, until the policy's object is deleted. A one-way UDP stream (fast-pathed
+// otherwise: an unreplied entry in its original direction) goes to Linux with the reason, and
+// the entry ends as with Linux alone: every datagram counted, the policy's timeout kept.
+// Without the check of the entry's extensions the entry counted 1 packet, and its timeout was
+// refreshed to 30 s.
+func TestConntrackExtensions(t *testing.T) {
+	const n = 40
+	// step: cmd runs in the DUT, then n-1 datagrams of the stream go through; reason is what
+	// in0 counts them as ("": fast-pathed), check looks at the entry after them.
+	type step struct {
+		cmd, reason string
+		check       func(f conntrack.Flow) error
+	}
+	cases := []struct {
+		name, hook string
+		setup      string
+		// file: an nft ruleset loaded after setup.
+		file  string
+		steps []step
+	}{
+		{name: "accounting", hook: "xdp", setup: "sysctl -qw net.netfilter.nf_conntrack_acct=1",
+			steps: []step{{reason: "ct_accounting", check: func(f conntrack.Flow) error {
+				if f.CountersOrig.Packets != n {
+					return fmt.Errorf("the entry counted %d packets, want %d (as Linux alone)", f.CountersOrig.Packets, n)
+				}
+				return nil
+			}}}},
+		{name: "timeout policy", hook: "tc",
+			file: `table ip lfpct {
+	ct timeout short {
+		protocol udp;
+		l3proto ip;
+		policy = { unreplied : 7, replied : 7 }
+	}
+	chain pre {
+		type filter hook prerouting priority filter; policy accept;
+		ct state new udp dport 9 ct timeout set "short"
+	}
+}
+`,
+			steps: []step{
+				// The rule goes: the filter has nothing to hand to Linux; the policy stays.
+				{cmd: "nft flush chain ip lfpct pre", reason: "ct_timeout_policy", check: func(f conntrack.Flow) error {
+					if f.Timeout > 7 {
+						return fmt.Errorf("the entry's timeout is %d s, want at most the policy's 7 s (as Linux alone)", f.Timeout)
+					}
+					return nil
+				}},
+				// The policy's object goes: the sysctl times the entry again (30 s unreplied).
+				{cmd: "nft delete table ip lfpct", check: func(f conntrack.Flow) error {
+					if f.Timeout < 25 {
+						return fmt.Errorf("the entry's timeout is %d s, want nf_conntrack_udp_timeout's 30 s (as Linux alone)", f.Timeout)
+					}
+					return nil
+				}},
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var opts testbed.Options
+			for _, h := range hookTestbeds {
+				if h.hook == c.hook {
+					opts = h.opts
+				}
+			}
+			tb := newTestbed(t, opts)
+			sh(t, tb.DUT, flannelishNAT+"\n"+c.setup)
+			if c.file != "" {
+				path := filepath.Join(t.TempDir(), "rules.nft")
+				if err := os.WriteFile(path, []byte(c.file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				sh(t, tb.DUT, "nft -f "+path)
+			}
+			l := startLinuxfp(t, tb)
+			waitStatus(t, l, "in0", "ipv4 router with conntrack", func(it *status.Interface) bool {
+				return it.Program != nil && hasNote(it, "conntrack: netfilter tracks")
+			})
+			dst := "198.19.5.1"
+			var conn net.Conn
+			if err := tb.Gen.Do(func() (err error) { conn, err = net.Dial("udp", dst+":9"); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.Write([]byte("first"))
+			time.Sleep(50 * time.Millisecond)
+			for _, s := range c.steps {
+				if s.cmd != "" {
+					sh(t, tb.DUT, s.cmd)
+					waitFenceOpen(t, l)
+				}
+				before := readCounters(t, l, "in0")
+				for range n - 1 {
+					conn.Write([]byte("linuxfp conntrack extension"))
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(50 * time.Millisecond)
+				f, err := ctEntry(tb.DUT, unix.IPPROTO_UDP, dst, 9)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := readCounters(t, l, "in0").sub(before)
+				if err := s.check(f); err != nil {
+					t.Errorf("%v; in0 fast-pathed %d, to Linux %v", err, d.forwarded, d.passed)
+				}
+				got, what := d.forwarded, "fast-pathed"
+				if s.reason != "" {
+					got, what = d.passed[s.reason], "counted as "+s.reason
+				}
+				if got < n-1 {
+					t.Errorf("after %q: %d of %d datagrams %s (fast-pathed %d, to Linux %v)", s.cmd, got, n-1, what, d.forwarded, d.passed)
+				}
+			}
+		})
+	}
 }

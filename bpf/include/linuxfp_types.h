@@ -75,7 +75,9 @@ enum lfp_reason {
 	LFP_PASS_FENCED,          /* Linux has applied a change of this family's configuration the data plane does not follow yet */
 	LFP_PASS_MULTI_BUFFER,    /* XDP: a frame in several buffers (jumbo frame, GRO train): Linux */
 	LFP_PASS_BR_REFRESH,      /* a learned source's frame, once per interval: Linux's bridge refreshes its FDB entry */
-	LFP_PASS_NEIGH_LOST,      /* the STALE-neighbour mirror lost an entry (full): Linux until it is written again */
+	LFP_PASS_NEIGH_LOST,
+	LFP_PASS_CT_ACCT,         /* conntrack: the entry counts packets and bytes (nf_conntrack_acct, connbytes) */
+	LFP_PASS_CT_TIMEOUT,      /* conntrack: the entry has a timeout policy of its own (ct timeout, CT --timeout) */      /* the STALE-neighbour mirror lost an entry (full): Linux until it is written again */
 	LFP_REASON_MAX,
 };
 

@@ -60,10 +60,21 @@ struct nf_conntrack_tuple_hash {
 	struct nf_conntrack_tuple tuple;
 } __attribute__((preserve_access_index));
 
+/* The entry's extensions: offset[id] is 0 where the entry has none of that kind. */
+struct nf_ct_ext {
+	__u8 offset[1];
+} __attribute__((preserve_access_index));
+
+enum nf_ct_ext_id {
+	NF_CT_EXT_ACCT = 3,
+	NF_CT_EXT_TIMEOUT = 6,
+};
+
 struct nf_conn {
 	struct nf_conntrack_tuple_hash tuplehash[2];
 	unsigned long status;
 	__u32 timeout;
+	struct nf_ct_ext *ext;
 	union nf_conntrack_proto proto;
 } __attribute__((preserve_access_index));
 
@@ -452,6 +463,45 @@ static __always_inline enum lfp_reason ct_valid(lfp_ctx *ctx, const struct lfp_c
  * LFP_FORWARDED when the connection is established in the kernel's table, untranslated and in a
  * state the fast path keeps exactly as Linux would (its timeout is then refreshed, as Linux does
  * for every packet it tracks, whatever happens to it next); otherwise why Linux must see it. */
+/* Extensions that make every packet of a connection Linux's: accounting (nf_conntrack_acct, or
+ * a connbytes match, which turns it on) counts each packet and its bytes in the entry, and the
+ * fast path cannot add to those counters; a timeout policy (nft `ct timeout set`, iptables `CT
+ * --timeout`) gives the entry timeouts other than the sysctls the refresh uses. The ids are the
+ * running kernel's (they depend on its configuration); reading a missing ext (NULL) yields 0. */
+static __always_inline int ct_has_ext(__u64 offsets, __u32 id)
+{
+	/* The ids this kernel numbers beyond the first eight bytes: taken as present. */
+	return id >= 8 || ((offsets >> (8 * id)) & 0xff);
+}
+
+static __always_inline enum lfp_reason ct_extensions(const struct nf_conn *ct)
+{
+	struct nf_ct_ext *ext = 0;
+	__u64 offsets = 0;
+
+	/* Read with bpf_probe_read_kernel(): a load through the BTF pointer made each program
+	 * take two to four times as long to verify. */
+	if (bpf_core_read(&ext, sizeof(ext), &ct->ext) || !ext ||
+	    bpf_probe_read_kernel(&offsets, sizeof(offsets), ext))
+		return LFP_FORWARDED;
+	if (bpf_core_enum_value_exists(enum nf_ct_ext_id, NF_CT_EXT_ACCT) &&
+	    ct_has_ext(offsets, bpf_core_enum_value(enum nf_ct_ext_id, NF_CT_EXT_ACCT)))
+		return LFP_PASS_CT_ACCT;
+	if (bpf_core_enum_value_exists(enum nf_ct_ext_id, NF_CT_EXT_TIMEOUT)) {
+		__u32 id = bpf_core_enum_value(enum nf_ct_ext_id, NF_CT_EXT_TIMEOUT);
+		void *policy = 0;
+
+		if (!ct_has_ext(offsets, id))
+			return LFP_FORWARDED;
+		/* struct nf_conn_timeout: the policy, or NULL once its object was deleted
+		 * (nf_ct_untimeout()); then the sysctls time the entry again. */
+		if (id >= 8 || bpf_probe_read_kernel(&policy, sizeof(policy), (void *)ext + ((offsets >> (8 * id)) & 0xff)) ||
+		    policy)
+			return LFP_PASS_CT_TIMEOUT;
+	}
+	return LFP_FORWARDED;
+}
+
 static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c)
 {
 	struct lfp_ct_opts o = {};
@@ -484,6 +534,8 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 			      IPS_HELPER | IPS_OFFLOAD | IPS_HW_OFFLOAD))) {
 		/* Unconfirmed, a helper's (expected, sequence adjusting), dying, offloaded ...: Linux. */
 		why = LFP_PASS_CT_STATE;
+	} else if ((why = ct_extensions(ct)) != LFP_FORWARDED) {
+		/* Counted, or timed by a policy of its own: Linux's. */
 	} else if (c->proto == IPPROTO_TCP) {
 		timeout = ct_tcp(cfg, ct, c, o.dir, status, &why);
 	} else if (status & IPS_ASSURED) {

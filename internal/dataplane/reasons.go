@@ -64,6 +64,8 @@ const (
 	PassMultiBuffer
 	PassBridgeRefresh
 	PassNeighLost
+	PassCTAcct
+	PassCTTimeout
 	numReasons
 )
 
@@ -128,6 +130,8 @@ var reasonNames = [numReasons]string{
 	"multi_buffer",
 	"bridge_refresh",
 	"neighbour_mirror_lost",
+	"ct_accounting",
+	"ct_timeout_policy",
 }
 
 // ReasonByName is the reason `linuxfp status` shows as name.
