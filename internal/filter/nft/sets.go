@@ -142,12 +142,7 @@ func dumpSets(c *netlink.Conn) ([]rawSet, error) {
 			case nftaSetExpr:
 				s.exprs = append(s.exprs, exprName(ad.Bytes()))
 			case nftaSetExpressions:
-				ad.Nested(func(nd *netlink.AttributeDecoder) error {
-					for nd.Next() {
-						s.exprs = append(s.exprs, exprName(nd.Bytes()))
-					}
-					return nil
-				})
+				s.exprs = append(s.exprs, exprNames(ad)...)
 			}
 		}
 		if err := ad.Err(); err != nil {
@@ -165,6 +160,19 @@ func exprName(b []byte) string {
 		return "an unreadable expression"
 	}
 	return e.Name
+}
+
+// exprNames are the names of the expressions in the nested list ad is at (NFTA_SET_EXPRESSIONS,
+// NFTA_SET_ELEM_EXPRESSIONS).
+func exprNames(ad *netlink.AttributeDecoder) []string {
+	var names []string
+	ad.Nested(func(nd *netlink.AttributeDecoder) error {
+		for nd.Next() {
+			names = append(names, exprName(nd.Bytes()))
+		}
+		return nil
+	})
+	return names
 }
 
 // rawElem is one element as the element dump gives it.
@@ -255,12 +263,7 @@ func decodeElem(b []byte) (rawElem, error) {
 		case unix.NFTA_SET_ELEM_EXPR:
 			e.exprs = append(e.exprs, exprName(ad.Bytes()))
 		case nftaSetElemExpressions:
-			ad.Nested(func(nd *netlink.AttributeDecoder) error {
-				for nd.Next() {
-					e.exprs = append(e.exprs, exprName(nd.Bytes()))
-				}
-				return nil
-			})
+			e.exprs = append(e.exprs, exprNames(ad)...)
 		}
 	}
 	return e, ad.Err()
@@ -339,6 +342,21 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 	return out, nil
 }
 
+// elemProblem says why an element keeps its set's lookups from being modelled, whatever the set
+// (or ""): a catch-all element matches every key, an element that times out changes the set with
+// no message, and expressions other than counters act on the packets found.
+func elemProblem(e rawElem) string {
+	switch {
+	case e.flags&nftSetElemCatchall != 0:
+		return "catch-all element"
+	case e.timeout:
+		return "an element times out (no message when it does)"
+	case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
+		return "an element carries " + e.exprs[0]
+	}
+	return ""
+}
+
 // keyRanges turns the elements of a one-field set into sorted inclusive ranges. An interval set
 // (rbtree) dumps each interval as its start and, flagged NFT_SET_ELEM_INTERVAL_END, the key after
 // its end (none when it runs to the largest key); pipapo dumps a start and an inclusive end
@@ -351,14 +369,10 @@ func keyRanges(elems []rawElem, keyLen uint32, interval bool) ([]keyRange, strin
 	var pts []point
 	var ranges []keyRange
 	for _, e := range elems {
-		switch {
-		case e.flags&nftSetElemCatchall != 0:
-			return nil, "catch-all element"
-		case e.timeout:
-			return nil, "an element times out (no message when it does)"
-		case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
-			return nil, "an element carries " + e.exprs[0]
-		case len(e.key) != int(keyLen) || (e.keyEnd != nil && len(e.keyEnd) != int(keyLen)):
+		if why := elemProblem(e); why != "" {
+			return nil, why
+		}
+		if len(e.key) != int(keyLen) || (e.keyEnd != nil && len(e.keyEnd) != int(keyLen)) {
 			return nil, "element of an unexpected length"
 		}
 		switch {
@@ -413,13 +427,10 @@ func vmapElems(elems []rawElem, keyLen uint32) ([]vmapElem, string) {
 	}
 	out := make([]vmapElem, 0, len(elems))
 	for _, e := range elems {
+		if why := elemProblem(e); why != "" {
+			return nil, why
+		}
 		switch {
-		case e.flags&nftSetElemCatchall != 0:
-			return nil, "catch-all element"
-		case e.timeout:
-			return nil, "an element times out (no message when it does)"
-		case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
-			return nil, "an element carries " + e.exprs[0]
 		case len(e.key) != int(keyLen) || e.keyEnd != nil || e.flags&unix.NFT_SET_ELEM_INTERVAL_END != 0:
 			return nil, "element of an unexpected form"
 		case e.data == nil:
