@@ -16,9 +16,10 @@ import (
 	"github.com/linuxfp/linuxfp/internal/filter/model"
 )
 
-// Native nf_tables sets (`ip daddr @blocklist`, `tcp dport { 22, 80 }`): the rules' lookups are
-// translated into the model's matches when the set's key is one field the model reads (an
-// address, a port) and its members change only by netlink messages. Every element change is an
+// Native nf_tables sets (`ip daddr @blocklist`, `tcp dport { 22, 80 }`, `ip daddr . tcp dport
+// @s`): the rules' lookups are translated into the model's matches when the set's key is one
+// field the model reads (an address, a port), or a concatenation of such fields with exact keys
+// (translator.concatLookup), and its members change only by netlink messages. Every element change is an
 // nf_tables commit, so it moves the generation and the set is read again with the rules; the
 // netlink watcher counts the commit's batch in the fence (bpf/netlink_watch.c), so the fast
 // path does not run on the old members meanwhile.
@@ -312,8 +313,9 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 		s.verdictMap = rs.flags&unix.NFT_SET_MAP != 0 && rs.dataType == unix.NFT_DATA_VERDICT &&
 			rs.flags&(unix.NFT_SET_INTERVAL|unix.NFT_SET_OBJECT) == 0
 		switch {
-		case (rs.concat > 1 || rs.flags&nftSetConcat != 0) && !s.verdictMap:
-			s.unsupported = "concatenated key"
+		case (rs.concat > 1 || rs.flags&nftSetConcat != 0) && !s.verdictMap && rs.flags&unix.NFT_SET_INTERVAL != 0:
+			// Concatenations of exact keys are read as one-field sets are (translator.concatLookup).
+			s.unsupported = "a concatenation with intervals"
 		case rs.flags&unix.NFT_SET_TIMEOUT != 0 || rs.timeout:
 			s.unsupported = "elements time out (no message when one does)"
 		case rs.flags&unix.NFT_SET_EVAL != 0:
