@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -439,6 +441,59 @@ func (k *kubeNode) ctFlow(proto uint8, src netip.AddrPort) (conntrack.Flow, erro
 		err = fmt.Errorf("no conntrack entry from %s", src)
 	}
 	return found, err
+}
+
+// errKind is an error as the application sees it.
+func errKind(err error) string {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "no answer"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
+	case errors.Is(err, io.EOF):
+		return "closed"
+	}
+	return err.Error()
+}
+
+// waitFastPathReady exchanges a message on each connection until every connection's conntrack
+// entry is one the fast path takes (a UDP flow is ASSURED once it has answers 2 s after its first
+// datagram).
+func (k *kubeNode) waitFastPathReady(t *testing.T, conns []*svcConn) {
+	t.Helper()
+	eventually(t, 6*time.Second, "every connection's conntrack entry ready for the fast path", func() error {
+		var errs []string
+		for _, c := range conns {
+			if err := c.exchange(1, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.fastPathReady(c); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		if len(errs) > 0 {
+			return errors.New(strings.Join(errs, "; "))
+		}
+		return nil
+	})
+}
+
+// checkEstablished checks the counters c of an interface (iface) where n of connection conn's
+// established packets (what: requests or answers) entered: every one forwarded by the fast path
+// (the frames Linux's bridge refreshes its FDB entry from count as such), or, where reason is
+// not "", forwarded or handed to Linux for that one reason.
+func checkEstablished(t *testing.T, conn *svcConn, what, iface string, c kubeCounters, n uint64, reason string) {
+	t.Helper()
+	if reason == "" && (c.forwarded+c.passed["bridge_refresh"] < n || c.linux() > 0) {
+		t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded",
+			conn, c.forwarded, what, iface, c.passed, n)
+	}
+	if reason != "" && (c.forwarded+c.passed[reason]+c.passed["bridge_refresh"] < n || c.linux() != c.passed[reason]) {
+		t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded or to Linux as %s",
+			conn, c.forwarded, what, iface, c.passed, n, reason)
+	}
 }
 
 // fastPathReady reports whether the node's conntrack entry of c is one the fast path takes: a

@@ -1,17 +1,12 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -109,33 +104,23 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 			c, err := dial(k.Client, "client -> "+x.name, x.proto, netip.MustParseAddrPort(x.name))
 			key := fmt.Sprintf("client -> %s %s", x.proto, x.name)
 			if err != nil {
-				out[key] = nftErrKind(err)
+				out[key] = errKind(err)
 				continue
 			}
 			_, _, err = c.roundTrip(100, time.Second)
 			c.close()
 			out[key] = "answered"
 			if err != nil {
-				out[key] = nftErrKind(err)
+				out[key] = errKind(err)
 			}
 		}
 
 		if l != nil {
-			eventually(t, 6*time.Second, "every connection's conntrack entry ready for the fast path", func() error {
-				var errs []string
-				for _, f := range flows {
-					if err := f.c.exchange(1, 1000); err != nil {
-						t.Fatal(err)
-					}
-					if err := k.fastPathReady(f.c); err != nil {
-						errs = append(errs, err.Error())
-					}
-				}
-				if len(errs) > 0 {
-					return errors.New(strings.Join(errs, "; "))
-				}
-				return nil
-			})
+			var conns []*svcConn
+			for _, f := range flows {
+				conns = append(conns, f.c)
+			}
+			k.waitFastPathReady(t, conns)
 			// At XDP, packets for the pods' veths go to a tc program on in0 that linuxfp attaches
 			// when the first of them arrives: until then they are Linux's (egress_not_ready).
 			eventually(t, 5*time.Second, "in0's packets into the pods fast-pathed", func() error {
@@ -170,15 +155,8 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 			}
 			d := s1.sub(s0)
 			t.Logf("%s: requests at %s: %s; answers at %s: %s", f.c, f.in, d[f.in], f.back, d[f.back])
-			for _, x := range []struct {
-				what, iface string
-				c           kubeCounters
-			}{{"requests", f.in, d[f.in]}, {"answers", f.back, d[f.back]}} {
-				if x.c.forwarded+x.c.passed["bridge_refresh"] < n || x.c.linux() > 0 {
-					t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded",
-						f.c, x.c.forwarded, x.what, x.iface, x.c.passed, n)
-				}
-			}
+			checkEstablished(t, f.c, "requests", f.in, d[f.in], n, "")
+			checkEstablished(t, f.c, "answers", f.back, d[f.back], n, "")
 		}
 
 		// One way: the entry stays unreplied, its packets NEW.
@@ -251,21 +229,6 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 			t.Errorf("Linux alone: %s: %s, want %s", key, linux[key], want)
 		}
 	}
-}
-
-// nftErrKind is an error as the application sees it.
-func nftErrKind(err error) string {
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return "no answer"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "reset"
-	case errors.Is(err, io.EOF):
-		return "closed"
-	}
-	return err.Error()
 }
 
 // discardServer counts the datagrams pod's UDP port 9 receives, until the test ends.

@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,23 +124,11 @@ func TestKubeProxyServices(t *testing.T) {
 					kubeFlow{backend: pod1.IP, peer: kubeGatewayIP, in: pod1.HostVeth, back: pod1.HostVeth, inLinux: "hairpin", backLinux: "hairpin", ttl: 64, backTTL: 64})
 			}
 
-			// Exchange until every entry is one the fast path takes: a UDP flow is ASSURED once
-			// it has answers 2 s after its first datagram.
-			eventually(t, 6*time.Second, "every connection's conntrack entry ready for the fast path", func() error {
-				var errs []string
-				for _, f := range flows {
-					if err := f.c.exchange(1, 1000); err != nil {
-						t.Fatal(err)
-					}
-					if err := k.fastPathReady(f.c); err != nil {
-						errs = append(errs, err.Error())
-					}
-				}
-				if len(errs) > 0 {
-					return fmt.Errorf("%s", strings.Join(errs, "; "))
-				}
-				return nil
-			})
+			var conns []*svcConn
+			for _, f := range flows {
+				conns = append(conns, f.c)
+			}
+			k.waitFastPathReady(t, conns)
 			for _, f := range flows {
 				if f.c.backend != f.backend || f.c.peer.Addr() != f.peer {
 					t.Errorf("%s: answered by %s, which saw the client as %s; want %s seeing %s", f.c, f.c.backend, f.c.peer, f.backend, f.peer)
@@ -183,20 +167,8 @@ func TestKubeProxyServices(t *testing.T) {
 					t.Errorf("%s: the last datagram reached the backend with TTL %d, its answer the client with %d; with Linux, %d and %d",
 						f.c, f.c.ttl, f.c.backTTL, f.ttl, f.backTTL)
 				}
-				for _, x := range []struct {
-					what, iface, reason string
-					c                   kubeCounters
-					n                   uint64
-				}{{"requests", f.in, f.inLinux, in, want}, {"answers", f.back, f.backLinux, back, wantBack}} {
-					if x.reason == "" && (x.c.forwarded+x.c.passed["bridge_refresh"] < x.n || x.c.linux() > 0) {
-						t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded",
-							f.c, x.c.forwarded, x.what, x.iface, x.c.passed, x.n)
-					}
-					if x.reason != "" && (x.c.forwarded+x.c.passed[x.reason]+x.c.passed["bridge_refresh"] < x.n || x.c.linux() != x.c.passed[x.reason]) {
-						t.Errorf("%s, established: %d %s forwarded by the fast path at %s, to Linux %v; want all %d forwarded or to Linux as %s",
-							f.c, x.c.forwarded, x.what, x.iface, x.c.passed, x.n, x.reason)
-					}
-				}
+				checkEstablished(t, f.c, "requests", f.in, in, want, f.inLinux)
+				checkEstablished(t, f.c, "answers", f.back, back, wantBack, f.backLinux)
 			}
 		})
 	}
@@ -411,20 +383,6 @@ func kubeRemoval(t *testing.T, hook string, withLinuxfp bool) map[string]string 
 	})
 
 	out := map[string]string{}
-	// errKind is an error as the application sees it.
-	errKind := func(err error) string {
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return "no answer"
-		case errors.Is(err, syscall.ECONNRESET):
-			return "reset"
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return "refused"
-		case errors.Is(err, io.EOF):
-			return "closed"
-		}
-		return err.Error()
-	}
 	// established runs n round trips on every established connection (all at once) and
 	// records, per class, what happened.
 	established := func(stage string, n int, timeout time.Duration) {

@@ -9,6 +9,8 @@ import (
 // A native nft blocklist (`ip daddr @blocklist drop` in a forward chain, an interval set) is
 // decided in the fast path: packets to non-members forwarded, to members dropped; an element
 // added or deleted is followed, and no datagram sent after `nft add element` returns arrives.
+// So is a lookup of a concatenation (`ip daddr . udp dport @services drop`): the datagrams to a
+// member's address and port dropped, and an element added followed, fenced until it is.
 func TestNFTSetBlocklist(t *testing.T) {
 	requireTool(t, "nft")
 	for _, h := range hookTestbeds {
@@ -29,10 +31,18 @@ func TestNFTSetBlocklist(t *testing.T) {
 nft add chain inet lfpnfs forwarding { type filter hook forward priority 0 ; }
 nft add set inet lfpnfs blocklist { type ipv4_addr ; flags interval ; }
 nft add element inet lfpnfs blocklist { 198.19.3.0/30, 198.19.4.7-198.19.4.9 }
-nft add rule inet lfpnfs forwarding ip daddr @blocklist drop`)
+nft add rule inet lfpnfs forwarding ip daddr @blocklist drop
+nft add set inet lfpnfs services { type ipv4_addr . inet_service ; elements = { 198.19.5.1 . 9, 198.19.5.2 . 53 } ; }
+nft add rule inet lfpnfs forwarding ip daddr . udp dport @services drop`)
 			l := startLinuxfp(t, tb)
 			waitVerdict(t, tb, l, "198.19.3.5", "forwarded", 10)
 			waitVerdict(t, tb, l, "198.19.3.1", "dropped", 0)
+			waitVerdict(t, tb, l, "198.19.5.1", "dropped", 0)
+			waitVerdict(t, tb, l, "198.19.5.2", "forwarded", 10) // port 9: not a member
+			if n := probesAfter(t, tb, "nft add element inet lfpnfs services { 198.19.5.2 . 9 }", "198.19.5.2", 20); n != 0 {
+				t.Errorf("nft add element (a concatenation): %d of 20 datagrams sent right after it returned arrived (Linux alone: none)", n)
+			}
+			waitVerdict(t, tb, l, "198.19.5.2", "dropped", 0)
 			waitVerdict(t, tb, l, "198.19.4.9", "dropped", 0)
 			waitVerdict(t, tb, l, "198.19.4.10", "forwarded", 10)
 			if n := probesAfter(t, tb, "nft add element inet lfpnfs blocklist { 198.19.3.5 }", "198.19.3.5", 20); n != 0 {

@@ -184,11 +184,17 @@ func (k KubeProxy) Apply(ns *nsutil.NS) error {
 	if err := AddNFAcct(ns, "ct_state_invalid_dropped_pkts"); err != nil {
 		return err
 	}
+	return load(ns, "iptables-restore", k.Rules(), "iptables-restore", "-w", "--noflush")
+}
+
+// load runs a ruleset loader (argv: iptables-restore, nft -f -) in ns with rules as its input;
+// what names it in the error.
+func load(ns *nsutil.NS, what, rules string, argv ...string) error {
 	return ns.Do(func() error {
-		cmd := exec.Command("iptables-restore", "-w", "--noflush")
-		cmd.Stdin = strings.NewReader(k.Rules())
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdin = strings.NewReader(rules)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables-restore: %v: %s", err, out)
+			return fmt.Errorf("%s: %v: %s", what, err, out)
 		}
 		return nil
 	})

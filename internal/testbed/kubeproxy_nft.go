@@ -5,7 +5,6 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
 
 	"github.com/linuxfp/linuxfp/internal/nsutil"
@@ -207,25 +206,11 @@ func (k KubeProxy) NFTRules() string {
 // service ports gone stay (kube-proxy flushes and deletes them later): for a set of services
 // different from the last, delete the table first (DeleteNFT).
 func (k KubeProxy) ApplyNFT(ns *nsutil.NS) error {
-	return ns.Do(func() error {
-		cmd := exec.Command("nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(k.NFTRules())
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("nft -f: %v: %s", err, out)
-		}
-		return nil
-	})
+	return load(ns, "nft -f", k.NFTRules(), "nft", "-f", "-")
 }
 
 // DeleteNFT removes kube-proxy's nftables table from ns, if there is one (as `kube-proxy
 // --cleanup` does).
 func DeleteNFT(ns *nsutil.NS) error {
-	return ns.Do(func() error {
-		cmd := exec.Command("nft", "-f", "-")
-		cmd.Stdin = strings.NewReader("add table " + kubeNFTTable + "\ndelete table " + kubeNFTTable + "\n")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("nft delete table %s: %v: %s", kubeNFTTable, err, out)
-		}
-		return nil
-	})
+	return load(ns, "nft delete table "+kubeNFTTable, "add table "+kubeNFTTable+"\ndelete table "+kubeNFTTable+"\n", "nft", "-f", "-")
 }

@@ -9,8 +9,6 @@ import (
 
 	"github.com/linuxfp/linuxfp/internal/filter/compile"
 	"github.com/linuxfp/linuxfp/internal/filter/model"
-	"github.com/linuxfp/linuxfp/internal/filter/nft"
-	"github.com/linuxfp/linuxfp/internal/nsutil"
 )
 
 // Chains are named as kube-proxy's nftables mode names them (the names of its upstream test,
@@ -35,19 +33,7 @@ func TestKubeProxyNFTRules(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("nft not installed")
 	}
-	ep := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
-	k := KubeProxy{
-		ClusterCIDR: netip.MustParsePrefix("198.18.0.0/16"),
-		ServiceCIDR: netip.MustParsePrefix("198.19.0.0/16"),
-		NodePortIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")},
-		Services: []KubeService{
-			{Namespace: "kube-system", Name: "kube-dns", PortName: "dns", Proto: "udp", ClusterIP: netip.MustParseAddr("198.19.100.1"), Port: 53,
-				Endpoints: []netip.AddrPort{ep("198.18.1.5:53"), ep("198.18.1.6:53")}},
-			{Namespace: "default", Name: "web", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("198.19.0.6"), Port: 80, NodePort: 30080,
-				Endpoints: []netip.AddrPort{ep("198.18.1.7:8080"), ep("198.18.2.7:8080"), ep("198.18.3.7:8080")}, Affinity: true},
-			{Namespace: "default", Name: "gone", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("198.19.0.5"), Port: 80, NodePort: 30081},
-		},
-	}
+	k := testKubeProxy()
 	rules := k.NFTRules()
 	for _, want := range []string{
 		"add chain ip kube-proxy filter-prerouting-pre-dnat { type filter hook prerouting priority -110 ; }",
@@ -65,16 +51,7 @@ func TestKubeProxyNFTRules(t *testing.T) {
 		}
 	}
 
-	ns, err := nsutil.New("lfp-nm-kpn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	for range 2 {
-		if err := k.ApplyNFT(ns); err != nil {
-			t.Fatalf("%v\n%s", err, rules)
-		}
-	}
+	ns := loadTwice(t, "lfp-nm-kpn", k.ApplyNFT, rules)
 	out, err := ns.Run("nft", "list", "table", "ip", "kube-proxy")
 	if err != nil {
 		t.Fatal(err)
@@ -82,28 +59,11 @@ func TestKubeProxyNFTRules(t *testing.T) {
 	if n := strings.Count(out, "jump firewall-check"); n != 2 {
 		t.Errorf("after two syncs, %d jumps to firewall-check, want 2 (one per pre-DNAT chain):\n%s", n, out)
 	}
-	snap, err := nft.Read(nft.Options{NetNS: int(ns.Handle())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := snap.IPv4
-	if len(rs.Conntrack) == 0 {
-		t.Fatal("kube-proxy's tables: netfilter not taken as tracking connections")
-	}
-	prog, err := compile.Compile(rs.Established(), snap.Sets)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A backend's reply and a client's later packet: no rule acts on them.
 	a := netip.MustParseAddr
-	for _, in := range []compile.Input{
-		{Src: a("198.18.1.7"), Dst: a("198.18.9.9"), Proto: model.ProtoTCP, SrcPort: 8080, DstPort: 40000, CtState: model.CtEstablished},
-		{Src: a("198.18.9.9"), Dst: a("198.18.1.7"), Proto: model.ProtoTCP, SrcPort: 40000, DstPort: 8080, CtState: model.CtEstablished},
-	} {
-		if out := prog.Classify(in); out.Verdict != compile.Accept {
-			t.Errorf("established packet %v: %v (rule %d %s)\n%s", in, out.Verdict, out.Rule, out.Why, prog)
-		}
-	}
+	compileEstablished(t, ns,
+		compile.Input{Src: a("198.18.1.7"), Dst: a("198.18.9.9"), Proto: model.ProtoTCP, SrcPort: 8080, DstPort: 40000, CtState: model.CtEstablished},
+		compile.Input{Src: a("198.18.9.9"), Dst: a("198.18.1.7"), Proto: model.ProtoTCP, SrcPort: 40000, DstPort: 8080, CtState: model.CtEstablished})
 	if err := DeleteNFT(ns); err != nil {
 		t.Fatal(err)
 	}

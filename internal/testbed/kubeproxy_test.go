@@ -23,17 +23,7 @@ func TestKubeProxyRules(t *testing.T) {
 	if _, err := exec.LookPath("iptables-restore"); err != nil {
 		t.Skip("iptables-restore not installed")
 	}
-	ep := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
-	k := KubeProxy{
-		ClusterCIDR: netip.MustParsePrefix("198.18.0.0/16"),
-		Services: []KubeService{
-			{Namespace: "kube-system", Name: "kube-dns", PortName: "dns", Proto: "udp", ClusterIP: netip.MustParseAddr("198.19.100.1"), Port: 53,
-				Endpoints: []netip.AddrPort{ep("198.18.1.5:53"), ep("198.18.1.6:53")}},
-			{Namespace: "default", Name: "web", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("198.19.0.6"), Port: 80, NodePort: 30080,
-				Endpoints: []netip.AddrPort{ep("198.18.1.7:8080"), ep("198.18.2.7:8080"), ep("198.18.3.7:8080")}, Affinity: true},
-			{Namespace: "default", Name: "gone", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("198.19.0.5"), Port: 80, NodePort: 30081},
-		},
-	}
+	k := testKubeProxy()
 	rules := k.Rules()
 	for _, want := range []string{
 		"-A KUBE-SERVICES -d 198.19.100.1/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU",
@@ -48,16 +38,59 @@ func TestKubeProxyRules(t *testing.T) {
 		}
 	}
 
-	ns, err := nsutil.New("lfp-test-kp")
+	ns := loadTwice(t, "lfp-test-kp", k.Apply, rules)
+	// A reply from a backend: accepted by KUBE-FORWARD's conntrack rule, without Linux.
+	prog := compileEstablished(t, ns, compile.Input{Src: netip.MustParseAddr("198.18.1.7"), Dst: netip.MustParseAddr("198.18.9.9"),
+		Proto: model.ProtoTCP, SrcPort: 8080, DstPort: 40000, CtState: model.CtEstablished})
+	// NEW: Linux's anyway (no entry); the rules would send it on to the filter KUBE-SERVICES.
+	in := compile.Input{Src: netip.MustParseAddr("198.18.9.9"), Dst: netip.MustParseAddr("198.19.0.5"), Proto: model.ProtoTCP,
+		SrcPort: 40000, DstPort: 80, CtState: model.CtNew}
+	if out := prog.Classify(in); out.Verdict != compile.Linux {
+		t.Errorf("NEW packet to a service without endpoints: %v, want Linux (REJECT)", out.Verdict)
+	}
+}
+
+// testKubeProxy is the configuration the kube-proxy tests load in either mode: a UDP service with
+// two endpoints, a TCP one with three, session affinity and a NodePort, and one without
+// endpoints.
+func testKubeProxy() KubeProxy {
+	ep := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+	return KubeProxy{
+		ClusterCIDR: netip.MustParsePrefix("198.18.0.0/16"),
+		ServiceCIDR: netip.MustParsePrefix("198.19.0.0/16"),
+		NodePortIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")},
+		Services: []KubeService{
+			{Namespace: "kube-system", Name: "kube-dns", PortName: "dns", Proto: "udp", ClusterIP: netip.MustParseAddr("198.19.100.1"), Port: 53,
+				Endpoints: []netip.AddrPort{ep("198.18.1.5:53"), ep("198.18.1.6:53")}},
+			{Namespace: "default", Name: "web", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("198.19.0.6"), Port: 80, NodePort: 30080,
+				Endpoints: []netip.AddrPort{ep("198.18.1.7:8080"), ep("198.18.2.7:8080"), ep("198.18.3.7:8080")}, Affinity: true},
+			{Namespace: "default", Name: "gone", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("198.19.0.5"), Port: 80, NodePort: 30081},
+		},
+	}
+}
+
+// loadTwice loads rules with apply into a new namespace (named from name), twice, as kube-proxy
+// rewrites them on every sync.
+func loadTwice(t *testing.T, name string, apply func(*nsutil.NS) error, rules string) *nsutil.NS {
+	t.Helper()
+	ns, err := nsutil.New(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	t.Cleanup(func() { ns.Close() })
 	for range 2 {
-		if err := k.Apply(ns); err != nil {
-			t.Fatal(err)
+		if err := apply(ns); err != nil {
+			t.Fatalf("%v\n%s", err, rules)
 		}
 	}
+	return ns
+}
+
+// compileEstablished reads the IPv4 rules loaded in ns, which must make netfilter track
+// connections, and compiles what an established connection's packets traverse: each of
+// established must be accepted there without Linux.
+func compileEstablished(t *testing.T, ns *nsutil.NS, established ...compile.Input) *compile.Program {
+	t.Helper()
 	snap, err := nft.Read(nft.Options{NetNS: int(ns.Handle())})
 	if err != nil {
 		t.Fatal(err)
@@ -70,19 +103,10 @@ func TestKubeProxyRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A reply from a backend and a later packet of a client's connection: accepted by
-	// KUBE-FORWARD's conntrack rule, without Linux.
-	for _, st := range []uint8{model.CtEstablished} {
-		in := compile.Input{Src: netip.MustParseAddr("198.18.1.7"), Dst: netip.MustParseAddr("198.18.9.9"), Proto: model.ProtoTCP,
-			SrcPort: 8080, DstPort: 40000, CtState: st}
+	for _, in := range established {
 		if out := prog.Classify(in); out.Verdict != compile.Accept {
-			t.Errorf("established packet: %v (rule %d %s)\n%s", out.Verdict, out.Rule, out.Why, prog)
+			t.Errorf("established packet %v: %v (rule %d %s)\n%s", in, out.Verdict, out.Rule, out.Why, prog)
 		}
 	}
-	// NEW: Linux's anyway (no entry); the rules would send it on to the filter KUBE-SERVICES.
-	in := compile.Input{Src: netip.MustParseAddr("198.18.9.9"), Dst: netip.MustParseAddr("198.19.0.5"), Proto: model.ProtoTCP,
-		SrcPort: 40000, DstPort: 80, CtState: model.CtNew}
-	if out := prog.Classify(in); out.Verdict != compile.Linux {
-		t.Errorf("NEW packet to a service without endpoints: %v, want Linux (REJECT)", out.Verdict)
-	}
+	return prog
 }

@@ -508,11 +508,7 @@ func (g *gen) nft() string {
 			case 17:
 				m = append(m, "meta mark "+pick(r, []string{"", "!= "})+"{ 0x1, 0x2 }") // not modelled (a lookup of the mark)
 			case 18:
-				if v6 {
-					m = append(m, "ip6 daddr . "+l4+" dport @c6") // not modelled (concatenation)
-				} else {
-					m = append(m, "ip daddr . "+l4+" dport @c4")
-				}
+				m = append(m, g.concatLookup(v6, l4))
 			case 8:
 				m = append(m, l4+" sport "+fmt.Sprint(pick(r, ports)))
 			}
@@ -543,6 +539,30 @@ func (g *gen) nft() string {
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// concatLookup is a random lookup of a concatenation, plain or negated, in a named set or an
+// anonymous one.
+func (g *gen) concatLookup(v6 bool, l4 string) string {
+	r := g.r
+	ip, fam, srcs, dsts := "ip", "4", src4, dst4
+	if v6 {
+		ip, fam, srcs, dsts = "ip6", "6", src6, dst6
+	}
+	op := pick(r, []string{"", "", "!= "})
+	switch r.IntN(4) {
+	case 0:
+		return ip + " daddr . " + l4 + " dport " + op + "@c" + fam
+	case 1:
+		return ip + " saddr . " + ip + " daddr " + op + "@sd" + fam
+	case 2:
+		// (A protocol set before it, `meta l4proto { tcp, udp }`, would conflict with the
+		// rule's other port matches in nft's eyes.)
+		return "meta l4proto " + l4 + " " + ip + " daddr . meta l4proto . th dport " + op + "@k" + fam
+	}
+	a, b := r.IntN(len(srcs)), r.IntN(len(dsts))
+	return fmt.Sprintf("%s saddr . %s dport %s{ %s . %d, %s . %d }", ip, l4, op, srcs[a], pick(r, ports), srcs[(a+1)%len(srcs)], pick(r, ports)) +
+		fmt.Sprintf(" %s daddr != %s", ip, dsts[b])
 }
 
 // nftSets declares the named sets the native rules look up, with random members around the
@@ -578,8 +598,29 @@ func (g *gen) nftSets() string {
 		ps = append(ps, fmt.Sprint(p))
 	}
 	set("p", "inet_service", " flags interval;", strings.Join(ps, ", "))
-	set("c4", "ipv4_addr . inet_service", "", pick(r, dst4)+" . 80")
-	set("c6", "ipv6_addr . inet_service", "", pick(r, dst6)+" . 80")
+	// Concatenations of exact keys: destination . port, source . destination, destination .
+	// protocol . port.
+	concat := func(name, typ string, key func() string) {
+		used := map[string]bool{}
+		var els []string
+		for range r.IntN(5) {
+			if k := key(); !used[k] {
+				used[k] = true
+				els = append(els, k)
+			}
+		}
+		set(name, typ, "", strings.Join(els, ", "))
+	}
+	port := func() string { return fmt.Sprint(pick(r, ports)) }
+	proto := func() string { return pick(r, []string{"tcp", "udp", "tcp", "udp", "icmp", "gre"}) }
+	concat("c4", "ipv4_addr . inet_service", func() string { return pick(r, dst4) + " . " + port() })
+	concat("c6", "ipv6_addr . inet_service", func() string { return pick(r, dst6) + " . " + port() })
+	concat("sd4", "ipv4_addr . ipv4_addr", func() string { return pick(r, src4) + " . " + pick(r, dst4) })
+	concat("sd6", "ipv6_addr . ipv6_addr", func() string { return pick(r, src6) + " . " + pick(r, dst6) })
+	// A protocol without ports in an element that has one: never the key of a packet that
+	// reaches the lookup (a protocol with ports is required before it).
+	concat("k4", "ipv4_addr . inet_proto . inet_service", func() string { return pick(r, dst4) + " . " + proto() + " . " + port() })
+	concat("k6", "ipv6_addr . inet_proto . inet_service", func() string { return pick(r, dst6) + " . " + proto() + " . " + port() })
 	// Verdict maps as kube-proxy's (address . protocol . port, protocol . port), whose elements
 	// accept, drop, go to a chain that drops or jump to one that returns.
 	b.WriteString("\tchain vdrop {\n\t\tdrop\n\t}\n\tchain vret {\n\t\tcounter\n\t}\n")
@@ -980,6 +1021,7 @@ func TestDifferentialNFTSets(t *testing.T) {
 				"meta l4proto != { tcp, icmp, ipv6-icmp }", "ip protocol { udp, gre }",
 				ip + " daddr . meta l4proto . th dport vmap @v" + fam, "meta l4proto . th dport vmap @vp",
 				ip + " saddr vmap { " + anonVmap + " }",
+				g.concatLookup(fam == "6", l4), g.concatLookup(fam == "6", l4),
 			})
 			if strings.Contains(m, "vmap") {
 				fmt.Fprintf(&b, "\t\t%s\n", m) // the map's verdict ends the rule

@@ -205,6 +205,10 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 		table, chain string
 	}
 	chainRules := map[key][]rawRule{}
+	names := map[key]bool{} // the chains of each table, by name (key.chain)
+	for _, ch := range chains {
+		names[key{uint8(ch.Table.Family), ch.Table.Name, ch.Name}] = true
+	}
 	for _, r := range rules {
 		k := key{r.Family, r.Table, r.Chain}
 		chainRules[k] = append(chainRules[k], r)
@@ -275,14 +279,25 @@ func build(tables []rawTable, chains []*nftables.Chain, rules []rawRule, sets ma
 				}
 				rules := []ruleResult{res}
 				if res.expand != nil {
-					rules = res.expand // a verdict map: one rule per element, of the same ID
+					rules = res.expand // a verdict map or a set lookup: one rule per element, of the same ID
+				}
+				id := model.RuleID{Chain: ck, Handle: r.Handle, Position: i}
+				if res.sub != nil {
+					// A chain made for the rule (a negated lookup), under a name no chain of the
+					// table has.
+					name := fmt.Sprintf("%s handle %d %s", ch.Name, r.Handle, res.subName)
+					for names[key{uint8(fam), ch.Table.Name, name}] {
+						name += "'"
+					}
+					sub := &model.Chain{Key: model.ChainKey{TableFamily: famName, Table: ch.Table.Name, Chain: name}}
+					for _, x := range res.sub {
+						sub.Rules = append(sub.Rules, &model.Rule{ID: id, Matches: x.matches, Verdict: x.verdict})
+					}
+					target.AddChain(sub)
+					rules[0].verdict.Chain = name
 				}
 				for _, x := range rules {
-					c.Rules = append(c.Rules, &model.Rule{
-						ID:      model.RuleID{Chain: ck, Handle: r.Handle, Position: i},
-						Matches: x.matches,
-						Verdict: x.verdict,
-					})
+					c.Rules = append(c.Rules, &model.Rule{ID: id, Matches: x.matches, Verdict: x.verdict})
 				}
 			}
 			target.AddChain(c)

@@ -16,9 +16,10 @@ import (
 	"github.com/linuxfp/linuxfp/internal/filter/model"
 )
 
-// Native nf_tables sets (`ip daddr @blocklist`, `tcp dport { 22, 80 }`): the rules' lookups are
-// translated into the model's matches when the set's key is one field the model reads (an
-// address, a port) and its members change only by netlink messages. Every element change is an
+// Native nf_tables sets (`ip daddr @blocklist`, `tcp dport { 22, 80 }`, `ip daddr . tcp dport
+// @s`): the rules' lookups are translated into the model's matches when the set's key is one
+// field the model reads (an address, a port), or a concatenation of such fields with exact keys
+// (translator.concatLookup), and its members change only by netlink messages. Every element change is an
 // nf_tables commit, so it moves the generation and the set is read again with the rules; the
 // netlink watcher counts the commit's batch in the fence (bpf/netlink_watch.c), so the fast
 // path does not run on the old members meanwhile.
@@ -142,12 +143,7 @@ func dumpSets(c *netlink.Conn) ([]rawSet, error) {
 			case nftaSetExpr:
 				s.exprs = append(s.exprs, exprName(ad.Bytes()))
 			case nftaSetExpressions:
-				ad.Nested(func(nd *netlink.AttributeDecoder) error {
-					for nd.Next() {
-						s.exprs = append(s.exprs, exprName(nd.Bytes()))
-					}
-					return nil
-				})
+				s.exprs = append(s.exprs, exprNames(ad)...)
 			}
 		}
 		if err := ad.Err(); err != nil {
@@ -165,6 +161,19 @@ func exprName(b []byte) string {
 		return "an unreadable expression"
 	}
 	return e.Name
+}
+
+// exprNames are the names of the expressions in the nested list ad is at (NFTA_SET_EXPRESSIONS,
+// NFTA_SET_ELEM_EXPRESSIONS).
+func exprNames(ad *netlink.AttributeDecoder) []string {
+	var names []string
+	ad.Nested(func(nd *netlink.AttributeDecoder) error {
+		for nd.Next() {
+			names = append(names, exprName(nd.Bytes()))
+		}
+		return nil
+	})
+	return names
 }
 
 // rawElem is one element as the element dump gives it.
@@ -255,12 +264,7 @@ func decodeElem(b []byte) (rawElem, error) {
 		case unix.NFTA_SET_ELEM_EXPR:
 			e.exprs = append(e.exprs, exprName(ad.Bytes()))
 		case nftaSetElemExpressions:
-			ad.Nested(func(nd *netlink.AttributeDecoder) error {
-				for nd.Next() {
-					e.exprs = append(e.exprs, exprName(nd.Bytes()))
-				}
-				return nil
-			})
+			e.exprs = append(e.exprs, exprNames(ad)...)
 		}
 	}
 	return e, ad.Err()
@@ -309,8 +313,9 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 		s.verdictMap = rs.flags&unix.NFT_SET_MAP != 0 && rs.dataType == unix.NFT_DATA_VERDICT &&
 			rs.flags&(unix.NFT_SET_INTERVAL|unix.NFT_SET_OBJECT) == 0
 		switch {
-		case (rs.concat > 1 || rs.flags&nftSetConcat != 0) && !s.verdictMap:
-			s.unsupported = "concatenated key"
+		case (rs.concat > 1 || rs.flags&nftSetConcat != 0) && !s.verdictMap && rs.flags&unix.NFT_SET_INTERVAL != 0:
+			// Concatenations of exact keys are read as one-field sets are (translator.concatLookup).
+			s.unsupported = "a concatenation with intervals"
 		case rs.flags&unix.NFT_SET_TIMEOUT != 0 || rs.timeout:
 			s.unsupported = "elements time out (no message when one does)"
 		case rs.flags&unix.NFT_SET_EVAL != 0:
@@ -339,6 +344,21 @@ func readSets(c *netlink.Conn, rules []rawRule) (map[setRef]*nftSet, error) {
 	return out, nil
 }
 
+// elemProblem says why an element keeps its set's lookups from being modelled, whatever the set
+// (or ""): a catch-all element matches every key, an element that times out changes the set with
+// no message, and expressions other than counters act on the packets found.
+func elemProblem(e rawElem) string {
+	switch {
+	case e.flags&nftSetElemCatchall != 0:
+		return "catch-all element"
+	case e.timeout:
+		return "an element times out (no message when it does)"
+	case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
+		return "an element carries " + e.exprs[0]
+	}
+	return ""
+}
+
 // keyRanges turns the elements of a one-field set into sorted inclusive ranges. An interval set
 // (rbtree) dumps each interval as its start and, flagged NFT_SET_ELEM_INTERVAL_END, the key after
 // its end (none when it runs to the largest key); pipapo dumps a start and an inclusive end
@@ -351,14 +371,10 @@ func keyRanges(elems []rawElem, keyLen uint32, interval bool) ([]keyRange, strin
 	var pts []point
 	var ranges []keyRange
 	for _, e := range elems {
-		switch {
-		case e.flags&nftSetElemCatchall != 0:
-			return nil, "catch-all element"
-		case e.timeout:
-			return nil, "an element times out (no message when it does)"
-		case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
-			return nil, "an element carries " + e.exprs[0]
-		case len(e.key) != int(keyLen) || (e.keyEnd != nil && len(e.keyEnd) != int(keyLen)):
+		if why := elemProblem(e); why != "" {
+			return nil, why
+		}
+		if len(e.key) != int(keyLen) || (e.keyEnd != nil && len(e.keyEnd) != int(keyLen)) {
 			return nil, "element of an unexpected length"
 		}
 		switch {
@@ -413,13 +429,10 @@ func vmapElems(elems []rawElem, keyLen uint32) ([]vmapElem, string) {
 	}
 	out := make([]vmapElem, 0, len(elems))
 	for _, e := range elems {
+		if why := elemProblem(e); why != "" {
+			return nil, why
+		}
 		switch {
-		case e.flags&nftSetElemCatchall != 0:
-			return nil, "catch-all element"
-		case e.timeout:
-			return nil, "an element times out (no message when it does)"
-		case slices.ContainsFunc(e.exprs, func(n string) bool { return n != "counter" }):
-			return nil, "an element carries " + e.exprs[0]
 		case len(e.key) != int(keyLen) || e.keyEnd != nil || e.flags&unix.NFT_SET_ELEM_INTERVAL_END != 0:
 			return nil, "element of an unexpected form"
 		case e.data == nil:

@@ -21,6 +21,22 @@ table inet lfpsets {
 	set dyn { type ipv4_addr; size 100; flags dynamic; }
 	set cat { type ipv4_addr . inet_service; elements = { 198.19.0.5 . 80 } }
 	map vm { type ipv4_addr : verdict; elements = { 198.19.0.5 : drop } }
+	set cat2 { type ipv4_addr . ipv4_addr; elements = { 198.19.0.1 . 198.19.0.2, 198.19.0.3 . 198.19.0.4 } }
+	set cati { type ipv4_addr . inet_service; flags interval; elements = { 198.19.0.0/24 . 80-90 } }
+	set cat3 { type ipv4_addr . inet_proto . inet_service; elements = { 198.19.0.5 . tcp . 80, 198.19.0.6 . udp . 53 } }
+	set cat0 { type ipv4_addr . ipv4_addr; }
+	chain g {
+		ip saddr . ip daddr @cat2 iifname "in0" accept
+		ip saddr . ip daddr != @cat2 oifname "out0" drop
+		ip saddr . ip daddr != @cat2 return
+		ip daddr . tcp dport @cati drop
+		ip daddr . meta l4proto . th dport @cat3 accept
+		ip daddr . th dport @cat drop
+		ip saddr . ip daddr @cat2 ip daddr . tcp dport @cat drop
+		ip daddr . tcp dport { 198.19.0.9 . 22, 198.19.0.9 . 23 } drop
+		ip saddr . ip daddr @cat0 drop
+		ip saddr . ip daddr != @cat0 accept
+	}
 	chain f {
 		type filter hook forward priority 0; policy accept;
 		ip daddr @blk4 drop
@@ -73,16 +89,36 @@ func TestNFTSets(t *testing.T) {
 		"1: saddr not in " + name("net4") + " => accept",
 		"3: -p tcp -m multiport --dports 22,8000:8080 => accept",
 		"4: -p udp -m multiport ! --sports 53,123 => drop",
-		"5: daddr in " + name("__set1") + " => drop",
+		"5: daddr in " + name("__set2") + " => drop",
 		"6: unknown(network header bytes 16-19 in set @timed (elements time out (no message when one does))) => drop",
 		"7: unknown(network header bytes 12-15 in set @dyn (dynamic set (packets add elements))) => drop",
-		"8: -p tcp unknown(network header bytes 16-19 in set @cat (a key of 8 bytes: a concatenation)) => drop",
+		"8: -p tcp -d 198.19.0.5/32 --dport 80 => drop",
 		"9: -d 198.19.0.5/32 => drop",
 		"10: -p {tcp,udp} => accept",
 		"11: -p {tcp,udp} -m multiport --dports 53,5353 => drop",
 		"12: ! -p {icmp,47} => accept",
 		"13: -p {icmp,tcp} unknown(transport header bytes 2-3 == 0x0035) => drop",
 		"14: unknown(dynset, stateful) => continue",
+		// Lookups of concatenations: one rule per element, or (negated) a jump to a chain made
+		// for the rule, whose elements return.
+		"chain inet lfpsets g",
+		"0: -s 198.19.0.1/32 -d 198.19.0.2/32 -i in0 => accept",
+		"0: -s 198.19.0.3/32 -d 198.19.0.4/32 -i in0 => accept",
+		"1: => jump g handle 16 not in @cat2",
+		"2: unknown(network header bytes 12-15 not in set @cat2 (a negated concatenation in a rule that ends with return)) => return",
+		"3: -p tcp unknown(network header bytes 16-19 in set @cati (a concatenation with intervals)) => drop",
+		"4: -d 198.19.0.5/32 -p tcp --dport 80 => accept",
+		"4: -d 198.19.0.6/32 -p udp --dport 53 => accept",
+		"5: unknown(network header bytes 16-19 in set @cat (a concatenation with a port, of packets that may have none)) => drop",
+		"6: -s 198.19.0.1/32 -d 198.19.0.2/32 -p tcp unknown(network header bytes 16-19 in set @cat (a second lookup of a concatenation in the rule)) => drop",
+		"6: -s 198.19.0.3/32 -d 198.19.0.4/32 -p tcp unknown(network header bytes 16-19 in set @cat (a second lookup of a concatenation in the rule)) => drop",
+		"7: -p tcp -d 198.19.0.9/32 --dport 22 => drop",
+		"7: -p tcp -d 198.19.0.9/32 --dport 23 => drop",
+		"9: => accept", // not in an empty set; the lookup in it (8) never matches
+		"chain inet lfpsets g handle 16 not in @cat2",
+		"1: -s 198.19.0.1/32 -d 198.19.0.2/32 => return",
+		"1: -s 198.19.0.3/32 -d 198.19.0.4/32 => return",
+		"1: -o out0 => drop",
 	})
 	if t.Failed() {
 		t.Logf("ipv6: %s", strings.Join(render(s.IPv6), "\n"))
@@ -91,7 +127,7 @@ func TestNFTSets(t *testing.T) {
 		"blk4":   "ipv4 hash:net: 198.19.0.5/32 198.19.1.9/32",
 		"net4":   "ipv4 hash:net: 198.19.0.0/24 198.19.2.3/32 198.19.2.4/30 198.19.2.8/31 198.19.4.0/24 198.19.5.0/25",
 		"net6":   "ipv6 hash:net: 2001:2:1::/64 2001:2:2::5/128 2001:2:2::6/127",
-		"__set1": "ipv4 hash:net: 198.19.7.0/24 198.19.9.9/32",
+		"__set2": "ipv4 hash:net: 198.19.7.0/24 198.19.9.9/32",
 	} {
 		if got := members(s, name(set)); got != want {
 			t.Errorf("set %s: %s, want %s", set, got, want)

@@ -62,6 +62,8 @@ type translator struct {
 	setPorts   bool
 	sideEffect bool // a stateful Unknown match came before
 	matches    []model.Match
+	// concat: a lookup of a concatenated key in the rule, expanded when the rule is done.
+	concat *concatLookup
 }
 
 type valKind uint8
@@ -186,12 +188,26 @@ type ruleResult struct {
 	never bool
 	// expand: the rule is these rules, in order (a verdict map lookup, one rule per element).
 	expand []ruleResult
+	// sub: the rule jumps (verdict.Chain is left for the caller to fill in) to a chain of these
+	// rules, made for the rule alone (a negated lookup of a concatenated key: expandConcat);
+	// subName says what it is.
+	sub     []ruleResult
+	subName string
 }
 
 // translate translates a rule's expressions for t.family.
 func (t *translator) translate(exprs []rawExpr) ruleResult {
 	t.regs = map[uint32]*regVal{}
-	t.proto, t.hasProto, t.setPorts, t.sideEffect, t.matches = 0, false, false, false, nil
+	t.proto, t.hasProto, t.setPorts, t.sideEffect, t.matches, t.concat = 0, false, false, false, nil, nil
+	r := t.exprs(exprs)
+	if t.concat == nil || r.never {
+		return r
+	}
+	return t.expandConcat(r)
+}
+
+// exprs translates the expressions of a rule.
+func (t *translator) exprs(exprs []rawExpr) ruleResult {
 	linux := func(reason string, nat bool) ruleResult {
 		return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Linux, Reason: reason, NAT: nat}}
 	}
@@ -240,7 +256,9 @@ func (t *translator) translate(exprs []rawExpr) ruleResult {
 					return r
 				}
 			}
-			t.matches = append(t.matches, t.lookup(e, isMap))
+			if m := t.lookup(e, isMap); m != nil {
+				t.matches = append(t.matches, m)
+			}
 			if isMap {
 				if dreg == unix.NFT_REG_VERDICT {
 					return linux("verdict map", false)
@@ -699,20 +717,92 @@ func verdictOf(code int32, chain string) model.Verdict {
 	return model.Verdict{Kind: model.Linux, Reason: fmt.Sprintf("verdict %d (queue, stolen, ...)", code)}
 }
 
-// vmapField is one field of a verdict map's key as the rule loads it.
-type vmapField struct {
-	kind vmapFieldKind
+// keyField is one field of a concatenated key (a verdict map's or a set's) as the rule loads it.
+type keyField struct {
+	kind keyFieldKind
 	dir  model.Dir
 	n    int // bytes of the field (its register space: rounded up to 4)
 }
 
-type vmapFieldKind uint8
+type keyFieldKind uint8
 
 const (
-	vmapAddr vmapFieldKind = iota
-	vmapProto
-	vmapPort
+	keyAddr keyFieldKind = iota
+	keyProto
+	keyPort
 )
+
+// keyFields reads the fields of a lookup's key of keyLen bytes from the registers from sreg on:
+// each field in its own 32-bit registers, padded to 4 bytes. hasProto: a field is the transport
+// protocol. ok false: a field the model does not read (or a masked one).
+func (t *translator) keyFields(sreg, keyLen uint32) (fields []keyField, hasProto, ok bool) {
+	for pos, left := reg32(sreg), int(keyLen); left > 0; {
+		v := t.regs[pos]
+		if v == nil || v.mask != nil {
+			return nil, false, false
+		}
+		f := keyField{n: v.n}
+		switch {
+		case v.kind == valMeta && v.key == unix.NFT_META_L4PROTO && v.n == 1,
+			v.kind == valPayload && t.family == model.IPv4 && v.base == baseNetwork && v.offset == 9 && v.n == 1:
+			f.kind, hasProto = keyProto, true
+		case v.kind == valPayload && v.base == baseTransport && v.n == 2 && (v.offset == 0 || v.offset == 2):
+			f.kind, f.dir = keyPort, model.Src
+			if v.offset == 2 {
+				f.dir = model.Dst
+			}
+		case v.kind == valPayload && v.base == baseNetwork:
+			found := false
+			for _, af := range t.addrFields() {
+				if v.offset == af.off && uint32(v.n) == af.len {
+					f.kind, f.dir, found = keyAddr, af.dir, true
+				}
+			}
+			if !found {
+				return nil, false, false
+			}
+		default:
+			return nil, false, false
+		}
+		fields = append(fields, f)
+		padded := (v.n + 3) / 4 * 4
+		pos += uint32(padded / 4)
+		left -= padded
+		if left < 0 {
+			return nil, false, false
+		}
+	}
+	return fields, hasProto, true
+}
+
+// keyMatches is an exact key as matches: its addresses and protocol, then its ports (after the
+// protocol, which the model's port matches need). found false: no packet has this key (the
+// registers' padding is zero for every packet, and the element's is not). portsOK false: the
+// key has a port where the packet may have none: the rule has no protocol with ports so far
+// (portsKnown false) and the key's protocol field, if any, is not one.
+func keyMatches(fields []keyField, key []byte, portsKnown bool) (ms []model.Match, found, portsOK bool) {
+	var ports []model.Match
+	elemPorts := false
+	off := 0
+	found = true
+	for _, f := range fields {
+		b := key[off : off+f.n]
+		found = found && allZero(key[off+f.n:off+(f.n+3)/4*4])
+		off += (f.n + 3) / 4 * 4
+		switch f.kind {
+		case keyAddr:
+			a, _ := netip.AddrFromSlice(b)
+			ms = append(ms, model.Addr{Dir: f.dir, Prefix: netip.PrefixFrom(a, a.BitLen())})
+		case keyProto:
+			ms = append(ms, model.Proto{Proto: b[0]})
+			elemPorts = model.HasPorts(b[0])
+		case keyPort:
+			p := binary.BigEndian.Uint16(b)
+			ports = append(ports, model.Ports{Dir: f.dir, Ranges: []model.PortRange{{From: p, To: p}}})
+		}
+	}
+	return append(ms, ports...), found, len(ports) == 0 || portsKnown || elemPorts
+}
 
 // vmap translates a verdict map lookup (`ip daddr . meta l4proto . th dport vmap @service-ips`,
 // `meta l4proto . th dport vmap @m`, `ip saddr vmap { ... }`) whose key fields are addresses,
@@ -725,88 +815,28 @@ const (
 func (t *translator) vmap(e rawExpr) (ruleResult, bool) {
 	flags, _ := e.u32(nftaLookupFlags)
 	s := t.nftSets[setRef{t.tableFamily, t.table, e.str(lookupSet)}]
-	if flags != 0 || t.sideEffect || s == nil || !s.verdictMap || s.unsupported != "" {
+	if flags != 0 || t.sideEffect || t.concat != nil || s == nil || !s.verdictMap || s.unsupported != "" {
 		return ruleResult{}, false
 	}
 	sreg, _ := e.u32(lookupSreg)
-	// The key's fields are in consecutive 32-bit registers, each field padded to 4 bytes.
-	var fields []vmapField
-	hasProto := false
-	for pos, left := reg32(sreg), int(s.keyLen); left > 0; {
-		v := t.regs[pos]
-		if v == nil || v.mask != nil {
-			return ruleResult{}, false
-		}
-		f := vmapField{n: v.n}
-		switch {
-		case v.kind == valMeta && v.key == unix.NFT_META_L4PROTO && v.n == 1,
-			v.kind == valPayload && t.family == model.IPv4 && v.base == baseNetwork && v.offset == 9 && v.n == 1:
-			f.kind, hasProto = vmapProto, true
-		case v.kind == valPayload && v.base == baseTransport && v.n == 2 && (v.offset == 0 || v.offset == 2):
-			f.kind, f.dir = vmapPort, model.Src
-			if v.offset == 2 {
-				f.dir = model.Dst
-			}
-		case v.kind == valPayload && v.base == baseNetwork:
-			found := false
-			for _, af := range t.addrFields() {
-				if v.offset == af.off && uint32(v.n) == af.len {
-					f.kind, f.dir, found = vmapAddr, af.dir, true
-				}
-			}
-			if !found {
-				return ruleResult{}, false
-			}
-		default:
-			return ruleResult{}, false
-		}
-		fields = append(fields, f)
-		padded := (v.n + 3) / 4 * 4
-		pos += uint32(padded / 4)
-		left -= padded
-		if left < 0 {
-			return ruleResult{}, false
-		}
+	fields, _, ok := t.keyFields(sreg, s.keyLen)
+	if !ok {
+		return ruleResult{}, false
 	}
-	// A port is read only where the packet has one: after a protocol with ports in the rule, or
-	// from an element whose protocol field has ports.
-	portsKnown := t.hasPorts()
 	out := ruleResult{expand: []ruleResult{}}
 	for _, el := range s.vmap {
-		ms := slices.Clone(t.matches)
-		var ports []model.Match
-		elemPorts := false
-		off := 0
-		never := false
-		for _, f := range fields {
-			b := el.key[off : off+f.n]
-			// The registers' padding is zero for every packet: an element with other padding
-			// is never found.
-			never = never || !allZero(el.key[off+f.n:off+(f.n+3)/4*4])
-			off += (f.n + 3) / 4 * 4
-			switch f.kind {
-			case vmapAddr:
-				a, _ := netip.AddrFromSlice(b)
-				ms = append(ms, model.Addr{Dir: f.dir, Prefix: netip.PrefixFrom(a, a.BitLen())})
-			case vmapProto:
-				ms = append(ms, model.Proto{Proto: b[0]})
-				elemPorts = model.HasPorts(b[0])
-			case vmapPort:
-				p := binary.BigEndian.Uint16(b)
-				ports = append(ports, model.Ports{Dir: f.dir, Ranges: []model.PortRange{{From: p, To: p}}})
-			}
-		}
-		if never {
+		ms, found, portsOK := keyMatches(fields, el.key, t.hasPorts())
+		if !found {
 			continue
 		}
-		if len(ports) > 0 && !portsKnown && !(hasProto && elemPorts) {
+		if !portsOK {
 			return ruleResult{}, false
 		}
 		code, chain, ok := verdictData(el.data)
 		if !ok || code == nftCont || code == nftBreak {
 			return ruleResult{}, false
 		}
-		out.expand = append(out.expand, ruleResult{matches: append(ms, ports...), verdict: verdictOf(code, chain)})
+		out.expand = append(out.expand, ruleResult{matches: append(slices.Clone(t.matches), ms...), verdict: verdictOf(code, chain)})
 	}
 	if len(out.expand) == 0 {
 		return ruleResult{never: true}, true
@@ -861,7 +891,9 @@ func ctStateCmp(mask []byte, value uint32, neq bool) model.CtState {
 
 // lookup translates a set lookup (`ip daddr @s`, `tcp dport != { 22, 80 }`) in a set whose key
 // is one field the model reads: the source or destination address (a Set match on the set's
-// addresses) or a port (a Ports match). Everything else is an Unknown match saying why.
+// addresses) or a port (a Ports match). A lookup of a concatenation the translator expands is no
+// match (nil: concatLookup keeps it for expandConcat). Everything else is an Unknown match saying
+// why.
 func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
 	sreg, _ := e.u32(lookupSreg)
 	name := e.str(lookupSet)
@@ -892,7 +924,10 @@ func (t *translator) lookup(e rawExpr, isMap bool) model.Match {
 	case s.unsupported != "":
 		return unknown(s.unsupported)
 	case uint32(v.n) < s.keyLen:
-		return unknown(fmt.Sprintf("a key of %d bytes: a concatenation", s.keyLen))
+		if why := t.concatLookup(sreg, name, s, invert, unknown); why != "" {
+			return unknown(why)
+		}
+		return nil
 	case uint32(v.n) != s.keyLen:
 		return unknown("")
 	}
@@ -945,4 +980,101 @@ func (t *translator) protoSet(ranges []keyRange, invert bool) model.Match {
 // hasPorts: the rule so far requires a protocol with ports, so port matches can be modelled.
 func (t *translator) hasPorts() bool {
 	return t.hasProto && model.HasPorts(t.proto) || t.setPorts
+}
+
+// maxConcatElems bounds the concatenated sets whose lookups are modelled: each element becomes a
+// rule of the model (expandConcat), as a verdict map's do.
+const maxConcatElems = maxVmapElems
+
+// concatLookup is a lookup of a concatenated key in a set of exact keys (`ip daddr . tcp dport
+// @s`, `ip saddr . ip daddr != { a . b, c . d }`), which the rule becomes several rules for once
+// its other expressions are read (expandConcat).
+type concatLookup struct {
+	at     int             // the position of the lookup among the rule's matches
+	keys   [][]model.Match // each element's key as matches (elements no packet has left out)
+	invert bool
+	set    string
+	// unknown makes the lookup an Unknown match saying why, for a rule whose verdict
+	// expandConcat cannot keep with a negated lookup.
+	unknown func(why string) model.Match
+}
+
+// concatLookup reads a lookup of a concatenated key in s for expandConcat, or says why it is
+// not modelled.
+func (t *translator) concatLookup(sreg uint32, name string, s *nftSet, invert bool, unknown func(string) model.Match) string {
+	switch {
+	case t.concat != nil:
+		return "a second lookup of a concatenation in the rule"
+	case t.sideEffect:
+		// The rule becomes several: a stateful match before the lookup would run in each.
+		return "a concatenation after a stateful match"
+	case s.flags&unix.NFT_SET_INTERVAL != 0:
+		return "a concatenation with intervals"
+	case len(s.ranges) > maxConcatElems:
+		return fmt.Sprintf("a concatenation: %d elements (more than %d)", len(s.ranges), maxConcatElems)
+	}
+	fields, _, ok := t.keyFields(sreg, s.keyLen)
+	if !ok {
+		return fmt.Sprintf("a concatenation of %d bytes, not of addresses, the protocol and ports", s.keyLen)
+	}
+	c := &concatLookup{at: len(t.matches), keys: [][]model.Match{}, invert: invert, set: name, unknown: unknown}
+	for _, r := range s.ranges {
+		if !bytes.Equal(r.from, r.to) {
+			return "a concatenation with intervals"
+		}
+		ms, found, portsOK := keyMatches(fields, r.from, t.hasPorts())
+		if !portsOK {
+			return "a concatenation with a port, of packets that may have none"
+		}
+		if found {
+			c.keys = append(c.keys, ms)
+		}
+	}
+	t.concat = c
+	return ""
+}
+
+// expandConcat turns rule r, read with a lookup of a concatenated key (t.concat), into rules the
+// model holds. A set of exact keys holds at most one element a packet's key equals.
+//
+// A lookup (`ip daddr . tcp dport @s accept`) becomes one rule per element: the matches before
+// the lookup, the element's key, the matches after it, and the rule's verdict. At most one of
+// them matches a packet, and exactly when the rule does; a jump that returns goes on after them
+// all as after the rule (the key's fields are the packet's, which no rule the model evaluates
+// rewrites).
+//
+// A negated lookup (`!= @s`) holds when no element is the packet's key: the rule becomes a jump,
+// under the matches before the lookup, to a chain made for it: one rule per element that
+// returns, then the matches after the lookup with the rule's verdict. That is the rule for an
+// accept, a drop, a jump, no verdict and a verdict the model hands to Linux; not for return and
+// goto, which would leave the made chain rather than the rule's: with those the lookup stays an
+// Unknown match.
+func (t *translator) expandConcat(r ruleResult) ruleResult {
+	c := t.concat
+	before, after := r.matches[:c.at:c.at], r.matches[c.at:]
+	if !c.invert {
+		if len(c.keys) == 0 {
+			return ruleResult{never: true} // nothing before the lookup has side effects
+		}
+		out := ruleResult{expand: []ruleResult{}}
+		for _, k := range c.keys {
+			out.expand = append(out.expand, ruleResult{matches: slices.Concat(before, k, after), verdict: r.verdict})
+		}
+		return out
+	}
+	switch {
+	case len(c.keys) == 0:
+		// No element: every packet's key is not in the set.
+		return ruleResult{matches: slices.Concat(before, after), verdict: r.verdict}
+	case r.verdict.Kind == model.Return || r.verdict.Kind == model.Goto:
+		why := "a negated concatenation in a rule that ends with " + r.verdict.Kind.String()
+		r.matches = slices.Concat(before, []model.Match{c.unknown(why)}, after)
+		return r
+	}
+	out := ruleResult{matches: before, verdict: model.Verdict{Kind: model.Jump}, sub: []ruleResult{}, subName: "not in @" + c.set}
+	for _, k := range c.keys {
+		out.sub = append(out.sub, ruleResult{matches: k, verdict: model.Verdict{Kind: model.Return}})
+	}
+	out.sub = append(out.sub, ruleResult{matches: slices.Clone(after), verdict: r.verdict})
+	return out
 }

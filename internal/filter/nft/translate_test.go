@@ -269,3 +269,30 @@ func ctInfo(rev int, flags, inv, state uint16) []byte {
 	}
 	return b
 }
+
+// A lookup of a concatenation becomes one rule per element up to maxConcatElems elements; a
+// larger set's lookups are Unknown, saying so.
+func TestConcatLookupCap(t *testing.T) {
+	load := func(base, off, n, dreg uint32) rawExpr {
+		return ex("payload", map[uint16][]byte{payloadDreg: u32(dreg), payloadBase: u32(base), payloadOffset: u32(off), payloadLen: u32(n)})
+	}
+	exprs := cat(l4(6), load(baseNetwork, 16, 4, unix.NFT_REG32_00), load(baseTransport, 2, 2, unix.NFT_REG32_01),
+		ex("lookup", map[uint16][]byte{lookupSreg: u32(unix.NFT_REG32_00), lookupSet: []byte("s\x00")}), verdict(nfDrop, ""))
+	for _, n := range []int{maxConcatElems, maxConcatElems + 1} {
+		s := &nftSet{ref: setRef{unix.NFPROTO_IPV4, "t", "s"}, keyLen: 8}
+		for i := range n {
+			k := []byte{198, 19, byte(i >> 8), byte(i), 0, 80, 0, 0}
+			s.ranges = append(s.ranges, keyRange{k, k})
+		}
+		tr := &translator{family: model.IPv4, tableFamily: unix.NFPROTO_IPV4, table: "t", nftSets: map[setRef]*nftSet{s.ref: s}}
+		r := tr.translate(exprs)
+		switch {
+		case n <= maxConcatElems && len(r.expand) != n:
+			t.Errorf("%d elements: %d rules, want one per element", n, len(r.expand))
+		case n <= maxConcatElems && render(r.expand[n-1]) != "-p tcp -d 198.19.63.255/32 --dport 80 => drop":
+			t.Errorf("%d elements: last rule %s", n, render(r.expand[n-1]))
+		case n > maxConcatElems && (r.expand != nil || !strings.Contains(render(r), "(a concatenation: 16385 elements (more than 16384))")):
+			t.Errorf("%d elements: %s (%d rules), want the lookup Unknown", n, render(r), len(r.expand))
+		}
+	}
+}

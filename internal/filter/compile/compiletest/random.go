@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 
 	"github.com/linuxfp/linuxfp/internal/filter/eval"
 	"github.com/linuxfp/linuxfp/internal/filter/model"
@@ -297,6 +298,12 @@ func (g *Gen) Ruleset() (*model.Ruleset, map[string]*model.IPSet) {
 			if c.Base != nil && c.Base.Hook == model.Forward && r.IntN(8) == 0 {
 				g.blacklist(c)
 			}
+			// Each rule's position in the chain as read (the rules a lookup of a
+			// concatenation becomes share one).
+			ids := make([]int, len(c.Rules))
+			for i := range ids {
+				ids[i] = i
+			}
 			for range n {
 				v := model.Verdict{Kind: pick(r, t.verdicts)}
 				switch v.Kind {
@@ -318,16 +325,82 @@ func (g *Gen) Ruleset() (*model.Ruleset, map[string]*model.IPSet) {
 					v.Reason = pick(r, []string{"target REJECT", "target LOG", "DNAT translates the packet", "target MARK"})
 					v.NAT = v.Reason == "DNAT translates the packet"
 				}
-				c.Rules = append(c.Rules, &model.Rule{Matches: g.matches(), Verdict: v})
+				pos := len(ids)
+				if pos > 0 {
+					pos = ids[pos-1] + 1
+				}
+				rules := []*model.Rule{{Matches: g.matches(), Verdict: v}}
+				if r.IntN(8) == 0 {
+					rules = g.concat(rs, c, pos, v)
+				}
+				for range rules {
+					ids = append(ids, pos)
+				}
+				c.Rules = append(c.Rules, rules...)
 			}
 			for i, rule := range c.Rules {
-				rule.ID = model.RuleID{Chain: c.Key, Handle: uint64(i + 2), Position: i}
+				rule.ID = model.RuleID{Chain: c.Key, Handle: uint64(ids[i] + 2), Position: ids[i]}
 			}
 			rs.AddChain(c)
 		}
 	}
 	rs.Sort()
 	return rs, g.sets()
+}
+
+// concat returns the rules the translator makes of a rule with a lookup of a concatenation of
+// exact keys (package nft's expandConcat), at position pos of chain c with verdict v: one rule
+// per element (the matches before the lookup, the element's key, the matches after it, v), or,
+// negated, a jump to a chain made for the rule (added to rs), whose elements return before a
+// last rule of the matches after the lookup with v.
+func (g *Gen) concat(rs *model.Ruleset, c *model.Chain, pos int, v model.Verdict) []*model.Rule {
+	r := g.R
+	before, after := g.matches(), g.matches()
+	if r.IntN(2) == 0 {
+		before = nil
+	}
+	if r.IntN(2) == 0 {
+		after = nil
+	}
+	exact := func(pool []string) netip.Prefix {
+		a := netip.MustParseAddr(pick(r, pool))
+		return netip.PrefixFrom(a, a.BitLen())
+	}
+	kind := r.IntN(2)
+	seen := map[string]bool{}
+	var keys [][]model.Match
+	for range r.IntN(5) {
+		var k []model.Match
+		switch kind {
+		case 0: // daddr . l4proto . dport
+			p := pick(r, ports)
+			k = []model.Match{model.Addr{Dir: model.Dst, Prefix: exact(g.dsts())}, model.Proto{Proto: pick(r, []uint8{model.ProtoTCP, model.ProtoUDP})},
+				model.Ports{Dir: model.Dst, Ranges: []model.PortRange{{From: p, To: p}}}}
+		case 1: // saddr . daddr
+			k = []model.Match{model.Addr{Dir: model.Src, Prefix: exact(g.srcs())}, model.Addr{Dir: model.Dst, Prefix: exact(g.dsts())}}
+		}
+		if s := fmt.Sprint(k); !seen[s] {
+			seen[s] = true
+			keys = append(keys, k)
+		}
+	}
+	negated := r.IntN(2) == 0 && v.Kind != model.Return && v.Kind != model.Goto
+	if !negated {
+		var out []*model.Rule
+		for _, k := range keys {
+			out = append(out, &model.Rule{Matches: slices.Concat(before, k, after), Verdict: v})
+		}
+		return out
+	}
+	id := model.RuleID{Chain: c.Key, Handle: uint64(pos + 2), Position: pos}
+	sub := &model.Chain{Key: c.Key}
+	sub.Key.Chain = fmt.Sprintf("%s handle %d not in @s", c.Key.Chain, pos+2)
+	for _, k := range keys {
+		sub.Rules = append(sub.Rules, &model.Rule{ID: id, Matches: k, Verdict: model.Verdict{Kind: model.Return}})
+	}
+	sub.Rules = append(sub.Rules, &model.Rule{ID: id, Matches: after, Verdict: v})
+	rs.AddChain(sub)
+	return []*model.Rule{{Matches: before, Verdict: model.Verdict{Kind: model.Jump, Chain: sub.Key.Chain}}}
 }
 
 // blacklist adds many address rules to c (the leaves' shapes).
