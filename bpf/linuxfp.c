@@ -54,8 +54,9 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const int v4)
 		if (r != LFP_FORWARDED)
 			return linuxfp_verdict(ctx, r);
 	}
-	router_dnat(&p);
-	r = router_fib(ctx, &p);
+	r = router_dnat(&p);
+	if (r == LFP_FORWARDED)
+		r = router_fib(ctx, &p);
 	/* The device the packet is routed to (a VXLAN or bridge device too, whose own way out is
 	 * checked again where it is chosen): a change of it not followed yet (gate.h). */
 	if (r == LFP_FORWARDED)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"slices"
@@ -20,12 +21,34 @@ import (
 // NAT rules on the DUT, tracked UDP flows through it: each flow's first datagram makes Linux
 // create the conntrack entry (and the translation), the later ones the fast path forwards
 // untranslated or translates as the entry says. The sink must receive the same bytes (IPv4 ID
-// included: forwarded packets keep theirs) as with Linux alone.
+// included: forwarded packets keep theirs) as with Linux alone. The same rules for IPv6, whose
+// DNAT also moves the port.
 const diffNATSetup = `iptables -t nat -A POSTROUTING -o out0 -p udp --dport 5000:5999 -j MASQUERADE
 iptables -t nat -A POSTROUTING -o out0 -p udp --dport 6000:6999 -j SNAT --to-source 198.18.1.1
 iptables -t nat -A PREROUTING -d 198.19.40.0/24 -p udp -j DNAT --to-destination 198.19.41.7
 iptables -A FORWARD -p udp --dport 7777 -j DROP
-ip route add unreachable 198.19.201.0/24`
+ip route add unreachable 198.19.201.0/24
+ip6tables -t nat -A POSTROUTING -o out0 -p udp --dport 5000:5999 -j MASQUERADE
+ip6tables -t nat -A POSTROUTING -o out0 -p udp --dport 6000:6999 -j SNAT --to-source 2001:2:0:1::5:1
+ip6tables -t nat -A PREROUTING -d 2001:2:1:28::/64 -p udp -j DNAT --to-destination [2001:2:1:29::7]:9000
+ip6tables -A FORWARD -p udp --dport 7777 -j DROP
+ip -6 route add unreachable 2001:2:1:c9::/64`
+
+// checkNoCTNAT fails the test if in0 or out0 handed a translated connection's packet to Linux
+// for being translated (ct_nat): with no rule but nat chains' on prerouting and postrouting,
+// the fast path translates every family's.
+func checkNoCTNAT(t *testing.T, tb *testbed.Testbed) {
+	t.Helper()
+	st, err := testbed.StatusClientIn(tb.DUT).Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range st.Interfaces {
+		if n := it.Passed["ct_nat"].Packets; (it.Name == "in0" || it.Name == "out0") && n > 0 {
+			t.Errorf("%s handed %d packets of translated connections to Linux (ct_nat), want 0", it.Name, n)
+		}
+	}
+}
 
 func TestDifferentialNAT(t *testing.T) {
 	for _, hook := range diffHooks[:2] {
@@ -50,6 +73,7 @@ func TestDifferentialNAT(t *testing.T) {
 				}
 			}
 			d.differential(t, d.natCorpus(), time.Second, true)
+			checkNoCTNAT(t, tb)
 		})
 	}
 }
@@ -63,6 +87,7 @@ func (d *diffEnv) natCorpus() *diffCorpus {
 		b.add(name, per, fast, func(i int) packet.Spec { return spec }, post...)
 	}
 	zeroUDPCsum := func(f []byte) []byte { f[14+20+6], f[14+20+7] = 0, 0; return f }
+	zeroUDPCsum6 := func(f []byte) []byte { f[14+40+6], f[14+40+7] = 0, 0; return f }
 	for i := 0; i < 25; i++ {
 		s := b.v4(b.route4())
 		s.DstPort = uint16(5000 + b.r.Intn(1000))
@@ -81,12 +106,33 @@ func (d *diffEnv) natCorpus() *diffCorpus {
 		s.DstPort = 7777
 		flow("dropped by a rule", false, s)
 	}
+	for i := 0; i < 15; i++ {
+		s := b.v6(b.route6())
+		s.DstPort = uint16(5000 + b.r.Intn(1000))
+		flow("ipv6 masquerade", true, s)
+		s = b.v6(b.route6())
+		s.DstPort = uint16(6000 + b.r.Intn(1000))
+		flow("ipv6 snat", true, s)
+		s = b.v6(b.in6(40))
+		flow("ipv6 dnat", true, s)
+		s = b.v6(b.in6(40))
+		flow("ipv6 dnat, no udp checksum", true, s, zeroUDPCsum6)
+		s = b.v6(b.route6())
+		s.DstPort = uint16(8000 + b.r.Intn(1000))
+		flow("ipv6 tracked, untranslated", true, s)
+		s = b.v6(b.route6())
+		s.DstPort = 7777
+		flow("ipv6 dropped by a rule", false, s)
+	}
 	for i := 0; i < 5; i++ {
 		// ICMP errors back to gen: Linux's answers, quoting the datagram (masqueraded or not).
 		s := b.v4(testbed.Prefix4(201, 1+b.r.Intn(254)))
 		s.Src = b.ownSource()
 		s.DstPort = uint16(5000 + b.r.Intn(1000))
 		b.add("unreachable", 1, false, func(int) packet.Spec { return s })
+		s = b.v6(b.in6(0xc9))
+		s.DstPort = uint16(5000 + b.r.Intn(1000))
+		b.add("ipv6 unreachable", 1, false, func(int) packet.Spec { return s })
 	}
 	c := b.done()
 	// A flow's first datagram goes to Linux (ct_new).
@@ -147,6 +193,7 @@ func TestDifferentialNATReplies(t *testing.T) {
 				}
 			}
 			d.differential(t, c, time.Second, true)
+			checkNoCTNAT(t, tb)
 			st, err := testbed.StatusClientIn(tb.DUT).Status()
 			if err != nil {
 				t.Fatal(err)
@@ -193,6 +240,22 @@ func (d *diffEnv) natRepliesCorpus() (*diffCorpus, []packet.Spec) {
 		s.DstPort = uint16(5000 + b.r.Intn(1000))
 		flow("masquerade, port unreachable back", s)
 	}
+	for range 10 {
+		s := b.v6(b.route6())
+		s.DstPort = uint16(5000 + b.r.Intn(1000))
+		flow("ipv6 masquerade", s)
+		s = b.v6(b.route6())
+		s.DstPort = uint16(6000 + b.r.Intn(1000))
+		flow("ipv6 snat", s)
+		s = b.v6(b.in6(40))
+		flow("ipv6 dnat", s)
+		s = b.v6(b.route6())
+		s.DstPort = uint16(8000 + b.r.Intn(1000))
+		flow("ipv6 tracked, untranslated", s)
+		s = b.v6(testbed.SinkAddr6)
+		s.DstPort = uint16(5000 + b.r.Intn(1000))
+		flow("ipv6 masquerade, port unreachable back", s)
+	}
 	return b.done(), flows
 }
 
@@ -215,7 +278,7 @@ func sendFrames(t *testing.T, ns *nsutil.NS, ifindex int, frames [][]byte) {
 		}
 		defer unix.Close(fd)
 		for _, f := range frames {
-			to := &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: htons(unix.ETH_P_IP), Halen: 6}
+			to := &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: htons(binary.BigEndian.Uint16(f[12:])), Halen: 6}
 			copy(to.Addr[:], f[:6])
 			if err := unix.Sendto(fd, f, 0, to); err != nil {
 				return err
@@ -228,18 +291,18 @@ func sendFrames(t *testing.T, ns *nsutil.NS, ifindex int, frames [][]byte) {
 	}
 }
 
-// udpResponder answers, from the sink's eth0, every IPv4 UDP datagram that arrives there with one
-// going back: addresses and ports swapped, the same payload, TTL 64 and the datagram's IPv4 ID
-// (so that runs compare). It stops when stop is called.
+// udpResponder answers, from the sink's eth0, every UDP datagram that arrives there with one
+// going back: addresses and ports swapped, the same payload, TTL (hop limit) 64 and the
+// datagram's IPv4 ID or IPv6 flow label (so that runs compare). It stops when stop is called.
 func udpResponder(t *testing.T, tb *testbed.Testbed) (stop func()) {
 	t.Helper()
 	var fd int
 	if err := tb.Sink.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 		if err != nil {
 			return err
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: tb.SinkIfindex})
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: tb.SinkIfindex})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -264,17 +327,28 @@ func udpResponder(t *testing.T, tb *testbed.Testbed) (stop func()) {
 				continue // not addressed to the sink (its own replies among them)
 			}
 			p := gopacket.NewPacket(buf[:n], layers.LayerTypeEthernet, gopacket.Default)
-			ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 			udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
-			if ip == nil || udp == nil || ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+			if udp == nil {
 				continue
 			}
-			src, _ := netip.AddrFromSlice(ip.DstIP)
-			dst, _ := netip.AddrFromSlice(ip.SrcIP)
-			reply := packet.Spec{SrcMAC: tb.SinkMAC, DstMAC: tb.OutMAC, Src: src, Dst: dst, Proto: layers.IPProtocolUDP,
-				SrcPort: uint16(udp.DstPort), DstPort: uint16(udp.SrcPort), ID: ip.Id, Payload: slices.Clone(udp.Payload)}
+			reply := packet.Spec{SrcMAC: tb.SinkMAC, DstMAC: tb.OutMAC, Proto: layers.IPProtocolUDP,
+				SrcPort: uint16(udp.DstPort), DstPort: uint16(udp.SrcPort), Payload: slices.Clone(udp.Payload)}
+			if ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ip != nil {
+				if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+					continue
+				}
+				reply.Src, _ = netip.AddrFromSlice(ip.DstIP)
+				reply.Dst, _ = netip.AddrFromSlice(ip.SrcIP)
+				reply.ID = ip.Id
+			} else if ip, _ := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ip != nil && ip.NextHeader == layers.IPProtocolUDP {
+				reply.Src, _ = netip.AddrFromSlice(ip.DstIP)
+				reply.Dst, _ = netip.AddrFromSlice(ip.SrcIP)
+				reply.FlowLabel = ip.FlowLabel
+			} else {
+				continue
+			}
 			f := reply.Bytes()
-			to := &unix.SockaddrLinklayer{Ifindex: tb.SinkIfindex, Protocol: htons(unix.ETH_P_IP), Halen: 6}
+			to := &unix.SockaddrLinklayer{Ifindex: tb.SinkIfindex, Protocol: htons(binary.BigEndian.Uint16(f[12:])), Halen: 6}
 			copy(to.Addr[:], f[:6])
 			unix.Sendto(fd, f, 0, to)
 		}

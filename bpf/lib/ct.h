@@ -169,7 +169,8 @@ struct ct_pkt {
 	__u16 tcp_win;
 	__u8 tcp_data;
 	/* In: the caller translates (ct_forward may return a translation). Out: nat set when the
-	 * connection is translated and the packet leaves with these (IPv4) addresses and ports. */
+	 * connection is translated and the packet leaves with these addresses (IPv4 in [0]) and
+	 * ports. */
 	__u8 nat_ok;
 	__u8 nat;
 	/* Out: the state conntrack gives the packet (LFP_CT_STATE_*), when LFP_FORWARDED. */
@@ -180,7 +181,7 @@ struct ct_pkt {
 	__u8 refresh;
 	__u32 timeout;
 	__be16 nat_sport, nat_dport;
-	__be32 nat_saddr, nat_daddr;
+	__be32 nat_saddr[4], nat_daddr[4];
 };
 
 /* The conntrack tuple of a TCP or UDP packet (addresses in network byte order, IPv4 in [0]) whose
@@ -525,9 +526,10 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	/* resolve_normal_ct(): a reply, or a packet of a connection that has seen one, is
 	 * ESTABLISHED; before that NEW (EXPECTED, RELATED, goes to Linux below). */
 	c->state = (o.dir || (status & IPS_SEEN_REPLY)) ? LFP_CT_STATE_ESTABLISHED : LFP_CT_STATE_NEW;
-	if ((status & (IPS_SRC_NAT | IPS_DST_NAT)) && !(c->nat_ok && !c->v6 && (cfg->ct_flags & LFP_CT_NAT4))) {
-		/* Translated, where the fast path does not translate (IPv6, a bridged packet, rules on
-		 * prerouting or postrouting that see the packet before or after): Linux's. */
+	if ((status & (IPS_SRC_NAT | IPS_DST_NAT)) &&
+	    !(c->nat_ok && (cfg->ct_flags & (c->v6 ? LFP_CT_NAT6 : LFP_CT_NAT4)))) {
+		/* Translated, where the fast path does not translate (rules on prerouting or
+		 * postrouting that see the packet before or after, a bridged IPv6 packet): Linux's. */
 		why = LFP_PASS_CT_NAT;
 	} else if (!(status & IPS_CONFIRMED) ||
 		   (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH |
@@ -554,17 +556,22 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		/* nf_nat_manip_pkt() in both hooks together: the packet leaves with the inverse of the
 		 * other direction's tuple (nf_ct_invert_tuple()); a part that is not translated comes
 		 * out as it was. */
-		if (o.dir == 0) {
-			c->nat_saddr = ct->tuplehash[1].tuple.dst.u3.ip;
-			c->nat_daddr = ct->tuplehash[1].tuple.src.u3.ip;
-			c->nat_sport = ct->tuplehash[1].tuple.dst.u.all;
-			c->nat_dport = ct->tuplehash[1].tuple.src.u.all;
+		/* Constant indices: CO-RE relocates each (the kernel's tuplehash entry is larger than
+		 * the one declared here). */
+		const struct nf_conntrack_tuple *other = o.dir ? &ct->tuplehash[0].tuple : &ct->tuplehash[1].tuple;
+
+		if (c->v6) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				c->nat_saddr[i] = other->dst.u3.all[i];
+				c->nat_daddr[i] = other->src.u3.all[i];
+			}
 		} else {
-			c->nat_saddr = ct->tuplehash[0].tuple.dst.u3.ip;
-			c->nat_daddr = ct->tuplehash[0].tuple.src.u3.ip;
-			c->nat_sport = ct->tuplehash[0].tuple.dst.u.all;
-			c->nat_dport = ct->tuplehash[0].tuple.src.u.all;
+			c->nat_saddr[0] = other->dst.u3.ip;
+			c->nat_daddr[0] = other->src.u3.ip;
 		}
+		c->nat_sport = other->dst.u.all;
+		c->nat_dport = other->src.u.all;
 		c->nat = 1;
 	}
 	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT)) {
@@ -582,17 +589,18 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 /* The conntrack step of a forwarded or bridged packet (src, dst: its addresses; l4: its L4
  * header, l4len bytes of it in the packet; buf: ct_l4_csum()'s scratch): c is parsed, validated
  * as conntrack's error handlers would, then looked up (ct_forward). The caller translates the
- * IPv4 connections the fast path may translate; rules before conntrack that may drop the packet
- * defer the timeout refresh. */
+ * connections the fast path may translate (nat_ok: it can); rules before conntrack that may drop
+ * the packet defer the timeout refresh. */
 static __always_inline enum lfp_reason ct_prerouting(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c,
 						     const __u32 *src, const __u32 *dst, int v6, __u8 proto,
-						     const void *l4, const void *data_end, __u32 l4len, __u8 *buf)
+						     const void *l4, const void *data_end, __u32 l4len, __u8 *buf,
+						     int nat_ok)
 {
 	enum lfp_reason r;
 
 	ct_parse(c, src, dst, v6, proto, l4, data_end);
 	c->defer = !!(cfg->fw_flags & (v6 ? LFP_FW_PRE_CT_DROP6 : LFP_FW_PRE_CT_DROP4));
-	c->nat_ok = 1;
+	c->nat_ok = nat_ok;
 	r = ct_valid(ctx, cfg, c, l4, data_end, l4len, buf);
 	if (r == LFP_FORWARDED)
 		r = ct_forward(ctx, cfg, c);

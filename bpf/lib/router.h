@@ -153,7 +153,7 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	enum lfp_reason r;
 
 	/* Not translated, or its destination stays: Linux routes it back out (a hairpin). */
-	if (!scr || !scr->ct.nat || scr->ct.nat_daddr == scr->ct.t.ipv4.daddr)
+	if (!scr || !scr->ct.nat || scr->ct.nat_daddr[0] == scr->ct.t.ipv4.daddr)
 		return LFP_PASS_HAIRPIN;
 	/* Without br_netfilter's IPv4 hooks the frame goes up to IP, whose DNAT and forwarding
 	 * route it back out of the bridge (TTL, redirects): Linux's. */
@@ -474,7 +474,7 @@ static __always_inline enum lfp_reason router_conntrack(lfp_ctx *ctx, struct rou
 	if (!(p->v4 ? cfg_ct4 : cfg_ct6))
 		return LFP_PASS_RELOADING;
 	r = ct_prerouting(ctx, p->cfg, &scr->ct, scr->fp.src, scr->fp.dst, !p->v4, p->proto, p->l4,
-			  p->data_end, p->l4len, scr->buf);
+			  p->data_end, p->l4len, scr->buf, 1);
 	if (r != LFP_FORWARDED)
 		return r;
 	scr->fp.ctstate = scr->ct.state;
@@ -494,16 +494,26 @@ static __always_inline int router_vxlan_rx(lfp_ctx *ctx, const struct router_pkt
 /* A translated connection: prerouting's translation (the destination, or for a reply the
  * un-SNAT'd destination) comes before routing and the forward rules; postrouting's (the source)
  * after them (nat.h, in router_xmit). */
-static __always_inline void router_dnat(struct router_pkt *p)
+static __always_inline enum lfp_reason router_dnat(struct router_pkt *p)
 {
 	struct lfp_scratch *scr = p->scr;
 
-	if (!p->v4 || !cfg_ct4 || !scr->ct.nat)
-		return;
-	p->fib->ipv4_dst = scr->ct.nat_daddr;
+	if (!(p->v4 ? cfg_ct4 : cfg_ct6) || !scr->ct.nat)
+		return LFP_FORWARDED;
+	if (p->v4) {
+		p->fib->ipv4_dst = scr->ct.nat_daddr[0];
+		scr->fp.dst[0] = scr->ct.nat_daddr[0];
+	} else {
+		/* ip6_rcv_core() checked the destination the packet came with, not this one: a DNAT
+		 * to a link-local, multicast or loopback address is Linux's to handle. */
+		if (ipv6_martian((const struct lfp_in6 *)scr->ct.nat_daddr, 0))
+			return LFP_PASS_CT_NAT;
+		__builtin_memcpy(p->fib->ipv6_dst, scr->ct.nat_daddr, 16);
+		__builtin_memcpy(scr->fp.dst, scr->ct.nat_daddr, 16);
+	}
 	p->fib->dport = scr->ct.nat_dport;
-	scr->fp.dst[0] = scr->ct.nat_daddr;
 	scr->fp.dport = bpf_ntohs(scr->ct.nat_dport);
+	return LFP_FORWARDED;
 }
 
 /* The routing decision: the kernel's FIB, or its answer kept by the FIB cache (fibcache.h). */
@@ -643,6 +653,17 @@ static __always_inline int router_xmit(lfp_ctx *ctx, const struct router_pkt *p)
 
 		if ((void *)(ip6 + 1) > data_end)
 			return CTX_DROP; /* cannot happen: a trim keeps the 40-byte header */
+		if (cfg_ct6 && scr->ct.nat) {
+			/* The same length: the MTU checks (router_egress) held for it. */
+			if (nat_rewrite6(ctx, &scr->ct))
+				return CTX_DROP;
+			data = ctx_data(ctx);
+			data_end = ctx_data_end(ctx);
+			eth = data;
+			ip6 = data + sizeof(*eth);
+			if ((void *)(ip6 + 1) > data_end)
+				return CTX_DROP;
+		}
 		ip6->hop_limit--;
 	}
 	__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);

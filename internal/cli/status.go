@@ -294,7 +294,7 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 			ruleOutcome(r))
 	}
 	if len(st.Conntrack) > 0 {
-		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established, untranslated ones fast-pathed; %d TCP connections marked liberal (%d failed)\n",
+		fmt.Fprintf(w, "conntrack: %s connections tracked by netfilter: established ones fast-pathed (translated ones too, unless an interface's notes say why not); %d TCP connections marked liberal (%d failed)\n",
 			strings.Join(st.Conntrack, ", "), st.CTLiberal, st.CTLiberalFailed)
 	}
 	for _, f := range st.FibCache {

@@ -41,7 +41,7 @@ func TestPrintStatusHeader(t *testing.T) {
 			st.ProgramKinds, st.ProgramsVerified = 2, 3
 			st.FilterRules = []status.FilterRule{{Family: "ipv4", Rule: "ip filter FORWARD rule 1", Counter: status.Counter{Packets: 5, Bytes: 300}}}
 		}, want: []string{
-			"conntrack: ipv4 connections tracked by netfilter: established, untranslated ones fast-pathed; 7 TCP connections marked liberal (1 failed)",
+			"conntrack: ipv4 connections tracked by netfilter: established ones fast-pathed (translated ones too, unless an interface's notes say why not); 7 TCP connections marked liberal (1 failed)",
 			"bridge fdb: 4 entries mirrored (a learned address's frame per second goes to Linux, which keeps its entry fresh: bridge_refresh)",
 			"programs: 2 held, one per kind of interface (shared by the interfaces of that kind); 3 verified since the start",
 			"filter fast path: ipv4 ip filter FORWARD rule 1: 5 packets, 300 bytes"}},

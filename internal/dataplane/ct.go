@@ -18,6 +18,7 @@ import (
 type CT struct {
 	Active4, Active6 bool
 	NAT4             bool // translate IPv4 connections (no rule on prerouting or postrouting)
+	NAT6             bool // translate IPv6 connections (likewise)
 	Checksum         bool // nf_conntrack_checksum: conntrack verifies L4 checksums
 	TCPLiberal       bool // nf_conntrack_tcp_be_liberal
 	TCPEstablished   time.Duration
@@ -42,6 +43,9 @@ func (c CT) flags() linuxfpLfpCtFlags {
 	}
 	if c.NAT4 {
 		f |= linuxfpLfpCtFlagsLFP_CT_NAT4
+	}
+	if c.NAT6 {
+		f |= linuxfpLfpCtFlagsLFP_CT_NAT6
 	}
 	if c.Checksum {
 		f |= linuxfpLfpCtFlagsLFP_CT_CHECKSUM

@@ -69,6 +69,7 @@ const (
 	linuxfpLfpCtFlagsLFP_CT_TCP_LIBERAL linuxfpLfpCtFlags = 4
 	linuxfpLfpCtFlagsLFP_CT_NAT4        linuxfpLfpCtFlags = 8
 	linuxfpLfpCtFlagsLFP_CT_CHECKSUM    linuxfpLfpCtFlags = 16
+	linuxfpLfpCtFlagsLFP_CT_NAT6        linuxfpLfpCtFlags = 32
 )
 
 type linuxfpLfpCtReq struct {
@@ -351,8 +352,8 @@ type linuxfpLfpScratch struct {
 		Timeout  uint32
 		NatSport uint16
 		NatDport uint16
-		NatSaddr uint32
-		NatDaddr uint32
+		NatSaddr [4]uint32
+		NatDaddr [4]uint32
 	}
 	VxOn   uint32
 	BrDnat uint32

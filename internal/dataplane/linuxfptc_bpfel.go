@@ -279,8 +279,8 @@ type linuxfpTcLfpScratch struct {
 		Timeout  uint32
 		NatSport uint16
 		NatDport uint16
-		NatSaddr uint32
-		NatDaddr uint32
+		NatSaddr [4]uint32
+		NatDaddr [4]uint32
 	}
 	VxOn   uint32
 	BrDnat uint32

@@ -43,8 +43,6 @@ func netfilterWhy(s *observe.Snapshot, fam int) (off, notes []string) {
 		// (bpf/lib/ct.h) takes only established connections, as Linux would see them.
 		n := "conntrack: netfilter tracks connections (" + trackedWhy(f, fam) + "): Linux decides every new one; the fast path takes the later packets of established ones"
 		switch {
-		case fam == 1:
-			n += " (translated ones: Linux's, IPv6 NAT is not modelled)"
 		case f.PrePost[fam]:
 			n += " (translated ones: Linux's, a rule on prerouting or postrouting would see them before or after the translation: " + f.PrePostWhy[fam] + ")"
 		default:
@@ -81,6 +79,7 @@ func ctData(s *observe.Snapshot) dataplane.CT {
 	return dataplane.CT{
 		Active4: ctActive(s, 0), Active6: ctActive(s, 1),
 		NAT4:           ctActive(s, 0) && !filterOf(s).PrePost[0],
+		NAT6:           ctActive(s, 1) && !filterOf(s).PrePost[1],
 		TCPLiberal:     c.TCPBeLiberal,
 		Checksum:       c.Checksum,
 		TCPEstablished: sec(c.TCPTimeoutEstablished),

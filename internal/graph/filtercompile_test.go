@@ -47,3 +47,39 @@ func TestFilterCompiledOncePerRead(t *testing.T) {
 		t.Fatal("no ruleset read: want no filter")
 	}
 }
+
+// The conntrack module translates a family's connections only where no rule of that family on
+// prerouting or postrouting could act on an established packet: a mangle-priority drop on IPv6
+// prerouting keeps IPv6's translated connections with Linux, not IPv4's, and the other way round.
+func TestCTNATPerFamily(t *testing.T) {
+	ruleset := func(fam model.Family, tf string, preDrop bool) *model.Ruleset {
+		rs := &model.Ruleset{Family: fam, Chains: map[model.ChainKey]*model.Chain{}, Base: map[model.Hook][]*model.Chain{},
+			Conntrack: []string{tf + " nat: nat chain"}}
+		if preDrop {
+			key := model.ChainKey{TableFamily: tf, Table: "mangle", Chain: "PREROUTING"}
+			ch := &model.Chain{Key: key, IPTables: true,
+				Base:  &model.BaseChain{Hook: model.Prerouting, Priority: -150, Type: model.ChainFilter},
+				Rules: []*model.Rule{{ID: model.RuleID{Chain: key}, Verdict: model.Verdict{Kind: model.Drop}}}}
+			rs.Chains[key] = ch
+			rs.Base[model.Prerouting] = []*model.Chain{ch}
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name       string
+		pre4, pre6 bool
+		nat4, nat6 bool
+	}{
+		{"no prerouting rules", false, false, true, true},
+		{"an ipv6 prerouting drop", false, true, true, false},
+		{"an ipv4 prerouting drop", true, false, false, true},
+	} {
+		s := snapshot()
+		s.Rules = &observe.Ruleset{Generation: 1, Rulesets: [2]*model.Ruleset{
+			ruleset(model.IPv4, "ip", tc.pre4), ruleset(model.IPv6, "ip6", tc.pre6)}}
+		ct := ctData(s)
+		if !ct.Active4 || !ct.Active6 || ct.NAT4 != tc.nat4 || ct.NAT6 != tc.nat6 {
+			t.Errorf("%s: conntrack %+v, want both families active, NAT4 %v, NAT6 %v", tc.name, ct, tc.nat4, tc.nat6)
+		}
+	}
+}
