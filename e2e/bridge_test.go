@@ -52,7 +52,7 @@ func l2Delta(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	arrived := len(captureDstMACs(t, tb, func() { sendUDP(t, tb, dst, n) }))
+	arrived := len(captureDstMACs(t, tb, n, func() { sendUDP(t, tb, dst, n) }))
 	after, err := l.Interface("in0")
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +310,7 @@ ip -6 addr add 2001:2::1/64 dev br0 nodad`)
 	// gen -> br0 MAC -> routed out of out0.
 	eventually(t, 5*time.Second, "bridge -> router", func() error {
 		before, _ := l.Interface("in0")
-		arrived := len(captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.3.1", 10) }))
+		arrived := len(captureDstMACs(t, tb, 10, func() { sendUDP(t, tb, "198.19.3.1", 10) }))
 		after, _ := l.Interface("in0")
 		if f := after.Forwarded.Packets - before.Forwarded.Packets; f < 10 || arrived != 10 {
 			return fmt.Errorf("routed %d, arrived %d; to Linux %v", f, arrived, after.Passed)

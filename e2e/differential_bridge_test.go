@@ -20,14 +20,15 @@ import (
 var sinkL2Addr6 = netip.MustParseAddr("2001:2::3")
 
 func TestDifferentialBridge(t *testing.T) {
-	for _, hook := range diffHooks {
-		t.Run(hook.name, func(t *testing.T) {
-			tb := bridgeTestbed(t, hook.opts, bridgeDiffSetup)
+	names, groups := diffHookGroups()
+	for i, hooks := range groups {
+		t.Run(names[i], func(t *testing.T) {
+			tb := bridgeTestbed(t, hooks[0].opts, bridgeDiffSetup)
 			sh(t, tb.Sink, bridgeDiffSinkSetup)
 			d := newDiffEnv(t, tb, "")
-			d.hook, d.args, d.bridged = hook.name, hook.args, true
+			d.bridged = true
 			d.reset = func(t *testing.T) { bridgeReset(t, d) }
-			d.differential(t, d.bridgeCorpus(), 3*time.Second, true)
+			d.differentialHooks(t, d.bridgeCorpus(), 3*time.Second, true, hooks)
 		})
 	}
 }

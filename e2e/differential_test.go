@@ -89,30 +89,48 @@ ip -6 route add 2001:2:1:e8::/64 via 2001:2:0:1::2 mtu 1480
 // diffHooks are the hooks the differential tests run linuxfp at: native XDP where gen's and the
 // sink's stacks compute their checksums (as behind a NIC), tc where they leave them to offload
 // (as containers do: --hook auto picks tc there), and generic XDP by choice.
-var diffHooks = []struct {
-	name string
-	opts testbed.Options
-	args []string
-}{
+var diffHooks = []diffHook{
 	{"xdp", testbed.Options{TxChecksumOff: true}, nil},
 	{"tc", testbed.Options{}, nil},
 	{"xdp-generic", testbed.Options{}, []string{"--hook", "xdp-generic"}},
 }
 
+type diffHook struct {
+	name string
+	opts testbed.Options
+	args []string
+}
+
+// diffHookGroups are diffHooks grouped by testbed: the hooks of a group run linuxfp in testbeds
+// built alike (tc and generic XDP), so they share one, and one run of Linux alone (and its
+// control) that each hook's run is compared with. A group is named after its hooks ("tc+xdp-generic").
+func diffHookGroups() (names []string, groups [][]diffHook) {
+	for _, h := range diffHooks {
+		i := slices.IndexFunc(groups, func(g []diffHook) bool { return g[0].opts == h.opts })
+		if i < 0 {
+			names, groups = append(names, h.name), append(groups, []diffHook{h})
+			continue
+		}
+		names[i] += "+" + h.name
+		groups[i] = append(groups[i], h)
+	}
+	return names, groups
+}
+
 func TestDifferentialRouter(t *testing.T) {
-	for _, hook := range diffHooks {
-		t.Run(hook.name, func(t *testing.T) {
-			tb := newTestbed(t, hook.opts)
+	names, groups := diffHookGroups()
+	for i, hooks := range groups {
+		t.Run(names[i], func(t *testing.T) {
+			tb := newTestbed(t, hooks[0].opts)
 			d := newDiffEnv(t, tb, diffDUTSetup)
-			d.hook, d.args = hook.name, hook.args
 			t.Run("device-mtu", func(t *testing.T) {
-				d.differential(t, d.mainCorpus(), 4*time.Second, true)
+				d.differentialHooks(t, d.mainCorpus(), 4*time.Second, true, hooks)
 			})
 			t.Run("route-mtu", func(t *testing.T) {
 				if err := tb.DUT.Script(diffRouteMTUSetup); err != nil {
 					t.Fatal(err)
 				}
-				d.differential(t, d.routeMTUCorpus(), time.Second, false)
+				d.differentialHooks(t, d.routeMTUCorpus(), time.Second, false, hooks)
 			})
 		})
 	}
@@ -262,6 +280,14 @@ func originated(a netip.Addr) bool {
 // differential runs the corpus with Linux alone (and, with control, a second time), then with
 // linuxfp, and compares.
 func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration, control bool) {
+	d.differentialHooks(t, c, settle, control, []diffHook{{name: d.hook, args: d.args}})
+}
+
+// differentialHooks is differential with a linuxfp run at each of hooks, one after another in the
+// same testbed, each compared with the same run of Linux alone: hooks whose testbeds would be
+// alike share one. With more than one hook, each hook's run and checks are a subtest named after
+// it, and its linuxfp stops at the subtest's end.
+func (d *diffEnv) differentialHooks(t *testing.T, c *diffCorpus, settle time.Duration, control bool, hooks []diffHook) {
 	orig := originated
 	if d.originated != nil {
 		orig = d.originated
@@ -276,25 +302,11 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 		d.resetNeighbours(t)
 		ctl = d.run(t, c, settle)
 	}
-	d.resetNeighbours(t)
-	l := startLinuxfp(t, d.tb, d.args...)
-	if d.started != nil {
-		d.started(t, l)
-	}
-	fp := d.run(t, c, settle)
-	in0, err := l.Interface("in0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in0.Program == nil || in0.Program.Hook != d.hook {
-		t.Fatalf("in0 runs %+v, want hook %s", in0.Program, d.hook)
-	}
-
-	runs := 2
+	runs := 1
 	if control {
-		runs = 3
+		runs = 2
 	}
-	t.Logf("%d frames (%d cases, %d the fast path should forward), %d runs in %s",
+	t.Logf("%d frames (%d cases, %d the fast path should forward), Linux alone ran them %d times in %s",
 		len(c.frames), len(c.cases), c.fast, runs, time.Since(start).Round(time.Millisecond))
 	if *diffCases {
 		var b strings.Builder
@@ -305,57 +317,81 @@ func (d *diffEnv) differential(t *testing.T, c *diffCorpus, settle time.Duration
 		}
 		t.Logf("what Linux alone did with each case (frames carrying the case's marker):\n%s", b.String())
 	}
-	points := []string{"sink", "gen"}
-	for _, ep := range d.via {
-		points = append(points, ep.Name)
-	}
-	for _, p := range points {
-		t.Logf("at %s: Linux %d frames (%d compared), linuxfp %d frames (%d compared)", p,
-			len(linux.Packets[p]), difftest.Count(linux, p, classify),
-			len(fp.Packets[p]), difftest.Count(fp, p, classify))
-	}
 	fastAt, fastTo := cmp.Or(d.fastAt, "in0"), cmp.Or(d.fastTo, "sink")
-	at, err := l.Interface(fastAt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := at.Forwarded.Packets
-	if d.bridged {
-		fast = at.Bridged.Packets
-	}
-	t.Logf("%s fast path: forwarded %d, bridged %d, passed to Linux %s", fastAt, at.Forwarded.Packets, at.Bridged.Packets, passed(at.Passed))
-
 	// A capture that saw nothing would compare equal to another one that saw nothing.
 	if n := difftest.Count(linux, fastTo, classify); n < c.fast {
 		t.Fatalf("%s received %d frames with Linux alone, fewer than the %d valid ones sent: the capture is broken", fastTo, n, c.fast)
 	}
-
 	if ctl != nil {
 		if ms := difftest.Compare(linux, ctl, classify); len(ms) > 0 {
 			t.Errorf("control: two runs of Linux alone differ in %d ways; the harness is not deterministic "+
 				"and a difference with linuxfp would prove nothing:\n%s", len(ms), difftest.Report(ms, c.frames, "linux", "linux again"))
 		}
 	}
-	if ms := difftest.Compare(linux, fp, classify); len(ms) > 0 {
-		t.Errorf("linuxfp is not transparent: %d differences with Linux alone:\n%s", len(ms), difftest.Report(ms, c.frames, "linux", "linuxfp"))
+	points := []string{"sink", "gen"}
+	for _, ep := range d.via {
+		points = append(points, ep.Name)
 	}
 
-	// Without packets on the fast path the comparison would only show that XDP_PASS is harmless.
-	if got, want := fast, uint64(c.fast)*9/10; got < want {
-		t.Errorf("%s fast-pathed %d packets, want at least %d of the %d valid ones", fastAt, got, want, c.fast)
-	}
+	withLinuxfp := func(t *testing.T, h diffHook) {
+		start := time.Now()
+		d.resetNeighbours(t)
+		l := startLinuxfp(t, d.tb, h.args...)
+		if d.started != nil {
+			d.started(t, l)
+		}
+		fp := d.run(t, c, settle)
+		in0, err := l.Interface("in0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in0.Program == nil || in0.Program.Hook != h.name {
+			t.Fatalf("in0 runs %+v, want hook %s", in0.Program, h.name)
+		}
+		t.Logf("linuxfp at %s: run in %s", h.name, time.Since(start).Round(time.Millisecond))
+		for _, p := range points {
+			t.Logf("at %s: Linux %d frames (%d compared), linuxfp %d frames (%d compared)", p,
+				len(linux.Packets[p]), difftest.Count(linux, p, classify),
+				len(fp.Packets[p]), difftest.Count(fp, p, classify))
+		}
+		at, err := l.Interface(fastAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast := at.Forwarded.Packets
+		if d.bridged {
+			fast = at.Bridged.Packets
+		}
+		t.Logf("%s fast path: forwarded %d, bridged %d, passed to Linux %s", fastAt, at.Forwarded.Packets, at.Bridged.Packets, passed(at.Passed))
 
-	// The comparison must be able to fail on these very captures: without one answer gen got
-	// back (an ICMP error, a reply) and with one byte (the TTL) of one frame the sink got
-	// changed, a run must differ in exactly three ways (one frame missing at gen, one missing and
-	// one extra at the sink).
-	mutated := mutate(fp)
-	if mutated == nil {
-		t.Fatal("no answer at gen or forwarded frame at the sink to mutate: the corpus does not exercise what it should")
+		if ms := difftest.Compare(linux, fp, classify); len(ms) > 0 {
+			t.Errorf("linuxfp is not transparent: %d differences with Linux alone:\n%s", len(ms), difftest.Report(ms, c.frames, "linux", "linuxfp"))
+		}
+
+		// Without packets on the fast path the comparison would only show that XDP_PASS is harmless.
+		if got, want := fast, uint64(c.fast)*9/10; got < want {
+			t.Errorf("%s fast-pathed %d packets, want at least %d of the %d valid ones", fastAt, got, want, c.fast)
+		}
+
+		// The comparison must be able to fail on these very captures: without one answer gen got
+		// back (an ICMP error, a reply) and with one byte (the TTL) of one frame the sink got
+		// changed, a run must differ in exactly three ways (one frame missing at gen, one missing and
+		// one extra at the sink).
+		mutated := mutate(fp)
+		if mutated == nil {
+			t.Fatal("no answer at gen or forwarded frame at the sink to mutate: the corpus does not exercise what it should")
+		}
+		if ms := difftest.Compare(fp, mutated, classify); len(ms) != 3 {
+			t.Errorf("harness check: a run with one answer missing and one forwarded frame changed differs in %d ways, want 3:\n%s",
+				len(ms), difftest.Report(ms, c.frames, "linuxfp", "mutated"))
+		}
 	}
-	if ms := difftest.Compare(fp, mutated, classify); len(ms) != 3 {
-		t.Errorf("harness check: a run with one answer missing and one forwarded frame changed differs in %d ways, want 3:\n%s",
-			len(ms), difftest.Report(ms, c.frames, "linuxfp", "mutated"))
+	if len(hooks) == 1 {
+		withLinuxfp(t, hooks[0])
+		return
+	}
+	for _, h := range hooks {
+		t.Run(h.name, func(t *testing.T) { withLinuxfp(t, h) })
 	}
 }
 

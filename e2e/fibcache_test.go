@@ -53,7 +53,7 @@ func TestFibCacheNeighbourLearnt(t *testing.T) {
 				}
 				return nil
 			})
-			got := captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.6.1", 5) })
+			got := captureDstMACs(t, tb, 5, func() { sendUDP(t, tb, "198.19.6.1", 5) })
 			thaw()
 			if len(got) != 5 {
 				t.Fatalf("sink got %d of 5 datagrams: %v", len(got), got)
@@ -111,7 +111,7 @@ func TestFibCacheDeviceGone(t *testing.T) {
 		}
 		return nil
 	})
-	if got := captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.9.1", 5) }); len(got) != 5 {
+	if got := captureDstMACs(t, tb, 5, func() { sendUDP(t, tb, "198.19.9.1", 5) }); len(got) != 5 {
 		t.Fatalf("sink got %d of 5 datagrams after alt0 went away (Linux routes them there)", len(got))
 	}
 }
@@ -138,7 +138,7 @@ func TestFibCachePolicyRules(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		var atSink []string
 		atAlt := udpTo9(captureOn(t, alt, "eth0", func() {
-			atSink = captureDstMACs(t, tb, func() {
+			atSink = captureDstMACs(t, tb, 0, func() {
 				sendUDPFromAddr(t, tb, "198.18.0.3", "198.19.9.1", 5)
 				sendUDPFromAddr(t, tb, "198.18.0.2", "198.19.9.1", 5)
 			})

@@ -21,7 +21,7 @@ func filterDelta(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	arrived = len(captureDstMACs(t, tb, func() { sendUDP(t, tb, dst, n) }))
+	arrived = len(captureDstMACs(t, tb, n, func() { sendUDP(t, tb, dst, n) }))
 	after, err := l.Interface("in0")
 	if err != nil {
 		t.Fatal(err)

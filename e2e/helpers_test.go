@@ -236,14 +236,20 @@ func ipBatch(cmds string) error {
 }
 
 // captureDstMACs returns the destination MACs of the UDP datagrams (IPv4, or IPv6 without
-// extension headers) to port 9 that arrive at the sink's eth0 while f runs.
-func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
+// extension headers) to port 9 that arrive at the sink's eth0 while f runs, and until the
+// capture has been quiet for 100 ms; once sent datagrams (what f sends, 0: unknown) have
+// arrived, for 30 ms (a duplicate comes right after its original; only missing datagrams need
+// the long wait).
+func captureDstMACs(t *testing.T, tb *testbed.Testbed, sent int, f func()) []string {
 	t.Helper()
 	fd := openCapture(t, tb.Sink, tb.SinkIfindex)
 	defer unix.Close(fd)
 	f()
-	tv := unix.Timeval{Usec: 100000}
-	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	quiet := func(d time.Duration) {
+		tv := unix.NsecToTimeval(d.Nanoseconds())
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	}
+	quiet(100 * time.Millisecond)
 	var macs []string
 	buf := make([]byte, 2048)
 	for {
@@ -256,6 +262,9 @@ func captureDstMACs(t *testing.T, tb *testbed.Testbed, f func()) []string {
 		v6 := n >= 62 && b[12] == 0x86 && b[13] == 0xdd && b[20] == 17 && b[56] == 0 && b[57] == 9
 		if v4 || v6 {
 			macs = append(macs, net.HardwareAddr(b[0:6]).String())
+			if len(macs) == sent {
+				quiet(30 * time.Millisecond)
+			}
 		}
 	}
 	return macs

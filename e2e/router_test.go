@@ -152,7 +152,7 @@ func TestNeighbourChange(t *testing.T) {
 	// A new MAC for the nexthop: the fast path must use it at once.
 	sh(t, tb.DUT, "ip neigh replace 198.18.1.2 dev out0 lladdr 02:00:5e:00:53:99 nud permanent")
 	eventually(t, 3*time.Second, "frames carry the new MAC", func() error {
-		got := captureDstMACs(t, tb, func() { sendUDP(t, tb, "198.19.6.1", 3) })
+		got := captureDstMACs(t, tb, 3, func() { sendUDP(t, tb, "198.19.6.1", 3) })
 		for _, m := range got {
 			if m != "02:00:5e:00:53:99" {
 				return errString("saw " + strings.Join(got, ","))

@@ -21,7 +21,7 @@ import (
 // arrivals sends 10 datagrams from gen to dst and returns how many reached the sink.
 func arrivals(t *testing.T, tb *testbed.Testbed, dst string) int {
 	t.Helper()
-	return len(captureDstMACs(t, tb, func() { sendUDP(t, tb, dst, 10) }))
+	return len(captureDstMACs(t, tb, 10, func() { sendUDP(t, tb, dst, 10) }))
 }
 
 // disable_ipv6 on the ingress: ip6_rcv_core() drops all IPv6 arriving there. On the egress:

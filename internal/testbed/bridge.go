@@ -39,10 +39,10 @@ ip link add br0 type bridge
 ip link set in0 master br0
 ip link set out0 master br0
 ip addr add 198.18.0.1/24 dev br0
-ip -6 addr add 2001:2::1/64 dev br0 nodad
 ip link set in0 up
 ip link set out0 up
 ip link set br0 up
+ip -6 addr add 2001:2::1/64 dev br0 nodad
 ethtool -K in0 gro ` + gro + `
 ethtool -K out0 gro ` + gro + "\n"
 		},

@@ -121,7 +121,7 @@ func NewPods(prefix string, o PodsOptions) (_ *Pods, err error) {
 		return nil, err
 	}
 	for _, n := range p.Nodes {
-		if err := n.NS.Script(podsNodeScript(n)); err != nil {
+		if err := n.NS.BatchScript(podsNodeScript(n)); err != nil {
 			return nil, fmt.Errorf("node%d: %w", n.Index, err)
 		}
 		if err := n.NS.Script(flannelIptablesChains); err != nil {
@@ -142,7 +142,7 @@ func NewPods(prefix string, o PodsOptions) (_ *Pods, err error) {
 	}
 	// Each flanneld learns the other node's lease and adds its route, neighbour and FDB entry.
 	for i, n := range p.Nodes {
-		if err := n.NS.Script(flannelRemoteScript(p.Nodes[1-i])); err != nil {
+		if err := n.NS.BatchScript(flannelRemoteScript(p.Nodes[1-i])); err != nil {
 			return nil, fmt.Errorf("node%d: %w", n.Index, err)
 		}
 	}
@@ -285,7 +285,7 @@ func (p *Pods) addPod(pod *Pod) error {
 			return err
 		}
 	}
-	err := n.NS.Script(`
+	err := n.NS.BatchScript(`
 sysctl -qw net.ipv6.conf.cni0.accept_ra=0
 ip link set cni0 up
 `)
@@ -297,7 +297,7 @@ ip link set cni0 up
 		"peer", "name", pod.HostVeth, "mtu", mtu, "netns", n.NS.Name); err != nil {
 		return err
 	}
-	err = n.NS.Script(fmt.Sprintf(`
+	err = n.NS.BatchScript(fmt.Sprintf(`
 ip link set %[1]s up
 sysctl -qw net.ipv6.conf.%[1]s.accept_ra=0
 ip link set %[1]s master cni0
@@ -306,7 +306,7 @@ bridge link set dev %[1]s hairpin on
 	if err != nil {
 		return err
 	}
-	err = pod.NS.Script(fmt.Sprintf(`
+	err = pod.NS.BatchScript(fmt.Sprintf(`
 sysctl -qw net.ipv6.conf.eth0.accept_dad=0
 sysctl -qw net.ipv4.conf.eth0.arp_notify=1
 ip addr add %[1]s/%[2]d dev eth0
@@ -331,7 +331,7 @@ ip route add default via %[4]s dev eth0
 	if err != nil {
 		return err
 	}
-	err = n.NS.Script(fmt.Sprintf(`
+	err = n.NS.BatchScript(fmt.Sprintf(`
 ip link set cni0 address %s
 sysctl -qw net.ipv4.ip_forward=1
 `, strings.TrimSpace(mac)))
@@ -460,7 +460,7 @@ func NewDirectPods(prefix string, n int) (_ *DirectPods, err error) {
 			return nil, err
 		}
 		for _, pod := range d.Pairs[k] {
-			if err := pod.NS.Script(fmt.Sprintf("ip addr add %s/24 dev eth0\nip link set eth0 up", pod.IP)); err != nil {
+			if err := pod.NS.BatchScript(fmt.Sprintf("ip addr add %s/24 dev eth0\nip link set eth0 up", pod.IP)); err != nil {
 				return nil, err
 			}
 		}

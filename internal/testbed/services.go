@@ -163,7 +163,7 @@ func NewServices(prefix string, o ServicesOptions) (_ *Services, err error) {
 		return nil, err
 	}
 	// Kubernetes requires forwarding and bridged traffic through iptables on a node.
-	err = node.Script(`
+	err = node.BatchScript(`
 sysctl -qw net.ipv4.ip_forward=1
 sysctl -qw net.bridge.bridge-nf-call-iptables=1
 ip addr add 198.18.0.1/24 dev in0
@@ -196,7 +196,7 @@ ethtool -K eth0 gro on
 		if h.gw != "" {
 			script += "ip route add default via " + h.gw + "\n"
 		}
-		if err := h.ns.Script(script); err != nil {
+		if err := h.ns.BatchScript(script); err != nil {
 			return nil, err
 		}
 	}

@@ -85,10 +85,11 @@ func New(prefix string, o Options) (*Testbed, error) {
 	if o.Prefixes == 0 {
 		o.Prefixes = 50
 	}
-	var routes strings.Builder
+	// IPv4 lines apart from IPv6 ones, so that each family's run of ip commands is one batch.
+	var routes4, routes6 strings.Builder
 	for i := 0; i < o.Prefixes; i++ {
-		fmt.Fprintf(&routes, "ip route add 198.19.%d.0/24 via 198.18.1.2\n", i)
-		fmt.Fprintf(&routes, "ip -6 route add 2001:2:1:%x::/64 via 2001:2:0:1::2\n", i)
+		fmt.Fprintf(&routes4, "ip route add 198.19.%d.0/24 via 198.18.1.2\n", i)
+		fmt.Fprintf(&routes6, "ip -6 route add 2001:2:1:%x::/64 via 2001:2:0:1::2\n", i)
 	}
 	return build(prefix, o, layout{
 		gen:   host{addr4: "198.18.0.2/24", addr6: "2001:2::2/64", gw4: "198.18.0.1", gw6: "2001:2::1"},
@@ -100,12 +101,14 @@ sysctl -qw net.ipv4.ip_forward=1
 sysctl -qw net.ipv6.conf.all.forwarding=1
 ip addr add 198.18.0.1/24 dev in0
 ip addr add 198.18.1.1/24 dev out0
-ip -6 addr add 2001:2::1/64 dev in0 nodad
-ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
 ip link set in0 up
 ip link set out0 up
+` + routes4.String() + `
+ip -6 addr add 2001:2::1/64 dev in0 nodad
+ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
+` + routes6.String() + `
 ethtool -K in0 gro ` + gro + `
-ethtool -K out0 gro ` + gro + "\n" + routes.String()
+ethtool -K out0 gro ` + gro + "\n"
 		},
 		// The DUT resolves gen and sink, and each host its gateway, the ordinary way.
 		pings: func(tb *Testbed) []ping {
@@ -138,20 +141,23 @@ type host struct {
 	noRouterSolicit bool
 }
 
-func (h host) script(gro string) string {
-	s := "ip addr add " + h.addr4 + " dev eth0\n" +
-		"ip -6 addr add " + h.addr6 + " dev eth0 nodad\n"
+// script configures eth0 (IPv4 lines apart from IPv6 ones, each run of them one ip batch), with
+// the offloads given to ethtool -K (gro and, if asked, tx).
+func (h host) script(offloads string) string {
+	s := ""
 	if h.noRouterSolicit {
 		s += "sysctl -qw net.ipv6.conf.eth0.router_solicitations=0\n"
 	}
-	s += "ip link set eth0 up\n"
+	s += "ip addr add " + h.addr4 + " dev eth0\n" +
+		"ip link set eth0 up\n"
 	if h.gw4 != "" {
 		s += "ip route add default via " + h.gw4 + "\n"
 	}
+	s += "ip -6 addr add " + h.addr6 + " dev eth0 nodad\n"
 	if h.gw6 != "" {
 		s += "ip -6 route add default via " + h.gw6 + "\n"
 	}
-	return s + "ethtool -K eth0 gro " + gro + "\n"
+	return s + "ethtool -K eth0 " + offloads + "\n"
 }
 
 // ping is one namespace pinging addresses once each.
@@ -181,32 +187,26 @@ func build(prefix string, o Options, l layout) (tb *Testbed, err error) {
 		return nil, err
 	}
 	q := fmt.Sprintf("numtxqueues %d numrxqueues %d", o.Queues, o.Queues)
+	gro := "on"
+	if o.NoGRO {
+		gro = "off"
+	}
+	offloads := "gro " + gro
+	if o.TxChecksumOff {
+		offloads += " tx off"
+	}
 	script := fmt.Sprintf(`
 ip link add eth0 %[1]s type veth peer name in0 %[1]s netns %[2]s
 ip link add sink0 %[1]s type veth peer name out0 %[1]s netns %[2]s
 ip link set sink0 netns %[3]s
 `, q, tb.DUT.Name, tb.Sink.Name)
-	if err := tb.Gen.Script(script); err != nil {
+	if err := tb.Gen.BatchScript(script + l.gen.script(offloads)); err != nil {
 		return nil, err
 	}
-	gro := "on"
-	if o.NoGRO {
-		gro = "off"
-	}
-	if err := tb.Sink.Script("ip link set sink0 name eth0\n" + l.sink.script(gro)); err != nil {
+	if err := tb.Sink.BatchScript("ip link set sink0 name eth0\n" + l.sink.script(offloads)); err != nil {
 		return nil, err
 	}
-	if err := tb.Gen.Script(l.gen.script(gro)); err != nil {
-		return nil, err
-	}
-	if o.TxChecksumOff {
-		for _, ns := range []*nsutil.NS{tb.Gen, tb.Sink} {
-			if _, err := ns.Run("ethtool", "-K", "eth0", "tx", "off"); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := tb.DUT.Script(l.dut(gro)); err != nil {
+	if err := tb.DUT.BatchScript(l.dut(gro)); err != nil {
 		return nil, err
 	}
 	tb.pings = l.pings(tb)
