@@ -168,7 +168,7 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	dst = fdb_lookup(bridge, fib->dmac);
 	if (dst && dst->port == in)
 		return LFP_PASS_HAIRPIN;
-	r = bridge_out_port(bridge, fib->dmac, in, port->flags, l3len, &out);
+	r = bridge_out_entry(bridge, dst, in, port->flags, l3len, &out);
 	if (r != LFP_FORWARDED)
 		return r;
 	r = gate_egress(out);
