@@ -602,8 +602,9 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	}
 
 	/* Last: only devices whose changes are followed (gate.h) and that take the packet as
-	 * Linux's transmit would (tx.h). */
-	r = gate_egress(out);
+	 * Linux's transmit would (tx.h). The device the route names was checked after the lookup
+	 * (linuxfp_route): only a port of a bridge it names is new here. */
+	r = out == fib->ifindex ? LFP_FORWARDED : gate_egress(out);
 	if (r == LFP_FORWARDED)
 		r = tx_prepare(ctx, out, p->mtulen, p->prio);
 trim:
