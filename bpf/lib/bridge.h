@@ -244,7 +244,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 	}
 
 	/* br_dev_queue_push_xmit() lets every GSO train through (is_skb_forwardable()). */
-	r = bridge_out_port(bridge, eth->h_dest, in, port->flags, ctx_gso_size(ctx) ? 0 : l3len, &out);
+	r = bridge_out_entry(bridge, dst, in, port->flags, ctx_gso_size(ctx) ? 0 : l3len, &out);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	/* br_netfilter's forward hook (br_nf_forward_ip()), then its postrouting: the filter module,

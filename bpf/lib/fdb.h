@@ -71,14 +71,16 @@ static __always_inline int fdb_refresh_due(struct lfp_fdb_val *src)
 	return 1;
 }
 
-/* br_forward()'s choice of port for a unicast frame to dmac on `bridge`, and should_deliver()'s
- * checks on it. in_port is the ingress port (0 for a packet the bridge device transmits, as
- * br_dev_xmit() does for routed packets), in_flags its LFP_L2_* flags. l3len is the size of the
- * packet after the Ethernet header, as it will leave. On success *out is the port's ifindex. */
-static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 *dmac, __u32 in_port,
-						       __u32 in_flags, __u32 l3len, __u32 *out)
+/* br_forward()'s choice of port for a unicast frame on `bridge` whose destination MAC has the
+ * mirror's entry dst (fdb_lookup(); NULL: none), and should_deliver()'s checks on it. in_port is
+ * the ingress port (0 for a packet the bridge device transmits, as br_dev_xmit() does for routed
+ * packets), in_flags its LFP_L2_* flags. l3len is the size of the packet after the Ethernet
+ * header, as it will leave. On success *out is the port's ifindex. A caller that has looked the
+ * destination up already passes its entry: Linux looks it up once per frame
+ * (br_handle_frame_finish()), and a second lookup cost a hash lookup per bridged frame. */
+static __always_inline enum lfp_reason bridge_out_entry(__u32 bridge, const struct lfp_fdb_val *dst,
+							__u32 in_port, __u32 in_flags, __u32 l3len, __u32 *out)
 {
-	struct lfp_fdb_val *dst;
 	struct lfp_l2_dev *op;
 	enum lfp_reason r;
 
@@ -89,7 +91,6 @@ static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 
 	r = gate_egress(bridge);
 	if (r != LFP_FORWARDED)
 		return r;
-	dst = fdb_lookup(bridge, dmac);
 	/* Unknown unicast: Linux floods it to every port. */
 	if (!dst)
 		return LFP_PASS_BR_DST_UNKNOWN;
@@ -114,6 +115,13 @@ static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 
 		return LFP_PASS_BR_EGRESS;
 	*out = dst->port;
 	return LFP_FORWARDED;
+}
+
+/* bridge_out_entry() for the destination MAC dmac. */
+static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 *dmac, __u32 in_port,
+						       __u32 in_flags, __u32 l3len, __u32 *out)
+{
+	return bridge_out_entry(bridge, fdb_lookup(bridge, dmac), in_port, in_flags, l3len, out);
 }
 
 #endif

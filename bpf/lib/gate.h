@@ -19,10 +19,19 @@ struct {
 	__uint(max_entries, 1);
 } lfp_gate_map SEC(".maps");
 
+/* Out of line at tc: inlined, it made the entry function's frame 8 bytes larger, and the
+ * bridge's tc build is at the verifier's 512-byte stack limit. Inlined at XDP, whose frames are
+ * smaller: a call's return costs a branch misprediction on CPUs whose kernel returns through a
+ * safe-RET thunk (AMD, SRSO), which the JIT uses for BPF subprograms too. */
+#if LFP_TC
+#define GATE_CHECK_INLINE __attribute__((noinline))
+#else
+#define GATE_CHECK_INLINE __always_inline
+#endif
+
 /* LFP_FORWARDED (0) where the gate lets a frame of ethertype proto (network byte order)
- * through, or the reason it goes to Linux. Out of line: inlined, it made the entry function's
- * frame 8 bytes larger, and the bridge's tc build is at the verifier's 512-byte stack limit. */
-static __attribute__((noinline)) enum lfp_reason gate_check(__be16 proto, __u32 ifindex)
+ * through, or the reason it goes to Linux. */
+static GATE_CHECK_INLINE enum lfp_reason gate_check(__be16 proto, __u32 ifindex)
 {
 	const struct lfp_fence *f;
 	const struct lfp_gate *g;

@@ -57,7 +57,7 @@ type bridgeEnv struct {
 	base                   Data
 }
 
-func newBridgeEnv(t *testing.T) *bridgeEnv {
+func newBridgeEnv(t testing.TB) *bridgeEnv {
 	e := &bridgeEnv{testEnv: newTestEnv(t)}
 	idx := func(name string) int {
 		var i int
@@ -94,7 +94,7 @@ func newBridgeEnv(t *testing.T) *bridgeEnv {
 }
 
 // sync writes the base data changed by f.
-func (e *bridgeEnv) sync(t *testing.T, f func(d *Data)) {
+func (e *bridgeEnv) sync(t testing.TB, f func(d *Data)) {
 	t.Helper()
 	d := e.base
 	d.L2 = append([]L2Dev(nil), e.base.L2...)
@@ -111,7 +111,7 @@ func (e *bridgeEnv) sync(t *testing.T, f func(d *Data)) {
 // refreshed marks every mirrored entry as refreshed in Linux just now (fdb_refresh_due), so
 // that the next frames from learned sources show what the bridge module does with them, not
 // the one frame per interval that goes to Linux for the refresh (TestBridgeRefresh).
-func (e *bridgeEnv) refreshed(t *testing.T) {
+func (e *bridgeEnv) refreshed(t testing.TB) {
 	t.Helper()
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
@@ -132,7 +132,7 @@ func (e *bridgeEnv) refreshed(t *testing.T) {
 	}
 }
 
-func (e *bridgeEnv) portProg(t *testing.T, r4 bool) *ebpf.Program {
+func (e *bridgeEnv) portProg(t testing.TB, r4 bool) *ebpf.Program {
 	p, err := e.dp.LoadProgram(Spec{Ifindex: e.bp1, Name: "bp1", Hook: e.hook, Conntrack4: true, Conntrack6: true, Router4: r4, Router6: true,
 		Bridge: true, L3Ifindex: e.br}, 0)
 	if err != nil {

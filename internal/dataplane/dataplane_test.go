@@ -188,7 +188,7 @@ func (e *testEnv) runOn(t *testing.T, prog *ebpf.Program, pkt []byte, ifindex in
 }
 
 // runSkb is runOn with a given __sk_buff for a tc program (its Ifindex is the ingress device).
-func (e *testEnv) runSkb(t *testing.T, prog *ebpf.Program, pkt []byte, skb skbMD) (uint32, []byte, Reason) {
+func (e *testEnv) runSkb(t testing.TB, prog *ebpf.Program, pkt []byte, skb skbMD) (uint32, []byte, Reason) {
 	t.Helper()
 	before, err := e.dp.Counters(0)
 	if err != nil {

@@ -490,6 +490,7 @@ const (
 	linuxfpMapLfpL2            = "lfp_l2"
 	linuxfpMapLfpLocal4        = "lfp_local4"
 	linuxfpMapLfpLocal6        = "lfp_local6"
+	linuxfpMapLfpLocalFilter   = "lfp_local_filter"
 	linuxfpMapLfpLocalPfx4     = "lfp_local_pfx4"
 	linuxfpMapLfpLocalPfx6     = "lfp_local_pfx6"
 	linuxfpMapLfpMonitorEvents = "lfp_monitor_events"
@@ -588,6 +589,7 @@ type linuxfpMapSpecs struct {
 	LfpL2            *ebpf.MapSpec `ebpf:"lfp_l2"`
 	LfpLocal4        *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalFilter   *ebpf.MapSpec `ebpf:"lfp_local_filter"`
 	LfpLocalPfx4     *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6     *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
 	LfpMonitorEvents *ebpf.MapSpec `ebpf:"lfp_monitor_events"`
@@ -662,6 +664,7 @@ type linuxfpMaps struct {
 	LfpL2            *ebpf.Map `ebpf:"lfp_l2"`
 	LfpLocal4        *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalFilter   *ebpf.Map `ebpf:"lfp_local_filter"`
 	LfpLocalPfx4     *ebpf.Map `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6     *ebpf.Map `ebpf:"lfp_local_pfx6"`
 	LfpMonitorEvents *ebpf.Map `ebpf:"lfp_monitor_events"`
@@ -703,6 +706,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpL2,
 		m.LfpLocal4,
 		m.LfpLocal6,
+		m.LfpLocalFilter,
 		m.LfpLocalPfx4,
 		m.LfpLocalPfx6,
 		m.LfpMonitorEvents,

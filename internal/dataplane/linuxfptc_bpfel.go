@@ -403,6 +403,7 @@ const (
 	linuxfpTcMapLfpL2            = "lfp_l2"
 	linuxfpTcMapLfpLocal4        = "lfp_local4"
 	linuxfpTcMapLfpLocal6        = "lfp_local6"
+	linuxfpTcMapLfpLocalFilter   = "lfp_local_filter"
 	linuxfpTcMapLfpLocalPfx4     = "lfp_local_pfx4"
 	linuxfpTcMapLfpLocalPfx6     = "lfp_local_pfx6"
 	linuxfpTcMapLfpMonitorEvents = "lfp_monitor_events"
@@ -501,6 +502,7 @@ type linuxfpTcMapSpecs struct {
 	LfpL2            *ebpf.MapSpec `ebpf:"lfp_l2"`
 	LfpLocal4        *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.MapSpec `ebpf:"lfp_local6"`
+	LfpLocalFilter   *ebpf.MapSpec `ebpf:"lfp_local_filter"`
 	LfpLocalPfx4     *ebpf.MapSpec `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6     *ebpf.MapSpec `ebpf:"lfp_local_pfx6"`
 	LfpMonitorEvents *ebpf.MapSpec `ebpf:"lfp_monitor_events"`
@@ -575,6 +577,7 @@ type linuxfpTcMaps struct {
 	LfpL2            *ebpf.Map `ebpf:"lfp_l2"`
 	LfpLocal4        *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.Map `ebpf:"lfp_local6"`
+	LfpLocalFilter   *ebpf.Map `ebpf:"lfp_local_filter"`
 	LfpLocalPfx4     *ebpf.Map `ebpf:"lfp_local_pfx4"`
 	LfpLocalPfx6     *ebpf.Map `ebpf:"lfp_local_pfx6"`
 	LfpMonitorEvents *ebpf.Map `ebpf:"lfp_monitor_events"`
@@ -616,6 +619,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpL2,
 		m.LfpLocal4,
 		m.LfpLocal6,
+		m.LfpLocalFilter,
 		m.LfpLocalPfx4,
 		m.LfpLocalPfx6,
 		m.LfpMonitorEvents,
