@@ -170,8 +170,9 @@ func TestPodsResult(t *testing.T) {
 // removes every namespace it created.
 func TestRunPodsLinux(t *testing.T) {
 	benchtest.NeedRoot(t)
-	// A prefix of its own: other tests (e2e's pods tests) may run at the same time.
-	const prefix = "lfp-podsbench"
+	// A prefix of its own: other tests (e2e's pods tests), and other runs of this one, may run at
+	// the same time.
+	prefix := benchtest.Prefix("lfp-podsb")
 	before := benchtest.Namespaces(t, prefix)
 	res, err := Run(context.Background(), Config{Pairs: []int{1, 2}, Prefix: prefix,
 		Run: harness.Run{Modes: []harness.Mode{harness.ModeLinux, harness.ModeCeiling}, Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1}})

@@ -131,8 +131,8 @@ func TestRunServices(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/linuxfp").CombinedOutput(); err != nil {
 		t.Fatalf("build linuxfp: %v\n%s", err, out)
 	}
-	// A prefix of its own: other tests may run at the same time.
-	const prefix = "lfp-svcbench"
+	// A prefix of its own: other tests, and other runs of this one, may run at the same time.
+	prefix := benchtest.Prefix("lfp-svcb")
 	before := benchtest.Namespaces(t, prefix)
 	res, err := Run(context.Background(), Config{Services: []int{2}, Pods: 3,
 		CRRWorkers: 2, RRSessions: 2, Streams: 2, Prefix: prefix,

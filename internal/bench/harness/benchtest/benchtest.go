@@ -4,6 +4,8 @@ package benchtest
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"io"
 	"os"
 	"os/exec"
@@ -57,6 +59,12 @@ func ReportHas(t *testing.T, r interface{ WriteTable(io.Writer) }, want ...strin
 		}
 	}
 	return out
+}
+
+// Prefix is base with a random part: the namespaces of one run of a benchmark in a test, told
+// apart from those of another run of the same test elsewhere on the machine.
+func Prefix(base string) string {
+	return fmt.Sprintf("%s%04x", base, rand.IntN(1<<16))
 }
 
 // Namespaces lists the namespaces whose names start with prefix.
