@@ -146,6 +146,13 @@ enum lfp_fw_flags {
 	 * the classification says no such rule dropped it (ct_refresh()). */
 	LFP_FW_PRE_CT_DROP4 = 1 << 8,
 	LFP_FW_PRE_CT_DROP6 = 1 << 9,
+	/* Some rule tests the input or output interface (else their bits are not looked up). */
+	LFP_FW_HAS_IF4 = 1 << 10,
+	LFP_FW_HAS_IF6 = 1 << 11,
+	/* The cut's only prefix that is not a full-length address is /0: an address not in
+	 * lfp_fw_hosts takes fw_default_leaf without a lookup in the LPM trie. */
+	LFP_FW_DEFAULT_LEAF4 = 1 << 12,
+	LFP_FW_DEFAULT_LEAF6 = 1 << 13,
 };
 
 enum lfp_fib_flags {
@@ -188,6 +195,8 @@ struct lfp_config {
 	/* Filter module: index of the active bank's first rule and leaf in lfp_fw_rules,
 	 * lfp_fw_leaves and lfp_fw_stats (fw_bank times the capacity the maps were made with). */
 	__u32 fw_base;
+	/* Per family, with LFP_FW_DEFAULT_LEAF*: the leaf (bank-relative) of the cut's /0. */
+	__u32 fw_default_leaf[2];
 	/* net.ipv4.ip_forward_update_priority: ip_forward() sets the skb priority from the TOS
 	 * (tc: a redirected skb keeps it into the egress qdisc). */
 	__u32 fwd_update_prio4;

@@ -10,6 +10,7 @@
 #include "parse.h"
 #include "stats.h"
 #include "gate.h"
+#include "iface.h"
 
 #include "fdb_map.h"
 
@@ -21,13 +22,28 @@ struct {
 	__uint(max_entries, 131072);
 } lfp_fdb SEC(".maps");
 
-/* Bridges and bridge ports, by ifindex. */
+/* Bridges and bridge ports, by ifindex, as lfp_ifs and lfp_ifs_hi hold interfaces (iface.h): a
+ * bridged frame looks up its ingress and egress ports, and an array's lookup is inlined where a
+ * hash lookup is a call. An entry whose bridge is 0 is none. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_l2_dev);
+	__uint(max_entries, LFP_IFS_DIRECT);
+} lfp_l2 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
 	__type(value, struct lfp_l2_dev);
 	__uint(max_entries, 4096);
-} lfp_l2 SEC(".maps");
+} lfp_l2_hi SEC(".maps");
+
+/* Out of line for the same reason as lfp_iface_hi(). */
+static __attribute__((noinline)) struct lfp_l2_dev *l2_dev_hi(__u32 ifindex)
+{
+	return bpf_map_lookup_elem(&lfp_l2_hi, &ifindex);
+}
 
 /* How often, at most, one FDB entry is refreshed (set by the controller; see fdb_refresh_due). */
 LFP_SETTING(__u64, fdb_refresh_ns, 1000000000ULL, "the least time between two refreshes of one FDB entry (ns)");
@@ -49,7 +65,13 @@ static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *
 
 static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
 {
-	return bpf_map_lookup_elem(&lfp_l2, &ifindex);
+	struct lfp_l2_dev *d;
+
+	if (ifindex < LFP_IFS_DIRECT)
+		d = bpf_map_lookup_elem(&lfp_l2, &ifindex);
+	else
+		d = l2_dev_hi(ifindex);
+	return d && d->bridge ? d : NULL;
 }
 
 /* Linux's bridge restarts an entry's age with every frame it receives from the address

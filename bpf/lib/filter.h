@@ -295,14 +295,16 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	/* Rules test a conntrack state the fast path did not look up. */
 	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_CTSTATE6 : LFP_FW_HAS_CTSTATE4)) && !p->ctstate)
 		return LFP_FW_LINUX;
-	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
-	if (!ifv)
-		return LFP_FW_LINUX;
-	p->ibits = ifv->bits[fam];
-	ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &out_ifindex);
-	if (!ifv)
-		return LFP_FW_LINUX;
-	p->obits = ifv->bits[fam];
+	if (cfg->fw_flags & (fam ? LFP_FW_HAS_IF6 : LFP_FW_HAS_IF4)) {
+		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
+		if (!ifv)
+			return LFP_FW_LINUX;
+		p->ibits = ifv->bits[fam];
+		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &out_ifindex);
+		if (!ifv)
+			return LFP_FW_LINUX;
+		p->obits = ifv->bits[fam];
+	}
 
 	lk.prefixlen = 32 + (p->v6 ? 128 : 32);
 	lk.sel = (bank << 8) | fam;
@@ -316,14 +318,21 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	}
 	/* struct lfp_fw_host_key is lfp_fw_lpm_key without the prefix length. */
 	leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
-	if (!leaf_idx)
-		leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk);
-	if (!leaf_idx)
+	if (leaf_idx)
+		key = *leaf_idx;
+	else if (cfg->fw_flags & (fam ? LFP_FW_DEFAULT_LEAF6 : LFP_FW_DEFAULT_LEAF4))
+		key = cfg->fw_default_leaf[fam];
+	else if ((leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk)))
+		key = *leaf_idx;
+	else
 		return LFP_FW_LINUX;
-	key = cfg->fw_base + *leaf_idx;
+	key += cfg->fw_base;
 	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
 	if (!s.leaf || s.leaf->overflow)
 		return LFP_FW_LINUX;
+	/* No rule may match: accepted, without the loop's call. */
+	if (!s.leaf->n)
+		return LFP_FW_ACCEPT;
 	s.p = p;
 	s.base = cfg->fw_base;
 	s.verdict = LFP_FW_ACCEPT;

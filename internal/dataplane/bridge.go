@@ -99,7 +99,7 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 	}
 	return []func() error{
 		func() error { return syncMap(d.maps.LfpFdb, b.fdb, fdb) },
-		func() error { return syncMap(d.maps.LfpL2, b.l2, l2) },
+		func() error { return syncSplitMap(d.maps.LfpL2, d.maps.LfpL2Hi, b.l2, l2) },
 	}, nil
 }
 

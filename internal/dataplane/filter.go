@@ -36,6 +36,8 @@ const (
 	fwHasMark4    = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_MARK4)
 	fwHasCtState4 = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE4)
 	fwPreCTDrop4  = uint32(linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4)
+	fwHasIf4      = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_IF4)
+	fwDefLeaf4    = uint32(linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4)
 
 	// DefaultFilterRules is the most flat rules the filter takes when Options say nothing: as
 	// many as a ruleset may compile to.
@@ -56,6 +58,9 @@ type filterState struct {
 	lpm          [2][]linuxfpLfpFwLpmKey  // LPM keys written per bank
 	hosts        [2][]linuxfpLfpFwHostKey // full-length cut prefixes written per bank
 	ruleBase     [2]uint32                // where each family's rules start in the bank
+	// defLeaf: per family, with LFP_FW_DEFAULT_LEAF*, the leaf of the cut's only prefix
+	// shorter than an address (/0), relative to the bank.
+	defLeaf [2]uint32
 	// sets: lfp_fw_sets' entries by set id; setEntries: the compiled entries each set id was
 	// last written from, so that a ruleset change does not rebuild and diff an unchanged set
 	// (a 1,000,000-entry one took 1.8 s).
@@ -172,6 +177,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	// (dropOldSets); the new one's are written below, each only if its entries changed.
 	setsDone := map[uint16]bool{}
 	flags = 0
+	var defLeaf [2]uint32
 	for fam, p := range []*compile.Program{f.Prog4, f.Prog6} {
 		if p == nil || p.Empty {
 			continue
@@ -209,6 +215,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			for i, t := range r.Tests {
 				bt := &br.T[i]
 				bt.Kind, bt.A, bt.B = uint8(t.Kind), t.A, t.B
+				if t.Kind == compile.TestIif || t.Kind == compile.TestOif {
+					flags |= fwHasIf4 << fam
+				}
 				if t.Invert {
 					bt.Inv = 1
 				}
@@ -249,6 +258,20 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 				}
 			}
 			leaves = append(leaves, bl)
+		}
+		// Only /0 besides full-length addresses: its leaf is taken without the LPM lookup (it
+		// is written to the trie all the same).
+		short, zero := 0, false
+		for _, lp := range p.Prefixes {
+			if pf := lp.Prefix.Masked(); !pf.IsSingleIP() {
+				short++
+				if pf.Bits() == 0 {
+					zero, defLeaf[fam] = true, leafBase+uint32(lp.Leaf)
+				}
+			}
+		}
+		if short == 1 && zero {
+			flags |= fwDefLeaf4 << fam
 		}
 		for _, lp := range p.Prefixes {
 			pf := lp.Prefix.Masked()
@@ -312,7 +335,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	}
 	st.next = ids
 	st.prog4, st.prog6 = f.Prog4, f.Prog6
-	st.flags, st.bank = flags, next
+	st.flags, st.bank, st.defLeaf = flags, next, defLeaf
 	return flags, next, nil
 }
 
@@ -579,5 +602,6 @@ type filterModule struct{ flags, bank uint32 }
 
 func (f filterModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, after []func() error) {
 	cfg.FwFlags, cfg.FwBank, cfg.FwBase = linuxfpLfpFwFlags(f.flags), f.bank, f.bank*uint32(d.fwCap)
+	cfg.FwDefaultLeaf = d.fw.defLeaf
 	return nil, []func() error{d.dropOldSets}
 }

@@ -44,6 +44,7 @@ type linuxfpLfpConfig struct {
 	VxFlags            linuxfpLfpVxFlags
 	DefaultTtl         uint32
 	FwBase             uint32
+	FwDefaultLeaf      [2]uint32
 	FwdUpdatePrio4     uint32
 	FibFlags           linuxfpLfpFibFlags
 }
@@ -147,16 +148,20 @@ type linuxfpLfpFibKey struct {
 type linuxfpLfpFwFlags uint32
 
 const (
-	linuxfpLfpFwFlagsLFP_FW_ACTIVE4      linuxfpLfpFwFlags = 1
-	linuxfpLfpFwFlagsLFP_FW_ACTIVE6      linuxfpLfpFwFlags = 2
-	linuxfpLfpFwFlagsLFP_FW_CUT_SRC4     linuxfpLfpFwFlags = 4
-	linuxfpLfpFwFlagsLFP_FW_CUT_SRC6     linuxfpLfpFwFlags = 8
-	linuxfpLfpFwFlagsLFP_FW_HAS_MARK4    linuxfpLfpFwFlags = 16
-	linuxfpLfpFwFlagsLFP_FW_HAS_MARK6    linuxfpLfpFwFlags = 32
-	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE4 linuxfpLfpFwFlags = 64
-	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE6 linuxfpLfpFwFlags = 128
-	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4 linuxfpLfpFwFlags = 256
-	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP6 linuxfpLfpFwFlags = 512
+	linuxfpLfpFwFlagsLFP_FW_ACTIVE4       linuxfpLfpFwFlags = 1
+	linuxfpLfpFwFlagsLFP_FW_ACTIVE6       linuxfpLfpFwFlags = 2
+	linuxfpLfpFwFlagsLFP_FW_CUT_SRC4      linuxfpLfpFwFlags = 4
+	linuxfpLfpFwFlagsLFP_FW_CUT_SRC6      linuxfpLfpFwFlags = 8
+	linuxfpLfpFwFlagsLFP_FW_HAS_MARK4     linuxfpLfpFwFlags = 16
+	linuxfpLfpFwFlagsLFP_FW_HAS_MARK6     linuxfpLfpFwFlags = 32
+	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE4  linuxfpLfpFwFlags = 64
+	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE6  linuxfpLfpFwFlags = 128
+	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4  linuxfpLfpFwFlags = 256
+	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP6  linuxfpLfpFwFlags = 512
+	linuxfpLfpFwFlagsLFP_FW_HAS_IF4       linuxfpLfpFwFlags = 1024
+	linuxfpLfpFwFlagsLFP_FW_HAS_IF6       linuxfpLfpFwFlags = 2048
+	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4 linuxfpLfpFwFlags = 4096
+	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF6 linuxfpLfpFwFlags = 8192
 )
 
 type linuxfpLfpFwHostKey struct {
@@ -488,6 +493,7 @@ const (
 	linuxfpMapLfpIfs           = "lfp_ifs"
 	linuxfpMapLfpIfsHi         = "lfp_ifs_hi"
 	linuxfpMapLfpL2            = "lfp_l2"
+	linuxfpMapLfpL2Hi          = "lfp_l2_hi"
 	linuxfpMapLfpLocal4        = "lfp_local4"
 	linuxfpMapLfpLocal6        = "lfp_local6"
 	linuxfpMapLfpLocalFilter   = "lfp_local_filter"
@@ -587,6 +593,7 @@ type linuxfpMapSpecs struct {
 	LfpIfs           *ebpf.MapSpec `ebpf:"lfp_ifs"`
 	LfpIfsHi         *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2            *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpL2Hi          *ebpf.MapSpec `ebpf:"lfp_l2_hi"`
 	LfpLocal4        *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.MapSpec `ebpf:"lfp_local6"`
 	LfpLocalFilter   *ebpf.MapSpec `ebpf:"lfp_local_filter"`
@@ -662,6 +669,7 @@ type linuxfpMaps struct {
 	LfpIfs           *ebpf.Map `ebpf:"lfp_ifs"`
 	LfpIfsHi         *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2            *ebpf.Map `ebpf:"lfp_l2"`
+	LfpL2Hi          *ebpf.Map `ebpf:"lfp_l2_hi"`
 	LfpLocal4        *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.Map `ebpf:"lfp_local6"`
 	LfpLocalFilter   *ebpf.Map `ebpf:"lfp_local_filter"`
@@ -704,6 +712,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpIfs,
 		m.LfpIfsHi,
 		m.LfpL2,
+		m.LfpL2Hi,
 		m.LfpLocal4,
 		m.LfpLocal6,
 		m.LfpLocalFilter,

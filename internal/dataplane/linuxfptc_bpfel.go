@@ -44,6 +44,7 @@ type linuxfpTcLfpConfig struct {
 	VxFlags            uint32
 	DefaultTtl         uint32
 	FwBase             uint32
+	FwDefaultLeaf      [2]uint32
 	FwdUpdatePrio4     uint32
 	FibFlags           uint32
 }
@@ -401,6 +402,7 @@ const (
 	linuxfpTcMapLfpIfs           = "lfp_ifs"
 	linuxfpTcMapLfpIfsHi         = "lfp_ifs_hi"
 	linuxfpTcMapLfpL2            = "lfp_l2"
+	linuxfpTcMapLfpL2Hi          = "lfp_l2_hi"
 	linuxfpTcMapLfpLocal4        = "lfp_local4"
 	linuxfpTcMapLfpLocal6        = "lfp_local6"
 	linuxfpTcMapLfpLocalFilter   = "lfp_local_filter"
@@ -500,6 +502,7 @@ type linuxfpTcMapSpecs struct {
 	LfpIfs           *ebpf.MapSpec `ebpf:"lfp_ifs"`
 	LfpIfsHi         *ebpf.MapSpec `ebpf:"lfp_ifs_hi"`
 	LfpL2            *ebpf.MapSpec `ebpf:"lfp_l2"`
+	LfpL2Hi          *ebpf.MapSpec `ebpf:"lfp_l2_hi"`
 	LfpLocal4        *ebpf.MapSpec `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.MapSpec `ebpf:"lfp_local6"`
 	LfpLocalFilter   *ebpf.MapSpec `ebpf:"lfp_local_filter"`
@@ -575,6 +578,7 @@ type linuxfpTcMaps struct {
 	LfpIfs           *ebpf.Map `ebpf:"lfp_ifs"`
 	LfpIfsHi         *ebpf.Map `ebpf:"lfp_ifs_hi"`
 	LfpL2            *ebpf.Map `ebpf:"lfp_l2"`
+	LfpL2Hi          *ebpf.Map `ebpf:"lfp_l2_hi"`
 	LfpLocal4        *ebpf.Map `ebpf:"lfp_local4"`
 	LfpLocal6        *ebpf.Map `ebpf:"lfp_local6"`
 	LfpLocalFilter   *ebpf.Map `ebpf:"lfp_local_filter"`
@@ -617,6 +621,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpIfs,
 		m.LfpIfsHi,
 		m.LfpL2,
+		m.LfpL2Hi,
 		m.LfpLocal4,
 		m.LfpLocal6,
 		m.LfpLocalFilter,

@@ -105,6 +105,43 @@ func syncMap[K comparable, V comparable](m *ebpf.Map, cur, want map[K]V) error {
 	return nil
 }
 
+// syncSplitMap is syncMap for data by ifindex split as lfp_ifs and lfp_ifs_hi are (iface.h): keys
+// below lo's size in the array lo, where a key is removed by writing the zero value, the others
+// in the hash hi.
+func syncSplitMap[V comparable](lo, hi *ebpf.Map, cur, want map[uint32]V) error {
+	m := func(k uint32) *ebpf.Map {
+		if k < lo.MaxEntries() {
+			return lo
+		}
+		return hi
+	}
+	var zero V
+	for k := range cur {
+		if _, ok := want[k]; !ok {
+			var err error
+			if m(k) == lo {
+				err = lo.Put(k, zero)
+			} else if err = hi.Delete(k); errors.Is(err, ebpf.ErrKeyNotExist) {
+				err = nil
+			}
+			if err != nil {
+				return fmt.Errorf("delete from %s: %w", m(k), err)
+			}
+			delete(cur, k)
+		}
+	}
+	for k, v := range want {
+		if old, ok := cur[k]; ok && old == v {
+			continue
+		}
+		if err := m(k).Put(k, v); err != nil {
+			return fmt.Errorf("update %s: %w", m(k), err)
+		}
+		cur[k] = v
+	}
+	return nil
+}
+
 // htons turns a port into network byte order as the data plane keeps it.
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
