@@ -146,6 +146,12 @@ enum lfp_fw_flags {
 	 * the classification says no such rule dropped it (ct_refresh()). */
 	LFP_FW_PRE_CT_DROP4 = 1 << 8,
 	LFP_FW_PRE_CT_DROP6 = 1 << 9,
+	/* `fib saddr|daddr type local` was folded as "not local": packets whose source /
+	 * destination may be local (lib/local.h) go to Linux. */
+	LFP_FW_FIB_SRC4 = 1 << 10,
+	LFP_FW_FIB_SRC6 = 1 << 11,
+	LFP_FW_FIB_DST4 = 1 << 12,
+	LFP_FW_FIB_DST6 = 1 << 13,
 };
 
 enum lfp_fib_flags {
