@@ -56,3 +56,40 @@ nft add rule inet lfpnfs forwarding ip daddr . udp dport @services drop`)
 		})
 	}
 }
+
+// TestNFTFibLocal: `fib daddr type local` and `!= local` in a forward chain are decided in the
+// fast path for destinations that are not local, and a destination made local (a local route
+// that a policy rule before the local table's routes past, so that it is still forwarded, and
+// IPv4's fib, which reads the local table alone, says local) is Linux's from the moment
+// `ip route add` returns: Linux drops it by the rule.
+func TestNFTFibLocal(t *testing.T) {
+	requireTool(t, "nft")
+	tb, err := testbed.New("lfp-nffib", testbed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := tb.ResolveNeighbours(); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, tb.DUT, `nft add table inet lfpfib
+nft add chain inet lfpfib forwarding { type filter hook forward priority 0 ; }
+nft add rule inet lfpfib forwarding fib daddr type local drop
+nft add rule inet lfpfib forwarding ip daddr 198.19.4.0/24 fib daddr type != local drop
+ip rule add pref 10 to 198.19.3.0/24 lookup main
+ip rule del pref 0
+ip rule add pref 100 lookup local`)
+	l := startLinuxfp(t, tb)
+	waitVerdict(t, tb, l, "198.19.3.1", "forwarded", 10)
+	waitVerdict(t, tb, l, "198.19.4.1", "dropped", 0)
+	if n := probesAfter(t, tb, "ip route add local 198.19.3.0/24 dev lo table local", "198.19.3.1", 20); n != 0 {
+		t.Errorf("ip route add local: %d of 20 datagrams sent right after it returned arrived (Linux alone: none)", n)
+	}
+	waitVerdict(t, tb, l, "198.19.3.1", "filter", 0)
+	waitVerdict(t, tb, l, "198.19.3.200", "filter", 0)
+	waitVerdict(t, tb, l, "198.19.5.1", "forwarded", 10)
+}

@@ -146,13 +146,19 @@ enum lfp_fw_flags {
 	 * the classification says no such rule dropped it (ct_refresh()). */
 	LFP_FW_PRE_CT_DROP4 = 1 << 8,
 	LFP_FW_PRE_CT_DROP6 = 1 << 9,
+	/* `fib saddr|daddr type local` was folded as "not local": packets whose source /
+	 * destination may be local (lib/local.h) go to Linux. */
+	LFP_FW_FIB_SRC4 = 1 << 10,
+	LFP_FW_FIB_SRC6 = 1 << 11,
+	LFP_FW_FIB_DST4 = 1 << 12,
+	LFP_FW_FIB_DST6 = 1 << 13,
 	/* Some rule tests the input or output interface (else their bits are not looked up). */
-	LFP_FW_HAS_IF4 = 1 << 10,
-	LFP_FW_HAS_IF6 = 1 << 11,
+	LFP_FW_HAS_IF4 = 1 << 14,
+	LFP_FW_HAS_IF6 = 1 << 15,
 	/* The cut's only prefix that is not a full-length address is /0: an address not in
 	 * lfp_fw_hosts takes fw_default_leaf without a lookup in the LPM trie. */
-	LFP_FW_DEFAULT_LEAF4 = 1 << 12,
-	LFP_FW_DEFAULT_LEAF6 = 1 << 13,
+	LFP_FW_DEFAULT_LEAF4 = 1 << 16,
+	LFP_FW_DEFAULT_LEAF6 = 1 << 17,
 };
 
 enum lfp_fib_flags {

@@ -21,6 +21,7 @@
 #include "parse.h"
 #include "stats.h"
 #include "ct.h"
+#include "local.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -90,6 +91,7 @@ struct fw_pkt {
 	__u32 v6;
 	__u32 len;
 	__u32 ctstate; /* the conntrack state bit (LFP_CT_STATE_*), 0 when conntrack did not run */
+	__u32 src_not_local; /* the router handed local and martian sources to Linux already */
 };
 
 struct fw_scan {
@@ -178,6 +180,16 @@ __attribute__((noinline)) int fw_test(const struct lfp_fw_test *t, const struct 
 		return (p->ctstate & t->a) != 0;
 	}
 	return 0;
+}
+
+/* Whether the packet's source (dst 0) or destination may be local (local.h). A global function:
+ * the LPM key's stack frame is not added to filter_classify's, whose deepest call chain (through
+ * bpf_loop and fw_test) the bridge path's tc program has no room left on. */
+__attribute__((noinline)) int fw_local(const struct lfp_config *cfg, const struct fw_pkt *p, __u32 dst)
+{
+	if (!cfg || !p)
+		return 1;
+	return local_maybe(cfg, dst ? p->dst : p->src, p->v6);
 }
 
 static long fw_scan_one(__u64 i, void *arg)
@@ -294,6 +306,12 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	}
 	/* Rules test a conntrack state the fast path did not look up. */
 	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_CTSTATE6 : LFP_FW_HAS_CTSTATE4)) && !p->ctstate)
+		return LFP_FW_LINUX;
+	/* `fib saddr|daddr type local` matches were folded as "not local" (the compiler's
+	 * Program.FibLocalSrc/Dst): an address that may be local is Linux's. */
+	if ((cfg->fw_flags & (fam ? LFP_FW_FIB_SRC6 : LFP_FW_FIB_SRC4)) && !p->src_not_local && fw_local(cfg, p, 0))
+		return LFP_FW_LINUX;
+	if ((cfg->fw_flags & (fam ? LFP_FW_FIB_DST6 : LFP_FW_FIB_DST4)) && fw_local(cfg, p, 1))
 		return LFP_FW_LINUX;
 	if (cfg->fw_flags & (fam ? LFP_FW_HAS_IF6 : LFP_FW_HAS_IF4)) {
 		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);

@@ -20,6 +20,7 @@
 #include "nat.h"
 #include "vxlan.h"
 #include "fibcache.h"
+#include "local.h"
 
 /* Frozen per interface: which families this interface forwards in the fast path (the controller
  * turns a family off when, e.g., netfilter rules could see forwarded packets of that family). */
@@ -37,90 +38,6 @@ static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)
 
 	return l3 ? l3 : ctx_ingress_ifindex(ctx);
 }
-
-/* Host addresses Linux treats as local or broadcast (sources it rejects as martian). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, __u8);
-	__uint(max_entries, 16384);
-} lfp_local4 SEC(".maps");
-
-struct lfp_in6 {
-	__u32 a[4];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lfp_in6);
-	__type(value, __u8);
-	__uint(max_entries, 16384);
-} lfp_local6 SEC(".maps");
-
-/* A bit per bucket of this host's addresses in lfp_local4 and lfp_local6 (local_bucket()): a
- * source whose bit is clear is no such address, and the hash lookup is skipped. Nearly every
- * forwarded packet's source is not local; the hash lookup cost ~10 ns per packet (three calls
- * whose returns are mispredicted under the safe-RET mitigation of this AMD VM), this array's
- * inlined lookup ~1. The controller sets a bit before it adds an address and clears it only after
- * the last address of its bucket is gone, so a local source never finds its bit clear. */
-#define LFP_LOCAL_FILTER_WORDS 1024
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, LFP_LOCAL_FILTER_WORDS);
-} lfp_local_filter SEC(".maps");
-
-/* The bucket of an address of `words` 32-bit words (network byte order, as the maps keep it).
- * The controller computes the same (dataplane.localBucket). */
-static __always_inline __u32 local_bucket(const __u32 *a, int words)
-{
-	__u32 h = a[0] * 0x9e3779b1u;
-
-	if (words == 4) {
-		h = (h ^ a[1]) * 0x85ebca6bu;
-		h = (h ^ a[2]) * 0xc2b2ae35u;
-		h = (h ^ a[3]) * 0x9e3779b1u;
-	}
-	return h >> 16;
-}
-
-/* 0 when the address is surely not in lfp_local4/lfp_local6; 1 when it may be. */
-static __always_inline int local_maybe(const __u32 *a, int words)
-{
-	__u32 b = local_bucket(a, words), w = b / 64;
-	const __u64 *bits = bpf_map_lookup_elem(&lfp_local_filter, &w);
-
-	return !bits || (*bits >> (b % 64)) & 1;
-}
-
-/* Non-host local routes (ip route add local 198.18.0.0/16 dev lo): consulted only when present. */
-struct lfp_lpm4_key {
-	__u32 prefixlen;
-	__u32 addr;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__type(key, struct lfp_lpm4_key);
-	__type(value, __u8);
-	__uint(max_entries, 4096);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-} lfp_local_pfx4 SEC(".maps");
-
-struct lfp_lpm6_key {
-	__u32 prefixlen;
-	struct lfp_in6 addr;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__type(key, struct lfp_lpm6_key);
-	__type(value, __u8);
-	__uint(max_entries, 4096);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-} lfp_local_pfx6 SEC(".maps");
 
 /* ip_forward() sets skb->priority = rt_tos2priority(tos) (net/ipv4/route.c's ip_tos2prio[],
  * indexed by IPTOS_TOS(tos) >> 1) when net.ipv4.ip_forward_update_priority=1, the default, and
@@ -290,15 +207,7 @@ static __always_inline int ipv4_local_src(const struct lfp_config *cfg, __be32 s
 	 * accept_local: then Linux decides, we stay conservative). With custom local routes or fib
 	 * rules Linux does a reverse lookup that also rejects sources routed as local or broadcast;
 	 * the controller puts every such address (and prefix) into these maps. */
-	if (local_maybe(&saddr, 1) && bpf_map_lookup_elem(&lfp_local4, &saddr))
-		return 1;
-	if (cfg->local_prefixes4) {
-		struct lfp_lpm4_key k = { .prefixlen = 32, .addr = saddr };
-
-		if (bpf_map_lookup_elem(&lfp_local_pfx4, &k))
-			return 1;
-	}
-	return 0;
+	return local_route4(cfg, saddr);
 }
 
 static __always_inline int icmp4_is_error(__u8 type)
@@ -374,16 +283,7 @@ static __always_inline int ipv6_martian(const struct lfp_in6 *a, int src)
 
 static __always_inline int ipv6_local_src(const struct lfp_config *cfg, const struct lfp_in6 *saddr)
 {
-	if (local_maybe(saddr->a, 4) && bpf_map_lookup_elem(&lfp_local6, saddr))
-		return 1;
-	if (cfg->local_prefixes6) {
-		struct lfp_lpm6_key k = { .prefixlen = 128 };
-
-		k.addr = *saddr;
-		if (bpf_map_lookup_elem(&lfp_local_pfx6, &k))
-			return 1;
-	}
-	return 0;
+	return local_route6(cfg, saddr);
 }
 
 /* IPv6's entry point: what ip6_rcv_core() and ip6_forward() check before routing, and the routing
@@ -488,6 +388,7 @@ static __always_inline enum lfp_reason router_prepare(lfp_ctx *ctx, struct route
 	scr->vx_on = 0;
 	scr->br_dnat = 0;
 	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
+	scr->fp.src_not_local = 1;
 	if (p->v4) {
 		scr->fp.src[0] = fib->ipv4_src;
 		scr->fp.dst[0] = fib->ipv4_dst;

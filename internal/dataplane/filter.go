@@ -36,6 +36,8 @@ const (
 	fwHasMark4    = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_MARK4)
 	fwHasCtState4 = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE4)
 	fwPreCTDrop4  = uint32(linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4)
+	fwFibSrc4     = uint32(linuxfpLfpFwFlagsLFP_FW_FIB_SRC4)
+	fwFibDst4     = uint32(linuxfpLfpFwFlagsLFP_FW_FIB_DST4)
 	fwHasIf4      = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_IF4)
 	fwDefLeaf4    = uint32(linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4)
 
@@ -195,6 +197,12 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		}
 		if p.PreCTDrop {
 			flags |= fwPreCTDrop4 << fam
+		}
+		if p.FibLocalSrc {
+			flags |= fwFibSrc4 << fam
+		}
+		if p.FibLocalDst {
+			flags |= fwFibDst4 << fam
 		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
 		st.ruleBase[fam] = ruleBase

@@ -76,7 +76,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 	t.Cleanup(func() { prog.Close() })
 
 	r := rand.New(rand.NewPCG(7, 11))
-	compared, skipped := map[compile.Verdict]int{}, 0
+	compared, skipped, fib := map[compile.Verdict]int{}, 0, 0
 	for round := range 60 {
 		fam := model.IPv4
 		if round%2 == 1 {
@@ -89,6 +89,14 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 			continue // too large: the graph keeps the family on Linux
 		}
 		data := Data{TxData: TxData{TxDevs: []int{env.out}}}
+		// The local routes fib matches are folded against (lfp_local4/6, lfp_local_pfx4/6).
+		for _, l := range compiletest.Local {
+			if l.IsSingleIP() {
+				data.LocalHosts = append(data.LocalHosts, l.Addr())
+			} else {
+				data.LocalPrefixes = append(data.LocalPrefixes, l)
+			}
+		}
 		if fam == model.IPv4 {
 			data.Filter.Prog4 = p
 		} else {
@@ -102,7 +110,7 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 				continue
 			}
 			in := compile.Input{Src: pk.Src, Dst: pk.Dst, Proto: pk.Proto, SrcPort: pk.SrcPort, DstPort: pk.DstPort,
-				ICMPType: pk.ICMPType, ICMPCode: pk.ICMPCode}
+				ICMPType: pk.ICMPType, ICMPCode: pk.ICMPCode, SrcMaybeLocal: pk.SrcMaybeLocal, DstMaybeLocal: pk.DstMaybeLocal}
 			var inBits, outBits [2]uint64
 			for i, pat := range p.Patterns {
 				if pat.Matches(pk.In) {
@@ -135,11 +143,14 @@ func TestFilterRandomMatchesClassify(t *testing.T) {
 				t.Fatalf("%s: BPF %v, Classify %v (rule %d %s)\n%s", pk, got, want.Verdict, want.Rule, want.Why, p)
 			}
 			compared[got]++
+			if p.FibLocalDst && in.DstMaybeLocal || p.FibLocalSrc && in.SrcMaybeLocal {
+				fib++
+			}
 		}
 	}
-	t.Logf("compared %v, skipped %d (not classified: handed to Linux by the router first)", compared, skipped)
-	if compared[compile.Accept] == 0 || compared[compile.Drop] == 0 || compared[compile.Linux] == 0 {
-		t.Fatalf("every verdict must be exercised: %v", compared)
+	t.Logf("compared %v (%d with an address that may be local and a folded fib match), skipped %d (not classified: handed to Linux by the router first)", compared, fib, skipped)
+	if compared[compile.Accept] == 0 || compared[compile.Drop] == 0 || compared[compile.Linux] == 0 || fib == 0 {
+		t.Fatalf("every verdict must be exercised, and folded fib matches: %v, %d", compared, fib)
 	}
 }
 

@@ -158,10 +158,14 @@ const (
 	linuxfpLfpFwFlagsLFP_FW_HAS_CTSTATE6  linuxfpLfpFwFlags = 128
 	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP4  linuxfpLfpFwFlags = 256
 	linuxfpLfpFwFlagsLFP_FW_PRE_CT_DROP6  linuxfpLfpFwFlags = 512
-	linuxfpLfpFwFlagsLFP_FW_HAS_IF4       linuxfpLfpFwFlags = 1024
-	linuxfpLfpFwFlagsLFP_FW_HAS_IF6       linuxfpLfpFwFlags = 2048
-	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4 linuxfpLfpFwFlags = 4096
-	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF6 linuxfpLfpFwFlags = 8192
+	linuxfpLfpFwFlagsLFP_FW_FIB_SRC4      linuxfpLfpFwFlags = 1024
+	linuxfpLfpFwFlagsLFP_FW_FIB_SRC6      linuxfpLfpFwFlags = 2048
+	linuxfpLfpFwFlagsLFP_FW_FIB_DST4      linuxfpLfpFwFlags = 4096
+	linuxfpLfpFwFlagsLFP_FW_FIB_DST6      linuxfpLfpFwFlags = 8192
+	linuxfpLfpFwFlagsLFP_FW_HAS_IF4       linuxfpLfpFwFlags = 16384
+	linuxfpLfpFwFlagsLFP_FW_HAS_IF6       linuxfpLfpFwFlags = 32768
+	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4 linuxfpLfpFwFlags = 65536
+	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF6 linuxfpLfpFwFlags = 131072
 )
 
 type linuxfpLfpFwHostKey struct {
@@ -313,21 +317,21 @@ type linuxfpLfpNeighKey struct {
 type linuxfpLfpScratch struct {
 	_  structs.HostLayout
 	Fp struct {
-		_        structs.HostLayout
-		Src      [4]uint32
-		Dst      [4]uint32
-		Ibits    uint64
-		Obits    uint64
-		Sport    uint16
-		Dport    uint16
-		Proto    uint8
-		HasPorts uint8
-		Itype    uint8
-		Icode    uint8
-		V6       uint32
-		Len      uint32
-		Ctstate  uint32
-		_        [4]byte
+		_           structs.HostLayout
+		Src         [4]uint32
+		Dst         [4]uint32
+		Ibits       uint64
+		Obits       uint64
+		Sport       uint16
+		Dport       uint16
+		Proto       uint8
+		HasPorts    uint8
+		Itype       uint8
+		Icode       uint8
+		V6          uint32
+		Len         uint32
+		Ctstate     uint32
+		SrcNotLocal uint32
 	}
 	Ct struct {
 		_ structs.HostLayout

@@ -236,21 +236,21 @@ type linuxfpTcLfpNeighKey struct {
 type linuxfpTcLfpScratch struct {
 	_  structs.HostLayout
 	Fp struct {
-		_        structs.HostLayout
-		Src      [4]uint32
-		Dst      [4]uint32
-		Ibits    uint64
-		Obits    uint64
-		Sport    uint16
-		Dport    uint16
-		Proto    uint8
-		HasPorts uint8
-		Itype    uint8
-		Icode    uint8
-		V6       uint32
-		Len      uint32
-		Ctstate  uint32
-		_        [4]byte
+		_           structs.HostLayout
+		Src         [4]uint32
+		Dst         [4]uint32
+		Ibits       uint64
+		Obits       uint64
+		Sport       uint16
+		Dport       uint16
+		Proto       uint8
+		HasPorts    uint8
+		Itype       uint8
+		Icode       uint8
+		V6          uint32
+		Len         uint32
+		Ctstate     uint32
+		SrcNotLocal uint32
 	}
 	Ct struct {
 		_ structs.HostLayout

@@ -43,10 +43,10 @@ func newRouterMaps() routerMaps {
 	}
 }
 
-// localFilterWords is LFP_LOCAL_FILTER_WORDS (bpf/lib/router.h): 64 buckets a word.
+// localFilterWords is LFP_LOCAL_FILTER_WORDS (bpf/lib/local.h): 64 buckets a word.
 const localFilterWords = 1024
 
-// localBucket is local_bucket() (bpf/lib/router.h): the filter bit of an address.
+// localBucket is local_bucket() (bpf/lib/local.h): the filter bit of an address.
 func localBucket(a netip.Addr) uint32 {
 	w := addrWords(a)
 	h := w[0] * 0x9e3779b1

@@ -18,6 +18,8 @@ type Input struct {
 	// CtState is the packet's conntrack state (one model.Ct* bit), 0 when the data plane does
 	// not know it.
 	CtState uint8
+	// SrcMaybeLocal / DstMaybeLocal: the address may be local (eval.MaybeLocal).
+	SrcMaybeLocal, DstMaybeLocal bool
 }
 
 // Verdict is the classification's outcome.
@@ -46,6 +48,9 @@ func (p *Program) Classify(in Input) Outcome {
 	}
 	if p.HasCtState && in.CtState == 0 {
 		return Outcome{Verdict: Linux, Rule: -1, Why: "conntrack state unknown"}
+	}
+	if p.FibLocalSrc && in.SrcMaybeLocal || p.FibLocalDst && in.DstMaybeLocal {
+		return Outcome{Verdict: Linux, Rule: -1, Why: "fib type local: the address may be local"}
 	}
 	cut := in.Dst
 	if p.Cut == CutSrc {

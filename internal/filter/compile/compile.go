@@ -52,6 +52,7 @@ var ErrTooLarge = errors.New("ruleset too large to compile")
 //     Linux's (a return, or the end of the target, continues after the jump). An Unknown match
 //     with side effects makes the rule Linux's for every packet its earlier matches let through.
 //   - Matches that do not depend on the packet are folded: marks (mark 0, see Program.HasMark),
+//     `fib saddr|daddr type local` (not local, see Program.FibLocalSrc),
 //     the output interface in prerouting (there is none: the name is empty), set matches that
 //     never match (other family, fewer directions than dimensions), prefixes of the other family.
 //   - A rule with more than MaxTests tests after simplification, or whose disjunctions expand to
@@ -86,9 +87,11 @@ func Compile(rs *model.Ruleset, sets map[string]*model.IPSet) (*Program, error) 
 	if len(p.Rules) > MaxRules {
 		return nil, fmt.Errorf("%w: %d flat rules (at most %d)", ErrTooLarge, len(p.Rules), MaxRules)
 	}
-	p.Empty = len(p.Rules) == 0
 	p.HasMark = c.hasMark
 	p.HasCtState = c.hasCtState
+	p.FibLocalSrc, p.FibLocalDst = c.fibLocal[model.Src], c.fibLocal[model.Dst]
+	// Folded fib matches still need the check of the address.
+	p.Empty = len(p.Rules) == 0 && !p.FibLocalSrc && !p.FibLocalDst
 	for _, r := range p.Rules {
 		p.PreCTDrop = p.PreCTDrop || (r.PreCT && r.Action == ActDrop)
 	}
@@ -110,6 +113,8 @@ type compiler struct {
 	hasMark bool
 	// hasCtState: a test reads the conntrack state (Program.HasCtState).
 	hasCtState bool
+	// fibLocal: a FibLocal match of the source / destination was folded (Program.FibLocalSrc).
+	fibLocal [2]bool
 	// preCT: rules emitted now belong to a base chain before conntrack (Rule.PreCT).
 	preCT  bool
 	visits int
@@ -655,6 +660,11 @@ func (c *compiler) cond(x ctx, before []model.Match, m model.Match) cond {
 		}
 		c.hasCtState = true
 		return cond{all: []Test{{Kind: TestCtState, A: uint16(m.States), Invert: m.Invert}}}
+	case model.FibLocal:
+		// Not local (Program.FibLocalSrc/Dst: the data plane hands Linux the packets whose
+		// address may be).
+		c.fibLocal[m.Dir] = true
+		return constCond(m.Invert)
 	case model.Unknown:
 		return cond{maybe: m.What, sideEffect: m.SideEffect}
 	}

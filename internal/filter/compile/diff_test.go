@@ -29,7 +29,8 @@ const (
 
 // input is what the data plane knows of p.
 func input(prog *compile.Program, p eval.Packet) compile.Input {
-	in := compile.Input{Src: p.Src, Dst: p.Dst, Proto: p.Proto, SrcPort: p.SrcPort, DstPort: p.DstPort, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, CtState: p.CtState}
+	in := compile.Input{Src: p.Src, Dst: p.Dst, Proto: p.Proto, SrcPort: p.SrcPort, DstPort: p.DstPort, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, CtState: p.CtState,
+		SrcMaybeLocal: p.SrcMaybeLocal, DstMaybeLocal: p.DstMaybeLocal}
 	for i, pat := range prog.Patterns {
 		if pat.Matches(p.In) {
 			in.IifBits |= 1 << i

@@ -117,6 +117,9 @@ func (p *Program) String() string {
 	if p.HasMark {
 		b.WriteString(", mark matches folded")
 	}
+	if p.FibLocalSrc || p.FibLocalDst {
+		b.WriteString(", fib type local folded")
+	}
 	b.WriteString("\n")
 	for i, pt := range p.Patterns {
 		n := pt.Name

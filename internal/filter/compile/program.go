@@ -196,10 +196,16 @@ type Program struct {
 	// HasCtState: some test reads the packet's conntrack state; a packet whose state the data
 	// plane does not know (conntrack did not run in the fast path) goes to Linux.
 	HasCtState bool
+	// FibLocalSrc / FibLocalDst: some `fib saddr|daddr type local` match was folded as false
+	// (`!= local` as true): the address is not local. The data plane hands Linux, before any
+	// rule, the packets whose source / destination may be local (model.FibLocal: the router
+	// module's local-route maps cover it, or it is of a class they leave out). The source of a
+	// routed packet never is (the router hands Linux local and martian sources first).
+	FibLocalSrc, FibLocalDst bool
 	// PreCTDrop: some rule before conntrack drops: the data plane refreshes a connection's
 	// conntrack entry only once the classification says no such rule dropped the packet.
 	PreCTDrop bool
-	// Empty: no rule and no drop policy anywhere: every packet is accepted (the data plane
-	// skips classification).
+	// Empty: no rule and no drop policy anywhere, and no folded fib match: every packet is
+	// accepted (the data plane skips classification).
 	Empty bool
 }

@@ -173,6 +173,61 @@ ip -6 route add 2001:2:2::/64 via 2001:2:0:3::2 dev %[4]s
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
+// Local routes that cover destinations of the pools that the router forwards all the same.
+const (
+	// In a table no rule looks up: `fib daddr type local` is false.
+	localElsewhere = `
+ip route add local 198.19.200.0/24 dev lo table 100
+ip -6 route add local 2001:2:2::1c8/128 dev lo table 100
+`
+	// In the local table, with a rule before it that routes them by the main table: IPv4's
+	// `fib daddr type local` (the local table alone) is true, IPv6's (a route lookup through
+	// the rules) false.
+	localForwarded = `
+ip route add local 198.19.200.0/24 dev lo table local
+ip rule add pref 10 to 198.19.200.0/24 lookup main
+ip rule del pref 0
+ip rule add pref 100 lookup local
+ip -6 route add local 2001:2:2::1c8/128 dev lo table local
+ip -6 rule add pref 10 to 2001:2:2::1c8/128 lookup main
+ip -6 rule del pref 0
+ip -6 rule add pref 100 lookup local
+`
+)
+
+// localRoutes adds the local routes of script (the evaluator's "maybe" for the addresses they
+// cover) and returns what the controller reads as the router's local routes (observe: local,
+// broadcast, anycast and multicast routes of every table).
+func (tp *topo) localRoutes(t *testing.T, script string) []netip.Prefix {
+	t.Helper()
+	if err := tp.rtr.Script(script); err != nil {
+		t.Fatal(err)
+	}
+	nh, err := netlink.NewHandleAt(tp.rtr.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nh.Close()
+	var out []netip.Prefix
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := nh.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rt := range rs {
+			switch rt.Type {
+			case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST, unix.RTN_MULTICAST:
+				if rt.Dst != nil {
+					a, _ := netip.AddrFromSlice(rt.Dst.IP)
+					ones, _ := rt.Dst.Mask.Size()
+					out = append(out, netip.PrefixFrom(a.Unmap(), ones))
+				}
+			}
+		}
+	}
+	return out
+}
+
 func macOf(t *testing.T, ns *nsutil.NS, dev string) net.HardwareAddr {
 	var mac net.HardwareAddr
 	if err := ns.Do(func() error {
@@ -467,7 +522,7 @@ func (g *gen) nft() string {
 		v6 := r.IntN(2) == 0 // nft refuses ip and ip6 (or tcp and udp) matches in one rule
 		l4 := pick(r, []string{"tcp", "udp"})
 		for range 1 + r.IntN(2) {
-			switch r.IntN(19) {
+			switch r.IntN(21) {
 			case 0, 9:
 				if v6 {
 					m = append(m, "ip6 saddr "+prefix(r, src6))
@@ -511,6 +566,10 @@ func (g *gen) nft() string {
 				m = append(m, g.concatLookup(v6, l4))
 			case 8:
 				m = append(m, l4+" sport "+fmt.Sprint(pick(r, ports)))
+			case 19:
+				m = append(m, "fib "+pick(r, []string{"saddr", "daddr", "daddr"})+" type "+pick(r, []string{"", "", "!= "})+"local")
+			case 20:
+				m = append(m, pick(r, []string{"fib daddr type broadcast", "fib saddr type { local, broadcast }"})) // not modelled
 			}
 		}
 		m = append(m, "counter", pick(r, []string{"accept", "drop", "drop", "", "return", "jump sub", "log"}))
@@ -916,6 +975,7 @@ func TestDifferential(t *testing.T) {
 	if err := filtertest.IPSetRestore(tp.rtr, setupSets); err != nil {
 		t.Fatal(err)
 	}
+	local := tp.localRoutes(t, localElsewhere)
 
 	counts := map[eval.Verdict]int{}
 	mismatches := 0
@@ -947,7 +1007,9 @@ func TestDifferential(t *testing.T) {
 		}
 		var pkts []eval.Packet
 		for range diffPackets {
-			pkts = append(pkts, (&gen{r: r, v6: r.IntN(2) == 0}).packet(tp))
+			p := (&gen{r: r, v6: r.IntN(2) == 0}).packet(tp)
+			p.SrcMaybeLocal, p.DstMaybeLocal = eval.MaybeLocal(p.Src, local), eval.MaybeLocal(p.Dst, local)
+			pkts = append(pkts, p)
 		}
 		c, bad := tp.exchange(t, snap, pkts, func(p eval.Packet, res eval.Result, arrived bool) {
 			if failed == 0 {
@@ -1084,4 +1146,78 @@ func near(r *rand.Rand, a netip.Addr) netip.Addr {
 		}
 	}
 	return a
+}
+
+// TestDifferentialFib is TestDifferential with `fib saddr|daddr type [!=] local` in every rule of
+// a forward and a prerouting chain, so that every packet meets them; some destinations are
+// covered by a local route and forwarded all the same (localForwarded: the evaluator's "maybe",
+// where the kernel's answer is local for IPv4).
+func TestDifferentialFib(t *testing.T) {
+	filtertest.Require(t, "nft", "sysctl")
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LFP_FILTER_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (rerun with LFP_FILTER_SEED=%d)", seed, seed)
+	r := rand.New(rand.NewPCG(seed, 0x4f))
+	tp := newTopoNamed(t, "fib-diff", "eth0", "vethin1", "eth1", "vethout2")
+	local := tp.localRoutes(t, localForwarded)
+	counts := map[eval.Verdict]int{}
+	mismatches, byFib := 0, 0
+	for rs := 0; rs < 20; rs++ {
+		var b strings.Builder
+		b.WriteString("table inet lfpdiff {\n")
+		for i, hook := range []string{"prerouting", "forward"} {
+			fmt.Fprintf(&b, "\tchain c%d {\n\t\ttype filter hook %s priority 0; policy accept;\n", i, hook)
+			for range 1 + r.IntN(3) {
+				m := "fib " + pick(r, []string{"saddr", "daddr"}) + " type " + pick(r, []string{"", "!= "}) + "local"
+				switch r.IntN(3) {
+				case 0:
+					m = pick(r, []string{"ip saddr " + prefix(r, src4), "ip6 daddr " + prefix(r, dst6)}) + " " + m
+				case 1:
+					m += " " + pick(r, []string{"ip daddr " + prefix(r, dst4), "ip6 saddr " + prefix(r, src6), "meta l4proto udp"})
+				}
+				fmt.Fprintf(&b, "\t\t%s %s\n", m, pick(r, []string{"drop", "drop", "accept"}))
+			}
+			b.WriteString("\t}\n")
+		}
+		b.WriteString("}\n")
+		native := b.String()
+		if err := filtertest.NFT(tp.rtr, "table inet lfpdiff\ndelete table inet lfpdiff\n"+native); err != nil {
+			t.Fatalf("ruleset %d: %v\n%s", rs, err, native)
+		}
+		snap, err := filtertest.Read(tp.rtr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pkts []eval.Packet
+		for range diffPackets {
+			p := (&gen{r: r, v6: r.IntN(2) == 0}).packet(tp)
+			p.SrcMaybeLocal, p.DstMaybeLocal = eval.MaybeLocal(p.Src, local), eval.MaybeLocal(p.Dst, local)
+			pkts = append(pkts, p)
+			res := eval.Evaluate(snap.Ruleset(p.Family), snap.Sets, p)
+			if res.Verdict == eval.Linux && !p.DstMaybeLocal {
+				t.Errorf("ruleset %d: %s: Linux (%s), though no local route covers its addresses\n%s", rs, p, res.Reason, native)
+			}
+			if res.Verdict == eval.Drop && res.Rule != nil && slices.ContainsFunc(res.Rule.Matches, func(m model.Match) bool { _, ok := m.(model.FibLocal); return ok }) {
+				byFib++
+			}
+		}
+		c, bad := tp.exchange(t, snap, pkts, func(p eval.Packet, res eval.Result, arrived bool) {
+			t.Errorf("ruleset %d: %s: evaluator says %s (%s) but the packet %s\n%s",
+				rs, p, res.Verdict, res.Reason, map[bool]string{true: "arrived", false: "did not arrive"}[arrived], native)
+		})
+		mismatches += bad
+		for v, n := range c {
+			counts[v] += n
+		}
+	}
+	t.Logf("accept %d, drop %d (%d by a rule with a fib match), linux %d; %d mismatches", counts[eval.Accept], counts[eval.Drop], byFib, counts[eval.Linux], mismatches)
+	if counts[eval.Accept] == 0 || byFib == 0 || counts[eval.Linux] == 0 {
+		t.Errorf("every outcome must be exercised: accept %d, drop by a fib rule %d, linux %d", counts[eval.Accept], byFib, counts[eval.Linux])
+	}
 }

@@ -60,6 +60,10 @@ type Packet struct {
 	// CtState is the state conntrack gives the packet (one of the model.Ct* bits); 0 when not
 	// known: a CtState match is then a "maybe".
 	CtState uint8
+	// SrcMaybeLocal / DstMaybeLocal: the address may be local (model.FibLocal): a local,
+	// broadcast, anycast or multicast route of some table covers it, or it is in a class those
+	// routes are not kept for (MaybeLocal).
+	SrcMaybeLocal, DstMaybeLocal bool
 }
 
 func (p Packet) String() string {
@@ -243,6 +247,10 @@ func (e *evaluator) unknowns(r *model.Rule) []string {
 		switch m := m.(type) {
 		case model.Unknown:
 			s = append(s, m.What)
+		case model.FibLocal:
+			if e.match(m) == maybe {
+				s = append(s, m.String()+" (the address may be local)")
+			}
 		case model.Set:
 			if set := e.sets[m.Name]; set == nil {
 				s = append(s, "ipset "+m.Name+" missing")
@@ -355,8 +363,34 @@ func (e *evaluator) match(m model.Match) tri {
 			return maybe
 		}
 		return toTri((e.ct&m.States != 0) != m.Invert)
+	case model.FibLocal:
+		if m.Dir == model.Src && p.SrcMaybeLocal || m.Dir == model.Dst && p.DstMaybeLocal {
+			return maybe
+		}
+		return toTri(m.Invert) // not local
 	case model.Unknown:
 		return maybe
 	}
 	return maybe
+}
+
+// MaybeLocal says whether `fib saddr|daddr type local` may be true for a (see model.FibLocal):
+// local lists the prefixes of the host's local, broadcast, anycast and multicast routes of every
+// table (the router module's lfp_local maps hold the same, but for addresses of the classes
+// checked here).
+func MaybeLocal(a netip.Addr, local []netip.Prefix) bool {
+	if a.Is4() {
+		b := a.As4()
+		if b[0] == 0 || b[0] == 127 || b[0] >= 224 {
+			return true
+		}
+	} else if a.IsMulticast() || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsLoopback() || a.Is4In6() {
+		return true
+	}
+	for _, p := range local {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

@@ -214,7 +214,7 @@ const (
 func (d Dir) String() string { return [...]string{"src", "dst", "src-or-dst"}[d] }
 
 // Match is one condition of a rule. The concrete types are Addr, Proto, Protos, Ports, Iface,
-// ICMP, Set, Mark, CtState and Unknown.
+// ICMP, Set, Mark, CtState, FibLocal and Unknown.
 type Match interface {
 	isMatch()
 	String() string
@@ -325,6 +325,21 @@ type CtState struct {
 	Invert bool
 }
 
+// FibLocal: nft's `fib saddr type local` / `fib daddr type local` (Invert: `type != local`), with
+// no other flag (iif, oif, mark). The kernel asks its FIB for the address's route type:
+// inet_dev_addr_type() in the local table for IPv4 (nft_fib4_eval_type), a route lookup for
+// IPv6 (nft_fib6_eval_type); it is local when a local route covers the address. Such a route is
+// always among the host's local, broadcast, anycast and multicast routes of all tables, which the
+// router module keeps (lfp_local4/6, lfp_local_pfx4/6): an address none of them covers, outside
+// the address classes those maps leave out (IPv4 0/8, 127/8, 224/3; IPv6 multicast, link-local,
+// ::/127, v4-mapped), is not local. For an address they do cover the answer also depends on
+// which routes the lookup meets first (the local and main tables share one trie until a policy
+// rule is first added, and that history is not visible), so the match is "maybe" there.
+type FibLocal struct {
+	Dir    Dir
+	Invert bool
+}
+
 // Unknown is a condition the model does not evaluate: the packet may or may not match.
 type Unknown struct {
 	What string
@@ -334,16 +349,17 @@ type Unknown struct {
 	SideEffect bool
 }
 
-func (Addr) isMatch()    {}
-func (Proto) isMatch()   {}
-func (Protos) isMatch()  {}
-func (Ports) isMatch()   {}
-func (Iface) isMatch()   {}
-func (ICMP) isMatch()    {}
-func (Set) isMatch()     {}
-func (Mark) isMatch()    {}
-func (CtState) isMatch() {}
-func (Unknown) isMatch() {}
+func (Addr) isMatch()     {}
+func (Proto) isMatch()    {}
+func (Protos) isMatch()   {}
+func (Ports) isMatch()    {}
+func (Iface) isMatch()    {}
+func (ICMP) isMatch()     {}
+func (Set) isMatch()      {}
+func (Mark) isMatch()     {}
+func (CtState) isMatch()  {}
+func (FibLocal) isMatch() {}
+func (Unknown) isMatch()  {}
 
 func not(inv bool) string {
 	if inv {
@@ -460,6 +476,14 @@ func CtStateNames(states uint8) string {
 
 func (m CtState) String() string {
 	return fmt.Sprintf("-m conntrack %s--ctstate %s", not(m.Invert), CtStateNames(m.States))
+}
+
+func (m FibLocal) String() string {
+	op := ""
+	if m.Invert {
+		op = "!= "
+	}
+	return fmt.Sprintf("fib %saddr type %slocal", map[Dir]string{Src: "s", Dst: "d"}[m.Dir], op)
 }
 
 func (m Unknown) String() string {

@@ -386,3 +386,38 @@ func TestConntrackUsers(t *testing.T) {
 		})
 	}
 }
+
+// TestNativeFib: `fib saddr|daddr type local` and its negation are modelled (model.FibLocal);
+// other fib lookups (other types, sets of types, iif/oif/mark, the oif results) stay Unknown,
+// and a fib load leaves the other registers alone.
+func TestNativeFib(t *testing.T) {
+	s := load(t, "", "", "", `
+table inet lfpfib {
+	chain f {
+		type filter hook forward priority 10; policy accept;
+		fib daddr type local drop
+		fib saddr type != local accept
+		ip daddr 198.19.1.1 fib saddr type local drop
+		fib daddr type broadcast drop
+		fib daddr type { local, broadcast } drop
+		fib daddr . iif type local drop
+		fib daddr . mark type != local drop
+		fib daddr oif missing drop
+	}
+}
+`)
+	want := []string{
+		"chain inet lfpfib f (forward 10 filter policy accept)",
+		"0: fib daddr type local => drop",
+		"1: fib saddr type != local => accept",
+		"2: -d 198.19.1.1/32 fib saddr type local => drop",
+		"3: unknown(fib daddr type == 0x03000000) => drop",
+		"4: unknown(fib daddr type in set @__set0) => drop",
+		"5: unknown(fib daddr iif type == 0x02000000) => drop",
+		"6: unknown(fib daddr mark type != 0x02000000) => drop",
+		"7: unknown(fib daddr present oif == 0x00000000) => drop",
+	}
+	compare(t, "ipv4", render(s.IPv4), want)
+	// `ip daddr` implies `meta nfproto ipv4`: no IPv6 packet gets past it.
+	compare(t, "ipv6", render(s.IPv6), slices.Delete(want, 3, 4))
+}

@@ -74,6 +74,7 @@ const (
 	valStatic  // known for every packet of the family (meta nfproto, meta protocol)
 	valUnknown // something the model does not read (ct status, fib, ...)
 	valCtState // ct state: one of the model.Ct* bits, a host-order u32
+	valFibType // fib saddr|daddr type (no other flag): a route type, a host-order u32 (dir)
 )
 
 // regVal is what a register holds.
@@ -86,6 +87,7 @@ type regVal struct {
 	mask   []byte // bitwise AND applied (nil: none)
 	static []byte
 	what   string
+	dir    model.Dir // valFibType: the address looked up
 }
 
 // Expression attributes (include/uapi/linux/netfilter/nf_tables.h).
@@ -101,6 +103,12 @@ const (
 	xtName, xtRev, xtInfo                                            = 1, 2, 3
 	ctDreg, ctKey, ctDir, ctSreg                                     = 1, 2, 3, 4
 	exthdrSreg                                                       = 7
+	fibDreg, fibResult, fibFlags                                     = 1, 2, 3
+
+	// nft_fib's flags and result (NFTA_FIB_F_*, NFT_FIB_RESULT_*), and the route type RTN_LOCAL.
+	fibFSaddr, fibFDaddr = 1 << 0, 1 << 1
+	fibResultAddrType    = 3
+	rtnLocal             = 2
 
 	opEq, opNeq, opLt, opLte, opGt, opGte = 0, 1, 2, 3, 4, 5
 
@@ -291,6 +299,8 @@ func (t *translator) exprs(exprs []rawExpr) ruleResult {
 			case e.Name == "ct" && !e.has(ctSreg) && !e.has(ctDir) && e.has(ctDreg) && ctKeyIs(e, unix.NFT_CT_STATE):
 				dreg, _ := e.u32(ctDreg)
 				t.set(dreg, &regVal{kind: valCtState, n: 4})
+			case e.Name == "fib":
+				t.fib(e)
 			case pureLoads[e.Name]:
 				if (e.Name == "ct" && e.has(ctSreg)) || (e.Name == "exthdr" && e.has(exthdrSreg)) {
 					return linux(e.Name+" set", false)
@@ -314,6 +324,38 @@ func (t *translator) exprs(exprs []rawExpr) ruleResult {
 		}
 	}
 	return ruleResult{matches: t.matches, verdict: model.Verdict{Kind: model.Continue}}
+}
+
+// fib loads a route lookup's answer. Only the address type of the source or destination with no
+// other flag (`fib daddr type`) is read (model.FibLocal says how); with iif, oif or mark, or the
+// oif/oifname results, the answer depends on devices and marks: an unknown value saying which.
+func (t *translator) fib(e rawExpr) {
+	dreg, ok1 := e.u32(fibDreg)
+	result, ok2 := e.u32(fibResult)
+	flags, ok3 := e.u32(fibFlags)
+	if !ok1 || !ok2 || !ok3 {
+		t.clobber("fib")
+		return
+	}
+	what := "fib"
+	for _, f := range []struct {
+		bit  uint32
+		name string
+	}{{fibFSaddr, "saddr"}, {fibFDaddr, "daddr"}, {1 << 2, "mark"}, {1 << 3, "iif"}, {1 << 4, "oif"}, {1 << 5, "present"}} {
+		if flags&f.bit != 0 {
+			what += " " + f.name
+		}
+	}
+	what += " " + map[uint32]string{1: "oif", 2: "oifname", 3: "type"}[result]
+	if result == fibResultAddrType && (flags == fibFSaddr || flags == fibFDaddr) {
+		dir := model.Src
+		if flags == fibFDaddr {
+			dir = model.Dst
+		}
+		t.set(dreg, &regVal{kind: valFibType, n: 4, dir: dir, what: what})
+		return
+	}
+	t.set(dreg, &regVal{kind: valUnknown, n: 16, what: what})
 }
 
 // never ends a rule whose next condition is false for every packet of the family.
@@ -483,6 +525,11 @@ func (t *translator) cmp(e rawExpr) (ruleResult, bool) {
 	case valCtState:
 		if len(data) == 4 && (op == opEq || op == opNeq) {
 			t.matches = append(t.matches, ctStateCmp(v.mask, binary.NativeEndian.Uint32(data), op == opNeq))
+			return ruleResult{}, false
+		}
+	case valFibType:
+		if v.mask == nil && len(data) == 4 && (op == opEq || op == opNeq) && binary.NativeEndian.Uint32(data) == rtnLocal {
+			t.matches = append(t.matches, model.FibLocal{Dir: v.dir, Invert: op == opNeq})
 			return ruleResult{}, false
 		}
 	case valPayload:

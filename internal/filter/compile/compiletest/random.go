@@ -45,6 +45,14 @@ var (
 	}
 )
 
+// Local are the prefixes of the local, broadcast, anycast and multicast routes of the host the
+// random packets pass (eval.MaybeLocal): some addresses and prefixes of the pools, so that
+// `fib saddr|daddr type local` is "maybe" for some packets.
+var Local = []netip.Prefix{
+	netip.MustParsePrefix("198.19.255.0/24"), netip.MustParsePrefix("198.18.9.200/32"),
+	netip.MustParsePrefix("2001:2:2::ff00/120"), netip.MustParsePrefix("2001:2:0:9::c8/128"),
+}
+
 func pick[T any](r *rand.Rand, s []T) T { return s[r.IntN(len(s))] }
 
 func (g *Gen) v6() bool { return g.Family == model.IPv6 }
@@ -214,6 +222,12 @@ func (g *Gen) matches() []model.Match {
 		add(model.Mark{Value: pick(r, []uint32{0, 1, 0x4000}), Mask: pick(r, []uint32{0xffffffff, 0x4000, 0xffff}), Invert: inv()})
 	case 7:
 		add(model.Unknown{What: "length 0:1000"})
+	case 13:
+		// Rare: a ruleset with one hands Linux every packet whose address may be local.
+		if r.IntN(4) != 0 {
+			break
+		}
+		add(model.FibLocal{Dir: pick(r, []model.Dir{model.Src, model.Dst}), Invert: inv()})
 	}
 	r.Shuffle(len(m), func(i, j int) {
 		// Keep protocols before what needs them (as the translator does) most of the time.
@@ -524,6 +538,7 @@ func (g *Gen) Packet() eval.Packet {
 			p.Src = netip.IPv6Unspecified()
 		}
 	}
+	p.SrcMaybeLocal, p.DstMaybeLocal = eval.MaybeLocal(p.Src, Local), eval.MaybeLocal(p.Dst, Local)
 	p.In, p.Out = pick(r, Ifaces), pick(r, Ifaces)
 	p.Proto = pick(r, []uint8{model.ProtoTCP, model.ProtoTCP, model.ProtoUDP, model.ProtoUDP, g.icmp(), g.icmp(), 47, model.ProtoDCCP, model.ProtoSCTP, model.ProtoUDPLite, 0})
 	switch {
