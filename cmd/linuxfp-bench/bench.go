@@ -27,7 +27,11 @@ func benchCmds() []*cobra.Command {
 }
 
 func benchRouterCmd() *cobra.Command {
-	var o router.Options
+	var (
+		o        router.Options
+		families []string
+		sizes6   []int
+	)
 	cmd := forwardingBenchCmd("router", "The virtual-router experiment: Linux vs linuxfp vs a hand-written XDP ceiling",
 		`Builds its own namespaces gen -> dut -> sink (veth, 50 routed prefixes 198.19.N.0/24 on the
 DUT), generates UDP traffic with an XDP program run with BPF_PROG_RUN in live-frame mode in gen,
@@ -39,13 +43,26 @@ Removes its namespaces on exit, including on Ctrl-C.
 
 Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1
 
+IPv6: the throughput test also sends UDP to the 50 routed IPv6 prefixes 2001:2:1:N::/64 (1 to
+254 hosts each, as for IPv4) at --ipv6-sizes (64 is measured at 66 bytes, the smallest IPv6 UDP
+frame), in the same rounds as IPv4; the ceiling forwards both. --families ipv4 leaves it out.
+Latency and CPU are IPv4's.
+
 The cost of watching linuxfp: --modes linuxfp,linuxfp-monitor,linuxfp-metrics --to-linux 1
 (linuxfp-monitor: a linuxfp monitor -j connected while 1 prefix in 50 goes to Linux;
 linuxfp-metrics: --metrics-addr set and /metrics scraped every second).`,
 		func(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
+			var err error
+			if cfg.Families, err = parseList(families, "--families", harness.ParseFamily); err != nil {
+				return nil, err
+			}
+			cfg.Sizes6 = sizes6
 			return router.RunWith(ctx, cfg, o)
 		})
-	cmd.Flags().IntVar(&o.ToLinux, "to-linux", 0, "this many of the 50 routed prefixes are blackhole routes: their frames go to Linux, which drops them (every mode but the ceilings)")
+	f := cmd.Flags()
+	f.IntVar(&o.ToLinux, "to-linux", 0, "this many of the 50 routed prefixes are blackhole routes: their frames go to Linux, which drops them (every mode but the ceilings)")
+	f.StringSliceVar(&families, "families", []string{"ipv4", "ipv6"}, "address families of the throughput test: ipv4, ipv6")
+	f.IntSliceVar(&sizes6, "ipv6-sizes", []int{64}, "frame sizes of the IPv6 throughput test in bytes including FCS (below 66, the smallest IPv6 UDP frame, measured at 66)")
 	return cmd
 }
 

@@ -40,8 +40,10 @@ const (
 	genSlice = 20 * time.Millisecond
 	// At a fixed rate, frames go out in bursts this far apart.
 	PacedBurst = 5 * time.Millisecond
-	// A down veth pair in gen that holds the generator program (see newGenerator).
-	ParkDev, parkPeer = "lfpgen0", "lfpgen1"
+	// A down veth pair in gen that holds the generator program (see newGenerator); the IPv6
+	// generator, which may be loaded beside the IPv4 one, has its own.
+	ParkDev, parkPeer   = "lfpgen0", "lfpgen1"
+	ParkDev6, parkPeer6 = "lfpgen2", "lfpgen3"
 )
 
 // Flow is what the generator sends: UDP from srcIP to dstIP, port 1024 to 9, in frames from
@@ -113,11 +115,15 @@ func NewGenerator(tb *testbed.Testbed, f Flow) (*Generator, error) {
 		return nil, err
 	}
 	g.tb = tb
-	if _, err := tb.Gen.Run("ip", "link", "add", ParkDev, "type", "veth", "peer", "name", parkPeer); err != nil {
+	park, peer := ParkDev, parkPeer
+	if f.IPv6() {
+		park, peer = ParkDev6, parkPeer6
+	}
+	if _, err := tb.Gen.Run("ip", "link", "add", park, "type", "veth", "peer", "name", peer); err != nil {
 		g.objs.Close()
 		return nil, fmt.Errorf("create the generator's parking veth: %w", err)
 	}
-	if g.parked, err = AttachXDP(tb.Gen, ParkDev, g.objs.BenchGen); err != nil {
+	if g.parked, err = AttachXDP(tb.Gen, park, g.objs.BenchGen); err != nil {
 		g.objs.Close()
 		return nil, fmt.Errorf("park the generator: %w", err)
 	}
