@@ -296,6 +296,7 @@ func benchServicesCmd() *cobra.Command {
 		sc        services.Config
 		workloads []string
 	)
+	var families []string
 	cmd := &cobra.Command{
 		Use:   "services",
 		Short: "Kubernetes services through kube-proxy's iptables or nftables rules (1, 100, 1,000 services) and pods masqueraded to an outside host, Linux vs linuxfp",
@@ -325,11 +326,19 @@ alternating round by round; the report gives medians, ratios, and what linuxfp's
 fast-pathed and handed to Linux (` + "`linuxfp status -j`" + ` in the node). Removes its namespaces on
 exit, including on Ctrl-C.
 
+IPv6 (--families ipv4,ipv6, iptables mode): the node is dual-stack (the client 2001:2::2, the
+pods 2001:2:0:101::k, kube-proxy's IPv6 rules loaded by ip6tables-restore for the same services
+at cluster IPs 2001:2:0:80::N), and after each service count an IPv6 case measures the udp
+workload to the IPv6 cluster IPs.
+
 Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if sc.Workloads, err = parseList(workloads, "--workloads", services.ParseWorkload); err != nil {
+				return err
+			}
+			if sc.Families, err = parseList(families, "--families", harness.ParseFamily); err != nil {
 				return err
 			}
 			return bf.runOwn(&sc.Run, func(ctx context.Context) (harness.Result, error) { return services.Run(ctx, sc) })
@@ -349,7 +358,8 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.IntVar(&sc.RRSessions, "rr-sessions", 8, "long-lived connections of the request/response workload")
 	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")
 	f.IntVar(&sc.GenCores, "gen-cores", 1, "generator cores of the udp workload")
-	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included")
+	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included (IPv6: at least 66)")
+	f.StringSliceVar(&families, "families", []string{"ipv4"}, "address families: ipv4, ipv6 (a dual-stack node; its IPv6 cases measure udp only)")
 	bf.addRun(cmd, "modes: linux, linuxfp, linuxfp-tc (default all)", timing{
 		duration: 2 * time.Second, durationUsage: "measured time per round, mode, case and workload",
 		warmup: 500 * time.Millisecond, warmupUsage: "traffic before each measurement, not counted"})
