@@ -228,7 +228,8 @@ func TestRunServicesIPv6(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/linuxfp").CombinedOutput(); err != nil {
 		t.Fatalf("build linuxfp: %v\n%s", err, out)
 	}
-	const prefix = "lfp-svcbench6"
+	// A prefix of its own: other tests, and other runs of this one, may run at the same time.
+	prefix := benchtest.Prefix("lfp-svcb6")
 	before := benchtest.Namespaces(t, prefix)
 	modes := []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp}
 	res, err := Run(context.Background(), Config{Services: []int{2}, Pods: 3, Prefix: prefix, Workloads: []Workload{UDP},
