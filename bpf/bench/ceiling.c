@@ -2,6 +2,8 @@
  * (MAC rewrite + redirect) by default, a switch (the frame as it is + redirect) with cfg_l2. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ipv6.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -26,13 +28,19 @@ int bench_ceiling(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
 
 	if ((void *)(eth + 1) > data_end)
 		return XDP_PASS;
-	/* The one check: ARP stays with Linux, so neighbours keep resolving during ceiling rounds
-	 * (and, on a bridge port, so the bridge keeps learning from the benchmark's non-IP frames). */
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
-		return XDP_PASS;
+	/* The one check: ARP and IPv6 neighbour discovery stay with Linux, so neighbours keep
+	 * resolving during ceiling rounds (and, on a bridge port, so the bridge keeps learning from
+	 * the benchmark's non-IP frames). IPv4 frames go, and IPv6 ones with UDP right after the
+	 * header: the generator's. */
+	if (eth->h_proto != bpf_htons(ETH_P_IP)) {
+		if (eth->h_proto != bpf_htons(ETH_P_IPV6) || (void *)(ip6 + 1) > data_end ||
+		    ip6->nexthdr != IPPROTO_UDP)
+			return XDP_PASS;
+	}
 	if (!cfg_l2) {
 		((__u32 *)data)[0] = cfg_eth[0];
 		((__u32 *)data)[1] = cfg_eth[1];

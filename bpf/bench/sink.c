@@ -3,6 +3,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -22,15 +23,24 @@ struct {
 	__uint(max_entries, 1);
 } sink_count SEC(".maps");
 
-/* Only the benchmark's traffic is dropped; ARP and the latency test's TCP must reach Linux. */
+/* Only the benchmark's traffic is dropped; ARP, neighbour discovery and the latency test's TCP
+ * must reach Linux. */
 static __always_inline int is_bench_udp(void *data, void *data_end)
 {
 	struct ethhdr *eth = data;
 	struct iphdr *iph = (void *)(eth + 1);
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
 	struct udphdr *udp = (void *)(iph + 1);
 
+	/* Shorter than any of them (an IPv4 one is the shortest). */
 	if ((void *)(udp + 1) > data_end)
 		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		udp = (void *)(ip6 + 1);
+		if ((void *)(udp + 1) > data_end || ip6->nexthdr != IPPROTO_UDP)
+			return 0;
+		return udp->dest == bpf_htons(9);
+	}
 	if (eth->h_proto != bpf_htons(ETH_P_IP) || iph->ihl != 5 || iph->protocol != IPPROTO_UDP)
 		return 0;
 	return udp->dest == bpf_htons(9);

@@ -27,7 +27,11 @@ func benchCmds() []*cobra.Command {
 }
 
 func benchRouterCmd() *cobra.Command {
-	var o router.Options
+	var (
+		o        router.Options
+		families []string
+		sizes6   []int
+	)
 	cmd := forwardingBenchCmd("router", "The virtual-router experiment: Linux vs linuxfp vs a hand-written XDP ceiling",
 		`Builds its own namespaces gen -> dut -> sink (veth, 50 routed prefixes 198.19.N.0/24 on the
 DUT), generates UDP traffic with an XDP program run with BPF_PROG_RUN in live-frame mode in gen,
@@ -39,13 +43,26 @@ Removes its namespaces on exit, including on Ctrl-C.
 
 Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1
 
+IPv6: the throughput test also sends UDP to the 50 routed IPv6 prefixes 2001:2:1:N::/64 (1 to
+254 hosts each, as for IPv4) at --ipv6-sizes (64 is measured at 66 bytes, the smallest IPv6 UDP
+frame), in the same rounds as IPv4; the ceiling forwards both. --families ipv4 leaves it out.
+Latency and CPU are IPv4's.
+
 The cost of watching linuxfp: --modes linuxfp,linuxfp-monitor,linuxfp-metrics --to-linux 1
 (linuxfp-monitor: a linuxfp monitor -j connected while 1 prefix in 50 goes to Linux;
 linuxfp-metrics: --metrics-addr set and /metrics scraped every second).`,
 		func(ctx context.Context, cfg harness.PipelineConfig) (*harness.PipelineResult, error) {
+			var err error
+			if cfg.Families, err = parseList(families, "--families", harness.ParseFamily); err != nil {
+				return nil, err
+			}
+			cfg.Sizes6 = sizes6
 			return router.RunWith(ctx, cfg, o)
 		})
-	cmd.Flags().IntVar(&o.ToLinux, "to-linux", 0, "this many of the 50 routed prefixes are blackhole routes: their frames go to Linux, which drops them (every mode but the ceilings)")
+	f := cmd.Flags()
+	f.IntVar(&o.ToLinux, "to-linux", 0, "this many of the 50 routed prefixes are blackhole routes: their frames go to Linux, which drops them (every mode but the ceilings)")
+	f.StringSliceVar(&families, "families", []string{"ipv4", "ipv6"}, "address families of the throughput test: ipv4, ipv6")
+	f.IntSliceVar(&sizes6, "ipv6-sizes", []int{64}, "frame sizes of the IPv6 throughput test in bytes including FCS (below 66, the smallest IPv6 UDP frame, measured at 66)")
 	return cmd
 }
 
@@ -279,6 +296,7 @@ func benchServicesCmd() *cobra.Command {
 		sc        services.Config
 		workloads []string
 	)
+	var families []string
 	cmd := &cobra.Command{
 		Use:   "services",
 		Short: "Kubernetes services through kube-proxy's iptables or nftables rules (1, 100, 1,000 services) and pods masqueraded to an outside host, Linux vs linuxfp",
@@ -308,11 +326,19 @@ alternating round by round; the report gives medians, ratios, and what linuxfp's
 fast-pathed and handed to Linux (` + "`linuxfp status -j`" + ` in the node). Removes its namespaces on
 exit, including on Ctrl-C.
 
+IPv6 (--families ipv4,ipv6, iptables mode): the node is dual-stack (the client 2001:2::2, the
+pods 2001:2:0:101::k, kube-proxy's IPv6 rules loaded by ip6tables-restore for the same services
+at cluster IPs 2001:2:0:80::N), and after each service count an IPv6 case measures the udp
+workload to the IPv6 cluster IPs.
+
 Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if sc.Workloads, err = parseList(workloads, "--workloads", services.ParseWorkload); err != nil {
+				return err
+			}
+			if sc.Families, err = parseList(families, "--families", harness.ParseFamily); err != nil {
 				return err
 			}
 			return bf.runOwn(&sc.Run, func(ctx context.Context) (harness.Result, error) { return services.Run(ctx, sc) })
@@ -332,7 +358,8 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.IntVar(&sc.RRSessions, "rr-sessions", 8, "long-lived connections of the request/response workload")
 	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")
 	f.IntVar(&sc.GenCores, "gen-cores", 1, "generator cores of the udp workload")
-	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included")
+	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included (IPv6: at least 66)")
+	f.StringSliceVar(&families, "families", []string{"ipv4"}, "address families: ipv4, ipv6 (a dual-stack node; its IPv6 cases measure udp only)")
 	bf.addRun(cmd, "modes: linux, linuxfp, linuxfp-tc (default all)", timing{
 		duration: 2 * time.Second, durationUsage: "measured time per round, mode, case and workload",
 		warmup: 500 * time.Millisecond, warmupUsage: "traffic before each measurement, not counted"})

@@ -52,8 +52,17 @@ func kubeChain(prefix string, parts ...string) string {
 	return prefix + base32.StdEncoding.EncodeToString(h[:])[:16]
 }
 
+// ipv6: the configuration is of an IPv6 cluster (its ClusterCIDR is IPv6): kube-proxy's IPv6
+// proxier, whose rules ip6tables-restore loads.
+func (k KubeProxy) ipv6() bool { return k.ClusterCIDR.Addr().Is6() }
+
+// hostLen is a's host prefix length as kube-proxy writes it (/32, /128).
+func hostLen(a netip.Addr) int { return a.BitLen() }
+
 // Rules renders the iptables-restore input kube-proxy 1.30 (iptables mode) writes for the
-// services: the nat table (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*, KUBE-EXT-*, KUBE-NODEPORTS,
+// services (for an IPv6 ClusterCIDR, the ip6tables-restore input of its IPv6 proxier: /128
+// hosts, icmp6 rejects, an IPv6 mask for `recent`, and no localnet rule, which kube-proxy writes
+// for IPv4 only): the nat table (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*, KUBE-EXT-*, KUBE-NODEPORTS,
 // KUBE-MARK-MASQ, KUBE-POSTROUTING, statistic-mode-random endpoint choice, `recent` for session
 // affinity) and the filter table (KUBE-FORWARD with its nfacct-counted INVALID drop, the
 // KUBE-SERVICES REJECTs of services without endpoints, KUBE-FIREWALL). The nfacct object must
@@ -61,6 +70,10 @@ func kubeChain(prefix string, parts ...string) string {
 func (k KubeProxy) Rules() string {
 	var b strings.Builder
 	line := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
+	reject, mask := "icmp-port-unreachable", "255.255.255.255"
+	if k.ipv6() {
+		reject, mask = "icmp6-port-unreachable", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+	}
 
 	line("*mangle")
 	for _, c := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
@@ -90,7 +103,9 @@ func (k KubeProxy) Rules() string {
 	line(`-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL`)
 	line(`-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`)
 	line(`-A OUTPUT -j KUBE-FIREWALL`)
-	line(`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`)
+	if !k.ipv6() {
+		line(`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`)
+	}
 	line(`-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP`)
 	line(`-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT`)
 	line(`-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`)
@@ -98,11 +113,11 @@ func (k KubeProxy) Rules() string {
 		if len(s.Endpoints) > 0 {
 			continue
 		}
-		line(`-A KUBE-SERVICES -d %s/32 -p %s -m comment --comment "%s has no endpoints" -m %s --dport %d -j REJECT --reject-with icmp-port-unreachable`,
-			s.ClusterIP, s.Proto, s.id(), s.Proto, s.Port)
+		line(`-A KUBE-SERVICES -d %s/%d -p %s -m comment --comment "%s has no endpoints" -m %s --dport %d -j REJECT --reject-with %s`,
+			s.ClusterIP, hostLen(s.ClusterIP), s.Proto, s.id(), s.Proto, s.Port, reject)
 		if s.NodePort != 0 {
-			line(`-A KUBE-EXTERNAL-SERVICES -p %s -m comment --comment "%s has no endpoints" -m addrtype --dst-type LOCAL -m %s --dport %d -j REJECT --reject-with icmp-port-unreachable`,
-				s.Proto, s.id(), s.Proto, s.NodePort)
+			line(`-A KUBE-EXTERNAL-SERVICES -p %s -m comment --comment "%s has no endpoints" -m addrtype --dst-type LOCAL -m %s --dport %d -j REJECT --reject-with %s`,
+				s.Proto, s.id(), s.Proto, s.NodePort, reject)
 		}
 	}
 	line("COMMIT")
@@ -132,10 +147,10 @@ func (k KubeProxy) Rules() string {
 		proto := strings.ToLower(s.Proto)
 		svc := kubeChain("KUBE-SVC-", s.id(), proto)
 		chain(svc)
-		rule(`-A KUBE-SERVICES -d %s/32 -p %s -m comment --comment "%s cluster IP" -m %s --dport %d -j %s`,
-			s.ClusterIP, proto, s.id(), proto, s.Port, svc)
-		rule(`-A %s ! -s %s -d %s/32 -p %s -m comment --comment "%s cluster IP" -m %s --dport %d -j KUBE-MARK-MASQ`,
-			svc, k.ClusterCIDR, s.ClusterIP, proto, s.id(), proto, s.Port)
+		rule(`-A KUBE-SERVICES -d %s/%d -p %s -m comment --comment "%s cluster IP" -m %s --dport %d -j %s`,
+			s.ClusterIP, hostLen(s.ClusterIP), proto, s.id(), proto, s.Port, svc)
+		rule(`-A %s ! -s %s -d %s/%d -p %s -m comment --comment "%s cluster IP" -m %s --dport %d -j KUBE-MARK-MASQ`,
+			svc, k.ClusterCIDR, s.ClusterIP, hostLen(s.ClusterIP), proto, s.id(), proto, s.Port)
 		if s.NodePort != 0 {
 			ext := kubeChain("KUBE-EXT-", s.id(), proto)
 			chain(ext)
@@ -153,14 +168,14 @@ func (k KubeProxy) Rules() string {
 				stat = fmt.Sprintf(" -m statistic --mode random --probability %.11f", 1/float64(n-i))
 			}
 			if s.Affinity {
-				rule(`-A %s -m comment --comment "%s -> %s" -m recent --rcheck --seconds 10800 --reap --name %s --mask 255.255.255.255 --rsource -j %s`,
-					svc, s.id(), ep, sep, sep)
+				rule(`-A %s -m comment --comment "%s -> %s" -m recent --rcheck --seconds 10800 --reap --name %s --mask %s --rsource -j %s`,
+					svc, s.id(), ep, sep, mask, sep)
 			}
 			rule(`-A %s -m comment --comment "%s -> %s"%s -j %s`, svc, s.id(), ep, stat, sep)
-			rule(`-A %s -s %s/32 -m comment --comment "%s" -j KUBE-MARK-MASQ`, sep, ep.Addr(), s.id())
+			rule(`-A %s -s %s/%d -m comment --comment "%s" -j KUBE-MARK-MASQ`, sep, ep.Addr(), hostLen(ep.Addr()), s.id())
 			if s.Affinity {
-				rule(`-A %s -p %s -m comment --comment "%s" -m recent --set --name %s --mask 255.255.255.255 --rsource -m %s -j DNAT --to-destination %s`,
-					sep, proto, s.id(), sep, proto, ep)
+				rule(`-A %s -p %s -m comment --comment "%s" -m recent --set --name %s --mask %s --rsource -m %s -j DNAT --to-destination %s`,
+					sep, proto, s.id(), sep, mask, proto, ep)
 			} else {
 				rule(`-A %s -p %s -m comment --comment "%s" -m %s -j DNAT --to-destination %s`, sep, proto, s.id(), proto, ep)
 			}
@@ -180,11 +195,18 @@ func (k KubeProxy) Rules() string {
 // rules include the jumps from the built-in chains, which kube-proxy ensures separately (once),
 // so applying again would append them again, and chains of services gone are not deleted (see
 // e2e's kubeNode.sync for a re-sync as kube-proxy makes it).
+//
+// An IPv6 configuration (ClusterCIDR IPv6) goes to ip6tables-restore, as kube-proxy's IPv6
+// proxier writes it on a dual-stack node.
 func (k KubeProxy) Apply(ns *nsutil.NS) error {
 	if err := AddNFAcct(ns, "ct_state_invalid_dropped_pkts"); err != nil {
 		return err
 	}
-	return load(ns, "iptables-restore", k.Rules(), "iptables-restore", "-w", "--noflush")
+	restore := "iptables-restore"
+	if k.ipv6() {
+		restore = "ip6tables-restore"
+	}
+	return load(ns, restore, k.Rules(), restore, "-w", "--noflush")
 }
 
 // load runs a ruleset loader (argv: iptables-restore, nft -f -) in ns with rules as its input;

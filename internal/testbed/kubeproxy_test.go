@@ -50,6 +50,74 @@ func TestKubeProxyRules(t *testing.T) {
 	}
 }
 
+// The IPv6 proxier's rules load with ip6tables-restore (twice), with IPv6 host prefixes, icmp6
+// rejects and an IPv6 mask, without the IPv4-only localnet rule, and leave an established
+// connection's packets to rules the filter module decides without Linux.
+func TestKubeProxyRulesIPv6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
+		t.Skip("ip6tables-restore not installed")
+	}
+	k := testKubeProxy6()
+	rules := k.Rules()
+	for _, want := range []string{
+		"-A KUBE-SERVICES -d 2001:2:0:80::a/128 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU",
+		"! -s 2001:2:0:100::/56 -d 2001:2:0:80::a/128 -p udp",
+		"-s 2001:2:0:101::5/128 -m comment --comment \"kube-system/kube-dns:dns\" -j KUBE-MARK-MASQ",
+		"-j DNAT --to-destination [2001:2:0:101::5]:53",
+		"--mask ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff --rsource",
+		"-j REJECT --reject-with icmp6-port-unreachable",
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("rules lack %q:\n%s", want, rules)
+		}
+	}
+	for _, unwanted := range []string{"127.0.0.0/8", "/32 ", "icmp-port-unreachable", "255.255.255.255"} {
+		if strings.Contains(rules, unwanted) {
+			t.Errorf("IPv6 rules hold %q", unwanted)
+		}
+	}
+	ns := loadTwice(t, "lfp-test-kp6", k.Apply, rules)
+	snap, err := nft.Read(nft.Options{NetNS: int(ns.Handle())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(snap.IPv4.Conntrack); n != 0 {
+		t.Errorf("IPv6 rules left %d IPv4 conntrack users", n)
+	}
+	rs := snap.IPv6
+	if len(rs.Conntrack) == 0 {
+		t.Fatal("kube-proxy's IPv6 rules: netfilter not taken as tracking connections")
+	}
+	prog, err := compile.Compile(rs.Established(), snap.Sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := compile.Input{Src: netip.MustParseAddr("2001:2:0:101::5"), Dst: netip.MustParseAddr("2001:2::2"), Proto: model.ProtoUDP,
+		SrcPort: 53, DstPort: 40000, CtState: model.CtEstablished}
+	if out := prog.Classify(in); out.Verdict != compile.Accept {
+		t.Errorf("established packet %v: %v (rule %d %s)\n%s", in, out.Verdict, out.Rule, out.Why, prog)
+	}
+}
+
+// testKubeProxy6 is testKubeProxy's services in an IPv6 cluster (addresses in 2001:2::/48).
+func testKubeProxy6() KubeProxy {
+	ep := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+	return KubeProxy{
+		ClusterCIDR: netip.MustParsePrefix("2001:2:0:100::/56"),
+		ServiceCIDR: netip.MustParsePrefix("2001:2:0:80::/112"),
+		Services: []KubeService{
+			{Namespace: "kube-system", Name: "kube-dns", PortName: "dns", Proto: "udp", ClusterIP: netip.MustParseAddr("2001:2:0:80::a"), Port: 53,
+				Endpoints: []netip.AddrPort{ep("[2001:2:0:101::5]:53"), ep("[2001:2:0:101::6]:53")}},
+			{Namespace: "default", Name: "web", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("2001:2:0:80::6"), Port: 80, NodePort: 30080,
+				Endpoints: []netip.AddrPort{ep("[2001:2:0:101::7]:8080"), ep("[2001:2:0:102::7]:8080")}, Affinity: true},
+			{Namespace: "default", Name: "gone", PortName: "http", Proto: "tcp", ClusterIP: netip.MustParseAddr("2001:2:0:80::5"), Port: 80, NodePort: 30081},
+		},
+	}
+}
+
 // testKubeProxy is the configuration the kube-proxy tests load in either mode: a UDP service with
 // two endpoints, a TCP one with three, session affinity and a NodePort, and one without
 // endpoints.

@@ -30,6 +30,11 @@ import (
 // Endpoints are spread over a handful of pods, told apart by their ports (see ServicesFor), so
 // 1,000 services need no 3,000 namespaces.
 //
+// With ServicesOptions.IPv6 the node is dual-stack, as kube-proxy runs on dual-stack clusters:
+// the client 2001:2::2/64 on in0's 2001:2::1/64, cni0 2001:2:0:101::1/64 and pod k 2001:2:0:101::k,
+// and SetServices also loads kube-proxy's IPv6 rules (ip6tables) for the same services at IPv6
+// cluster IPs (ServiceIP6). The outside host stays IPv4 only.
+//
 // The client and the outside host stand for hosts behind physical NICs: their stacks compute
 // checksums themselves (tx checksum offload off), and their eth0 has GRO on so that frames may be
 // redirected into it at XDP (a veth needs NAPI to receive them, see KERNEL-NOTES). The node's in0
@@ -44,6 +49,15 @@ var (
 	ServicesOutsideIP = netip.MustParseAddr("198.18.2.2")
 	// ServicesCIDR holds the services' cluster IPs (kube-apiserver's --service-cluster-ip-range).
 	ServicesCIDR = netip.MustParsePrefix("198.18.128.0/17")
+
+	// The dual-stack node's IPv6 addresses (ServicesOptions.IPv6).
+	ServicesClientIP6 = netip.MustParseAddr("2001:2::2")
+	ServicesNodeInIP6 = netip.MustParseAddr("2001:2::1")
+	// ServicesCIDR6 holds the IPv6 cluster IPs; ServicesPodCIDR6 is the IPv6 cluster CIDR, of
+	// which the node's pod subnet is ServicesPodSubnet6.
+	ServicesCIDR6      = netip.MustParsePrefix("2001:2:0:80::/112")
+	ServicesPodCIDR6   = netip.MustParsePrefix("2001:2:0:100::/56")
+	ServicesPodSubnet6 = netip.MustParsePrefix("2001:2:0:101::/64")
 )
 
 // Ports of the services ServicesFor makes: every service has a TCP port and a UDP port (as
@@ -67,6 +81,8 @@ type ServicesOptions struct {
 	PodGRO bool
 	// ProxyMode: kube-proxy's iptables mode (the default) or its nftables mode.
 	ProxyMode ProxyMode
+	// IPv6: a dual-stack node (see above); iptables mode only.
+	IPv6 bool
 }
 
 // Services is the node, its pods, the client and the outside host.
@@ -77,9 +93,11 @@ type Services struct {
 	// Subnet is the node's pod subnet, Gateway cni0's address in it.
 	Subnet  netip.Prefix
 	Gateway netip.Addr
-	// Kube is the kube-proxy configuration SetServices loaded last, in ProxyMode.
-	Kube      KubeProxy
-	ProxyMode ProxyMode
+	// Kube is the kube-proxy configuration SetServices loaded last, in ProxyMode; Kube6 its IPv6
+	// one (IPv6 only).
+	Kube, Kube6 KubeProxy
+	ProxyMode   ProxyMode
+	IPv6        bool
 
 	// MACs and ifindexes (each in its own namespace) for the benchmark's generator and sinks.
 	ClientMAC, InMAC, OutMAC, OutsideMAC, BridgeMAC net.HardwareAddr
@@ -92,6 +110,40 @@ type Services struct {
 func ServiceIP(i int) netip.Addr {
 	n := 128<<8 + i + 1
 	return netip.AddrFrom4([4]byte{198, 18, byte(n >> 8), byte(n)})
+}
+
+// ServiceIP6 is service i's IPv6 cluster IP (2001:2:0:80::1 onwards).
+func ServiceIP6(i int) netip.Addr {
+	b := ServicesCIDR6.Addr().As16()
+	n := i + 1
+	b[14], b[15] = byte(n>>8), byte(n)
+	return netip.AddrFrom16(b)
+}
+
+// PodIP6 is the IPv6 address of the pod whose IPv4 address is ip (the same host number in
+// ServicesPodSubnet6).
+func PodIP6(ip netip.Addr) netip.Addr {
+	b := ServicesPodSubnet6.Addr().As16()
+	b[15] = ip.As4()[3]
+	return netip.AddrFrom16(b)
+}
+
+// ServicesFor6 is ServicesFor at IPv6 cluster IPs (ServiceIP6) and the pods' IPv6 addresses
+// (PodIP6): the same services, endpoints and ports.
+func ServicesFor6(n int, podIPs []netip.Addr) ([]KubeService, error) {
+	svcs, err := ServicesFor(n, podIPs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range svcs {
+		svcs[i].ClusterIP = ServiceIP6(i / 2) // a TCP and a UDP port per service
+		eps := make([]netip.AddrPort, len(svcs[i].Endpoints))
+		for j, ep := range svcs[i].Endpoints {
+			eps[j] = netip.AddrPortFrom(PodIP6(ep.Addr()), ep.Port())
+		}
+		svcs[i].Endpoints = eps
+	}
+	return svcs, nil
 }
 
 // ServicesFor makes n services with EndpointsPerService endpoints each, spread over the pods at
@@ -135,7 +187,10 @@ func NewServices(prefix string, o ServicesOptions) (_ *Services, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Services{Subnet: PodSubnet(1), ProxyMode: mode}
+	if o.IPv6 && mode != ProxyIPTables {
+		return nil, fmt.Errorf("a dual-stack node has kube-proxy's IPv6 rules in its iptables mode only (not %s)", mode)
+	}
+	s := &Services{Subnet: PodSubnet(1), ProxyMode: mode, IPv6: o.IPv6}
 	s.Gateway = s.Subnet.Addr().Next()
 	defer func() {
 		if err != nil {
@@ -185,16 +240,23 @@ ethtool -K out0 gro on
 		// No route back to the pods: their packets reach it masqueraded to the node's out0.
 		{s.Outside, "198.18.2.2/24", ""},
 	}
-	for _, h := range hosts {
+	for i, h := range hosts {
+		v6 := "sysctl -qw net.ipv6.conf.eth0.disable_ipv6=1"
+		if o.IPv6 && i == 0 { // the client
+			v6 = fmt.Sprintf("ip -6 addr add %s/64 dev eth0 nodad\nsysctl -qw net.ipv6.conf.eth0.router_solicitations=0", ServicesClientIP6)
+		}
 		script := fmt.Sprintf(`
-sysctl -qw net.ipv6.conf.eth0.disable_ipv6=1
+%s
 ip addr add %s dev eth0
 ip link set eth0 up
 ethtool -K eth0 tx off
 ethtool -K eth0 gro on
-`, h.addr)
+`, v6, h.addr)
 		if h.gw != "" {
 			script += "ip route add default via " + h.gw + "\n"
+			if o.IPv6 {
+				script += "ip -6 route add default via " + ServicesNodeInIP6.String() + "\n"
+			}
 		}
 		if err := h.ns.BatchScript(script); err != nil {
 			return nil, err
@@ -211,6 +273,11 @@ ethtool -K eth0 gro on
 			return nil, err
 		}
 		s.Pods = append(s.Pods, pod)
+		if o.IPv6 {
+			if err := s.addPodIP6(pod); err != nil {
+				return nil, err
+			}
+		}
 		if o.PodGRO {
 			if _, err := pod.NS.Run("ethtool", "-K", "eth0", "gro", "on"); err != nil {
 				return nil, err
@@ -236,6 +303,39 @@ ethtool -K eth0 gro on
 		}
 	}
 	return s, nil
+}
+
+// dualStack gives the node its IPv6 side: forwarding, in0's and cni0's addresses (cni0 exists
+// once the first pod is plugged in: see addPodIP6).
+func (s *Services) dualStack() error {
+	return s.Node.Script(fmt.Sprintf(`
+sysctl -qw net.ipv6.conf.all.forwarding=1
+ip -6 addr add %s/64 dev in0 nodad
+ip -6 addr add %s/%d dev cni0 nodad
+`, ServicesNodeInIP6, ServicesPodSubnet6.Addr().Next(), ServicesPodSubnet6.Bits()))
+}
+
+// addPodIP6 gives pod its IPv6 address and default route (as a dual-stack CNI configuration's
+// host-local ranges would), after the node's IPv6 side if it is the first pod.
+func (s *Services) addPodIP6(pod *Pod) error {
+	if len(s.Pods) == 1 {
+		if err := s.dualStack(); err != nil {
+			return err
+		}
+	}
+	return pod.NS.Script(fmt.Sprintf(`
+ip -6 addr add %s/%d dev eth0 nodad
+ip -6 route add default via %s
+`, PodIP6(pod.IP), ServicesPodSubnet6.Bits(), ServicesPodSubnet6.Addr().Next()))
+}
+
+// PodIPs6 lists the pods' IPv6 addresses, in the order of Pods (IPv6 only).
+func (s *Services) PodIPs6() []netip.Addr {
+	var out []netip.Addr
+	for _, p := range s.Pods {
+		out = append(out, PodIP6(p.IP))
+	}
+	return out
 }
 
 // LinkOf is the MAC address and ifindex of the device name in ns.
@@ -288,15 +388,21 @@ func (s *Services) SetServices(n int) error {
 	}
 	k := KubeProxy{ClusterCIDR: PodsClusterCIDR, Services: svcs,
 		ServiceCIDR: ServicesCIDR, NodePortIPs: []netip.Addr{ServicesNodeInIP}}
-	if err := s.Node.Do(func() error {
-		cmd := exec.Command("iptables-restore", "-w")
-		cmd.Stdin = strings.NewReader("*mangle\nCOMMIT\n*nat\nCOMMIT\n*filter\nCOMMIT\n")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("empty the node's iptables: %v: %s", err, out)
+	restores := []string{"iptables-restore"}
+	if s.IPv6 {
+		restores = append(restores, "ip6tables-restore")
+	}
+	for _, restore := range restores {
+		if err := s.Node.Do(func() error {
+			cmd := exec.Command(restore, "-w")
+			cmd.Stdin = strings.NewReader("*mangle\nCOMMIT\n*nat\nCOMMIT\n*filter\nCOMMIT\n")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("empty the node's tables (%s): %v: %s", restore, err, out)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
 	if err := DeleteNFT(s.Node); err != nil {
 		return err
@@ -312,32 +418,43 @@ func (s *Services) SetServices(n int) error {
 		return err
 	}
 	s.Kube = k
+	if s.IPv6 {
+		svcs6, err := ServicesFor6(n, s.PodIPs())
+		if err != nil {
+			return err
+		}
+		k6 := KubeProxy{ClusterCIDR: ServicesPodCIDR6, Services: svcs6, ServiceCIDR: ServicesCIDR6}
+		if err := k6.Apply(s.Node); err != nil {
+			return fmt.Errorf("load kube-proxy's IPv6 rules for %d services: %w", n, err)
+		}
+		s.Kube6 = k6
+	}
 	return nil
 }
 
 // ResolveNeighbours makes the hosts resolve each other the ordinary way (by pinging): the node
-// its client, the outside host and every pod; each of them the node.
+// its client, the outside host and every pod; each of them the node (over IPv6 too on a
+// dual-stack node, but for the outside host).
 func (s *Services) ResolveNeighbours() error {
-	ping := func(from *nsutil.NS, to netip.Addr) error {
-		_, err := from.Run("ping", "-c", "1", "-W", "2", to.String())
-		return err
-	}
-	for _, p := range []struct {
+	type hop struct {
 		from *nsutil.NS
 		to   netip.Addr
-	}{
+	}
+	hops := []hop{
 		{s.Node, ServicesClientIP}, {s.Node, ServicesOutsideIP},
 		{s.Client, ServicesNodeInIP}, {s.Outside, ServicesNodeOutIP},
-	} {
-		if err := ping(p.from, p.to); err != nil {
-			return err
-		}
 	}
 	for _, pod := range s.Pods {
-		if err := ping(s.Node, pod.IP); err != nil {
-			return err
+		hops = append(hops, hop{s.Node, pod.IP}, hop{pod.NS, s.Gateway})
+	}
+	if s.IPv6 {
+		hops = append(hops, hop{s.Node, ServicesClientIP6}, hop{s.Client, ServicesNodeInIP6})
+		for _, pod := range s.Pods {
+			hops = append(hops, hop{s.Node, PodIP6(pod.IP)}, hop{pod.NS, ServicesPodSubnet6.Addr().Next()})
 		}
-		if err := ping(pod.NS, s.Gateway); err != nil {
+	}
+	for _, h := range hops {
+		if _, err := h.from.Run("ping", "-c", "1", "-W", "2", h.to.String()); err != nil {
 			return err
 		}
 	}

@@ -175,6 +175,89 @@ func TestServicesTopology(t *testing.T) {
 	}
 }
 
+// A dual-stack node carries the same services over IPv6: kube-proxy's IPv6 rules (one set after
+// two syncs), the client reaching an endpoint's IPv6 address through the IPv6 cluster IP,
+// masqueraded to cni0's IPv6 address. The nftables mode refuses it.
+func TestServicesTopologyIPv6(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
+		t.Skip("ip6tables-restore not installed")
+	}
+	if _, err := NewServices("lfp-test-svc6", ServicesOptions{Pods: 3, IPv6: true, ProxyMode: ProxyNFTables}); err == nil {
+		t.Error("a dual-stack node in nftables mode was built")
+	}
+	s, err := NewServices("lfp-test-svc6", ServicesOptions{Pods: 3, IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, n := range []int{1, 2} {
+		if err := s.SetServices(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save, err := s.Node.Run("ip6tables-save")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(save, "-j DNAT"); c != 2*2*EndpointsPerService {
+		t.Errorf("%d IPv6 DNAT rules, want %d:\n%s", c, 2*2*EndpointsPerService, save)
+	}
+	if c := strings.Count(save, "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"); c != 1 {
+		t.Errorf("%d jumps from PREROUTING to KUBE-SERVICES after two syncs, want 1", c)
+	}
+	if err := s.ResolveNeighbours(); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 4)
+	for _, ks := range s.Kube6.Services {
+		if ks.Name != "svc-1" || ks.Proto != "tcp" {
+			continue
+		}
+		if ks.ClusterIP != ServiceIP6(1) {
+			t.Errorf("svc-1's IPv6 cluster IP %s, want %s", ks.ClusterIP, ServiceIP6(1))
+		}
+		for _, ep := range ks.Endpoints {
+			var pod *Pod
+			for _, p := range s.Pods {
+				if PodIP6(p.IP) == ep.Addr() {
+					pod = p
+				}
+			}
+			if pod == nil {
+				t.Fatalf("no pod has endpoint %s", ep)
+			}
+			ln := listenIn(t, pod.NS, ep)
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+					c.Close()
+				}
+			}()
+		}
+	}
+	dial(t, s.Client, netip.AddrPortFrom(ServiceIP6(1), ServiceTCPPort))
+	select {
+	case from := <-seen:
+		if gw := ServicesPodSubnet6.Addr().Next(); from != gw.String() {
+			t.Errorf("an endpoint saw the client as %s, want it masqueraded to cni0's %s", from, gw)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no endpoint saw the connection")
+	}
+}
+
 func (s *Services) podAt(ip netip.Addr) *Pod {
 	for _, p := range s.Pods {
 		if p.IP == ip {

@@ -50,6 +50,133 @@ func TestGeneratorFrames(t *testing.T) {
 	}
 }
 
+// The IPv6 generator cycles through the routed IPv6 prefixes as the IPv4 one does, each frame
+// with its UDP checksum right (IPv6 has no "no checksum"), at the smallest IPv6 frame too.
+func TestGeneratorFramesIPv6(t *testing.T) {
+	benchtest.NeedRoot(t)
+	benchtest.PinThread(t)
+	const prefixes = 50
+	g, err := newGeneratorProgram(Flow{Src: macA, Dst: macB, SrcIP: testbed.GenAddr6, DstIP: testbed.Prefix6(0, 0),
+		Prefixes: prefixes, Ifindex: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.SetSize(64); err == nil {
+		t.Error("a 64-byte IPv6 frame was accepted (its headers alone are 62 bytes, with the FCS 66)")
+	}
+	i := 0 // frames so far: the destinations go on from one size to the next
+	for _, size := range []int{MinFrame(true), 128} {
+		if err := g.SetSize(size); err != nil {
+			t.Fatal(err)
+		}
+		// 254 hosts of each prefix and a few more: every checksum, and the host wrapping to 1.
+		n := 254*prefixes + 3
+		if size != MinFrame(true) {
+			n = 2*prefixes + 3
+		}
+		for end := i + n; i < end; i++ {
+			out := runGen(t, g, i)
+			dst := testbed.Prefix6(i%prefixes, 1+i/prefixes%254)
+			want := genWant6(dst, size-FCSLen)
+			if !bytes.Equal(out, want) {
+				t.Fatalf("%d bytes, frame %d:\n got %x\nwant %x", size, i, out, want)
+			}
+			if !udp6ChecksumOK(out) {
+				t.Fatalf("%d bytes, frame %d: bad UDP checksum %x", size, i, out)
+			}
+		}
+	}
+}
+
+// In list mode the IPv6 generator follows the list as the IPv4 one does, whatever the words
+// of the addresses (their checksum update adds all eight).
+func TestGeneratorListIPv6(t *testing.T) {
+	benchtest.NeedRoot(t)
+	benchtest.PinThread(t)
+	g, err := newGeneratorProgram(Flow{Src: macA, Dst: macB, SrcIP: testbed.GenAddr6, DstIP: netip.IPv6Unspecified(),
+		List: true, Ifindex: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.SetSize(MinFrame(true)); err != nil {
+		t.Fatal(err)
+	}
+	list := []netip.Addr{netip.MustParseAddr("2001:2:80::1"), netip.MustParseAddr("2001:2:ffff:ffff:ffff:ffff:ffff:ffff"),
+		testbed.Prefix6(3, 1), netip.MustParseAddr("2001:2:1234:5678:9abc:def0:1357:2468")}
+	if err := g.SetDsts(list); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2*len(list) + 1 {
+		out := runGen(t, g, i)
+		want := genWant6(list[i%len(list)], MinFrame(true)-FCSLen)
+		if !bytes.Equal(out, want) || !udp6ChecksumOK(out) {
+			t.Fatalf("frame %d (to %s):\n got %x\nwant %x", i, list[i%len(list)], out, want)
+		}
+	}
+	if err := g.SetDsts([]netip.Addr{testbed.Prefix4(0, 1)}); err == nil {
+		t.Error("an IPv4 destination was accepted by an IPv6 generator")
+	}
+}
+
+// A flow whose template cannot serve its mode is refused before anything is loaded.
+func TestGeneratorFlowChecks(t *testing.T) {
+	for _, f := range []Flow{
+		{SrcIP: testbed.GenAddr, DstIP: testbed.Prefix6(0, 0), Prefixes: 50},
+		{SrcIP: testbed.GenAddr6, DstIP: testbed.Prefix6(0, 1), Prefixes: 50},
+		{SrcIP: testbed.GenAddr6, DstIP: testbed.Prefix4(0, 0), Prefixes: 50},
+		{SrcIP: testbed.GenAddr6, DstIP: netip.IPv4Unspecified(), List: true},
+		{SrcIP: testbed.GenAddr, DstIP: testbed.Prefix4(0, 0), Prefixes: 300},
+	} {
+		if err := f.check(); err == nil {
+			t.Errorf("flow %+v accepted", f)
+		}
+	}
+	for _, f := range []Flow{
+		{SrcIP: testbed.GenAddr6, DstIP: testbed.Prefix6(0, 0), Prefixes: 50},
+		{SrcIP: testbed.GenAddr6, DstIP: netip.IPv6Unspecified(), List: true},
+		{SrcIP: testbed.GenAddr6, DstIP: testbed.SinkAddr6},
+		{SrcIP: testbed.GenAddr, DstIP: testbed.Prefix4(0, 0), Prefixes: 50},
+	} {
+		if err := f.check(); err != nil {
+			t.Errorf("flow %+v: %v", f, err)
+		}
+	}
+}
+
+// genWant6 is the IPv6 frame of size bytes (without FCS) the generator should send to dst.
+func genWant6(dst netip.Addr, size int) []byte {
+	return packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: dst, SrcPort: 1024, DstPort: 9, Size: size}.Bytes()
+}
+
+// udp6ChecksumOK checks an Ethernet + IPv6 + UDP frame's UDP checksum the way a receiver does:
+// the one's-complement sum over the pseudo-header and the datagram is 0xffff, and the
+// checksum is not 0.
+func udp6ChecksumOK(f []byte) bool {
+	udp := f[54:]
+	ulen := int(binary.BigEndian.Uint16(udp[4:6]))
+	if ulen > len(udp) || binary.BigEndian.Uint16(udp[6:8]) == 0 {
+		return false
+	}
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(f[22:54]) // source and destination addresses
+	sum += uint32(ulen) + 17
+	add(udp[:ulen])
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return sum == 0xffff
+}
+
 // runGen runs the generator once for frame i, on the template or, every other frame, on what a
 // forwarded frame leaves in a recycled page (other MACs, TTL 63), and checks that it redirects.
 func runGen(t *testing.T, g *Generator, i int) []byte {
@@ -160,6 +287,7 @@ func TestSinkVerdicts(t *testing.T) {
 	defer objs.Close()
 	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.3.1")
 	udp9 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, DstPort: 9, Size: 60}.Bytes()
+	udp69 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(3, 1), DstPort: 9, Size: 62}.Bytes()
 	for _, tc := range []struct {
 		name  string
 		frame []byte
@@ -168,7 +296,11 @@ func TestSinkVerdicts(t *testing.T) {
 		{"udp to port 9", udp9, 1},
 		{"udp to port 10", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, DstPort: 10, Size: 60}.Bytes(), 2},
 		{"tcp to port 9", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, Proto: layers.IPProtocolTCP, DstPort: 9, Size: 60}.Bytes(), 2},
-		{"ipv6 udp to port 9", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(3, 1), DstPort: 9, Size: 80}.Bytes(), 2},
+		{"ipv6 udp to port 9", udp69, 1},
+		{"ipv6 udp to port 10", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(3, 1), DstPort: 10, Size: 80}.Bytes(), 2},
+		{"ipv6 hop-by-hop udp to port 9", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(3, 1), DstPort: 9, HopByHop: true, Size: 80}.Bytes(), 2},
+		{"icmpv6", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(3, 1), Proto: layers.IPProtocolICMPv6, ICMPType: 135, Size: 80}.Bytes(), 2},
+		{"ipv6 truncated", udp69[:60], 2},
 		{"ip options", packet.Spec{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst, DstPort: 9, Options: []byte{1, 0, 0, 0}, Size: 64}.Bytes(), 2},
 		{"arp", arpFrame(), 2},
 		{"truncated", udp9[:40], 2},
@@ -190,8 +322,8 @@ func TestSinkVerdicts(t *testing.T) {
 		c.Packets += p.Packets
 		c.Bytes += p.Bytes
 	}
-	if c.Packets != 1 || c.Bytes != uint64(len(udp9)) {
-		t.Errorf("counted %d packets, %d bytes; want 1, %d", c.Packets, c.Bytes, len(udp9))
+	if c.Packets != 2 || c.Bytes != uint64(len(udp9)+len(udp69)) {
+		t.Errorf("counted %d packets, %d bytes; want 2, %d", c.Packets, c.Bytes, len(udp9)+len(udp69))
 	}
 }
 
@@ -211,12 +343,32 @@ func TestCeilingVerdicts(t *testing.T) {
 	if ret != 4 || !bytes.Equal(out, want) {
 		t.Errorf("ipv4: verdict %d, frame %x; want 4, %x", ret, out, want)
 	}
-	if ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: arpFrame()}); err != nil || ret != 2 {
-		t.Errorf("arp: verdict %d (%v), want XDP_PASS", ret, err)
+	in6 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(1, 1), DstPort: 9, Size: 62}.Bytes()
+	out6 := make([]byte, len(in6))
+	ret, err = objs.BenchCeiling.Run(&ebpf.RunOptions{Data: in6, DataOut: out6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want6 := append(append(append([]byte(nil), macC...), macB...), in6[12:]...)
+	if ret != 4 || !bytes.Equal(out6, want6) {
+		t.Errorf("ipv6 udp: verdict %d, frame %x; want 4, %x", ret, out6, want6)
+	}
+	for name, f := range map[string][]byte{"arp": arpFrame(), "neighbour solicitation": nsFrame(), "ipv6 truncated": in6[:50]} {
+		if ret, err := objs.BenchCeiling.Run(&ebpf.RunOptions{Data: f}); err != nil || ret != 2 {
+			t.Errorf("%s: verdict %d (%v), want XDP_PASS", name, ret, err)
+		}
 	}
 }
 
-// The bridge benchmark's ceiling redirects IPv4 frames as they are and passes the rest.
+// nsFrame is an ICMPv6 neighbour solicitation from macA (what must reach Linux for IPv6
+// neighbours to resolve).
+func nsFrame() []byte {
+	return packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.InAddr6, Proto: layers.IPProtocolICMPv6,
+		ICMPType: 135, Size: 86}.Bytes()
+}
+
+// The bridge benchmark's ceiling redirects IPv4 frames and IPv6 UDP ones as they are and passes
+// the rest.
 func TestCeilingL2Verdicts(t *testing.T) {
 	benchtest.NeedRoot(t)
 	objs := loadTestCeiling(t, map[string]any{ceilingVarCfgL2: uint32(1)})
@@ -226,7 +378,8 @@ func TestCeilingL2Verdicts(t *testing.T) {
 		want  uint32
 	}{
 		{"ipv4", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr, Dst: testbed.BridgeSinkAddr, DstPort: 9, Size: 60}.Bytes(), 4},
-		{"ipv6", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr6, Dst: testbed.BridgeSinkAddr6, DstPort: 9, Size: 80}.Bytes(), 2},
+		{"ipv6 udp", packet.Spec{SrcMAC: macA, DstMAC: macC, Src: testbed.GenAddr6, Dst: testbed.BridgeSinkAddr6, DstPort: 9, Size: 80}.Bytes(), 4},
+		{"neighbour solicitation", nsFrame(), 2},
 		{"arp", arpFrame(), 2},
 		{"bridge learning frame", etherFrame(macA, macC, 0x88b5), 2},
 	} {
@@ -281,7 +434,7 @@ func arpFrame() []byte {
 	return append(arp, make([]byte, 46)...)
 }
 
-// The tc ceiling redirects IPv4 frames to its ifindex, with the MACs rewritten unless l2, and
+// The tc ceiling redirects IPv4 frames and IPv6 UDP ones to its ifindex, with the MACs rewritten unless l2, and
 // hands everything else on to Linux.
 func TestTCCeilingVerdicts(t *testing.T) {
 	benchtest.NeedRoot(t)
@@ -291,6 +444,7 @@ func TestTCCeilingVerdicts(t *testing.T) {
 	ipv4 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr, Dst: testbed.Prefix4(1, 1), DstPort: 9, Size: 60}.Bytes()
 	ipv6 := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: testbed.GenAddr6, Dst: testbed.Prefix6(1, 1), DstPort: 9, Size: 80}.Bytes()
 	rewritten := append(append(append([]byte(nil), macC...), macB...), ipv4[12:]...)
+	rewritten6 := append(append(append([]byte(nil), macC...), macB...), ipv6[12:]...)
 	const redirect, next = 7, tcxNext // TC_ACT_REDIRECT, TCX_NEXT
 	for _, l2 := range []bool{false, true} {
 		p, err := loadTCCeiling(l2, eth, 1) // lo: a test run only records the redirect
@@ -298,9 +452,9 @@ func TestTCCeilingVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		wantIPv4 := rewritten
+		wantIPv4, wantIPv6 := rewritten, rewritten6
 		if l2 {
-			wantIPv4 = ipv4
+			wantIPv4, wantIPv6 = ipv4, ipv6
 		}
 		for _, tc := range []struct {
 			name       string
@@ -308,7 +462,8 @@ func TestTCCeilingVerdicts(t *testing.T) {
 			verdict    int32
 		}{
 			{"ipv4", ipv4, wantIPv4, redirect},
-			{"ipv6", ipv6, ipv6, next},
+			{"ipv6 udp", ipv6, wantIPv6, redirect},
+			{"neighbour solicitation", nsFrame(), nsFrame(), next},
 			{"arp", arpFrame(), arpFrame(), next},
 			{"bridge learning frame", etherFrame(macA, macC, 0x88b5), etherFrame(macA, macC, 0x88b5), next},
 		} {

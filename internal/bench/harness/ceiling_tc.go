@@ -12,14 +12,15 @@ import (
 )
 
 // The tc ceiling (mode ceiling-tc) is bpf/bench/ceiling.c at the tc hook: on the DUT's in0, at
-// tcx ingress, every IPv4 frame gets the sink's and out0's MACs (router) or stays as it is
-// (bridge, l2) and is redirected to out0 with bpf_redirect(), as linuxfp's tc build transmits
-// (bpf/lib/tx.h); anything else goes on to Linux (TCX_NEXT). What no tc program can beat here:
+// tcx ingress, every IPv4 frame, and IPv6 one with UDP after its header, gets the sink's and
+// out0's MACs (router) or stays as it is (bridge, l2) and is redirected to out0 with
+// bpf_redirect(), as linuxfp's tc build transmits (bpf/lib/tx.h); anything else goes on to Linux
+// (TCX_NEXT). What no tc program can beat here:
 // the frames arrive at in0 as XDP frames from the generator, so the tc hook costs an skb per
 // frame (built by veth's NAPI, through GRO and the stack's receive path up to tcx) and a transmit
 // through out0's dev_queue_xmit(); the ceiling adds to that only its few instructions.
 //
-// It is written here with cilium/ebpf's asm package rather than as C in bpf/bench: ten
+// It is written here with cilium/ebpf's asm package rather than as C in bpf/bench: a score of
 // instructions, the same as the C ceiling's, built at run time with out0's ifindex and the MACs
 // as immediates.
 
@@ -32,8 +33,8 @@ const (
 	skbDataEnd = 80
 )
 
-// tcCeilingInsns is the tc ceiling's program: redirect to ifindex every IPv4 frame, rewriting its
-// MACs to eth (destination, source) unless l2.
+// tcCeilingInsns is the tc ceiling's program: redirect to ifindex every IPv4 frame and IPv6 UDP
+// one, rewriting its MACs to eth (destination, source) unless l2.
 func tcCeilingInsns(l2 bool, eth [12]byte, ifindex int) asm.Instructions {
 	insns := asm.Instructions{
 		// r2 = data, r3 = data_end; the Ethernet header must be in the linear part.
@@ -42,10 +43,20 @@ func tcCeilingInsns(l2 bool, eth [12]byte, ifindex int) asm.Instructions {
 		asm.Mov.Reg(asm.R4, asm.R2),
 		asm.Add.Imm(asm.R4, 14),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-		// The one check, as in the XDP ceiling: ARP (and the bridge's learning frames) stay
-		// with Linux. h_proto is big-endian: ETH_P_IP loads as 0x0008 on this little-endian CPU.
+		// The one check, as in the XDP ceiling: ARP, IPv6 neighbour discovery (and the bridge's
+		// learning frames) stay with Linux; IPv4 and IPv6 with UDP right after the header go.
+		// h_proto is big-endian: ETH_P_IP loads as 0x0008 on this little-endian CPU,
+		// ETH_P_IPV6 as 0xdd86.
 		asm.LoadMem(asm.R4, asm.R2, 12, asm.Half),
-		asm.JNE.Imm(asm.R4, 0x0008, "pass"),
+		asm.JEq.Imm(asm.R4, 0x0008, "go"),
+		asm.JNE.Imm(asm.R4, 0xdd86, "pass"),
+		// The IPv6 header's next header (byte 6) must be in the linear part too.
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 14+40),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.LoadMem(asm.R4, asm.R2, 14+6, asm.Byte),
+		asm.JNE.Imm(asm.R4, 17, "pass"), // IPPROTO_UDP
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("go"),
 	}
 	if !l2 {
 		for i := 0; i < 3; i++ {

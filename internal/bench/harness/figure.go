@@ -157,7 +157,7 @@ func CPUPanel(cp *CPUResult) Panel {
 // latency and CPU tests when they ran.
 func (r *PipelineResult) Figure() Figure {
 	f := Figure{Title: r.Config.Topology + ": Linux vs linuxfp"}
-	for _, p := range ThroughputPanels(r.Throughput, r.Config.Modes, "throughput") {
+	for _, p := range ThroughputPanels(FamilyRows(r.Throughput, IPv4), r.Config.Modes, "throughput") {
 		f.AddPanel(p)
 	}
 	f.AddPanel(LatencyPanel(r.Latency))

@@ -40,14 +40,18 @@ const (
 	genSlice = 20 * time.Millisecond
 	// At a fixed rate, frames go out in bursts this far apart.
 	PacedBurst = 5 * time.Millisecond
-	// A down veth pair in gen that holds the generator program (see newGenerator).
-	ParkDev, parkPeer = "lfpgen0", "lfpgen1"
+	// A down veth pair in gen that holds the generator program (see newGenerator); the IPv6
+	// generator, which may be loaded beside the IPv4 one, has its own.
+	ParkDev, parkPeer   = "lfpgen0", "lfpgen1"
+	ParkDev6, parkPeer6 = "lfpgen2", "lfpgen3"
 )
 
 // Flow is what the generator sends: UDP from srcIP to dstIP, port 1024 to 9, in frames from
 // src to dst (MACs), redirected to ifindex. With prefixes > 0 the destination cycles through
 // 198.19.0..prefixes-1.1..254 (dstIP must then be 198.19.0.0); with list, through the list
-// given to setDsts (dstIP must then be 0.0.0.0); with neither it is always dstIP.
+// given to setDsts (dstIP must then be 0.0.0.0); with neither it is always dstIP. IPv6 addresses
+// make IPv6 frames: prefixes cycle through 2001:2:1:0..prefixes-1::1..254 (dstIP 2001:2:1::),
+// a list needs dstIP ::.
 type Flow struct {
 	Src, Dst     net.HardwareAddr
 	SrcIP, DstIP netip.Addr
@@ -58,6 +62,45 @@ type Flow struct {
 
 // GenMaxDsts is GEN_MAX_DSTS: the longest destination list.
 const GenMaxDsts = 65536
+
+// IPv6 is the flow's family: its addresses are IPv6 ones.
+func (f Flow) IPv6() bool { return f.DstIP.Is6() }
+
+// check says what is wrong with f, if anything.
+func (f Flow) check() error {
+	if f.SrcIP.Is6() != f.DstIP.Is6() || !f.SrcIP.IsValid() {
+		return fmt.Errorf("flow %s -> %s: want two addresses of one family", f.SrcIP, f.DstIP)
+	}
+	if f.Prefixes < 0 || f.Prefixes > 256 {
+		return fmt.Errorf("%d routed prefixes: the generator cycles through at most 256", f.Prefixes)
+	}
+	var want netip.Addr
+	switch {
+	case f.List && f.IPv6():
+		want = netip.IPv6Unspecified()
+	case f.List:
+		want = netip.IPv4Unspecified()
+	case f.Prefixes > 0 && f.IPv6():
+		want = testbed.Prefix6(0, 0)
+	case f.Prefixes > 0:
+		want = testbed.Prefix4(0, 0)
+	default:
+		return nil
+	}
+	if f.DstIP != want {
+		return fmt.Errorf("flow to %s: with a list or routed prefixes the template's destination must be %s", f.DstIP, want)
+	}
+	return nil
+}
+
+// MinFrame is the smallest frame (FCS included) of a flow of the family: 64 bytes for IPv4,
+// 66 for IPv6, whose Ethernet, IPv6 and UDP headers alone are 62.
+func MinFrame(ipv6 bool) int {
+	if ipv6 {
+		return 14 + 40 + 8 + FCSLen
+	}
+	return 64
+}
 
 // NewGenerator loads the generator for tb and parks it on a down veth pair of its own in gen.
 //
@@ -72,11 +115,15 @@ func NewGenerator(tb *testbed.Testbed, f Flow) (*Generator, error) {
 		return nil, err
 	}
 	g.tb = tb
-	if _, err := tb.Gen.Run("ip", "link", "add", ParkDev, "type", "veth", "peer", "name", parkPeer); err != nil {
+	park, peer := ParkDev, parkPeer
+	if f.IPv6() {
+		park, peer = ParkDev6, parkPeer6
+	}
+	if _, err := tb.Gen.Run("ip", "link", "add", park, "type", "veth", "peer", "name", peer); err != nil {
 		g.objs.Close()
 		return nil, fmt.Errorf("create the generator's parking veth: %w", err)
 	}
-	if g.parked, err = AttachXDP(tb.Gen, ParkDev, g.objs.BenchGen); err != nil {
+	if g.parked, err = AttachXDP(tb.Gen, park, g.objs.BenchGen); err != nil {
 		g.objs.Close()
 		return nil, fmt.Errorf("park the generator: %w", err)
 	}
@@ -85,6 +132,9 @@ func NewGenerator(tb *testbed.Testbed, f Flow) (*Generator, error) {
 
 // newGeneratorProgram loads a generator of f's frames.
 func newGeneratorProgram(f Flow) (*Generator, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	spec, err := loadGenerator()
 	if err != nil {
 		return nil, err
@@ -93,13 +143,19 @@ func newGeneratorProgram(f Flow) (*Generator, error) {
 		generatorVarCfgPrefixes: uint32(f.Prefixes),
 		generatorVarCfgIfindex:  uint32(f.Ifindex),
 		generatorVarCfgList:     BoolU32(f.List),
+		generatorVarCfgIpv6:     BoolU32(f.IPv6()),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	if !f.List {
-		spec.Maps[generatorMapGenDsts].MaxEntries = 1 // unused: no need for 256 KiB
+	// The list of the other family, or both when there is none, is unused: no need for 256 KiB
+	// (1.5 MiB for IPv6).
+	if !f.List || f.IPv6() {
+		spec.Maps[generatorMapGenDsts].MaxEntries = 1
+	}
+	if !f.List || !f.IPv6() {
+		spec.Maps[generatorMapGenDsts6].MaxEntries = 1
 	}
 	g := &Generator{flow: f}
 	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
@@ -123,8 +179,8 @@ func (g *Generator) SetSize(size int) error {
 	if size == g.size {
 		return nil
 	}
-	if size-FCSLen < 60 || size-FCSLen > 3000 {
-		return fmt.Errorf("frame size %d: want 64 to 3004 bytes", size)
+	if lo := MinFrame(g.flow.IPv6()); size < lo || size-FCSLen > 3000 {
+		return fmt.Errorf("frame size %d: want %d to 3004 bytes", size, lo)
 	}
 	frame := packet.Spec{
 		SrcMAC: g.flow.Src, DstMAC: g.flow.Dst,
@@ -132,13 +188,20 @@ func (g *Generator) SetSize(size int) error {
 		SrcPort: 1024, DstPort: 9,
 		Size: size - FCSLen,
 	}.Bytes()
-	// With routed prefixes the destination changes per frame and the UDP checksum covers it; 0
-	// means "none" in IPv4 (used for every flow alike), and neither Linux's forwarding or
-	// bridging nor the sink looks at it.
-	frame[40], frame[41] = 0, 0
-	var tmpl [48]byte
+	var csum uint16
+	if g.flow.IPv6() {
+		// IPv6 needs the UDP checksum, which covers the destination: the program updates it
+		// per frame from the template's (bytes 60-61).
+		csum = binary.LittleEndian.Uint16(frame[60:62])
+	} else {
+		// With routed prefixes the destination changes per frame and the UDP checksum covers
+		// it; 0 means "none" in IPv4 (used for every flow alike), and neither Linux's
+		// forwarding or bridging nor the sink looks at it.
+		frame[40], frame[41] = 0, 0
+		csum = binary.LittleEndian.Uint16(frame[24:26])
+	}
+	var tmpl [64]byte
 	copy(tmpl[:], frame)
-	csum := binary.LittleEndian.Uint16(frame[24:26])
 	if err := g.objs.Tmpl.Set(tmpl); err != nil {
 		return fmt.Errorf("set generator template: %w", err)
 	}
@@ -159,21 +222,55 @@ func (g *Generator) SetDsts(dsts []netip.Addr) error {
 		return fmt.Errorf("%d destinations: want 1 to %d", len(dsts), GenMaxDsts)
 	}
 	keys := make([]uint32, len(dsts))
-	vals := make([]uint32, len(dsts))
-	for i, a := range dsts {
-		if !a.Is4() {
-			return fmt.Errorf("destination %s: not IPv4", a)
-		}
-		b := a.As4()
-		keys[i], vals[i] = uint32(i), binary.NativeEndian.Uint32(b[:]) // network order in memory
+	for i := range keys {
+		keys[i] = uint32(i)
 	}
-	if _, err := g.objs.GenDsts.BatchUpdate(keys, vals, nil); err != nil {
+	var err error
+	if g.flow.IPv6() {
+		vals := make([]generatorGenDst6, len(dsts))
+		for i, a := range dsts {
+			if !a.Is6() || a.Is4In6() {
+				return fmt.Errorf("destination %s: not IPv6 (the generator sends IPv6)", a)
+			}
+			vals[i] = genDst6(a)
+		}
+		_, err = g.objs.GenDsts6.BatchUpdate(keys, vals, nil)
+	} else {
+		vals := make([]uint32, len(dsts))
+		for i, a := range dsts {
+			if !a.Is4() {
+				return fmt.Errorf("destination %s: not IPv4 (the generator sends IPv4)", a)
+			}
+			b := a.As4()
+			vals[i] = binary.NativeEndian.Uint32(b[:]) // network order in memory
+		}
+		_, err = g.objs.GenDsts.BatchUpdate(keys, vals, nil)
+	}
+	if err != nil {
 		return fmt.Errorf("write the generator's destinations: %w", err)
 	}
 	if err := g.objs.DstCount.Set(uint32(len(dsts))); err != nil {
 		return fmt.Errorf("write the generator's destination count: %w", err)
 	}
 	return nil
+}
+
+// genDst6 is a as the IPv6 list holds it (struct gen_dst6): in network order in memory, cut at
+// the frame's alignment, with the sum of its 16-bit words as the program's checksum update
+// adds them (loaded in memory order).
+func genDst6(a netip.Addr) generatorGenDst6 {
+	b := a.As16()
+	var sum uint32
+	for i := 0; i < 16; i += 2 {
+		sum += uint32(binary.NativeEndian.Uint16(b[i:]))
+	}
+	return generatorGenDst6{
+		First: binary.NativeEndian.Uint16(b[0:]),
+		Mid:   binary.NativeEndian.Uint64(b[2:]),
+		Hi:    binary.NativeEndian.Uint32(b[10:]),
+		Last:  binary.NativeEndian.Uint16(b[14:]),
+		Sum:   sum,
+	}
 }
 
 // Sent is the number of frames the program has generated so far, on all CPUs.

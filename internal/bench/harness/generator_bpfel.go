@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type generatorGenDst6 struct {
+	_     structs.HostLayout
+	Mid   uint64
+	Hi    uint32
+	First uint16
+	Last  uint16
+	Sum   uint32
+	Pad   uint32
+}
+
 type generatorGenState struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -27,9 +37,11 @@ type generatorGenState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	generatorMapGenDsts     = "gen_dsts"
+	generatorMapGenDsts6    = "gen_dsts6"
 	generatorMapGenStates   = "gen_states"
 	generatorProgBenchGen   = "bench_gen"
 	generatorVarCfgIfindex  = "cfg_ifindex"
+	generatorVarCfgIpv6     = "cfg_ipv6"
 	generatorVarCfgList     = "cfg_list"
 	generatorVarCfgPrefixes = "cfg_prefixes"
 	generatorVarDstCount    = "dst_count"
@@ -87,6 +99,7 @@ type generatorProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type generatorMapSpecs struct {
 	GenDsts   *ebpf.MapSpec `ebpf:"gen_dsts"`
+	GenDsts6  *ebpf.MapSpec `ebpf:"gen_dsts6"`
 	GenStates *ebpf.MapSpec `ebpf:"gen_states"`
 }
 
@@ -95,6 +108,7 @@ type generatorMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type generatorVariableSpecs struct {
 	CfgIfindex  *ebpf.VariableSpec `ebpf:"cfg_ifindex"`
+	CfgIpv6     *ebpf.VariableSpec `ebpf:"cfg_ipv6"`
 	CfgList     *ebpf.VariableSpec `ebpf:"cfg_list"`
 	CfgPrefixes *ebpf.VariableSpec `ebpf:"cfg_prefixes"`
 	DstCount    *ebpf.VariableSpec `ebpf:"dst_count"`
@@ -123,12 +137,14 @@ func (o *generatorObjects) Close() error {
 // It can be passed to loadGeneratorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type generatorMaps struct {
 	GenDsts   *ebpf.Map `ebpf:"gen_dsts"`
+	GenDsts6  *ebpf.Map `ebpf:"gen_dsts6"`
 	GenStates *ebpf.Map `ebpf:"gen_states"`
 }
 
 func (m *generatorMaps) Close() error {
 	return _GeneratorClose(
 		m.GenDsts,
+		m.GenDsts6,
 		m.GenStates,
 	)
 }
@@ -138,6 +154,7 @@ func (m *generatorMaps) Close() error {
 // It can be passed to loadGeneratorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type generatorVariables struct {
 	CfgIfindex  *ebpf.Variable `ebpf:"cfg_ifindex"`
+	CfgIpv6     *ebpf.Variable `ebpf:"cfg_ipv6"`
 	CfgList     *ebpf.Variable `ebpf:"cfg_list"`
 	CfgPrefixes *ebpf.Variable `ebpf:"cfg_prefixes"`
 	DstCount    *ebpf.Variable `ebpf:"dst_count"`

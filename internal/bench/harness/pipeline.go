@@ -6,6 +6,7 @@ package harness
 // throughput, latency (latency.go) and CPU (cpu.go) tests.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,10 @@ type PipelineConfig struct {
 	Run         // Duration: measured time per round, mode and size
 	Sizes []int // frame sizes in bytes, FCS included (RFC 2544)
 	Cores []int // generator cores
+	// Families whose traffic the throughput test measures (default IPv4 only); IPv6 at Sizes6
+	// (default 64: measured at MinFrame, 66 bytes). Only topologies with a Flow6 have IPv6.
+	Families []Family
+	Sizes6   []int
 
 	Throughput bool // the throughput test (received rate per mode, frame size and cores)
 
@@ -46,6 +51,12 @@ func (c *PipelineConfig) Defaults() error {
 	}
 	if len(c.Cores) == 0 {
 		c.Cores = []int{1, 2}
+	}
+	if len(c.Families) == 0 {
+		c.Families = []Family{IPv4}
+	}
+	if len(c.Sizes6) == 0 {
+		c.Sizes6 = []int{64}
 	}
 	err := c.Run.Defaults(RunDefaults{Name: "forwarding", Modes: Modes, Default: DefaultModes,
 		Duration: time.Second, Warmup: 200 * time.Millisecond, Where: "the DUT"})
@@ -72,8 +83,39 @@ func (c *PipelineConfig) Defaults() error {
 			return fmt.Errorf("--sizes %d: want 64 to 1518 bytes (Ethernet frames with FCS)", s)
 		}
 	}
+	for _, s := range c.Sizes6 {
+		if s < 64 || s > 1518 {
+			return fmt.Errorf("--ipv6-sizes %d: want 64 to 1518 bytes (Ethernet frames with FCS; IPv6 ones are at least 66)", s)
+		}
+	}
 	return nil
 }
+
+// cells are the throughput test's cells: every size of every family measured, with permitted
+// (see Cell).
+func (b *Pipeline) cells(permitted float64) []Cell {
+	var out []Cell
+	for _, f := range Families {
+		if !slices.Contains(b.Cfg.Families, f) {
+			continue
+		}
+		sizes := b.Cfg.Sizes
+		if f == IPv6 {
+			sizes = familySizes(IPv6, b.Cfg.Sizes6)
+		}
+		for _, size := range sizes {
+			c := Cell{Size: size, Res: b.Res, Permitted: permitted, Family: f}
+			if f == IPv6 {
+				c.What = []any{"family", f}
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Cells are the throughput test's cells (see cells) for a topology's own Throughput test.
+func (b *Pipeline) Cells(permitted float64) []Cell { return b.cells(permitted) }
 
 // Topology is what differs between the benchmarks built on the gen -> dut -> sink pipeline.
 type Topology struct {
@@ -85,8 +127,9 @@ type Topology struct {
 	Describe func(w io.Writer, s *PipelineSettings)
 	// Build builds the namespaces (testbed.New, testbed.NewBridge).
 	Build func(testbed.Options) (*testbed.Testbed, error)
-	// Flow is what the generator sends.
-	Flow func(*testbed.Testbed) Flow
+	// Flow is what the generator sends; Flow6 its IPv6 traffic (nil: the topology has none).
+	Flow  func(*testbed.Testbed) Flow
+	Flow6 func(*testbed.Testbed) Flow
 	// L2: the ceiling switches (redirects frames as they are) instead of routing (MAC rewrite).
 	L2 bool
 	// Resolve: make the hosts Resolve their neighbours by pinging once the topology is built.
@@ -109,6 +152,9 @@ type Topology struct {
 func RunPipeline(ctx context.Context, cfg PipelineConfig, t *Topology) (*PipelineResult, error) {
 	if err := cfg.Defaults(); err != nil {
 		return nil, err
+	}
+	if slices.Contains(cfg.Families, IPv6) && t.Flow6 == nil {
+		return nil, fmt.Errorf("--families ipv6: the %s benchmark has no IPv6 traffic (bench router has)", t.Name)
 	}
 	res := NewPipelineResult(cfg, t)
 	if cfg.ProgStats {
@@ -200,6 +246,8 @@ type Pipeline struct {
 	Res  *PipelineResult
 	Sink *Sink
 	Gen  *Generator
+	Gen6 *Generator // IPv6 traffic's generator (only with IPv6 among Cfg.Families)
+	gen  *Generator // the generator of what is measured now (Gen when nil)
 	DUT  *DUT
 	Log  *slog.Logger
 }
@@ -214,7 +262,21 @@ func NewPipeline(ctx context.Context, cfg PipelineConfig, t *Topology, tb *testb
 		b.Close()
 		return nil, err
 	}
+	if slices.Contains(cfg.Families, IPv6) {
+		if b.Gen6, err = NewGenerator(tb, t.Flow6(tb)); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("the IPv6 generator: %w", err)
+		}
+	}
 	return b, nil
+}
+
+// generator is the generator of what is measured now.
+func (b *Pipeline) generator() *Generator {
+	if b.gen != nil {
+		return b.gen
+	}
+	return b.Gen
 }
 
 func (b *Pipeline) Close() {
@@ -223,6 +285,9 @@ func (b *Pipeline) Close() {
 	}
 	if b.Gen != nil {
 		b.Gen.Close()
+	}
+	if b.Gen6 != nil {
+		b.Gen6.Close()
 	}
 	if b.Sink != nil {
 		b.Sink.Close()
@@ -250,13 +315,9 @@ func (b *Pipeline) WithMode(m Mode, fn func() error) (err error) {
 	return fn()
 }
 
-// throughput measures every mode and size for a generator of cores CPUs.
+// throughput measures every mode, family and size for a generator of cores CPUs.
 func (b *Pipeline) throughput(cores int) error {
-	var cells []Cell
-	for _, size := range b.Cfg.Sizes {
-		cells = append(cells, Cell{Size: size, Res: b.Res})
-	}
-	return b.MeasureCells(cores, cells)
+	return b.MeasureCells(cores, b.cells(0))
 }
 
 // Cell is one measurement per round and mode: a frame size, and what else the benchmark varies
@@ -270,7 +331,8 @@ type Cell struct {
 	// Permitted is the fraction of the offered frames that the DUT's rules let through to the
 	// sink in modes linux and linuxfp (0: all of them; the ceiling evaluates no rules).
 	Permitted float64
-	What      []any // for the log: what the cell is, besides its size
+	What      []any  // for the log: what the cell is, besides its size
+	Family    Family // the traffic's family ("": IPv4), sent by Pipeline.Gen6 for IPv6
 }
 
 // permittedIn is the fraction of the offered frames mode m should deliver to the sink (0: all).
@@ -297,11 +359,16 @@ func (b *Pipeline) MeasureCells(cores int, cells []Cell) error {
 						return err
 					}
 				}
-				rd, err := b.MeasureFull(c.Size, cpus, c.permittedIn(m))
-				if err != nil {
-					return fmt.Errorf("%s, %d cores, %d bytes: %w", m, cores, c.Size, err)
+				b.gen = nil
+				if c.Family == IPv6 {
+					b.gen = b.Gen6
 				}
-				c.Res.AddRound(cores, c.Size, m, rd)
+				rd, err := b.MeasureFull(c.Size, cpus, c.permittedIn(m))
+				b.gen = nil
+				if err != nil {
+					return fmt.Errorf("%s, %d cores, %d bytes%s: %w", m, cores, c.Size, familyNote(c.Family), err)
+				}
+				c.Res.AddFamilyRound(cmp.Or(c.Family, IPv4), cores, c.Size, m, rd)
 				b.Log.Info("measured", append(slices.Clone(c.What), "round", r+1, "mode", m, "cores", cores, "size", c.Size,
 					"mpps", fmt.Sprintf("%.3f", rd.Mpps), "offered_mpps", fmt.Sprintf("%.3f", rd.OfferedMpps))...)
 				if fp := rd.FastPath; fp != nil && fp.NoProgram == "" && rd.Received > 0 && fp.FastPathed() < rd.Received*99/100 {
@@ -313,6 +380,14 @@ func (b *Pipeline) MeasureCells(cores int, cells []Cell) error {
 		})
 	})
 	return err
+}
+
+// familyNote is ", ipv6" for IPv6 cells in errors, "" for IPv4 ones.
+func familyNote(f Family) string {
+	if f == IPv6 {
+		return ", ipv6"
+	}
+	return ""
 }
 
 // Round is one measurement.
@@ -386,7 +461,7 @@ func (b *Pipeline) measure(size int, cpus []int, rate float64) (Round, error) {
 	if err := b.Ctx.Err(); err != nil {
 		return Round{}, err
 	}
-	g := b.Gen
+	g := b.generator()
 	if err := g.SetSize(size); err != nil {
 		return Round{}, err
 	}
@@ -506,6 +581,11 @@ func RoutedTopology(name, prefix string) *Topology {
 		Resolve: true,
 		Flow: func(tb *testbed.Testbed) Flow {
 			return Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: testbed.Prefix4(0, 0),
+				Prefixes: tb.Prefixes, Ifindex: tb.GenIfindex}
+		},
+		// The same destinations in the routed IPv6 prefixes, 2001:2:1:N::1..254.
+		Flow6: func(tb *testbed.Testbed) Flow {
+			return Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: testbed.GenAddr6, DstIP: testbed.Prefix6(0, 0),
 				Prefixes: tb.Prefixes, Ifindex: tb.GenIfindex}
 		},
 		StartLinuxfp: func(tb *testbed.Testbed, bin string, args ...string) (*testbed.Linuxfp, error) {

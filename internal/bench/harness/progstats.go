@@ -30,7 +30,7 @@ func (b *Pipeline) progStats() (progSample, error) {
 		s[name] = *st
 		return nil
 	}
-	if err := add("generator", b.Gen.objs.BenchGen); err != nil {
+	if err := add("generator", b.generator().objs.BenchGen); err != nil {
 		return nil, err
 	}
 	if err := add("sink", b.Sink.objs.BenchSink); err != nil {

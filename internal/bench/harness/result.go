@@ -18,16 +18,26 @@ type PipelineResult struct {
 	// TableVII: the module at each hook, side by side (a tc mode was run).
 	TableVII *TableVII `json:"table_vii,omitempty"`
 	Took
-	rows map[[2]int]int // (cores, size) -> index in Throughput
+	rows map[rowKey]int // index in Throughput
 	topo *Topology
+}
+
+// rowKey is a throughput row's cell.
+type rowKey struct {
+	family      Family // as rows carry it (rowFamily)
+	cores, size int
 }
 
 // PipelineSettings is the configuration the numbers were taken with.
 type PipelineSettings struct {
 	Topology string `json:"topology"` // "router" or "bridge"
 	Sizes    []int  `json:"frame_sizes"`
-	Cores    []int  `json:"generator_cores"`
-	Modes    []Mode `json:"modes"`
+	// Families: the address families whose traffic was measured (omitted: IPv4 only); IPv6
+	// at Sizes6.
+	Families []Family `json:"families,omitempty"`
+	Sizes6   []int    `json:"ipv6_frame_sizes,omitempty"`
+	Cores    []int    `json:"generator_cores"`
+	Modes    []Mode   `json:"modes"`
 	Timing
 	Sessions int `json:"rr_sessions,omitempty"`
 	// TxCsumOffload: the latency test left tx checksum offload on at gen and sink.
@@ -40,6 +50,8 @@ type PipelineSettings struct {
 
 // ThroughputRow is one (generator cores, frame size) cell: every mode and the ratios.
 type ThroughputRow struct {
+	// Family: "ipv6" for IPv6 traffic; omitted for IPv4 (see Of).
+	Family    Family               `json:"family,omitempty"`
 	Cores     int                  `json:"generator_cores"`
 	FrameSize int                  `json:"frame_size"` // with FCS; the veth frame is 4 bytes shorter
 	Modes     map[Mode]*Throughput `json:"modes"`
@@ -110,25 +122,31 @@ func (t *Throughput) Rate() float64 {
 }
 
 func NewPipelineResult(cfg PipelineConfig, t *Topology) *PipelineResult {
-	return &PipelineResult{
-		Report: NewReport(PipelineSettings{
-			Topology: t.Name,
-			Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Timing: cfg.Timing(),
-			Sessions: cfg.Sessions, Prefixes: t.Prefixes,
-			TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
-		}),
-		rows: map[[2]int]int{},
-		topo: t,
+	s := PipelineSettings{
+		Topology: t.Name,
+		Sizes:    cfg.Sizes, Cores: cfg.Cores, Modes: cfg.Modes, Timing: cfg.Timing(),
+		Sessions: cfg.Sessions, Prefixes: t.Prefixes,
+		TxCsumOffload: cfg.KeepTxCsum, ProgStats: cfg.ProgStats,
 	}
+	if slices.Contains(cfg.Families, IPv6) {
+		s.Families, s.Sizes6 = cfg.Families, familySizes(IPv6, cfg.Sizes6)
+	}
+	return &PipelineResult{Report: NewReport(s), rows: map[rowKey]int{}, topo: t}
 }
 
+// AddRound adds an IPv4 round.
 func (r *PipelineResult) AddRound(cores, size int, m Mode, rd Round) {
-	k := [2]int{cores, size}
+	r.AddFamilyRound(IPv4, cores, size, m, rd)
+}
+
+// AddFamilyRound adds a round of family f's traffic.
+func (r *PipelineResult) AddFamilyRound(f Family, cores, size int, m Mode, rd Round) {
+	k := rowKey{rowFamily(f), cores, size}
 	i, ok := r.rows[k]
 	if !ok {
 		i = len(r.Throughput)
 		r.rows[k] = i
-		r.Throughput = append(r.Throughput, ThroughputRow{Cores: cores, FrameSize: size, Modes: map[Mode]*Throughput{}})
+		r.Throughput = append(r.Throughput, ThroughputRow{Family: k.family, Cores: cores, FrameSize: size, Modes: map[Mode]*Throughput{}})
 	}
 	row := &r.Throughput[i]
 	t := row.Modes[m]
@@ -156,8 +174,9 @@ func (r *PipelineResult) AddRound(cores, size int, m Mode, rd Round) {
 	row.LinuxfpTCOverCeilingTC = row.over(ModeLinuxfpTC, ModeCeilingTC)
 }
 
+// ThroughputOf is mode m's IPv4 throughput at (cores, size), nil if not measured.
 func (r *PipelineResult) ThroughputOf(cores, size int, m Mode) *Throughput {
-	i, ok := r.rows[[2]int{cores, size}]
+	i, ok := r.rows[rowKey{"", cores, size}]
 	if !ok {
 		return nil
 	}
@@ -167,13 +186,16 @@ func (r *PipelineResult) ThroughputOf(cores, size int, m Mode) *Throughput {
 func (r *PipelineResult) Finish(elapsed time.Duration) {
 	r.Took.Took(elapsed)
 	slices.SortStableFunc(r.Throughput, func(a, b ThroughputRow) int {
+		if a.Family != b.Family {
+			return strings.Compare(string(a.Family), string(b.Family)) // IPv4 ("") first
+		}
 		if a.Cores != b.Cores {
 			return a.Cores - b.Cores
 		}
 		return a.FrameSize - b.FrameSize
 	})
 	for i, row := range r.Throughput {
-		r.rows[[2]int{row.Cores, row.FrameSize}] = i
+		r.rows[rowKey{row.Family, row.Cores, row.FrameSize}] = i
 	}
 	r.TableVII = r.tableVII()
 }
@@ -195,7 +217,14 @@ func (r *PipelineResult) WriteTable(w io.Writer) {
 
 	if len(r.Throughput) > 0 {
 		fmt.Fprintln(w, "Throughput received at the sink (frame size and Gbit/s include the 4-byte FCS, RFC 2544)")
+		families := len(c.Families) > 1 || slices.Contains(c.Families, IPv6)
+		if families {
+			fmt.Fprintln(w, "IPv6: UDP to the routed 2001:2:1:N::/64 prefixes; its smallest frame is 66 bytes (Ethernet, IPv6 and UDP headers: 62)")
+		}
 		hdr := []string{"cores", "frame"}
+		if families {
+			hdr = append([]string{"family"}, hdr...)
+		}
 		for _, m := range c.Modes {
 			hdr = append(hdr, m.Title()+" Mpps", "Gbit/s")
 		}
@@ -206,6 +235,9 @@ func (r *PipelineResult) WriteTable(w io.Writer) {
 		tw := NewTable(w, hdr...)
 		for _, row := range r.Throughput {
 			cells := []string{fmt.Sprint(row.Cores), fmt.Sprint(row.FrameSize)}
+			if families {
+				cells = append([]string{string(row.Of())}, cells...)
+			}
 			for _, m := range c.Modes {
 				if t := row.Modes[m]; t != nil {
 					cells = append(cells, fmt.Sprintf("%.3f", t.Mpps), fmt.Sprintf("%.2f", t.Gbps))
@@ -375,7 +407,11 @@ func (r *PipelineResult) writeProgStats(w io.Writer) {
 			if t == nil {
 				continue
 			}
-			tw.Rowf("%d\t%d\t%s\t%.3f\t%s", row.Cores, row.FrameSize, m.Title(), t.Mpps, t.ProgCells())
+			frame := fmt.Sprint(row.FrameSize)
+			if row.Family != "" {
+				frame += " " + string(row.Family)
+			}
+			tw.Rowf("%d\t%s\t%s\t%.3f\t%s", row.Cores, frame, m.Title(), t.Mpps, t.ProgCells())
 		}
 	}
 	tw.Flush()
@@ -439,6 +475,9 @@ func (r *PipelineResult) ThroughputFlags() []string {
 				}
 			}
 			cell := fmt.Sprintf("%s, %d cores, %d bytes", m.Title(), row.Cores, row.FrameSize)
+			if row.Family != "" {
+				cell += ", " + string(row.Family)
+			}
 			if unlearned > 0 {
 				out = append(out, fmt.Sprintf("! %s: %d round(s) started with the FDB not learned: %s", cell, unlearned, problem))
 			}

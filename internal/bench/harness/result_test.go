@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -167,5 +169,84 @@ func TestMixArithmetic(t *testing.T) {
 	}
 	if row.LinuxfpOverLinux != 4 || row.LinuxfpOverCeiling != 0.5 {
 		t.Errorf("linuxfp/Linux %v, linuxfp/ceiling %v; want 4, 0.5", row.LinuxfpOverLinux, row.LinuxfpOverCeiling)
+	}
+}
+
+// IPv6 rows sit beside the IPv4 ones of the same cores and size without mixing with them: their
+// own ratios, after every IPv4 row, a family column in the table, and IPv4 lookups see only
+// IPv4.
+func TestFamilyRows(t *testing.T) {
+	cfg := PipelineConfig{Run: Run{Modes: []Mode{ModeLinux, ModeLinuxfp, ModeCeiling}, Rounds: 1},
+		Sizes: []int{64}, Cores: []int{1}, Families: []Family{IPv4, IPv6}, Sizes6: []int{64, 66, 128}}
+	r := NewPipelineResult(cfg, &Topology{Name: "router"})
+	if want := []int{66, 128}; !slices.Equal(r.Config.Sizes6, want) {
+		t.Errorf("IPv6 sizes %v, want %v (64 measured at 66, once)", r.Config.Sizes6, want)
+	}
+	rate := map[Family]map[Mode]float64{
+		IPv4: {ModeLinux: 1, ModeLinuxfp: 2, ModeCeiling: 4},
+		IPv6: {ModeLinux: 0.5, ModeLinuxfp: 2, ModeCeiling: 2.5},
+	}
+	for _, f := range []Family{IPv6, IPv4} { // IPv6 first: Finish still puts IPv4 first
+		for _, m := range cfg.Run.Modes {
+			size := 64
+			if f == IPv6 {
+				size = 66
+			}
+			r.AddFamilyRound(f, 1, size, m, Round{Seconds: 1, Offered: 10, Received: 10, Mpps: rate[f][m]})
+		}
+	}
+	r.Finish(0)
+	if len(r.Throughput) != 2 || r.Throughput[0].Of() != IPv4 || r.Throughput[1].Of() != IPv6 {
+		t.Fatalf("rows %+v: want IPv4 then IPv6", r.Throughput)
+	}
+	if v4, v6 := r.Throughput[0], r.Throughput[1]; v4.LinuxfpOverLinux != 2 || v4.LinuxfpOverCeiling != 0.5 ||
+		v6.LinuxfpOverLinux != 4 || v6.LinuxfpOverCeiling != 0.8 {
+		t.Errorf("ratios: ipv4 %.2f %.2f, ipv6 %.2f %.2f; want 2 0.5, 4 0.8",
+			v4.LinuxfpOverLinux, v4.LinuxfpOverCeiling, v6.LinuxfpOverLinux, v6.LinuxfpOverCeiling)
+	}
+	if r.Throughput[0].Family != "" {
+		t.Errorf("IPv4 row carries family %q: its JSON would change", r.Throughput[0].Family)
+	}
+	if th := r.ThroughputOf(1, 66, ModeLinux); th != nil {
+		t.Error("ThroughputOf found an IPv6 row")
+	}
+	if th := r.ThroughputOf(1, 64, ModeLinux); th == nil || th.Mpps != 1 {
+		t.Errorf("ThroughputOf(1, 64, linux) = %+v, want the IPv4 row", th)
+	}
+	if got := FamilyRows(r.Throughput, IPv6); len(got) != 1 || got[0].FrameSize != 66 {
+		t.Errorf("FamilyRows(ipv6) = %+v", got)
+	}
+	var b strings.Builder
+	r.WriteTable(&b)
+	for _, want := range []string{"family", "ipv4      1     64", "ipv6      1     66", "4.00x", "0.80"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// A topology without IPv6 traffic refuses --families ipv6 before building anything, and the
+// cells of a run with both families are every IPv4 size, then every IPv6 one.
+func TestFamilyCells(t *testing.T) {
+	cfg := PipelineConfig{Run: Run{Modes: []Mode{ModeLinux}, Binary: "linuxfp"}, Cores: []int{1},
+		Families: []Family{IPv6}}
+	if _, err := RunPipeline(t.Context(), cfg, &Topology{Name: "bridge"}); err == nil || !strings.Contains(err.Error(), "no IPv6") {
+		t.Errorf("bridge with --families ipv6: %v, want an error saying it has no IPv6 traffic", err)
+	}
+	cfg = PipelineConfig{Run: Run{Modes: []Mode{ModeLinux}, Binary: "linuxfp"}, Cores: []int{1}, Sizes: []int{64, 128},
+		Families: []Family{IPv6, IPv4}}
+	if err := cfg.Defaults(); err != nil {
+		t.Fatal(err)
+	}
+	b := &Pipeline{Cfg: cfg}
+	var got []string
+	for _, c := range b.cells(0.5) {
+		got = append(got, fmt.Sprintf("%s/%d/%.1f", cmp.Or(c.Family, IPv4), c.Size, c.Permitted))
+	}
+	if want := []string{"ipv4/64/0.5", "ipv4/128/0.5", "ipv6/66/0.5"}; !slices.Equal(got, want) {
+		t.Errorf("cells %v, want %v", got, want)
+	}
+	if _, err := ParseFamily("ipv5"); err == nil {
+		t.Error("ParseFamily(ipv5) accepted")
 	}
 }

@@ -1,13 +1,15 @@
 // Package router is the virtual-router benchmark (the paper's Fig. 5 and Table III): the DUT
 // routes 50 prefixes from gen to sink; Linux, linuxfp and a hand-written ceiling (MAC rewrite +
 // redirect) forward alternately, round by round, with the throughput, latency and CPU tests of
-// the harness's pipeline.
+// the harness's pipeline. With IPv6 among the families, the throughput test also sends to the
+// 50 routed IPv6 prefixes, in the same rounds.
 package router
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -45,6 +47,9 @@ func topology() *harness.Topology {
 	t.Module = "forward"
 	t.Describe = func(w io.Writer, s *harness.PipelineSettings) {
 		fmt.Fprintf(w, "Virtual router: gen -> DUT -> sink over veth, %d routed /24 prefixes, UDP to port 9\n", s.Prefixes)
+		if slices.Contains(s.Families, harness.IPv6) {
+			fmt.Fprintf(w, "IPv6: the same over %d routed /64 prefixes, at %v bytes, in the same rounds\n", s.Prefixes, s.Sizes6)
+		}
 	}
 	return t
 }
@@ -62,15 +67,12 @@ func toLinux(t *harness.Topology, n int) {
 		var script string
 		for i := range n {
 			script += fmt.Sprintf("ip route replace blackhole %s/24\n", testbed.Prefix4(i, 0))
+			script += fmt.Sprintf("ip -6 route replace blackhole %s/64\n", testbed.Prefix6(i, 0))
 		}
 		return b.TB.DUT.Script(script)
 	}
 	permitted := float64(t.Prefixes-n) / float64(t.Prefixes)
 	t.Throughput = func(b *harness.Pipeline, cores int) error {
-		var cells []harness.Cell
-		for _, size := range b.Cfg.Sizes {
-			cells = append(cells, harness.Cell{Size: size, Res: b.Res, Permitted: permitted})
-		}
-		return b.MeasureCells(cores, cells)
+		return b.MeasureCells(cores, b.Cells(permitted))
 	}
 }

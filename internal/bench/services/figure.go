@@ -16,7 +16,7 @@ func (r *Result) Figure() harness.Figure {
 		for _, m := range r.Config.Modes {
 			s := harness.Series{Name: m.Title()}
 			for _, row := range r.Rows {
-				if mr := row.Modes[m]; row.Workload == w && !row.Case.podClients() && row.Case.Services > 0 && mr != nil && mr.Value > 0 {
+				if mr := row.Modes[m]; row.Workload == w && !row.Case.podClients() && !row.Case.IPv6 && row.Case.Services > 0 && mr != nil && mr.Value > 0 {
 					s.Points = append(s.Points, harness.Point{X: float64(row.Case.Services), Y: mr.Value})
 				}
 			}

@@ -18,7 +18,9 @@ package services
 //     creates its conntrack entry (kube-proxy's DNAT and masquerade), and what arrives at the
 //     endpoints is counted by an XDP sink on every pod's eth0 (Mpps).
 // In the masquerade case the clients are the pods and the server the outside host (TCP to port
-// 8080, UDP to port 9 from one pod's generator).
+// 8080, UDP to port 9 from one pod's generator). With IPv6 among the families the node is
+// dual-stack (kube-proxy's IPv6 rules beside the IPv4 ones) and, after each service count's
+// IPv4 case, an IPv6 case measures the udp workload to the services' IPv6 cluster IPs.
 
 import (
 	"context"
@@ -91,6 +93,8 @@ type Case struct {
 	// an endpoint on another pod is reached through the bridge (br_netfilter bridges the DNAT'd
 	// packets), one on the client pod itself back out of its own port.
 	FromPods bool `json:"from_pods,omitempty"`
+	// IPv6: the client -> services' IPv6 cluster IPs (udp only).
+	IPv6 bool `json:"ipv6,omitempty"`
 }
 
 // podClients: the case's clients (and udp generator) are the pods.
@@ -103,6 +107,8 @@ func (c Case) genKey() string {
 		return "masquerade"
 	case c.FromPods:
 		return "pods"
+	case c.IPv6:
+		return "client6"
 	}
 	return "client"
 }
@@ -113,6 +119,9 @@ func (c Case) String() string {
 	}
 	if c.FromPods {
 		return "from pods"
+	}
+	if c.IPv6 {
+		return harness.Plural(c.Services, "service") + ", IPv6"
 	}
 	return harness.Plural(c.Services, "service")
 }
@@ -138,7 +147,16 @@ type Config struct {
 	FrameSize  int // udp frames, FCS included (default 64)
 	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-svc").
 	Prefix string
+	// Families: IPv4 (the default) and with IPv6 a dual-stack node and the IPv6 cases (udp
+	// only, iptables mode).
+	Families []harness.Family
 }
+
+// ipv4, ipv6: the families measured (none given: IPv4).
+func (c *Config) ipv4() bool {
+	return len(c.Families) == 0 || slices.Contains(c.Families, harness.IPv4)
+}
+func (c *Config) ipv6() bool { return slices.Contains(c.Families, harness.IPv6) }
 
 func (c *Config) defaults() error {
 	if c.Prefix == "" {
@@ -154,6 +172,17 @@ func (c *Config) defaults() error {
 		return err
 	}
 	c.Workloads = harness.Choose(Workloads, c.Workloads)
+	if len(c.Families) == 0 {
+		c.Families = []harness.Family{harness.IPv4}
+	}
+	if c.ipv6() {
+		if c.ProxyMode != testbed.ProxyIPTables {
+			return fmt.Errorf("--families ipv6: the IPv6 services are kube-proxy's iptables-mode rules (ip6tables); not with --proxy-mode %s", c.ProxyMode)
+		}
+		if !slices.Contains(c.Workloads, UDP) {
+			return errors.New("--families ipv6: the IPv6 cases measure the udp workload only, which --workloads leaves out")
+		}
+	}
 	// No service count at all (not nil) leaves only the masquerade case.
 	if c.Services == nil {
 		c.Services = []int{1, 100, 1000}
@@ -202,7 +231,15 @@ func (c *Config) defaults() error {
 func (c *Config) cases() []Case {
 	var out []Case
 	for _, n := range c.Services {
-		out = append(out, Case{Services: n})
+		if c.ipv4() {
+			out = append(out, Case{Services: n})
+		}
+		if c.ipv6() {
+			out = append(out, Case{Services: n, IPv6: true})
+		}
+	}
+	if !c.ipv4() {
+		return out // the pod cases are IPv4's
 	}
 	last := 0
 	if len(c.Services) > 0 {
@@ -230,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res = newResult(cfg)
 	defer func() { res.finish(time.Since(start)) }()
 	cfg.Log.Info("building the node, its pods, the client and the outside host", "pods", cfg.Pods)
-	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods, PodGRO: cfg.PodGRO, ProxyMode: cfg.ProxyMode})
+	topo, err := testbed.NewServices(cfg.Prefix, testbed.ServicesOptions{Pods: cfg.Pods, PodGRO: cfg.PodGRO, ProxyMode: cfg.ProxyMode, IPv6: cfg.ipv6()})
 	if err != nil {
 		return res, fmt.Errorf("build the services topology: %w", err)
 	}
@@ -406,6 +443,9 @@ func (r *svcRun) measureAll(c Case, round int, m harness.Mode) error {
 		if err := r.ctx.Err(); err != nil {
 			return err
 		}
+		if c.IPv6 && w != UDP {
+			continue // the IPv6 cases measure udp only
+		}
 		rd, err := r.measure(c, w)
 		if err != nil {
 			return fmt.Errorf("%s, %s, %s: %w", m, c, w, err)
@@ -449,6 +489,13 @@ func (r *svcRun) measure(c Case, w Workload) (rd Round, err error) {
 	}
 	if err := r.ct.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
 		return rd, fmt.Errorf("flush the node's conntrack table: %w", err)
+	}
+	// That flush is IPv4's only (the kernel filters a flush by the request's family, and the
+	// library asks for AF_INET): IPv6 entries are deleted one by one.
+	if r.cfg.ipv6() {
+		if _, err := r.ct.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.FAMILY_V6, everyFlow{}); err != nil {
+			return rd, fmt.Errorf("flush the node's IPv6 conntrack entries: %w", err)
+		}
 	}
 	var before *harness.NodeSnapshot
 	var pid int
@@ -506,6 +553,11 @@ func (r *svcRun) measure(c Case, w Workload) (rd Round, err error) {
 	}
 	return rd, nil
 }
+
+// everyFlow matches every conntrack entry.
+type everyFlow struct{}
+
+func (everyFlow) MatchConntrackFlow(*netlink.ConntrackFlow) bool { return true }
 
 // hooks is where linuxfp's programs ran, by interface role ("xdp", "tc", ...; "none").
 func (r *svcRun) hooks(st *status.Status) map[string]string {

@@ -35,6 +35,16 @@ func TestServicesConfigDefaults(t *testing.T) {
 	if got := (&Config{Services: []int{}}).cases(); !slices.Equal(got, []Case{{Masquerade: true}}) {
 		t.Errorf("masquerade alone: cases %v", got)
 	}
+	// IPv6: a case after each service count's IPv4 one; the pod cases are IPv4's only.
+	dual := Config{Services: []int{1, 100}, NoFromPods: true, Families: []harness.Family{harness.IPv4, harness.IPv6}}
+	want = []Case{{Services: 1}, {Services: 1, IPv6: true}, {Services: 100}, {Services: 100, IPv6: true}, {Services: 100, Masquerade: true}}
+	if got := dual.cases(); !slices.Equal(got, want) {
+		t.Errorf("dual-stack cases %v, want %v", got, want)
+	}
+	only6 := Config{Services: []int{1}, Families: []harness.Family{harness.IPv6}}
+	if got := only6.cases(); !slices.Equal(got, []Case{{Services: 1, IPv6: true}}) {
+		t.Errorf("IPv6 alone: cases %v", got)
+	}
 	for _, bad := range []Config{
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{0}},
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{20000}},
@@ -44,6 +54,8 @@ func TestServicesConfigDefaults(t *testing.T) {
 		{Run: harness.Run{Binary: "linuxfp"}, GenCores: 1000},
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{}, NoMasquerade: true},
 		{Run: harness.Run{Modes: []harness.Mode{harness.ModeLinuxfp}}}, // no binary to run
+		{Run: harness.Run{Binary: "linuxfp"}, Families: []harness.Family{harness.IPv6}, ProxyMode: "nftables"},
+		{Run: harness.Run{Binary: "linuxfp"}, Families: []harness.Family{harness.IPv6}, Workloads: []Workload{CRR}},
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
@@ -200,6 +212,51 @@ func TestRunServices(t *testing.T) {
 			if row.Workload == UDP && rd.FastPath.Fast() == 0 && !(row.Case.FromPods && onlyHairpin) {
 				t.Errorf("%s: linuxfp fast-pathed none of the established flows' packets (to Linux: %v)", where, rd.FastPath.Passed)
 			}
+		}
+	}
+}
+
+// The IPv6 case runs end to end on a dual-stack node: the generator's IPv6 flows to the services'
+// IPv6 cluster IPs each get a conntrack entry (DNAT to an endpoint's IPv6 address), reach the
+// endpoints, and linuxfp fast-paths them; the namespaces are gone afterwards.
+func TestRunServicesIPv6(t *testing.T) {
+	benchtest.NeedRoot(t)
+	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
+		t.Skip("ip6tables-restore not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "linuxfp")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/linuxfp").CombinedOutput(); err != nil {
+		t.Fatalf("build linuxfp: %v\n%s", err, out)
+	}
+	// A prefix of its own: other tests, and other runs of this one, may run at the same time.
+	prefix := benchtest.Prefix("lfp-svcb6")
+	before := benchtest.Namespaces(t, prefix)
+	modes := []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp}
+	res, err := Run(context.Background(), Config{Services: []int{2}, Pods: 3, Prefix: prefix, Workloads: []Workload{UDP},
+		Families: []harness.Family{harness.IPv6},
+		Run:      harness.Run{Binary: bin, Modes: modes, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Rounds: 1}})
+	for _, ns := range benchtest.Namespaces(t, prefix) {
+		if !slices.Contains(before, ns) {
+			t.Errorf("namespace %s left behind", ns)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || res.Rows[0].Case != (Case{Services: 2, IPv6: true}) || res.Rows[0].Workload != UDP {
+		t.Fatalf("rows %+v, want the IPv6 case's udp row", res.Rows)
+	}
+	for _, m := range modes {
+		sm := res.Rows[0].Modes[m]
+		if sm == nil || len(sm.Rounds) != 1 {
+			t.Fatalf("%s: not measured", m)
+		}
+		rd := sm.Rounds[0]
+		if rd.Error != "" || rd.Count == 0 || rd.Flows != 2 || len(rd.Backends) == 0 {
+			t.Errorf("%s: %+v (want 2 flows in conntrack, frames at the endpoints)", m, rd)
+		}
+		if m.RunsLinuxfp() && (rd.FastPath == nil || rd.FastPath.Fast() < rd.Count/2) {
+			t.Errorf("%s: linuxfp fast-pathed too little of %d frames: %+v", m, rd.Count, rd.FastPath)
 		}
 	}
 }

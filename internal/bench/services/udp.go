@@ -116,6 +116,10 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 		pod := r.topo.Pods[0]
 		ns = pod.NS
 		f = harness.Flow{Src: r.podMAC, Dst: r.topo.BridgeMAC, SrcIP: pod.IP, DstIP: netip.IPv4Unspecified(), List: true, Ifindex: r.podIdx}
+	case c.IPv6:
+		ns = r.topo.Client
+		f = harness.Flow{Src: r.topo.ClientMAC, Dst: r.topo.InMAC, SrcIP: testbed.ServicesClientIP6, DstIP: netip.IPv6Unspecified(),
+			List: true, Ifindex: r.topo.ClientIfindex}
 	default:
 		ns = r.topo.Client
 		f = harness.Flow{Src: r.topo.ClientMAC, Dst: r.topo.InMAC, SrcIP: testbed.ServicesClientIP, DstIP: netip.IPv4Unspecified(),
@@ -125,7 +129,8 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := g.SetSize(r.cfg.FrameSize); err != nil {
+	// 64-byte frames are IPv4's smallest; IPv6's is 66.
+	if err := g.SetSize(max(r.cfg.FrameSize, harness.MinFrame(f.IPv6()))); err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -138,13 +143,19 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 func (r *svcRun) udp(c Case, rd *Round) error {
 	g := r.gens[c.genKey()]
 	src := testbed.ServicesClientIP
-	if c.podClients() {
+	switch {
+	case c.podClients():
 		src = r.topo.Pods[0].IP
+	case c.IPv6:
+		src = testbed.ServicesClientIP6
 	}
 	if !c.Masquerade {
 		dsts := make([]netip.Addr, c.Services)
 		for i := range dsts {
 			dsts[i] = testbed.ServiceIP(i)
+			if c.IPv6 {
+				dsts[i] = testbed.ServiceIP6(i)
+			}
 		}
 		if err := g.SetDsts(dsts); err != nil {
 			return err
@@ -207,9 +218,13 @@ func (r *svcRun) udp(c Case, rd *Round) error {
 }
 
 // flows counts the node's conntrack entries of the generator's flows (UDP from src port 1024 to
-// port 9).
+// port 9), in src's family.
 func (r *svcRun) flows(src netip.Addr) (int, error) {
-	flows, err := r.ct.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+	family := netlink.InetFamily(netlink.FAMILY_V4)
+	if src.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	flows, err := r.ct.ConntrackTableList(netlink.ConntrackTable, family)
 	if err != nil {
 		return 0, fmt.Errorf("list the node's conntrack table: %w", err)
 	}
