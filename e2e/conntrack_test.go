@@ -36,7 +36,7 @@ func TestConntrackEstablished(t *testing.T) {
 	for _, h := range hookTestbeds {
 		t.Run(h.hook, func(t *testing.T) {
 			tb := newTestbed(t, h.opts)
-			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0\nip -6 addr add 2001:2:1::1/128 dev eth0 nodad")
+			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0\nip -6 addr add 2001:2:0:f100::1/128 dev eth0 nodad")
 			sh(t, tb.DUT, flannelishNAT)
 			l := startLinuxfp(t, tb)
 			waitStatus(t, l, "in0", "ipv4 router on with conntrack", func(it *status.Interface) bool {
@@ -95,7 +95,7 @@ func TestConntrackEstablished(t *testing.T) {
 			// own address, then a DNAT of another address to the sink's; in IPv4 and IPv6.
 			sh(t, tb.DUT, `iptables -t nat -A PREROUTING -d 198.19.0.99 -p tcp -j DNAT --to-destination 198.19.0.1
 ip6tables -t nat -A POSTROUTING -o out0 -d 2001:2:0:1::2 -p tcp -j MASQUERADE
-ip6tables -t nat -A PREROUTING -d 2001:2:1::99 -p tcp -j DNAT --to-destination 2001:2:1::1`)
+ip6tables -t nat -A PREROUTING -d 2001:2:0:f100::99 -p tcp -j DNAT --to-destination 2001:2:0:f100::1`)
 			// Until linuxfp follows the rule, the connection's first segments are Linux's
 			// (fenced) and would not count towards its liberal mark.
 			waitFenceOpen(t, l)
@@ -103,7 +103,7 @@ ip6tables -t nat -A PREROUTING -d 2001:2:1::99 -p tcp -j DNAT --to-destination 2
 				{"masqueraded", "198.18.1.2", ""},
 				{"dnat", "198.19.0.1", "198.19.0.99"},
 				{"ipv6 masqueraded", "2001:2:0:1::2", ""},
-				{"ipv6 dnat", "2001:2:1::1", "2001:2:1::99"},
+				{"ipv6 dnat", "2001:2:0:f100::1", "2001:2:0:f100::99"},
 			} {
 				st0, _ := l.Client.Status()
 				beforeIn := readCounters(t, l, "in0")
@@ -281,7 +281,7 @@ func TestConntrackRawDropNoRefresh(t *testing.T) {
 	for _, h := range hookTestbeds {
 		t.Run(h.hook, func(t *testing.T) {
 			tb := newTestbed(t, h.opts)
-			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0\nip -6 addr add 2001:2:1::1/128 dev eth0 nodad")
+			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0\nip -6 addr add 2001:2:0:f100::1/128 dev eth0 nodad")
 			sh(t, tb.DUT, flannelishNAT)
 			l := startLinuxfp(t, tb)
 			waitStatus(t, l, "in0", "ipv4 router with conntrack", func(it *status.Interface) bool {

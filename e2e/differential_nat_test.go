@@ -30,9 +30,9 @@ iptables -A FORWARD -p udp --dport 7777 -j DROP
 ip route add unreachable 198.19.201.0/24
 ip6tables -t nat -A POSTROUTING -o out0 -p udp --dport 5000:5999 -j MASQUERADE
 ip6tables -t nat -A POSTROUTING -o out0 -p udp --dport 6000:6999 -j SNAT --to-source 2001:2:0:1::5:1
-ip6tables -t nat -A PREROUTING -d 2001:2:1:28::/64 -p udp -j DNAT --to-destination [2001:2:1:29::7]:9000
+ip6tables -t nat -A PREROUTING -d 2001:2:0:f128::/64 -p udp -j DNAT --to-destination [2001:2:0:f129::7]:9000
 ip6tables -A FORWARD -p udp --dport 7777 -j DROP
-ip -6 route add unreachable 2001:2:1:c9::/64`
+ip -6 route add unreachable 2001:2:0:f1c9::/64`
 
 // checkNoCTNAT fails the test if in0 or out0 handed a translated connection's packet to Linux
 // for being translated (ct_nat): with no rule but nat chains' on prerouting and postrouting,

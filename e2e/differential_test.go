@@ -40,21 +40,21 @@ const (
 	diffMTU = 1400
 )
 
-// Routes the corpus needs besides the testbed's 198.19.0-49.0/24 and 2001:2:1:0-31::/64.
+// Routes the corpus needs besides the testbed's 198.19.0-49.0/24 and 2001:2:0:f100-f131::/64.
 const diffDUTSetup = `
 ip link set out0 mtu 1400
 ip route add blackhole 198.19.200.0/24
 ip route add unreachable 198.19.201.0/24
 ip route add prohibit 198.19.202.0/24
 ip route add throw 198.19.203.0/24
-ip -6 route add blackhole 2001:2:1:c8::/64
-ip -6 route add unreachable 2001:2:1:c9::/64
-ip -6 route add prohibit 2001:2:1:ca::/64
-ip -6 route add throw 2001:2:1:cb::/64
+ip -6 route add blackhole 2001:2:0:f1c8::/64
+ip -6 route add unreachable 2001:2:0:f1c9::/64
+ip -6 route add prohibit 2001:2:0:f1ca::/64
+ip -6 route add throw 2001:2:0:f1cb::/64
 ip route add 198.19.210.0/24 via 198.18.1.99
-ip -6 route add 2001:2:1:d2::/64 via 2001:2:0:1::99
+ip -6 route add 2001:2:0:f1d2::/64 via 2001:2:0:1::99
 ip route add 198.19.220.0/24 via 198.18.0.2
-ip -6 route add 2001:2:1:dc::/64 via 2001:2::2
+ip -6 route add 2001:2:0:f1dc::/64 via 2001:2::2
 `
 
 // ICMP rate limits make Linux's answers depend on timing; with them off, two runs of Linux
@@ -78,9 +78,9 @@ const diffRouteMTUSetup = `
 ip route add 198.19.230.0/24 via 198.18.1.2 mtu 1300
 ip route add 198.19.231.0/24 via 198.18.1.2 mtu lock 1350
 ip route add 198.19.232.0/24 via 198.18.1.2 mtu 1480
-ip -6 route add 2001:2:1:e6::/64 via 2001:2:0:1::2 mtu 1300
-ip -6 route add 2001:2:1:e7::/64 via 2001:2:0:1::2 mtu lock 1350
-ip -6 route add 2001:2:1:e8::/64 via 2001:2:0:1::2 mtu 1480
+ip -6 route add 2001:2:0:f1e6::/64 via 2001:2:0:1::2 mtu 1300
+ip -6 route add 2001:2:0:f1e7::/64 via 2001:2:0:1::2 mtu lock 1350
+ip -6 route add 2001:2:0:f1e8::/64 via 2001:2:0:1::2 mtu 1480
 `
 
 // The corpus runs against both hooks linuxfp picks for a veth: native XDP when the hosts'
@@ -533,7 +533,7 @@ func (b *corpusBuilder) route6() netip.Addr {
 	return testbed.Prefix6(b.r.Intn(b.tb.Prefixes), 1+b.r.Intn(0xfffe))
 }
 
-// in4 and in6 are hosts of special prefixes set up by diffDUTSetup (198.19.p.0/24, 2001:2:1:p::/64).
+// in4 and in6 are hosts of special prefixes set up by diffDUTSetup (198.19.p.0/24, 2001:2:0:f1pp::/64).
 func (b *corpusBuilder) in4(p int) netip.Addr { return testbed.Prefix4(p, 1+b.r.Intn(254)) }
 func (b *corpusBuilder) in6(p int) netip.Addr { return testbed.Prefix6(p, 1+b.r.Intn(0xfffe)) }
 

@@ -402,7 +402,7 @@ func TestTCEgressWithoutNAPI(t *testing.T) {
 func TestIPv6Forwarding(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{})
 	l := startLinuxfp(t, tb)
-	waitFastPath(t, tb, l, "2001:2:1:3::1")
+	waitFastPath(t, tb, l, "2001:2:0:f103::1")
 	sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.all.forwarding=0")
 	waitStatus(t, l, "in0", "ipv6 off", func(it *status.Interface) bool {
 		return it.Program != nil && !contains(it.Program.Families, "ipv6")

@@ -36,7 +36,7 @@ func TestSysctlDisableIPv6(t *testing.T) {
 			viaNH := testbed.Prefix6(0x70, 1).String()
 			// gen keeps sending to the DUT when in0 stops answering neighbour solicitations.
 			sh(t, tb.Gen, "ip -6 neigh replace 2001:2::1 lladdr "+tb.InMAC.String()+" dev eth0 nud permanent")
-			sh(t, tb.DUT, "ip -6 nexthop add id 70 via 2001:2:0:1::2 dev out0\nip -6 route add 2001:2:1:70::/64 nhid 70")
+			sh(t, tb.DUT, "ip -6 nexthop add id 70 via 2001:2:0:1::2 dev out0\nip -6 route add 2001:2:0:f170::/64 nhid 70")
 			for _, dst := range []string{in, viaNH} {
 				if n := arrivals(t, tb, dst); n != 10 {
 					t.Fatalf("Linux alone, IPv6 on: %d of 10 datagrams to %s arrived", n, dst)
@@ -48,7 +48,7 @@ func TestSysctlDisableIPv6(t *testing.T) {
 				t.Fatalf("Linux alone, disable_ipv6 on in0: %d datagrams arrived, want 0", n)
 			}
 			sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.in0.disable_ipv6=0\nsysctl -qw net.ipv6.conf.out0.disable_ipv6=1")
-			if out, err := tb.DUT.Run("ip", "-6", "route", "show", "2001:2:1:70::/64"); err != nil || out == "" {
+			if out, err := tb.DUT.Run("ip", "-6", "route", "show", "2001:2:0:f170::/64"); err != nil || out == "" {
 				t.Fatalf("the route through the nexthop object did not outlive disable_ipv6 (%v): the test needs it", err)
 			}
 			if n := arrivals(t, tb, viaNH); n != 0 {
@@ -63,7 +63,7 @@ func TestSysctlDisableIPv6(t *testing.T) {
 
 			// out0 back (its addresses and routes do not come back by themselves): fast again.
 			sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.out0.disable_ipv6=0\n"+
-				"ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad\nip -6 route add 2001:2:1:3::/64 via 2001:2:0:1::2")
+				"ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad\nip -6 route add 2001:2:0:f103::/64 via 2001:2:0:1::2")
 			waitVerdict(t, tb, l, in, "forwarded", 10)
 
 			// The tester's case: IPv6 turned off on the ingress while linuxfp runs.

@@ -10,7 +10,7 @@ char LICENSE[] SEC("license") = "GPL";
  * forwards (MACs, TTL, checksum) in place: every run starts again from this template. It is the
  * Ethernet + IPv4 + UDP header (42 bytes) with daddr 198.19.0.0 (with cfg_list, 0.0.0.0; with
  * neither cfg_list nor cfg_prefixes, the one destination with its checksum), or with cfg_ipv6 the
- * Ethernet + IPv6 + UDP header (62 bytes) with daddr 2001:2:1:: (with cfg_list, ::). Not const:
+ * Ethernet + IPv6 + UDP header (62 bytes) with daddr 2001:2:0:f100:: (with cfg_list, ::). Not const:
  * the lengths change with the frame size, and one program, parked once in the XDP dispatcher,
  * serves every size (see newGenerator in internal/bench). */
 __u64 tmpl[8] = {};
@@ -27,7 +27,7 @@ volatile const __u32 cfg_ifindex = 0;
  * verifier drops the list code (only the loads of this constant remain, 7 instructions), so the
  * router and bridge benchmarks' generator does what it did before list mode existed. */
 volatile const __u32 cfg_list = 0;
-/* 1: IPv6 frames, to 2001:2:1:<prefix>::<host> (the DUT's routed IPv6 prefixes) or with cfg_list
+/* 1: IPv6 frames, to 2001:2:0:f1<prefix>::<host> (the DUT's routed IPv6 prefixes) or with cfg_list
  * to the entries of gen_dsts6. 0: the verifier drops the IPv6 code. */
 volatile const __u32 cfg_ipv6 = 0;
 /* Entries of gen_dsts (gen_dsts6) in use (1 to GEN_MAX_DSTS); changed only between runs. */
@@ -42,7 +42,7 @@ __u32 dst_count = 1;
 
 #define HDR6_LEN   (14 + 40 + 8)
 #define DADDR6_OFF (14 + 24)
-#define PREFIX6    (DADDR6_OFF + 6)  /* 2001:2:1:<prefix>:: */
+#define PREFIX6    (DADDR6_OFF + 6)  /* 2001:2:0:f1<prefix>:: */
 #define HOST6      (DADDR6_OFF + 14) /* ...::<host> */
 #define UCSUM6_OFF (14 + 40 + 6)
 
@@ -183,9 +183,10 @@ static __always_inline int gen_ipv6(void *data, void *data_end)
 		*(__u16 *)(data + UCSUM6_OFF) = udp6_csum(d->sum);
 	} else if (cfg_prefixes) {
 		next_prefix_host(s, &p, &h);
-		/* Words 0x00pp and 0x00hh in network order: bytes 0, p and 0, h (prefixes and hosts
-		 * below 256). */
-		*(__u16 *)(data + PREFIX6) = (__u16)(p << 8);
+		/* Words 0xf1pp (the template's 0xf1 byte kept) and 0x00hh in network order: bytes
+		 * 0xf1, p and 0, h (prefixes and hosts below 256); the template has 0 where p and h go,
+		 * so the checksum adds them alone. */
+		*(__u8 *)(data + PREFIX6 + 1) = (__u8)p;
 		*(__u16 *)(data + HOST6) = (__u16)(h << 8);
 		*(__u16 *)(data + UCSUM6_OFF) = udp6_csum((p << 8) + (h << 8));
 	}

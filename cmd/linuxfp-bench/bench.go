@@ -43,7 +43,7 @@ Removes its namespaces on exit, including on Ctrl-C.
 
 Quick run: linuxfp bench router --sizes 64 --cores 1 --duration 1s --rounds 1
 
-IPv6: the throughput test also sends UDP to the 50 routed IPv6 prefixes 2001:2:1:N::/64 (1 to
+IPv6: the throughput test also sends UDP to the 50 routed IPv6 prefixes 2001:2:0:f1NN::/64 (1 to
 254 hosts each, as for IPv4) at --ipv6-sizes (64 is measured at 66 bytes, the smallest IPv6 UDP
 frame), in the same rounds as IPv4; the ceiling forwards both. --families ipv4 leaves it out.
 Latency and CPU are IPv4's.

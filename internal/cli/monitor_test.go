@@ -32,7 +32,7 @@ func TestMonitorLine(t *testing.T) {
 	udp4 := frame(eth(layers.EthernetTypeIPv4), ip4, udp, gopacket.Payload("hello"))
 
 	ip6 := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolIPv6HopByHop,
-		SrcIP: net.ParseIP("2001:2::2"), DstIP: net.ParseIP("2001:2:1::9")}
+		SrcIP: net.ParseIP("2001:2::2"), DstIP: net.ParseIP("2001:2:0:f100::9")}
 	hbh := &layers.IPv6HopByHop{}
 	hbh.NextHeader = layers.IPProtocolICMPv6
 	hbh.Options = []*layers.IPv6HopByHopOption{{OptionType: 1, OptionLength: 4, OptionData: []byte{0, 0, 0, 0}}}
@@ -52,7 +52,7 @@ func TestMonitorLine(t *testing.T) {
 		want string
 	}{
 		{"udp", udp4, len(udp4), "10:04:05.123456 in0 pass ttl_exceeded xdp: udp 198.18.0.2:4000 > 198.19.4.1:53 ttl 1 len 60"},
-		{"ipv6 hop-by-hop icmpv6", hbh6, len(hbh6), "10:04:05.123456 in0 pass ttl_exceeded xdp: icmpv6 2001:2::2 > 2001:2:1::9 type 128 code 0 ttl 255 len 70"},
+		{"ipv6 hop-by-hop icmpv6", hbh6, len(hbh6), "10:04:05.123456 in0 pass ttl_exceeded xdp: icmpv6 2001:2::2 > 2001:2:0:f100::9 type 128 code 0 ttl 255 len 70"},
 		{"arp", arp, len(arp), "10:04:05.123456 in0 pass ttl_exceeded xdp: arp 198.18.0.2 > 198.18.0.1 len 60"},
 		{"cut after the ip header", udp4[:34], len(udp4), "10:04:05.123456 in0 pass ttl_exceeded xdp: udp 198.18.0.2 > 198.19.4.1 ttl 1 len 60"},
 		{"cut in the ethernet header", udp4[:10], len(udp4), "10:04:05.123456 in0 pass ttl_exceeded xdp: (no headers captured) len 60"},

@@ -157,7 +157,7 @@ func TestBridge(t *testing.T) {
 			SrcPort: 1000, DstPort: 2000, Size: size}
 	}
 	l2v6 := func(src, dst net.HardwareAddr) packet.Spec {
-		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("2001:2:4::10"), Dst: netip.MustParseAddr("2001:2:4::11"),
+		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("2001:2:0:f400::10"), Dst: netip.MustParseAddr("2001:2:0:f400::11"),
 			SrcPort: 1000, DstPort: 2000, Size: 80}
 	}
 	mutate := func(b []byte, f func([]byte)) []byte { b = append([]byte(nil), b...); f(b); return b }

@@ -47,7 +47,7 @@ func TestConntrack(t *testing.T) {
 	}
 
 	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
-	src6, dst6 := netip.MustParseAddr("2001:2::2"), netip.MustParseAddr("2001:2:1::9")
+	src6, dst6 := netip.MustParseAddr("2001:2::2"), netip.MustParseAddr("2001:2:0:f100::9")
 	liberal := uint16(0x0808) // IP_CT_TCP_FLAG_BE_LIBERAL, as flags and mask
 	const (
 		tcpSynSent     = 1
@@ -369,7 +369,7 @@ func TestConntrackBuiltOut(t *testing.T) {
 					t.Fatal(err)
 				}
 				env.checkRouted(t, prog, v4("198.18.0.2", "198.19.0.9").Bytes(), c.want, nil)
-				env.checkRouted(t, prog, v6("2001:2::2", "2001:2:1::9").Bytes(), c.want, nil)
+				env.checkRouted(t, prog, v6("2001:2::2", "2001:2:0:f100::9").Bytes(), c.want, nil)
 			}
 		})
 	}

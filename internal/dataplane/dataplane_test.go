@@ -69,9 +69,9 @@ ip route add 198.19.8.0/24 via 198.18.3.2 mtu 1450
 ip route add blackhole 198.19.1.0/24
 ip route add unreachable 198.19.2.0/24
 ip route add prohibit 198.19.3.0/24
-ip -6 route add 2001:2:1::/64 via 2001:2:0:1::2
-ip -6 route add blackhole 2001:2:2::/64
-ip -6 route add 2001:2:3::/64 via 2001:2:0:1::2 mtu 1300
+ip -6 route add 2001:2:0:f100::/64 via 2001:2:0:1::2
+ip -6 route add blackhole 2001:2:0:f200::/64
+ip -6 route add 2001:2:0:f300::/64 via 2001:2:0:1::2 mtu 1300
 `
 
 type testEnv struct {

@@ -38,8 +38,8 @@ sysctl -qw net.ipv6.conf.all.forwarding=1
 ip neigh replace 198.18.255.2 lladdr 02:00:00:00:00:03 dev out0 nud permanent
 ip -6 neigh replace 2001:2:0:ffff::2 lladdr 02:00:00:00:00:03 dev out0 nud permanent
 ip route add 198.19.0.0/16 via 198.18.255.2
-ip -6 route add 2001:2:1::/48 via 2001:2:0:ffff::2
-ip -6 route add 2001:2:2::/48 via 2001:2:0:ffff::2
+ip -6 route add 2001:2:0:f100::/56 via 2001:2:0:ffff::2
+ip -6 route add 2001:2:0:f200::/56 via 2001:2:0:ffff::2
 `
 
 func TestFilterRandomMatchesClassify(t *testing.T) {

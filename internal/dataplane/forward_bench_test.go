@@ -61,7 +61,7 @@ func BenchmarkForward(b *testing.B) {
 ip neigh replace 198.18.1.7 lladdr 02:00:00:00:00:01 dev out0 nud permanent
 ip -6 neigh replace 2001:2:0:1::7 lladdr 02:00:00:00:00:01 dev out0 nud permanent
 ip route add 198.19.99.0/24 via 198.18.1.7
-ip -6 route add 2001:2:99::/64 via 2001:2:0:1::7
+ip -6 route add 2001:2:0:fe99::/64 via 2001:2:0:1::7
 `); err != nil {
 		b.Fatal(err)
 	}
@@ -70,7 +70,7 @@ ip -6 route add 2001:2:99::/64 via 2001:2:0:1::7
 		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v4("198.18.0.2", "198.19.99.9")), env.in, Forwarded)
 	})
 	b.Run("router-ipv6", func(b *testing.B) {
-		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v6("2001:2::2", "2001:2:99::9")), env.in, Forwarded)
+		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v6("2001:2::2", "2001:2:0:fe99::9")), env.in, Forwarded)
 	})
 	b.Run("bridge-ipv4", func(b *testing.B) {
 		env.refreshed(b)

@@ -21,7 +21,7 @@ func TestMultiBuffer(t *testing.T) {
 	env.sync(t, nil)
 	sized := func(s packet.Spec, size int) []byte { s.Size = size; return s.Bytes() }
 	good4 := v4("198.18.0.2", "198.19.0.9")
-	good6 := v6("2001:2::2", "2001:2:1::9")
+	good6 := v6("2001:2::2", "2001:2:0:f100::9")
 	bridged := packet.Spec{SrcMAC: macA, DstMAC: macB, Src: netip.MustParseAddr("198.18.4.10"), Dst: netip.MustParseAddr("198.18.4.11"),
 		SrcPort: 1000, DstPort: 2000}
 	cases := []struct {

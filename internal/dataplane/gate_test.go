@@ -41,7 +41,7 @@ func TestGateFilterOverCapacity(t *testing.T) {
 		return env.ns.Do(func() error { return env.dp.Sync(data(p)) })
 	}
 	pkt4 := v4("198.18.0.2", "198.19.0.9").Bytes()
-	pkt6 := v6("2001:2::2", "2001:2:1::9").Bytes()
+	pkt6 := v6("2001:2::2", "2001:2:0:f100::9").Bytes()
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)
@@ -97,7 +97,7 @@ func TestGateFailedUpdate(t *testing.T) {
 	}
 	data := Data{TxData: txTo(env.out, env.in)}
 	pkt4 := v4("198.18.0.2", "198.19.0.9").Bytes()
-	pkt6 := v6("2001:2::2", "2001:2:1::9").Bytes()
+	pkt6 := v6("2001:2::2", "2001:2:0:f100::9").Bytes()
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)

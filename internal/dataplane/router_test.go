@@ -16,7 +16,7 @@ import (
 func TestRouter(t *testing.T) {
 	env := newTestEnv(t)
 	good4 := v4("198.18.0.2", "198.19.0.9")
-	good6 := v6("2001:2::2", "2001:2:1::9")
+	good6 := v6("2001:2::2", "2001:2:0:f100::9")
 
 	type tc struct {
 		name    string
@@ -97,9 +97,9 @@ func TestRouter(t *testing.T) {
 		{name: "ipv6 icmp error", pkt: with(good6, func(s *packet.Spec) { s.Proto = layers.IPProtocolICMPv6; s.ICMPType = 1 }), want: PassICMPError},
 		{name: "ipv6 icmp echo forwarded", pkt: with(good6, func(s *packet.Spec) { s.Proto = layers.IPProtocolICMPv6; s.ICMPType = 128 }), want: Forwarded},
 		{name: "ipv6 destination local", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:0:1::1") }), want: PassFIBNotForwarded},
-		{name: "ipv6 blackhole", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:2::1") }), want: PassFIBBlackhole},
+		{name: "ipv6 blackhole", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:0:f200::1") }), want: PassFIBBlackhole},
 		{name: "ipv6 no route", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:db8::1") }), want: PassFIBNotForwarded},
-		{name: "ipv6 above a route mtu", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:3::1"); s.Size = 1360 }), want: PassRouteMTU},
+		{name: "ipv6 above a route mtu", pkt: with(good6, func(s *packet.Spec) { s.Dst = netip.MustParseAddr("2001:2:0:f300::1"); s.Size = 1360 }), want: PassRouteMTU},
 		{name: "ipv6 too big for egress mtu", pkt: with(good6, func(s *packet.Spec) { s.Size = 1415 }), want: PassFIBFragNeeded},
 	}
 	for _, hook := range hooks {
@@ -204,7 +204,7 @@ func TestRouterTC(t *testing.T) {
 	env.hook = HookTC
 	prog := env.prog(t, true, true)
 	good4 := v4("198.18.0.2", "198.19.0.9")
-	good6 := v6("2001:2::2", "2001:2:1::9")
+	good6 := v6("2001:2::2", "2001:2:0:f100::9")
 	with := func(s packet.Spec, f func(*packet.Spec)) []byte { f(&s); return s.Bytes() }
 	tcp := func(s packet.Spec, size int) []byte {
 		return with(s, func(s *packet.Spec) { s.Proto = layers.IPProtocolTCP; s.Size = size; s.DF = true })

@@ -44,8 +44,8 @@ ip link add br9 type bridge
 ip addr add 198.18.9.1/24 dev br9
 ip link set br9 up
 sysctl -qw net.ipv6.conf.br9.accept_ra=0
-ip -6 addr add 2001:2:9::1/64 dev br9 nodad
-ip -6 route add 2001:2:99::/64 via 2001:2:9::2
+ip -6 addr add 2001:2:0:f900::1/64 dev br9 nodad
+ip -6 route add 2001:2:0:fe99::/64 via 2001:2:0:f900::2
 ip route add 198.19.9.0/24 via 198.18.9.2
 `)
 	if err != nil {
@@ -53,7 +53,7 @@ ip route add 198.19.9.0/24 via 198.18.9.2
 	}
 	for _, c := range [][]string{
 		{"ip", "-4", "route", "show", "198.19.9.0/24"},
-		{"ip", "-6", "route", "show", "2001:2:99::/64"},
+		{"ip", "-6", "route", "show", "2001:2:0:fe99::/64"},
 		{"sysctl", "-n", "net.ipv6.conf.br9.accept_ra"},
 	} {
 		out, err := ns.Run(c...)

@@ -4,7 +4,7 @@
 //	gen eth0 198.18.0.2/24  <->  in0 198.18.0.1/24  [dut]  out0 198.18.1.1/24  <->  sink eth0 198.18.1.2/24
 //	         2001:2::2/64             2001:2::1/64             2001:2:0:1::1/64           2001:2:0:1::2/64
 //
-// The DUT routes Prefixes prefixes (198.19.N.0/24 and 2001:2:1:N::/64) to the sink, configured
+// The DUT routes Prefixes prefixes (198.19.N.0/24 and 2001:2:0:f1NN::/64, N in hex) to the sink, configured
 // with iproute2 as a person would, and forwards with net.ipv4.ip_forward=1 and IPv6 forwarding.
 // NewBridge builds the same namespaces with a bridge in the DUT instead (see bridge.go).
 package testbed
@@ -75,9 +75,10 @@ var (
 // Prefix4 is the i-th routed IPv4 prefix's host h (198.19.i.h).
 func Prefix4(i, h int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, byte(i), byte(h)}) }
 
-// Prefix6 is the i-th routed IPv6 prefix's host h (2001:2:1:i::h).
+// Prefix6 is the i-th routed IPv6 prefix's host h (2001:2:0:f1ii::h, i < 256): inside
+// 2001:2::/48, the benchmarking range test hosts take their addresses from.
 func Prefix6(i, h int) netip.Addr {
-	return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 1, byte(i >> 8), byte(i), 14: byte(h >> 8), 15: byte(h)})
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0xf1, byte(i), 14: byte(h >> 8), 15: byte(h)})
 }
 
 // New builds the topology. Names start with prefix (use "lfp-..."); Close removes everything.
@@ -89,7 +90,7 @@ func New(prefix string, o Options) (*Testbed, error) {
 	var routes4, routes6 strings.Builder
 	for i := 0; i < o.Prefixes; i++ {
 		fmt.Fprintf(&routes4, "ip route add 198.19.%d.0/24 via 198.18.1.2\n", i)
-		fmt.Fprintf(&routes6, "ip -6 route add 2001:2:1:%x::/64 via 2001:2:0:1::2\n", i)
+		fmt.Fprintf(&routes6, "ip -6 route add 2001:2:0:f1%02x::/64 via 2001:2:0:1::2\n", i)
 	}
 	return build(prefix, o, layout{
 		gen:   host{addr4: "198.18.0.2/24", addr6: "2001:2::2/64", gw4: "198.18.0.1", gw6: "2001:2::1"},

@@ -103,7 +103,7 @@ func TestGeneratorListIPv6(t *testing.T) {
 	if err := g.SetSize(MinFrame(true)); err != nil {
 		t.Fatal(err)
 	}
-	list := []netip.Addr{netip.MustParseAddr("2001:2:80::1"), netip.MustParseAddr("2001:2:ffff:ffff:ffff:ffff:ffff:ffff"),
+	list := []netip.Addr{netip.MustParseAddr("2001:2:0:80::1"), netip.MustParseAddr("2001:2:ffff:ffff:ffff:ffff:ffff:ffff"),
 		testbed.Prefix6(3, 1), netip.MustParseAddr("2001:2:1234:5678:9abc:def0:1357:2468")}
 	if err := g.SetDsts(list); err != nil {
 		t.Fatal(err)

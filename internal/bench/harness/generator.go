@@ -50,7 +50,7 @@ const (
 // src to dst (MACs), redirected to ifindex. With prefixes > 0 the destination cycles through
 // 198.19.0..prefixes-1.1..254 (dstIP must then be 198.19.0.0); with list, through the list
 // given to setDsts (dstIP must then be 0.0.0.0); with neither it is always dstIP. IPv6 addresses
-// make IPv6 frames: prefixes cycle through 2001:2:1:0..prefixes-1::1..254 (dstIP 2001:2:1::),
+// make IPv6 frames: prefixes cycle through 2001:2:0:f100..f1NN::1..254 for prefixes 0..NN (dstIP 2001:2:0:f100::),
 // a list needs dstIP ::.
 type Flow struct {
 	Src, Dst     net.HardwareAddr

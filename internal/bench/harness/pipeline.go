@@ -583,7 +583,7 @@ func RoutedTopology(name, prefix string) *Topology {
 			return Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: tb.GenIP, DstIP: testbed.Prefix4(0, 0),
 				Prefixes: tb.Prefixes, Ifindex: tb.GenIfindex}
 		},
-		// The same destinations in the routed IPv6 prefixes, 2001:2:1:N::1..254.
+		// The same destinations in the routed IPv6 prefixes, 2001:2:0:f1NN::1..254.
 		Flow6: func(tb *testbed.Testbed) Flow {
 			return Flow{Src: tb.GenMAC, Dst: tb.InMAC, SrcIP: testbed.GenAddr6, DstIP: testbed.Prefix6(0, 0),
 				Prefixes: tb.Prefixes, Ifindex: tb.GenIfindex}

@@ -219,7 +219,7 @@ func (r *PipelineResult) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "Throughput received at the sink (frame size and Gbit/s include the 4-byte FCS, RFC 2544)")
 		families := len(c.Families) > 1 || slices.Contains(c.Families, IPv6)
 		if families {
-			fmt.Fprintln(w, "IPv6: UDP to the routed 2001:2:1:N::/64 prefixes; its smallest frame is 66 bytes (Ethernet, IPv6 and UDP headers: 62)")
+			fmt.Fprintln(w, "IPv6: UDP to the routed 2001:2:0:f1NN::/64 prefixes; its smallest frame is 66 bytes (Ethernet, IPv6 and UDP headers: 62)")
 		}
 		hdr := []string{"cores", "frame"}
 		if families {

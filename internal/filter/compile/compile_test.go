@@ -561,12 +561,12 @@ func TestIPv6(t *testing.T) {
 	b.base("FORWARD", model.Forward, 0, model.PolicyAccept,
 		rule(drop, src("2001:2::/64"), model.Proto{Proto: model.ProtoICMPv6}, model.ICMP{Type: 128, CodeMax: 255}),
 		rule(drop, src("198.18.0.0/16")), // other family: never
-		rule(drop, dst("2001:2:1::5/128")),
+		rule(drop, dst("2001:2:0:f100::5/128")),
 	)
 	prog := check(t, b,
-		want{"icmp6 2001:2::1 > 2001:2:1::6 128/0", D, cD},
-		want{"icmp6 2001:2::1 > 2001:2:1::6 129/0", A, cA},
-		want{"tcp [2001:2::1]:1 > [2001:2:1::5]:2", D, cD},
+		want{"icmp6 2001:2::1 > 2001:2:0:f100::6 128/0", D, cD},
+		want{"icmp6 2001:2::1 > 2001:2:0:f100::6 129/0", A, cA},
+		want{"tcp [2001:2::1]:1 > [2001:2:0:f100::5]:2", D, cD},
 	)
 	if len(prog.Rules) != 2 {
 		t.Errorf("%s", prog)

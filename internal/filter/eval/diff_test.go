@@ -11,7 +11,7 @@ package eval_test
 //	    c1  <-> vethin1  198.18.1.1/24   2001:2:0:1::1/64          vethout2 198.18.3.1/24  2001:2:0:3::1/64  <-> s1
 //
 // (The shape tests give the router's devices other names.) The router sends 198.19.0.0/17 and
-// 2001:2:1::/64 out of eth1, 198.19.128.0/17 and 2001:2:2::/64 out of vethout2. Sources are spoofed
+// 2001:2:0:f100::/64 out of eth1, 198.19.128.0/17 and 2001:2:0:f200::/64 out of vethout2. Sources are spoofed
 // from 198.18.0.0/16 and 2001:2::/48 (rp_filter off). Packets cross namespaces, so their mark is 0.
 // Conntrack is flushed before each batch: every packet starts a connection, which is what the
 // evaluator's treatment of the NAT chains assumes.
@@ -55,8 +55,8 @@ type topo struct {
 	cliIdx []int
 	rtrMAC []net.HardwareAddr
 	rtrIn  []string
-	// Router devices towards the server: 198.19.0.0/17 and 2001:2:1::/64 through rtrOut[0],
-	// 198.19.128.0/17 and 2001:2:2::/64 through rtrOut[1].
+	// Router devices towards the server: 198.19.0.0/17 and 2001:2:0:f100::/64 through rtrOut[0],
+	// 198.19.128.0/17 and 2001:2:0:f200::/64 through rtrOut[1].
 	rtrOut []string
 	cliFD  int
 	srvFD  []int
@@ -127,8 +127,8 @@ ip -6 neigh replace 2001:2:0:2::2 lladdr %[1]s dev %[3]s nud permanent
 ip -6 neigh replace 2001:2:0:3::2 lladdr %[2]s dev %[4]s nud permanent
 ip route add 198.19.0.0/17 via 198.18.2.2 dev %[3]s
 ip route add 198.19.128.0/17 via 198.18.3.2 dev %[4]s
-ip -6 route add 2001:2:1::/64 via 2001:2:0:2::2 dev %[3]s
-ip -6 route add 2001:2:2::/64 via 2001:2:0:3::2 dev %[4]s
+ip -6 route add 2001:2:0:f100::/64 via 2001:2:0:2::2 dev %[3]s
+ip -6 route add 2001:2:0:f200::/64 via 2001:2:0:3::2 dev %[4]s
 `, s0, s1, out0, out1)); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ const (
 	// In a table no rule looks up: `fib daddr type local` is false.
 	localElsewhere = `
 ip route add local 198.19.200.0/24 dev lo table 100
-ip -6 route add local 2001:2:2::1c8/128 dev lo table 100
+ip -6 route add local 2001:2:0:f200::1c8/128 dev lo table 100
 `
 	// In the local table, with a rule before it that routes them by the main table: IPv4's
 	// `fib daddr type local` (the local table alone) is true, IPv6's (a route lookup through
@@ -188,8 +188,8 @@ ip route add local 198.19.200.0/24 dev lo table local
 ip rule add pref 10 to 198.19.200.0/24 lookup main
 ip rule del pref 0
 ip rule add pref 100 lookup local
-ip -6 route add local 2001:2:2::1c8/128 dev lo table local
-ip -6 rule add pref 10 to 2001:2:2::1c8/128 lookup main
+ip -6 route add local 2001:2:0:f200::1c8/128 dev lo table local
+ip -6 rule add pref 10 to 2001:2:0:f200::1c8/128 lookup main
 ip -6 rule del pref 0
 ip -6 rule add pref 100 lookup local
 `
@@ -264,7 +264,7 @@ var (
 	src4 = []string{"198.18.0.10", "198.18.0.11", "198.18.0.77", "198.18.1.20", "198.18.1.21", "198.18.9.5", "198.18.9.200", "198.18.128.3"}
 	dst4 = []string{"198.19.0.5", "198.19.0.6", "198.19.1.9", "198.19.100.1", "198.19.128.5", "198.19.128.6", "198.19.200.1", "198.19.255.7"}
 	src6 = []string{"2001:2::10", "2001:2::11", "2001:2::7f", "2001:2:0:1::20", "2001:2:0:1::21", "2001:2:0:9::5", "2001:2:0:9::c8", "2001:2:0:8000::3"}
-	dst6 = []string{"2001:2:1::5", "2001:2:1::6", "2001:2:1::109", "2001:2:1::ff01", "2001:2:2::5", "2001:2:2::6", "2001:2:2::1c8", "2001:2:2::ff07"}
+	dst6 = []string{"2001:2:0:f100::5", "2001:2:0:f100::6", "2001:2:0:f100::109", "2001:2:0:f100::ff01", "2001:2:0:f200::5", "2001:2:0:f200::6", "2001:2:0:f200::1c8", "2001:2:0:f200::ff07"}
 
 	ports   = []uint16{22, 53, 80, 443, 1000, 1500, 8080, 65535}
 	inDevs  = []string{"eth0", "vethin1", "eth+", "veth+", "vethin+", "e+", "vethout2", "eth1"}
@@ -490,7 +490,7 @@ func (g *gen) iptables() string {
 	dnat := "198.19.0.99"
 	snat := "198.18.2.1"
 	if g.v6 {
-		dnat, snat = "[2001:2:1::99]", "2001:2:0:2::1"
+		dnat, snat = "[2001:2:0:f100::99]", "2001:2:0:2::1"
 	}
 	raw := []string{"", "ACCEPT", "ACCEPT", "DROP", "RETURN", "jump", "goto", "CT --notrack"}
 	table("raw", []chain{{"PREROUTING", "pre", raw}, {"OUTPUT", "out", nil}}, raw, true, 3)
@@ -861,7 +861,7 @@ func (g *gen) packet(tp *topo) eval.Packet {
 // route sets the output device as the router's routes choose it.
 func (tp *topo) route(p eval.Packet) eval.Packet {
 	p.Out = tp.rtrOut[0]
-	if (p.Family == model.IPv4 && p.Dst.As4()[2] >= 128) || (p.Family == model.IPv6 && p.Dst.As16()[5] == 2) {
+	if (p.Family == model.IPv4 && p.Dst.As4()[2] >= 128) || (p.Family == model.IPv6 && p.Dst.As16()[6] == 0xf2) {
 		p.Out = tp.rtrOut[1]
 	}
 	return p
@@ -1069,7 +1069,7 @@ func TestDifferentialNFTSets(t *testing.T) {
 				// the model does not read for addresses.
 				anon = "198.19.0.5, 198.19.128.6"
 				if fam == "6" {
-					anon = "2001:2:1::5, 2001:2:2::6"
+					anon = "2001:2:0:f100::5, 2001:2:0:f200::6"
 				}
 			}
 			srcs := map[string][]string{"4": src4, "6": src6}[fam]

@@ -84,8 +84,8 @@ var shapes = []shape{
 			{"outside to outside: FORWARD policy", udp("198.18.0.10", "198.19.0.5", "eth0", 1000, 53), eval.Drop},
 			{"outside to a published container: conntrack rule first", tcp("198.18.0.10", "198.19.128.5", "eth0", 1000, 80), eval.Linux},
 			{"outside to a host port: DNAT", tcp("198.18.0.10", "198.19.128.6", "eth0", 1000, 8080), eval.Linux},
-			{"ipv6 container to the outside: masqueraded", udp("2001:2:0:1::20", "2001:2:1::5", "docker0", 1000, 53), eval.Linux},
-			{"ipv6 outside to outside: FORWARD policy", udp("2001:2::10", "2001:2:1::5", "eth0", 1000, 53), eval.Drop},
+			{"ipv6 container to the outside: masqueraded", udp("2001:2:0:1::20", "2001:2:0:f100::5", "docker0", 1000, 53), eval.Linux},
+			{"ipv6 outside to outside: FORWARD policy", udp("2001:2::10", "2001:2:0:f100::5", "eth0", 1000, 53), eval.Drop},
 		},
 	},
 	{
@@ -103,7 +103,7 @@ var shapes = []shape{
 			{"address without CNI rules passes", udp("198.18.1.21", "198.19.0.5", "cni0", 1000, 53), eval.Accept},
 			{"to a pod: conntrack rule", tcp("198.18.0.10", "198.19.128.5", "eth0", 1000, 80), eval.Linux},
 			{"to a host port: DNAT", tcp("198.18.0.10", "198.19.128.6", "eth0", 1000, 8080), eval.Linux},
-			{"ipv6 address without CNI rules passes", udp("2001:2:0:1::21", "2001:2:1::5", "cni0", 1000, 53), eval.Accept},
+			{"ipv6 address without CNI rules passes", udp("2001:2:0:1::21", "2001:2:0:f100::5", "cni0", 1000, 53), eval.Accept},
 		},
 	},
 	{
@@ -118,7 +118,7 @@ var shapes = []shape{
 		pkts: []shapePacket{
 			{"pod to remote pod", udp("198.18.1.20", "198.19.128.5", "cni0", 1000, 53), eval.Accept},
 			{"pod to the outside: masqueraded", udp("198.18.0.10", "198.19.0.5", "eth0", 1000, 53), eval.Linux},
-			{"ipv6 pod to remote pod", tcp("2001:2:0:1::20", "2001:2:2::5", "cni0", 1000, 80), eval.Accept},
+			{"ipv6 pod to remote pod", tcp("2001:2:0:1::20", "2001:2:0:f200::5", "cni0", 1000, 80), eval.Accept},
 		},
 	},
 	{
@@ -133,7 +133,7 @@ var shapes = []shape{
 		pkts: []shapePacket{
 			{"wlan0 to a network ufw denies: dropped", newUDP("198.18.0.10", "198.19.0.5", "wlan0", 1000, 53), eval.Drop},
 			{"a flow ufw does not allow: logged by Linux, then the policy", newUDP("198.18.0.10", "198.19.0.5", "eth0", 1000, 53), eval.Linux},
-			{"ipv6, a flow ufw does not allow", newUDP("2001:2::10", "2001:2:1::5", "eth0", 1000, 53), eval.Linux},
+			{"ipv6, a flow ufw does not allow", newUDP("2001:2::10", "2001:2:0:f100::5", "eth0", 1000, 53), eval.Linux},
 		},
 	},
 	{
@@ -153,7 +153,7 @@ var shapes = []shape{
 		pkts: []shapePacket{
 			{"pod to remote pod: the INVALID rule needs conntrack", udp("198.18.1.20", "198.19.128.5", "cni0", 1000, 53), eval.Linux},
 			{"to a service: DNAT", udp("198.18.1.20", "198.19.100.1", "cni0", 1000, 53), eval.Linux},
-			{"ipv6 to a service: DNAT", udp("2001:2:0:1::20", "2001:2:1::5", "cni0", 1000, 53), eval.Linux},
+			{"ipv6 to a service: DNAT", udp("2001:2:0:1::20", "2001:2:0:f100::5", "cni0", 1000, 53), eval.Linux},
 		},
 	},
 }

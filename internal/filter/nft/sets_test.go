@@ -15,7 +15,7 @@ const nftSets = `
 table inet lfpsets {
 	set blk4 { type ipv4_addr; elements = { 198.19.0.5, 198.19.1.9 } }
 	set net4 { type ipv4_addr; flags interval; elements = { 198.19.0.0/24, 198.19.2.3-198.19.2.9, 198.19.4.0-198.19.4.255, 198.19.5.0-198.19.5.127 } }
-	set net6 { type ipv6_addr; flags interval; elements = { 2001:2:1::/64, 2001:2:2::5-2001:2:2::7 } }
+	set net6 { type ipv6_addr; flags interval; elements = { 2001:2:0:f100::/64, 2001:2:0:f200::5-2001:2:0:f200::7 } }
 	set ports { type inet_service; flags interval; elements = { 22, 8000-8080 } }
 	set timed { type ipv4_addr; flags timeout; elements = { 198.19.0.7 } }
 	set dyn { type ipv4_addr; size 100; flags dynamic; }
@@ -126,7 +126,7 @@ func TestNFTSets(t *testing.T) {
 	for set, want := range map[string]string{
 		"blk4":   "ipv4 hash:net: 198.19.0.5/32 198.19.1.9/32",
 		"net4":   "ipv4 hash:net: 198.19.0.0/24 198.19.2.3/32 198.19.2.4/30 198.19.2.8/31 198.19.4.0/24 198.19.5.0/25",
-		"net6":   "ipv6 hash:net: 2001:2:1::/64 2001:2:2::5/128 2001:2:2::6/127",
+		"net6":   "ipv6 hash:net: 2001:2:0:f100::/64 2001:2:0:f200::5/128 2001:2:0:f200::6/127",
 		"__set2": "ipv4 hash:net: 198.19.7.0/24 198.19.9.9/32",
 	} {
 		if got := members(s, name(set)); got != want {
