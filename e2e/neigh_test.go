@@ -27,30 +27,7 @@ func TestNeighbourStaleAtOnce(t *testing.T) {
 			tb := newTestbed(t, h.opts)
 			l := startLinuxfp(t, tb)
 			waitFastPath(t, tb, l, "198.19.6.1")
-			state := func() string {
-				out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
-				return out
-			}
-			sh(t, tb.Sink, "ip link set eth0 address 02:00:5e:00:53:78\nip neigh flush dev eth0")
-			thaw := freeze(t, l)
-			// The sink asks for the DUT's MAC (an ARP request and nothing else: a ping's reply
-			// would be a packet Linux sends to the neighbour, moving it on itself).
-			sendARPRequest(t, tb.Sink, "eth0", "02:00:5e:00:53:78", "198.18.1.2", "198.18.1.1")
-			eventually(t, 2*time.Second, "the DUT learnt the new MAC", func() error {
-				if s := state(); !strings.Contains(s, "02:00:5e:00:53:78") {
-					return errString(s)
-				}
-				return nil
-			})
-			if s := state(); !strings.Contains(s, "STALE") {
-				t.Fatalf("the DUT's neighbour after the sink's ARP request: %q, want STALE", s)
-			}
-			sendUDP(t, tb, "198.19.6.1", 1)
-			s := state()
-			thaw()
-			if strings.Contains(s, "STALE") {
-				t.Fatalf("after a packet to a STALE neighbour: %q; Linux alone moves it to DELAY (the fast path kept it from Linux)", s)
-			}
+			staleThenSend(t, tb, l, "02:00:5e:00:53:78")
 			eventually(t, 3*time.Second, "the STALE neighbour's packet counted", func() error {
 				if c := readCounters(t, l, "in0"); c.passed["neighbour_stale"] == 0 {
 					return errString("no neighbour_stale packet")
@@ -58,6 +35,37 @@ func TestNeighbourStaleAtOnce(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// staleThenSend makes the DUT's neighbour entry of the sink STALE by itself, with the controller
+// stopped (the sink, now with MAC mac, asks for the DUT's MAC: an ARP request and nothing else,
+// since a ping's reply would be a packet Linux sends to the neighbour, moving it on itself), then
+// sends one datagram through the DUT, and fails the test unless that datagram moved the entry on
+// (to DELAY), as with Linux alone: a fast path that kept it from Linux leaves it STALE.
+func staleThenSend(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, mac string) {
+	t.Helper()
+	state := func() string {
+		out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
+		return out
+	}
+	sh(t, tb.Sink, "ip link set eth0 address "+mac+"\nip neigh flush dev eth0")
+	thaw := freeze(t, l)
+	sendARPRequest(t, tb.Sink, "eth0", mac, "198.18.1.2", "198.18.1.1")
+	eventually(t, 2*time.Second, "the DUT learnt the new MAC", func() error {
+		if s := state(); !strings.Contains(s, mac) {
+			return errString(s)
+		}
+		return nil
+	})
+	if s := state(); !strings.Contains(s, "STALE") {
+		t.Fatalf("the DUT's neighbour after the sink's ARP request: %q, want STALE", s)
+	}
+	sendUDP(t, tb, "198.19.6.1", 1)
+	s := state()
+	thaw()
+	if strings.Contains(s, "STALE") {
+		t.Fatalf("after a packet to a STALE neighbour: %q; Linux alone moves it to DELAY (the fast path kept it from Linux)", s)
 	}
 }
 
@@ -112,28 +120,7 @@ func TestNeighbourMirrorFull(t *testing.T) {
 			t.Fatalf("fill lfp_stale: %v", err)
 		}
 	}
-	state := func() string {
-		out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
-		return out
-	}
-	sh(t, tb.Sink, "ip link set eth0 address 02:00:5e:00:53:79\nip neigh flush dev eth0")
-	thaw := freeze(t, l)
-	sendARPRequest(t, tb.Sink, "eth0", "02:00:5e:00:53:79", "198.18.1.2", "198.18.1.1")
-	eventually(t, 2*time.Second, "the DUT learnt the new MAC", func() error {
-		if s := state(); !strings.Contains(s, "02:00:5e:00:53:79") {
-			return errString(s)
-		}
-		return nil
-	})
-	if s := state(); !strings.Contains(s, "STALE") {
-		t.Fatalf("the DUT's neighbour after the sink's ARP request: %q, want STALE", s)
-	}
-	sendUDP(t, tb, "198.19.6.1", 1)
-	s := state()
-	thaw()
-	if strings.Contains(s, "STALE") {
-		t.Fatalf("after a packet to a STALE neighbour the mirror had no room for: %q; Linux alone moves it to DELAY", s)
-	}
+	staleThenSend(t, tb, l, "02:00:5e:00:53:79")
 	eventually(t, 3*time.Second, "the packet counted as neighbour_mirror_lost", func() error {
 		if c := readCounters(t, l, "in0"); c.passed["neighbour_mirror_lost"] == 0 {
 			return errString("no neighbour_mirror_lost packet")
