@@ -398,7 +398,7 @@ enum lfp_fdb_flags {
 struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
 	enum lfp_fdb_flags flags;
-	__u64 seen_ns; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
+	__u64 seen_jiffies; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
 	__u64 moved;   /* its bucket's count of moves when the controller read it (fdb_map.h) */
 };
 
