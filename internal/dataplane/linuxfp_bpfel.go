@@ -392,9 +392,8 @@ type linuxfpLfpScratch struct {
 }
 
 type linuxfpLfpStaleCount struct {
-	_       structs.HostLayout
-	Entries int64
-	Lost    uint64
+	_    structs.HostLayout
+	Lost uint64
 }
 
 type linuxfpLfpStaleVal struct {
@@ -508,6 +507,7 @@ const (
 	linuxfpMapLfpScratchMap        = "lfp_scratch_map"
 	linuxfpMapLfpStale             = "lfp_stale"
 	linuxfpMapLfpStaleCount        = "lfp_stale_count"
+	linuxfpMapLfpStaleFilter       = "lfp_stale_filter"
 	linuxfpMapLfpStats             = "lfp_stats"
 	linuxfpMapLfpTcCompanions      = "lfp_tc_companions"
 	linuxfpMapLfpTcRequests        = "lfp_tc_requests"
@@ -608,6 +608,7 @@ type linuxfpMapSpecs struct {
 	LfpScratchMap    *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.MapSpec `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -684,6 +685,7 @@ type linuxfpMaps struct {
 	LfpScratchMap    *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.Map `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -727,6 +729,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpScratchMap,
 		m.LfpStale,
 		m.LfpStaleCount,
+		m.LfpStaleFilter,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,

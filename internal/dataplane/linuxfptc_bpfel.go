@@ -311,9 +311,8 @@ type linuxfpTcLfpScratch struct {
 }
 
 type linuxfpTcLfpStaleCount struct {
-	_       structs.HostLayout
-	Entries int64
-	Lost    uint64
+	_    structs.HostLayout
+	Lost uint64
 }
 
 type linuxfpTcLfpStaleVal struct {
@@ -413,6 +412,7 @@ const (
 	linuxfpTcMapLfpScratchMap        = "lfp_scratch_map"
 	linuxfpTcMapLfpStale             = "lfp_stale"
 	linuxfpTcMapLfpStaleCount        = "lfp_stale_count"
+	linuxfpTcMapLfpStaleFilter       = "lfp_stale_filter"
 	linuxfpTcMapLfpStats             = "lfp_stats"
 	linuxfpTcMapLfpTcCompanions      = "lfp_tc_companions"
 	linuxfpTcMapLfpTcRequests        = "lfp_tc_requests"
@@ -513,6 +513,7 @@ type linuxfpTcMapSpecs struct {
 	LfpScratchMap    *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.MapSpec `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -589,6 +590,7 @@ type linuxfpTcMaps struct {
 	LfpScratchMap    *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.Map `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -632,6 +634,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpScratchMap,
 		m.LfpStale,
 		m.LfpStaleCount,
+		m.LfpStaleFilter,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
