@@ -33,13 +33,15 @@ static __always_inline int linuxfp_verdict(lfp_ctx *ctx, enum lfp_reason r)
  * decision, the forward and postrouting rules, the checks on the way out, and the rewrite. Each
  * step goes on (LFP_FORWARDED) or says why not. v4 is a constant: each family gets its own
  * inlined copy. */
-static __always_inline int linuxfp_route(lfp_ctx *ctx, const int v4)
+static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, const int v4)
 {
 	struct bpf_fib_lookup fib;
-	struct router_pkt p = { .fib = &fib, .v4 = v4 };
+	struct router_pkt p = { .fib = &fib, .iface = iface, .in_ifindex = in, .v4 = v4 };
 	enum lfp_reason r;
 	int v;
 
+	if (cfg_bridge && iface->l3_ifindex)
+		p.in_ifindex = iface->l3_ifindex;
 	r = v4 ? router_ipv4(ctx, &p) : router_ipv6(ctx, &p);
 	if (r == LFP_FORWARDED)
 		r = router_prepare(ctx, &p);
@@ -64,7 +66,7 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const int v4)
 	/* The filter once the output interface is known (filter.h); before the egress checks: a
 	 * packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
 	if (r == LFP_FORWARDED && p.fw)
-		r = filter_forward(ctx, p.cfg, &p.scr->fp, &p.scr->ct, router_in_ifindex(ctx), fib.ifindex);
+		r = filter_forward(ctx, p.cfg, &p.scr->fp, &p.scr->ct, p.in_ifindex, fib.ifindex);
 	if (r == LFP_FORWARDED)
 		r = router_egress(ctx, &p);
 	if (r != LFP_FORWARDED)
@@ -72,13 +74,14 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const int v4)
 	return router_xmit(ctx, &p);
 }
 
-static __always_inline int linuxfp_router(lfp_ctx *ctx, __be16 proto)
+/* iface: the ingress interface's data, in its ifindex. */
+static __always_inline int linuxfp_router(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, __be16 proto)
 {
 	switch (proto) {
 	case bpf_htons(ETH_P_IP):
-		return linuxfp_route(ctx, 1);
+		return linuxfp_route(ctx, iface, in, 1);
 	case bpf_htons(ETH_P_IPV6):
-		return linuxfp_route(ctx, 0);
+		return linuxfp_route(ctx, iface, in, 0);
 	}
 	/* ARP, VLAN tags (802.1Q is not even built here), LLDP ...: Linux's. */
 	return lfp_pass(ctx, LFP_PASS_NOT_IP);
@@ -93,6 +96,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	void *data, *data_end;
 	struct ethhdr *eth;
 	enum lfp_reason r;
+	__u32 in;
 
 	/* TC: a VLAN tag already taken out of the data (the stack untags before tc ingress). */
 	if (ctx_vlan_tagged(ctx))
@@ -108,25 +112,29 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
-	r = gate_check(eth->h_proto, ctx_ingress_ifindex(ctx));
+	/* The ingress ifindex and the interface's data, read once here and handed on: each read of
+	 * the ifindex is three dependent loads (XDP: rxq->dev->ifindex), each lookup an array access. */
+	in = ctx_ingress_ifindex(ctx);
+	r = gate_check(eth->h_proto, in);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
+	/* Uncounted: there is no row to count it in (lfp_count). */
+	iface = lfp_iface_of(in);
+	if (!iface)
+		return CTX_PASS;
 	if (cfg_bridge) {
 		struct bridge_up up;
-		int v = bridge_rx(ctx, &up);
+		int v = bridge_rx(ctx, iface, in, &up);
 
 		if (!up.route)
 			return v;
-		return linuxfp_router(ctx, up.proto);
+		return linuxfp_router(ctx, iface, in, up.proto);
 	}
 
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
-	iface = lfp_iface(ctx);
-	if (!iface)
-		return CTX_PASS;
 	if (!mac_equal(eth->h_dest, iface->mac))
 		return lfp_pass(ctx, LFP_PASS_NOT_FOR_US);
-	return linuxfp_router(ctx, eth->h_proto);
+	return linuxfp_router(ctx, iface, in, eth->h_proto);
 }
 
 #if LFP_TC

@@ -673,13 +673,14 @@ struct neighbour {
 
 #define NUD_STALE 0x04
 
-static __always_inline void stale_count(__s64 d)
+/* The tracepoints' part of k's bucket count (include/neigh_map.h). */
+static __always_inline void stale_count(const struct lfp_neigh_key *k, __s64 d)
 {
-	__u32 k = 0;
-	struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+	__u32 b = neigh_bucket(k);
+	__s64 *c = bpf_map_lookup_elem(&lfp_stale_filter, &b);
 
 	if (c)
-		__sync_fetch_and_add(&c->entries, d);
+		__sync_fetch_and_add(c, d);
 }
 
 /* A STALE neighbour the set has no room for: the data plane hands every packet to a neighbour
@@ -712,14 +713,16 @@ static __always_inline void neigh_changed(struct neighbour *n, int removed)
 		return;
 	if (!removed && BPF_CORE_READ(n, nud_state) == NUD_STALE) {
 		/* Already there: it keeps its mark (the packet that moves it on went to Linux). */
-		long err = bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST);
+		long err;
 
-		if (!err)
-			stale_count(1);
-		else if (err != -EEXIST)
+		stale_count(&k, 1);
+		err = bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST);
+		if (err)
+			stale_count(&k, -1);
+		if (err && err != -EEXIST)
 			stale_lost();
 	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
-		stale_count(-1);
+		stale_count(&k, -1);
 	}
 }
 

@@ -100,12 +100,10 @@ struct lfp_stale_val {
 	__u32 kicked;
 };
 
-/* One writer's part of the STALE-neighbour set's count (include/neigh_map.h). entries: the
- * entries it added less the ones it removed. lost: the tracepoints' part counts the STALE
- * neighbours they could not add (the set was full); the controller's part holds the count its
- * last complete writing of the set covered. */
+/* One writer's part of the STALE-neighbour set's losses (include/neigh_map.h): the tracepoints'
+ * part counts the STALE neighbours they could not add (the set was full); the controller's part
+ * holds the count its last complete writing of the set covered. */
 struct lfp_stale_count {
-	__s64 entries;
 	__u64 lost;
 };
 
@@ -398,7 +396,7 @@ enum lfp_fdb_flags {
 struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
 	enum lfp_fdb_flags flags;
-	__u64 seen_ns; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
+	__u64 seen_jiffies; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
 	__u64 moved;   /* its bucket's count of moves when the controller read it (fdb_map.h) */
 };
 

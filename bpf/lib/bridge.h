@@ -159,12 +159,12 @@ struct bridge_up {
 	__be16 proto;
 };
 
-/* A frame received on a bridge port: bridged, dropped or Linux's (the verdict), or for the
- * router (up->route, with the rest of *up filled). */
-static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
+/* A frame received on bridge port in (its data: iface): bridged, dropped or Linux's (the
+ * verdict), or for the router (up->route, with the rest of *up filled). */
+static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, struct bridge_up *up)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
-	__u32 in = ctx_ingress_ifindex(ctx), bridge = lfp_l3_ifindex(ctx), out = 0, l3len;
+	__u32 bridge = iface->l3_ifindex, out = 0, l3len;
 	struct lfp_fdb_val *src, *dst;
 	struct ethhdr *eth = data;
 	struct lfp_l2_dev *port;
@@ -269,7 +269,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, struct bridge_up *up)
 	 * packet to Linux half rewritten. */
 	if (cfg_ct4 && nf_ip && nf.scr && nf.scr->ct.nat && nat_rewrite4(ctx, &nf.scr->ct))
 		return CTX_DROP;
-	lfp_count(ctx, LFP_BRIDGED);
+	lfp_count_in(ctx, iface, LFP_BRIDGED);
 	return CTX_REDIRECT;
 }
 

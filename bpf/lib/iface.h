@@ -37,11 +37,10 @@ static __attribute__((noinline)) const struct lfp_if *lfp_iface_hi(__u32 ifindex
 	return bpf_map_lookup_elem(&lfp_ifs_hi, &ifindex);
 }
 
-/* The ingress interface's data; NULL when the controller has none for it (written before a
- * program is attached, cleared after it is detached: only a packet racing a detach sees NULL). */
-static __always_inline const struct lfp_if *lfp_iface(const lfp_ctx *ctx)
+/* Interface ifindex's data; NULL when the controller has none for it (written before a program
+ * is attached, cleared after it is detached: only a packet racing a detach sees NULL). */
+static __always_inline const struct lfp_if *lfp_iface_of(__u32 ifindex)
 {
-	__u32 ifindex = ctx_ingress_ifindex(ctx);
 	const struct lfp_if *i;
 
 	if (ifindex < LFP_IFS_DIRECT)
@@ -51,6 +50,13 @@ static __always_inline const struct lfp_if *lfp_iface(const lfp_ctx *ctx)
 	if (!i || !(i->flags & LFP_IF_VALID))
 		return NULL;
 	return i;
+}
+
+/* The ingress interface's data. The pipeline looks it up once per packet (linuxfp_rx) and hands
+ * it on; this is for the paths that do not have it. */
+static __always_inline const struct lfp_if *lfp_iface(const lfp_ctx *ctx)
+{
+	return lfp_iface_of(ctx_ingress_ifindex(ctx));
 }
 
 /* The device Linux routes the packet from: the ingress device itself (0 here), or on a bridge

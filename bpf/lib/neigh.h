@@ -7,19 +7,25 @@
 #include "linuxfp_types.h"
 #include "neigh_map.h"
 
-/* The state of the set the neighbour tracepoints (bpf/netlink_watch.c) keep: 0 empty, 1 some
- * entries, LFP_PASS_NEIGH_LOST when an insert failed that the controller has not made good. */
-static __always_inline int neigh_stale_any(void)
+/* Whether an insert into the set the neighbour tracepoints (bpf/netlink_watch.c) keep failed
+ * that the controller has not made good. */
+static __always_inline int neigh_stale_lost(void)
 {
 	__u32 k0 = 0, k1 = 1;
 	const struct lfp_stale_count *a = bpf_map_lookup_elem(&lfp_stale_count, &k0);
 	const struct lfp_stale_count *b = bpf_map_lookup_elem(&lfp_stale_count, &k1);
 
-	if (!a || !b)
-		return 0;
-	if (a->lost != b->lost)
-		return LFP_PASS_NEIGH_LOST;
-	return a->entries + b->entries != 0;
+	return a && b && a->lost != b->lost;
+}
+
+/* Whether the set may hold k: its bucket's count (include/neigh_map.h) is not 0. */
+static __always_inline int neigh_stale_maybe(const struct lfp_neigh_key *k)
+{
+	__u32 b = neigh_bucket(k), bc = LFP_STALE_BUCKETS + b;
+	const __s64 *t = bpf_map_lookup_elem(&lfp_stale_filter, &b);
+	const __s64 *c = bpf_map_lookup_elem(&lfp_stale_filter, &bc);
+
+	return !t || !c || *t + *c != 0;
 }
 
 /* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE one, moves it to
@@ -37,14 +43,8 @@ static __always_inline int neigh_stale(const struct lfp_config *cfg, const struc
 	struct lfp_neigh_key nk = {};
 	struct lfp_stale_val *sv;
 
-	if (!cfg->stale_neighs) {
-		int any = neigh_stale_any();
-
-		if (!any)
-			return 0;
-		if (any == LFP_PASS_NEIGH_LOST)
-			return LFP_PASS_NEIGH_LOST;
-	}
+	if (!cfg->stale_neighs && neigh_stale_lost())
+		return LFP_PASS_NEIGH_LOST;
 	nk.ifindex = fib->ifindex;
 	nk.family = fib->family;
 	if (fib->family == AF_INET) {
@@ -55,6 +55,10 @@ static __always_inline int neigh_stale(const struct lfp_config *cfg, const struc
 		nk.addr[2] = fib->ipv6_dst[2];
 		nk.addr[3] = fib->ipv6_dst[3];
 	}
+	/* The controller keeps the set alone (cfg->stale_neighs: how many entries) where the
+	 * tracepoints do not run, and counts no buckets. */
+	if (!cfg->stale_neighs && !neigh_stale_maybe(&nk))
+		return 0;
 	sv = bpf_map_lookup_elem(&lfp_stale, &nk);
 	if (sv && !sv->kicked) {
 		sv->kicked = 1;

@@ -30,15 +30,6 @@ LFP_SETTING(__u32, router6, 0, "the router module forwards IPv6");
  * there only if the peer has no TCP/UDP checksum offload (otherwise generic XDP, which keeps the
  * skb's CHECKSUM_PARTIAL state); SCTP's CRC offload is a separate feature, so SCTP goes to Linux. */
 LFP_SETTING(__u32, skb_sender, 0, "frames may be skbs from a local stack (a veth)");
-/* The device Linux routes the packet from: the ingress device, or on a bridge port the bridge
- * (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
-static __always_inline __u32 router_in_ifindex(const lfp_ctx *ctx)
-{
-	__u32 l3 = lfp_l3_ifindex(ctx);
-
-	return l3 ? l3 : ctx_ingress_ifindex(ctx);
-}
-
 /* ip_forward() sets skb->priority = rt_tos2priority(tos) (net/ipv4/route.c's ip_tos2prio[],
  * indexed by IPTOS_TOS(tos) >> 1) when net.ipv4.ip_forward_update_priority=1, the default, and
  * leaves it alone otherwise; the egress qdisc may classify by it. */
@@ -141,6 +132,10 @@ struct router_pkt {
 	void *l3, *l4, *data_end;   /* valid until router_egress() */
 	struct lfp_config *cfg;
 	struct lfp_scratch *scr;
+	const struct lfp_if *iface; /* the ingress interface's data (linuxfp_rx looked it up) */
+	/* The device Linux routes the packet from: the ingress device, or on a bridge port the
+	 * bridge (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
+	__u32 in_ifindex;
 	__u32 tot;    /* IP length, header included */
 	__u32 l3len;  /* bytes after the Ethernet header */
 	__u32 l4len;  /* tot less the IP header */
@@ -348,7 +343,7 @@ static __always_inline enum lfp_reason router_prepare(lfp_ctx *ctx, struct route
 
 	fib->l4_protocol = p->proto;
 	fib->tot_len = p->tot;
-	fib->ifindex = router_in_ifindex(ctx);
+	fib->ifindex = p->in_ifindex;
 	if (ctx_gso_size(ctx)) {
 		fib->tot_len = router_gso_seglen(ctx, p->l4, p->data_end, p->proto, p->tot - p->l4len,
 						 p->tot, p->l3len);
@@ -490,7 +485,7 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
-	if (fib->ifindex == router_in_ifindex(ctx)) {
+	if (fib->ifindex == p->in_ifindex) {
 		if (p->v4 && cfg_ct4 && cfg_bridge)
 			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen);
 		else
@@ -583,7 +578,7 @@ static __always_inline int router_xmit(lfp_ctx *ctx, const struct router_pkt *p)
 			if (scr->br_dnat) {
 				/* Bridged, not routed: the neighbour's MAC, nothing else. */
 				__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);
-				lfp_count(ctx, LFP_BRIDGED);
+				lfp_count_in(ctx, p->iface, LFP_BRIDGED);
 				return CTX_REDIRECT;
 			}
 		}
@@ -608,7 +603,7 @@ static __always_inline int router_xmit(lfp_ctx *ctx, const struct router_pkt *p)
 	}
 	__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, p->fib->smac, ETH_ALEN);
-	lfp_count(ctx, LFP_FORWARDED);
+	lfp_count_in(ctx, p->iface, LFP_FORWARDED);
 	return CTX_REDIRECT;
 }
 

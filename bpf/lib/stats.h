@@ -14,11 +14,10 @@ struct {
 	__uint(max_entries, LFP_MAX_SLOTS * LFP_REASON_MAX);
 } lfp_stats SEC(".maps");
 
-/* Counts into the ingress interface's row (lfp_if.slot). A packet of an interface without data
- * (racing its detach) is not counted. */
-static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason)
+/* Counts into the row of the ingress interface i (lfp_if.slot). A packet of an interface without
+ * data (racing its detach) is not counted. */
+static __always_inline void lfp_count_in(const lfp_ctx *ctx, const struct lfp_if *i, enum lfp_reason reason)
 {
-	const struct lfp_if *i = lfp_iface(ctx);
 	struct lfp_counter *c;
 	__u32 idx;
 
@@ -32,6 +31,11 @@ static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason
 		 * counts them runs for those frames alone. */
 		c->bytes += reason == LFP_PASS_MULTI_BUFFER ? ctx_full_len(ctx) : ctx_len(ctx);
 	}
+}
+
+static __always_inline void lfp_count(const lfp_ctx *ctx, enum lfp_reason reason)
+{
+	lfp_count_in(ctx, lfp_iface(ctx), reason);
 }
 
 /* XDP with a tc program after it on the same interface (--hook auto). Some packets only an skb

@@ -1,15 +1,22 @@
 package dataplane
 
 import (
+	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
-	"time"
 )
 
 // The bridge module (bpf/lib/bridge.h, fdb.h): switches frames between the ports of a bridge
@@ -92,7 +99,7 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 		if e.Local {
 			v.Flags = linuxfpLfpFdbFlagsLFP_FDB_LOCAL
 		}
-		// seen_ns is the data plane's: an entry that did not change is not rewritten (syncMap
+		// seen_jiffies is the data plane's: an entry that did not change is not rewritten (syncMap
 		// compares with what it wrote), so its refresh timestamp survives. An entry whose
 		// bucket counted a move since it was written is (with the count it was read with).
 		fdb[k] = v
@@ -153,5 +160,66 @@ const FDBRefreshInterval = time.Second
 // bridgeSettings: a bridge port's program runs the bridge module.
 func bridgeSettings(k *settings, s Spec, companion bool) {
 	k.Bridge = boolU32(s.Bridge)
-	k.FdbRefreshNs = uint64(FDBRefreshInterval)
+	k.FdbRefreshJiffies = fdbRefreshJiffies()
+}
+
+// fdbRefreshJiffies is FDBRefreshInterval in jiffies, the data plane's clock for it
+// (fdb_refresh_due), rounded up.
+func fdbRefreshJiffies() uint64 {
+	hz := uint64(kernelHZ())
+	return (uint64(FDBRefreshInterval)*hz + uint64(time.Second) - 1) / uint64(time.Second)
+}
+
+// minHZ is the least CONFIG_HZ kernel/Kconfig.hz offers (x86_64 and arm64 take theirs from it).
+const minHZ = 100
+
+// kernelHZ is the kernel's CONFIG_HZ, the rate of jiffies, from its configuration
+// (/boot/config-RELEASE, or /proc/config.gz with IKCONFIG_PROC). cilium/ebpf has the same reader,
+// but only for a program's __kconfig variables, and it fails the load where neither file is
+// there. Here that is not an error: without the configuration it is minHZ, the least HZ, so that
+// the refresh comes at least as often as FDBRefreshInterval (more often costs frames to Linux,
+// never an entry aged out).
+var kernelHZ = sync.OnceValue(func() int {
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		if hz, err := configHZ("/boot/config-"+unix.ByteSliceToString(uts.Release[:]), false); err == nil {
+			return hz
+		}
+	}
+	if hz, err := configHZ("/proc/config.gz", true); err == nil {
+		return hz
+	}
+	return minHZ
+})
+
+// configHZ reads CONFIG_HZ from a kernel configuration file.
+func configHZ(path string, gz bool) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if gz {
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			return 0, err
+		}
+		defer z.Close()
+		r = z
+	}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "CONFIG_HZ="); ok {
+			hz, err := strconv.Atoi(v)
+			if err != nil || hz <= 0 {
+				return 0, fmt.Errorf("%s: CONFIG_HZ=%q", path, v)
+			}
+			return hz, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no CONFIG_HZ", path)
 }

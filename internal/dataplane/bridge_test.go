@@ -5,14 +5,16 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/filter/compile"
 	"github.com/linuxfp/linuxfp/internal/filter/model"
@@ -113,16 +115,13 @@ func (e *bridgeEnv) sync(t testing.TB, f func(d *Data)) {
 // the one frame per interval that goes to Linux for the refresh (TestBridgeRefresh).
 func (e *bridgeEnv) refreshed(t testing.TB) {
 	t.Helper()
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
-		t.Fatal(err)
-	}
+	now := jiffies(t)
 	var k linuxfpLfpFdbKey
 	var v linuxfpLfpFdbVal
 	var keys []linuxfpLfpFdbKey
 	var vals []linuxfpLfpFdbVal
 	for it := e.dp.maps.LfpFdb.Iterate(); it.Next(&k, &v); {
-		v.SeenNs = uint64(ts.Nano())
+		v.SeenJiffies = now
 		keys, vals = append(keys, k), append(vals, v)
 	}
 	for i := range keys {
@@ -130,6 +129,27 @@ func (e *bridgeEnv) refreshed(t testing.TB) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// jiffies is the kernel's jiffies_64 now (the data plane's clock for the FDB refresh), as
+// /proc/timer_list shows it.
+func jiffies(t testing.TB) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/timer_list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "jiffies: "); ok {
+			j, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+	}
+	t.Fatal("no jiffies in /proc/timer_list")
+	return 0
 }
 
 func (e *bridgeEnv) portProg(t testing.TB, r4 bool) *ebpf.Program {

@@ -100,7 +100,8 @@ func FenceUnitName(u int) string {
 // cache's generation, and the STALE-neighbour mirror the neighbour tracepoints keep.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb_moves": d.maps.LfpFdbMoves,
-		"lfp_fib_gen": d.maps.LfpFibGen, "lfp_stale": d.maps.LfpStale, "lfp_stale_count": d.maps.LfpStaleCount}
+		"lfp_fib_gen": d.maps.LfpFibGen, "lfp_stale": d.maps.LfpStale, "lfp_stale_count": d.maps.LfpStaleCount,
+		"lfp_stale_filter": d.maps.LfpStaleFilter}
 }
 
 // Fence reads how many changes the watchers have counted. The controller reads it before it

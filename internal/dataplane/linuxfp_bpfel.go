@@ -99,11 +99,11 @@ type linuxfpLfpFdbKey struct {
 }
 
 type linuxfpLfpFdbVal struct {
-	_      structs.HostLayout
-	Port   uint32
-	Flags  linuxfpLfpFdbFlags
-	SeenNs uint64
-	Moved  uint64
+	_           structs.HostLayout
+	Port        uint32
+	Flags       linuxfpLfpFdbFlags
+	SeenJiffies uint64
+	Moved       uint64
 }
 
 type linuxfpLfpFence struct {
@@ -392,9 +392,8 @@ type linuxfpLfpScratch struct {
 }
 
 type linuxfpLfpStaleCount struct {
-	_       structs.HostLayout
-	Entries int64
-	Lost    uint64
+	_    structs.HostLayout
+	Lost uint64
 }
 
 type linuxfpLfpStaleVal struct {
@@ -477,55 +476,56 @@ type linuxfpLfpVxlanRxKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	linuxfpMapLfpConfigMap     = "lfp_config_map"
-	linuxfpMapLfpCtRequested   = "lfp_ct_requested"
-	linuxfpMapLfpCtRequests    = "lfp_ct_requests"
-	linuxfpMapLfpFdb           = "lfp_fdb"
-	linuxfpMapLfpFdbMoves      = "lfp_fdb_moves"
-	linuxfpMapLfpFenceMap      = "lfp_fence_map"
-	linuxfpMapLfpFibCache      = "lfp_fib_cache"
-	linuxfpMapLfpFibGen        = "lfp_fib_gen"
-	linuxfpMapLfpFwHosts       = "lfp_fw_hosts"
-	linuxfpMapLfpFwIfs         = "lfp_fw_ifs"
-	linuxfpMapLfpFwLeaves      = "lfp_fw_leaves"
-	linuxfpMapLfpFwLpm         = "lfp_fw_lpm"
-	linuxfpMapLfpFwRules       = "lfp_fw_rules"
-	linuxfpMapLfpFwSets        = "lfp_fw_sets"
-	linuxfpMapLfpFwStats       = "lfp_fw_stats"
-	linuxfpMapLfpGateMap       = "lfp_gate_map"
-	linuxfpMapLfpIfFence       = "lfp_if_fence"
-	linuxfpMapLfpIfs           = "lfp_ifs"
-	linuxfpMapLfpIfsHi         = "lfp_ifs_hi"
-	linuxfpMapLfpL2            = "lfp_l2"
-	linuxfpMapLfpL2Hi          = "lfp_l2_hi"
-	linuxfpMapLfpLocal4        = "lfp_local4"
-	linuxfpMapLfpLocal6        = "lfp_local6"
-	linuxfpMapLfpLocalFilter   = "lfp_local_filter"
-	linuxfpMapLfpLocalPfx4     = "lfp_local_pfx4"
-	linuxfpMapLfpLocalPfx6     = "lfp_local_pfx6"
-	linuxfpMapLfpMonitorEvents = "lfp_monitor_events"
-	linuxfpMapLfpMonitorMap    = "lfp_monitor_map"
-	linuxfpMapLfpScratchMap    = "lfp_scratch_map"
-	linuxfpMapLfpStale         = "lfp_stale"
-	linuxfpMapLfpStaleCount    = "lfp_stale_count"
-	linuxfpMapLfpStats         = "lfp_stats"
-	linuxfpMapLfpTcCompanions  = "lfp_tc_companions"
-	linuxfpMapLfpTcRequests    = "lfp_tc_requests"
-	linuxfpMapLfpTcTxDevs      = "lfp_tc_tx_devs"
-	linuxfpMapLfpTxDevs        = "lfp_tx_devs"
-	linuxfpMapLfpVxfdb         = "lfp_vxfdb"
-	linuxfpMapLfpVxlan         = "lfp_vxlan"
-	linuxfpMapLfpVxlanRxMap    = "lfp_vxlan_rx_map"
-	linuxfpProgLinuxfpXdp      = "linuxfp_xdp"
-	linuxfpVarCfgBridge        = "cfg_bridge"
-	linuxfpVarCfgCt4           = "cfg_ct4"
-	linuxfpVarCfgCt6           = "cfg_ct6"
-	linuxfpVarCfgFdbRefreshNs  = "cfg_fdb_refresh_ns"
-	linuxfpVarCfgRouter4       = "cfg_router4"
-	linuxfpVarCfgRouter6       = "cfg_router6"
-	linuxfpVarCfgSkbSender     = "cfg_skb_sender"
-	linuxfpVarCfgTcAfter       = "cfg_tc_after"
-	linuxfpVarCfgTcCompanion   = "cfg_tc_companion"
+	linuxfpMapLfpConfigMap         = "lfp_config_map"
+	linuxfpMapLfpCtRequested       = "lfp_ct_requested"
+	linuxfpMapLfpCtRequests        = "lfp_ct_requests"
+	linuxfpMapLfpFdb               = "lfp_fdb"
+	linuxfpMapLfpFdbMoves          = "lfp_fdb_moves"
+	linuxfpMapLfpFenceMap          = "lfp_fence_map"
+	linuxfpMapLfpFibCache          = "lfp_fib_cache"
+	linuxfpMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
+	linuxfpMapLfpFwIfs             = "lfp_fw_ifs"
+	linuxfpMapLfpFwLeaves          = "lfp_fw_leaves"
+	linuxfpMapLfpFwLpm             = "lfp_fw_lpm"
+	linuxfpMapLfpFwRules           = "lfp_fw_rules"
+	linuxfpMapLfpFwSets            = "lfp_fw_sets"
+	linuxfpMapLfpFwStats           = "lfp_fw_stats"
+	linuxfpMapLfpGateMap           = "lfp_gate_map"
+	linuxfpMapLfpIfFence           = "lfp_if_fence"
+	linuxfpMapLfpIfs               = "lfp_ifs"
+	linuxfpMapLfpIfsHi             = "lfp_ifs_hi"
+	linuxfpMapLfpL2                = "lfp_l2"
+	linuxfpMapLfpL2Hi              = "lfp_l2_hi"
+	linuxfpMapLfpLocal4            = "lfp_local4"
+	linuxfpMapLfpLocal6            = "lfp_local6"
+	linuxfpMapLfpLocalFilter       = "lfp_local_filter"
+	linuxfpMapLfpLocalPfx4         = "lfp_local_pfx4"
+	linuxfpMapLfpLocalPfx6         = "lfp_local_pfx6"
+	linuxfpMapLfpMonitorEvents     = "lfp_monitor_events"
+	linuxfpMapLfpMonitorMap        = "lfp_monitor_map"
+	linuxfpMapLfpScratchMap        = "lfp_scratch_map"
+	linuxfpMapLfpStale             = "lfp_stale"
+	linuxfpMapLfpStaleCount        = "lfp_stale_count"
+	linuxfpMapLfpStaleFilter       = "lfp_stale_filter"
+	linuxfpMapLfpStats             = "lfp_stats"
+	linuxfpMapLfpTcCompanions      = "lfp_tc_companions"
+	linuxfpMapLfpTcRequests        = "lfp_tc_requests"
+	linuxfpMapLfpTcTxDevs          = "lfp_tc_tx_devs"
+	linuxfpMapLfpTxDevs            = "lfp_tx_devs"
+	linuxfpMapLfpVxfdb             = "lfp_vxfdb"
+	linuxfpMapLfpVxlan             = "lfp_vxlan"
+	linuxfpMapLfpVxlanRxMap        = "lfp_vxlan_rx_map"
+	linuxfpProgLinuxfpXdp          = "linuxfp_xdp"
+	linuxfpVarCfgBridge            = "cfg_bridge"
+	linuxfpVarCfgCt4               = "cfg_ct4"
+	linuxfpVarCfgCt6               = "cfg_ct6"
+	linuxfpVarCfgFdbRefreshJiffies = "cfg_fdb_refresh_jiffies"
+	linuxfpVarCfgRouter4           = "cfg_router4"
+	linuxfpVarCfgRouter6           = "cfg_router6"
+	linuxfpVarCfgSkbSender         = "cfg_skb_sender"
+	linuxfpVarCfgTcAfter           = "cfg_tc_after"
+	linuxfpVarCfgTcCompanion       = "cfg_tc_companion"
 )
 
 // loadLinuxfp returns the embedded CollectionSpec for linuxfp.
@@ -608,6 +608,7 @@ type linuxfpMapSpecs struct {
 	LfpScratchMap    *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.MapSpec `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -622,15 +623,15 @@ type linuxfpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpVariableSpecs struct {
-	CfgBridge       *ebpf.VariableSpec `ebpf:"cfg_bridge"`
-	CfgCt4          *ebpf.VariableSpec `ebpf:"cfg_ct4"`
-	CfgCt6          *ebpf.VariableSpec `ebpf:"cfg_ct6"`
-	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
-	CfgRouter4      *ebpf.VariableSpec `ebpf:"cfg_router4"`
-	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
-	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
-	CfgTcAfter      *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
-	CfgTcCompanion  *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
+	CfgBridge            *ebpf.VariableSpec `ebpf:"cfg_bridge"`
+	CfgCt4               *ebpf.VariableSpec `ebpf:"cfg_ct4"`
+	CfgCt6               *ebpf.VariableSpec `ebpf:"cfg_ct6"`
+	CfgFdbRefreshJiffies *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_jiffies"`
+	CfgRouter4           *ebpf.VariableSpec `ebpf:"cfg_router4"`
+	CfgRouter6           *ebpf.VariableSpec `ebpf:"cfg_router6"`
+	CfgSkbSender         *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
+	CfgTcAfter           *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
+	CfgTcCompanion       *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpObjects contains all objects after they have been loaded into the kernel.
@@ -684,6 +685,7 @@ type linuxfpMaps struct {
 	LfpScratchMap    *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.Map `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -727,6 +729,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpScratchMap,
 		m.LfpStale,
 		m.LfpStaleCount,
+		m.LfpStaleFilter,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
@@ -742,15 +745,15 @@ func (m *linuxfpMaps) Close() error {
 //
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpVariables struct {
-	CfgBridge       *ebpf.Variable `ebpf:"cfg_bridge"`
-	CfgCt4          *ebpf.Variable `ebpf:"cfg_ct4"`
-	CfgCt6          *ebpf.Variable `ebpf:"cfg_ct6"`
-	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
-	CfgRouter4      *ebpf.Variable `ebpf:"cfg_router4"`
-	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
-	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
-	CfgTcAfter      *ebpf.Variable `ebpf:"cfg_tc_after"`
-	CfgTcCompanion  *ebpf.Variable `ebpf:"cfg_tc_companion"`
+	CfgBridge            *ebpf.Variable `ebpf:"cfg_bridge"`
+	CfgCt4               *ebpf.Variable `ebpf:"cfg_ct4"`
+	CfgCt6               *ebpf.Variable `ebpf:"cfg_ct6"`
+	CfgFdbRefreshJiffies *ebpf.Variable `ebpf:"cfg_fdb_refresh_jiffies"`
+	CfgRouter4           *ebpf.Variable `ebpf:"cfg_router4"`
+	CfgRouter6           *ebpf.Variable `ebpf:"cfg_router6"`
+	CfgSkbSender         *ebpf.Variable `ebpf:"cfg_skb_sender"`
+	CfgTcAfter           *ebpf.Variable `ebpf:"cfg_tc_after"`
+	CfgTcCompanion       *ebpf.Variable `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpPrograms contains all programs after they have been loaded into the kernel.

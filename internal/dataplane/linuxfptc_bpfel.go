@@ -82,11 +82,11 @@ type linuxfpTcLfpFdbKey struct {
 }
 
 type linuxfpTcLfpFdbVal struct {
-	_      structs.HostLayout
-	Port   uint32
-	Flags  uint32
-	SeenNs uint64
-	Moved  uint64
+	_           structs.HostLayout
+	Port        uint32
+	Flags       uint32
+	SeenJiffies uint64
+	Moved       uint64
 }
 
 type linuxfpTcLfpFence struct {
@@ -311,9 +311,8 @@ type linuxfpTcLfpScratch struct {
 }
 
 type linuxfpTcLfpStaleCount struct {
-	_       structs.HostLayout
-	Entries int64
-	Lost    uint64
+	_    structs.HostLayout
+	Lost uint64
 }
 
 type linuxfpTcLfpStaleVal struct {
@@ -382,55 +381,56 @@ type linuxfpTcLfpVxlanRxKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	linuxfpTcMapLfpConfigMap     = "lfp_config_map"
-	linuxfpTcMapLfpCtRequested   = "lfp_ct_requested"
-	linuxfpTcMapLfpCtRequests    = "lfp_ct_requests"
-	linuxfpTcMapLfpFdb           = "lfp_fdb"
-	linuxfpTcMapLfpFdbMoves      = "lfp_fdb_moves"
-	linuxfpTcMapLfpFenceMap      = "lfp_fence_map"
-	linuxfpTcMapLfpFibCache      = "lfp_fib_cache"
-	linuxfpTcMapLfpFibGen        = "lfp_fib_gen"
-	linuxfpTcMapLfpFwHosts       = "lfp_fw_hosts"
-	linuxfpTcMapLfpFwIfs         = "lfp_fw_ifs"
-	linuxfpTcMapLfpFwLeaves      = "lfp_fw_leaves"
-	linuxfpTcMapLfpFwLpm         = "lfp_fw_lpm"
-	linuxfpTcMapLfpFwRules       = "lfp_fw_rules"
-	linuxfpTcMapLfpFwSets        = "lfp_fw_sets"
-	linuxfpTcMapLfpFwStats       = "lfp_fw_stats"
-	linuxfpTcMapLfpGateMap       = "lfp_gate_map"
-	linuxfpTcMapLfpIfFence       = "lfp_if_fence"
-	linuxfpTcMapLfpIfs           = "lfp_ifs"
-	linuxfpTcMapLfpIfsHi         = "lfp_ifs_hi"
-	linuxfpTcMapLfpL2            = "lfp_l2"
-	linuxfpTcMapLfpL2Hi          = "lfp_l2_hi"
-	linuxfpTcMapLfpLocal4        = "lfp_local4"
-	linuxfpTcMapLfpLocal6        = "lfp_local6"
-	linuxfpTcMapLfpLocalFilter   = "lfp_local_filter"
-	linuxfpTcMapLfpLocalPfx4     = "lfp_local_pfx4"
-	linuxfpTcMapLfpLocalPfx6     = "lfp_local_pfx6"
-	linuxfpTcMapLfpMonitorEvents = "lfp_monitor_events"
-	linuxfpTcMapLfpMonitorMap    = "lfp_monitor_map"
-	linuxfpTcMapLfpScratchMap    = "lfp_scratch_map"
-	linuxfpTcMapLfpStale         = "lfp_stale"
-	linuxfpTcMapLfpStaleCount    = "lfp_stale_count"
-	linuxfpTcMapLfpStats         = "lfp_stats"
-	linuxfpTcMapLfpTcCompanions  = "lfp_tc_companions"
-	linuxfpTcMapLfpTcRequests    = "lfp_tc_requests"
-	linuxfpTcMapLfpTcTxDevs      = "lfp_tc_tx_devs"
-	linuxfpTcMapLfpTxDevs        = "lfp_tx_devs"
-	linuxfpTcMapLfpVxfdb         = "lfp_vxfdb"
-	linuxfpTcMapLfpVxlan         = "lfp_vxlan"
-	linuxfpTcMapLfpVxlanRxMap    = "lfp_vxlan_rx_map"
-	linuxfpTcProgLinuxfpTc       = "linuxfp_tc"
-	linuxfpTcVarCfgBridge        = "cfg_bridge"
-	linuxfpTcVarCfgCt4           = "cfg_ct4"
-	linuxfpTcVarCfgCt6           = "cfg_ct6"
-	linuxfpTcVarCfgFdbRefreshNs  = "cfg_fdb_refresh_ns"
-	linuxfpTcVarCfgRouter4       = "cfg_router4"
-	linuxfpTcVarCfgRouter6       = "cfg_router6"
-	linuxfpTcVarCfgSkbSender     = "cfg_skb_sender"
-	linuxfpTcVarCfgTcAfter       = "cfg_tc_after"
-	linuxfpTcVarCfgTcCompanion   = "cfg_tc_companion"
+	linuxfpTcMapLfpConfigMap         = "lfp_config_map"
+	linuxfpTcMapLfpCtRequested       = "lfp_ct_requested"
+	linuxfpTcMapLfpCtRequests        = "lfp_ct_requests"
+	linuxfpTcMapLfpFdb               = "lfp_fdb"
+	linuxfpTcMapLfpFdbMoves          = "lfp_fdb_moves"
+	linuxfpTcMapLfpFenceMap          = "lfp_fence_map"
+	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
+	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
+	linuxfpTcMapLfpFwIfs             = "lfp_fw_ifs"
+	linuxfpTcMapLfpFwLeaves          = "lfp_fw_leaves"
+	linuxfpTcMapLfpFwLpm             = "lfp_fw_lpm"
+	linuxfpTcMapLfpFwRules           = "lfp_fw_rules"
+	linuxfpTcMapLfpFwSets            = "lfp_fw_sets"
+	linuxfpTcMapLfpFwStats           = "lfp_fw_stats"
+	linuxfpTcMapLfpGateMap           = "lfp_gate_map"
+	linuxfpTcMapLfpIfFence           = "lfp_if_fence"
+	linuxfpTcMapLfpIfs               = "lfp_ifs"
+	linuxfpTcMapLfpIfsHi             = "lfp_ifs_hi"
+	linuxfpTcMapLfpL2                = "lfp_l2"
+	linuxfpTcMapLfpL2Hi              = "lfp_l2_hi"
+	linuxfpTcMapLfpLocal4            = "lfp_local4"
+	linuxfpTcMapLfpLocal6            = "lfp_local6"
+	linuxfpTcMapLfpLocalFilter       = "lfp_local_filter"
+	linuxfpTcMapLfpLocalPfx4         = "lfp_local_pfx4"
+	linuxfpTcMapLfpLocalPfx6         = "lfp_local_pfx6"
+	linuxfpTcMapLfpMonitorEvents     = "lfp_monitor_events"
+	linuxfpTcMapLfpMonitorMap        = "lfp_monitor_map"
+	linuxfpTcMapLfpScratchMap        = "lfp_scratch_map"
+	linuxfpTcMapLfpStale             = "lfp_stale"
+	linuxfpTcMapLfpStaleCount        = "lfp_stale_count"
+	linuxfpTcMapLfpStaleFilter       = "lfp_stale_filter"
+	linuxfpTcMapLfpStats             = "lfp_stats"
+	linuxfpTcMapLfpTcCompanions      = "lfp_tc_companions"
+	linuxfpTcMapLfpTcRequests        = "lfp_tc_requests"
+	linuxfpTcMapLfpTcTxDevs          = "lfp_tc_tx_devs"
+	linuxfpTcMapLfpTxDevs            = "lfp_tx_devs"
+	linuxfpTcMapLfpVxfdb             = "lfp_vxfdb"
+	linuxfpTcMapLfpVxlan             = "lfp_vxlan"
+	linuxfpTcMapLfpVxlanRxMap        = "lfp_vxlan_rx_map"
+	linuxfpTcProgLinuxfpTc           = "linuxfp_tc"
+	linuxfpTcVarCfgBridge            = "cfg_bridge"
+	linuxfpTcVarCfgCt4               = "cfg_ct4"
+	linuxfpTcVarCfgCt6               = "cfg_ct6"
+	linuxfpTcVarCfgFdbRefreshJiffies = "cfg_fdb_refresh_jiffies"
+	linuxfpTcVarCfgRouter4           = "cfg_router4"
+	linuxfpTcVarCfgRouter6           = "cfg_router6"
+	linuxfpTcVarCfgSkbSender         = "cfg_skb_sender"
+	linuxfpTcVarCfgTcAfter           = "cfg_tc_after"
+	linuxfpTcVarCfgTcCompanion       = "cfg_tc_companion"
 )
 
 // loadLinuxfpTc returns the embedded CollectionSpec for linuxfpTc.
@@ -513,6 +513,7 @@ type linuxfpTcMapSpecs struct {
 	LfpScratchMap    *ebpf.MapSpec `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.MapSpec `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.MapSpec `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.MapSpec `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
@@ -527,15 +528,15 @@ type linuxfpTcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpTcVariableSpecs struct {
-	CfgBridge       *ebpf.VariableSpec `ebpf:"cfg_bridge"`
-	CfgCt4          *ebpf.VariableSpec `ebpf:"cfg_ct4"`
-	CfgCt6          *ebpf.VariableSpec `ebpf:"cfg_ct6"`
-	CfgFdbRefreshNs *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_ns"`
-	CfgRouter4      *ebpf.VariableSpec `ebpf:"cfg_router4"`
-	CfgRouter6      *ebpf.VariableSpec `ebpf:"cfg_router6"`
-	CfgSkbSender    *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
-	CfgTcAfter      *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
-	CfgTcCompanion  *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
+	CfgBridge            *ebpf.VariableSpec `ebpf:"cfg_bridge"`
+	CfgCt4               *ebpf.VariableSpec `ebpf:"cfg_ct4"`
+	CfgCt6               *ebpf.VariableSpec `ebpf:"cfg_ct6"`
+	CfgFdbRefreshJiffies *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_jiffies"`
+	CfgRouter4           *ebpf.VariableSpec `ebpf:"cfg_router4"`
+	CfgRouter6           *ebpf.VariableSpec `ebpf:"cfg_router6"`
+	CfgSkbSender         *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
+	CfgTcAfter           *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
+	CfgTcCompanion       *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpTcObjects contains all objects after they have been loaded into the kernel.
@@ -589,6 +590,7 @@ type linuxfpTcMaps struct {
 	LfpScratchMap    *ebpf.Map `ebpf:"lfp_scratch_map"`
 	LfpStale         *ebpf.Map `ebpf:"lfp_stale"`
 	LfpStaleCount    *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStaleFilter   *ebpf.Map `ebpf:"lfp_stale_filter"`
 	LfpStats         *ebpf.Map `ebpf:"lfp_stats"`
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
@@ -632,6 +634,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpScratchMap,
 		m.LfpStale,
 		m.LfpStaleCount,
+		m.LfpStaleFilter,
 		m.LfpStats,
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
@@ -647,15 +650,15 @@ func (m *linuxfpTcMaps) Close() error {
 //
 // It can be passed to loadLinuxfpTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpTcVariables struct {
-	CfgBridge       *ebpf.Variable `ebpf:"cfg_bridge"`
-	CfgCt4          *ebpf.Variable `ebpf:"cfg_ct4"`
-	CfgCt6          *ebpf.Variable `ebpf:"cfg_ct6"`
-	CfgFdbRefreshNs *ebpf.Variable `ebpf:"cfg_fdb_refresh_ns"`
-	CfgRouter4      *ebpf.Variable `ebpf:"cfg_router4"`
-	CfgRouter6      *ebpf.Variable `ebpf:"cfg_router6"`
-	CfgSkbSender    *ebpf.Variable `ebpf:"cfg_skb_sender"`
-	CfgTcAfter      *ebpf.Variable `ebpf:"cfg_tc_after"`
-	CfgTcCompanion  *ebpf.Variable `ebpf:"cfg_tc_companion"`
+	CfgBridge            *ebpf.Variable `ebpf:"cfg_bridge"`
+	CfgCt4               *ebpf.Variable `ebpf:"cfg_ct4"`
+	CfgCt6               *ebpf.Variable `ebpf:"cfg_ct6"`
+	CfgFdbRefreshJiffies *ebpf.Variable `ebpf:"cfg_fdb_refresh_jiffies"`
+	CfgRouter4           *ebpf.Variable `ebpf:"cfg_router4"`
+	CfgRouter6           *ebpf.Variable `ebpf:"cfg_router6"`
+	CfgSkbSender         *ebpf.Variable `ebpf:"cfg_skb_sender"`
+	CfgTcAfter           *ebpf.Variable `ebpf:"cfg_tc_after"`
+	CfgTcCompanion       *ebpf.Variable `ebpf:"cfg_tc_companion"`
 }
 
 // linuxfpTcPrograms contains all programs after they have been loaded into the kernel.

@@ -36,9 +36,25 @@ type neighMaps struct {
 	stale map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
 	// With StaleByEvents: the controller's part of lfp_stale_count as last written. Its lost
 	// field is the tracepoints' count of losses that writing covered (staleNotCovered: none).
+	// buckets: the controller's part of lfp_stale_filter as last written, by bucket.
 	// seeded: the first Sync wrote the entries STALE before the tracepoints.
-	part   linuxfpLfpStaleCount
-	seeded bool
+	part    linuxfpLfpStaleCount
+	buckets map[uint32]int64
+	seeded  bool
+}
+
+// staleBuckets is LFP_STALE_BUCKETS (include/neigh_map.h): lfp_stale_filter holds the
+// tracepoints' part of each bucket's count, then the controller's.
+const staleBuckets = 4096
+
+// neighBucket is neigh_bucket() (include/neigh_map.h): the bucket of a STALE-set key.
+func neighBucket(k linuxfpLfpNeighKey) uint32 {
+	h := k.Ifindex * 0x9e3779b1
+	h = (h ^ k.Addr[0]) * 0x85ebca6b
+	h = (h ^ k.Addr[1]) * 0xc2b2ae35
+	h = (h ^ k.Addr[2]) * 0x9e3779b1
+	h = (h ^ k.Addr[3]) * 0x85ebca6b
+	return h >> 20
 }
 
 // staleNotCovered in the controller's lost field hands every packet to a neighbour to Linux
@@ -46,7 +62,7 @@ type neighMaps struct {
 const staleNotCovered = ^uint64(0)
 
 func newNeighMaps() neighMaps {
-	return neighMaps{stale: map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{}}
+	return neighMaps{stale: map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{}, buckets: map[uint32]int64{}}
 }
 
 // The STALE set goes in before the count in lfp_config that makes the data plane look at it.
@@ -77,19 +93,21 @@ func (n *neighMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befor
 // tracepoints did not add meanwhile (they keep theirs): once, for the entries that were STALE
 // before the tracepoints were attached, and again whenever the tracepoints lost one (lost, read
 // before the neighbours, moved on). Each entry is counted in the controller's part of
-// lfp_stale_count first, so that the data plane never skips a lookup the set needs. An entry
+// its bucket of lfp_stale_filter first, so that the data plane never skips a lookup the set needs. An entry
 // whose neighbour left STALE after the controller read it stays until the neighbour's next
 // change: one packet more to Linux, no more. Only once every entry is in is lost recorded as
 // covered; if the set is still full, the data plane keeps handing packets to neighbours to
 // Linux.
 func (n *neighMaps) seed(d *Dataplane, stale map[linuxfpLfpNeighKey]linuxfpLfpStaleVal, lost uint64) error {
-	part := n.part
-	part.Entries += int64(len(stale))
-	if err := d.maps.LfpStaleCount.Put(uint32(1), part); err != nil {
-		return fmt.Errorf("seed STALE neighbours: %w", err)
+	add := map[uint32]int64{}
+	for k := range stale {
+		add[neighBucket(k)]++
 	}
-	n.part = part
+	if err := n.count(d, add); err != nil {
+		return err
+	}
 	full := false
+	unused := map[uint32]int64{}
 	for k, v := range stale {
 		err := d.maps.LfpStale.Update(k, v, ebpf.UpdateNoExist)
 		switch {
@@ -101,8 +119,12 @@ func (n *neighMaps) seed(d *Dataplane, stale map[linuxfpLfpNeighKey]linuxfpLfpSt
 		default:
 			return fmt.Errorf("seed STALE neighbours: %w", err)
 		}
-		part.Entries--
+		unused[neighBucket(k)]--
 	}
+	if err := n.count(d, unused); err != nil {
+		return err
+	}
+	part := n.part
 	part.Lost = lost
 	if full {
 		part.Lost = staleNotCovered
@@ -118,6 +140,21 @@ func (n *neighMaps) seed(d *Dataplane, stale map[linuxfpLfpNeighKey]linuxfpLfpSt
 	}
 	n.part = part
 	n.seeded = true
+	return nil
+}
+
+// count adds delta to the controller's part of the buckets' counts.
+func (n *neighMaps) count(d *Dataplane, delta map[uint32]int64) error {
+	for b, v := range delta {
+		if v == 0 {
+			continue
+		}
+		c := n.buckets[b] + v
+		if err := d.maps.LfpStaleFilter.Put(staleBuckets+b, c); err != nil {
+			return fmt.Errorf("seed STALE neighbours: count: %w", err)
+		}
+		n.buckets[b] = c
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/packet"
 )
@@ -285,5 +286,42 @@ func TestRouterTC(t *testing.T) {
 	pkt = tcp(good4, 3000)
 	if _, _, reason = env.runSkb(t, prog, pkt, skbMD{Ifindex: uint32(env.in), GSOSize: 1360}); reason != Forwarded {
 		t.Fatalf("gso train into the peer: reason %v", reason)
+	}
+}
+
+// With the neighbour tracepoints keeping the STALE set, the data plane looks a nexthop up in it
+// only where its bucket counts an entry (lfp_stale_filter): the entry the controller wrote
+// (seeded) is found, so the controller counts it in the bucket the data plane computes. A
+// nexthop whose bucket is empty is forwarded without the lookup.
+func TestNeighStaleByEvents(t *testing.T) {
+	env := newTestEnv(t)
+	staleAddr := netip.MustParseAddr("198.18.1.4")
+	data := Data{
+		TxData:     txTo(env.out, env.in),
+		RouterData: RouterData{RouteMTU4: 1450, RouteMTU6: 1300, FwdUpdatePriority4: true},
+	}
+	// The set as the controller alone wrote it goes first: the tracepoints' mode starts empty.
+	sync := func(d Data) {
+		t.Helper()
+		if err := env.ns.Do(func() error { return env.dp.Sync(d) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(data)
+	data.NeighData = NeighData{StaleByEvents: true, StaleNeighbours: []NeighKey{{env.out, staleAddr}}}
+	sync(data)
+	key := linuxfpLfpNeighKey{Ifindex: uint32(env.out), Family: unix.AF_INET, Addr: addrWords(staleAddr)}
+	stale := v4("198.18.0.2", "198.19.4.1").Bytes()
+	for _, hook := range hooks {
+		env.hook = hook
+		// Unmarked, as a new STALE event would leave it.
+		if err := env.dp.maps.LfpStale.Put(key, linuxfpLfpStaleVal{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(string(hook), func(t *testing.T) {
+			env.checkRouted(t, env.prog(t, true, true), stale, PassNeighbourStale, nil)
+			env.checkRouted(t, env.prog(t, true, true), stale, Forwarded, packet.Forwarded(stale, macOut, macStale))
+			env.checkRouted(t, env.prog(t, true, true), v4("198.18.0.2", "198.19.0.1").Bytes(), Forwarded, nil)
+		})
 	}
 }

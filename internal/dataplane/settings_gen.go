@@ -11,8 +11,8 @@ type settings struct {
 	Ct4 uint32
 	// Ct6: the conntrack module is built in for IPv6.
 	Ct6 uint32
-	// FdbRefreshNs: the least time between two refreshes of one FDB entry (ns).
-	FdbRefreshNs uint64
+	// FdbRefreshJiffies: the least time between two refreshes of one FDB entry (jiffies).
+	FdbRefreshJiffies uint64
 	// Router4: the router module forwards IPv4.
 	Router4 uint32
 	// Router6: the router module forwards IPv6.
@@ -37,7 +37,7 @@ func (s *settings) variables() []struct {
 		{"cfg_bridge", s.Bridge},
 		{"cfg_ct4", s.Ct4},
 		{"cfg_ct6", s.Ct6},
-		{"cfg_fdb_refresh_ns", s.FdbRefreshNs},
+		{"cfg_fdb_refresh_jiffies", s.FdbRefreshJiffies},
 		{"cfg_router4", s.Router4},
 		{"cfg_router6", s.Router6},
 		{"cfg_skb_sender", s.SkbSender},

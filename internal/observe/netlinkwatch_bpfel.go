@@ -65,9 +65,8 @@ type netlinkwatchLfpSetName struct {
 }
 
 type netlinkwatchLfpStaleCount struct {
-	_       structs.HostLayout
-	Entries int64
-	Lost    uint64
+	_    structs.HostLayout
+	Lost uint64
 }
 
 type netlinkwatchLfpStaleVal struct {
@@ -89,6 +88,7 @@ const (
 	netlinkwatchMapLfpNlSets         = "lfp_nl_sets"
 	netlinkwatchMapLfpStale          = "lfp_stale"
 	netlinkwatchMapLfpStaleCount     = "lfp_stale_count"
+	netlinkwatchMapLfpStaleFilter    = "lfp_stale_filter"
 	netlinkwatchProgLfpFdbDeleted    = "lfp_fdb_deleted"
 	netlinkwatchProgLfpFdbMoved      = "lfp_fdb_moved"
 	netlinkwatchProgLfpNeighReleased = "lfp_neigh_released"
@@ -157,16 +157,17 @@ type netlinkwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchMapSpecs struct {
-	LfpFdbChanges *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
-	LfpFdbMoves   *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
-	LfpFenceMap   *ebpf.MapSpec `ebpf:"lfp_fence_map"`
-	LfpFibGen     *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
-	LfpIfFence    *ebpf.MapSpec `ebpf:"lfp_if_fence"`
-	LfpNlChanges  *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
-	LfpNlEvents   *ebpf.MapSpec `ebpf:"lfp_nl_events"`
-	LfpNlSets     *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
-	LfpStale      *ebpf.MapSpec `ebpf:"lfp_stale"`
-	LfpStaleCount *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpFdbChanges  *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
+	LfpFdbMoves    *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
+	LfpFenceMap    *ebpf.MapSpec `ebpf:"lfp_fence_map"`
+	LfpFibGen      *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpIfFence     *ebpf.MapSpec `ebpf:"lfp_if_fence"`
+	LfpNlChanges   *ebpf.MapSpec `ebpf:"lfp_nl_changes"`
+	LfpNlEvents    *ebpf.MapSpec `ebpf:"lfp_nl_events"`
+	LfpNlSets      *ebpf.MapSpec `ebpf:"lfp_nl_sets"`
+	LfpStale       *ebpf.MapSpec `ebpf:"lfp_stale"`
+	LfpStaleCount  *ebpf.MapSpec `ebpf:"lfp_stale_count"`
+	LfpStaleFilter *ebpf.MapSpec `ebpf:"lfp_stale_filter"`
 }
 
 // netlinkwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -199,16 +200,17 @@ func (o *netlinkwatchObjects) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchMaps struct {
-	LfpFdbChanges *ebpf.Map `ebpf:"lfp_fdb_changes"`
-	LfpFdbMoves   *ebpf.Map `ebpf:"lfp_fdb_moves"`
-	LfpFenceMap   *ebpf.Map `ebpf:"lfp_fence_map"`
-	LfpFibGen     *ebpf.Map `ebpf:"lfp_fib_gen"`
-	LfpIfFence    *ebpf.Map `ebpf:"lfp_if_fence"`
-	LfpNlChanges  *ebpf.Map `ebpf:"lfp_nl_changes"`
-	LfpNlEvents   *ebpf.Map `ebpf:"lfp_nl_events"`
-	LfpNlSets     *ebpf.Map `ebpf:"lfp_nl_sets"`
-	LfpStale      *ebpf.Map `ebpf:"lfp_stale"`
-	LfpStaleCount *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpFdbChanges  *ebpf.Map `ebpf:"lfp_fdb_changes"`
+	LfpFdbMoves    *ebpf.Map `ebpf:"lfp_fdb_moves"`
+	LfpFenceMap    *ebpf.Map `ebpf:"lfp_fence_map"`
+	LfpFibGen      *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpIfFence     *ebpf.Map `ebpf:"lfp_if_fence"`
+	LfpNlChanges   *ebpf.Map `ebpf:"lfp_nl_changes"`
+	LfpNlEvents    *ebpf.Map `ebpf:"lfp_nl_events"`
+	LfpNlSets      *ebpf.Map `ebpf:"lfp_nl_sets"`
+	LfpStale       *ebpf.Map `ebpf:"lfp_stale"`
+	LfpStaleCount  *ebpf.Map `ebpf:"lfp_stale_count"`
+	LfpStaleFilter *ebpf.Map `ebpf:"lfp_stale_filter"`
 }
 
 func (m *netlinkwatchMaps) Close() error {
@@ -223,6 +225,7 @@ func (m *netlinkwatchMaps) Close() error {
 		m.LfpNlSets,
 		m.LfpStale,
 		m.LfpStaleCount,
+		m.LfpStaleFilter,
 	)
 }
 

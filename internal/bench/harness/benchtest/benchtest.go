@@ -5,8 +5,8 @@ package benchtest
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
