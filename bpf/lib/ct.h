@@ -481,10 +481,15 @@ static __always_inline enum lfp_reason ct_extensions(const struct nf_conn *ct)
 	__u64 offsets = 0;
 
 	/* Read with bpf_probe_read_kernel(): a load through the BTF pointer made each program
-	 * take two to four times as long to verify. */
-	if (bpf_core_read(&ext, sizeof(ext), &ct->ext) || !ext ||
-	    bpf_probe_read_kernel(&offsets, sizeof(offsets), ext))
+	 * take two to four times as long to verify. No extension at all: nothing to check. A read
+	 * that fails (it should not: the entry is held and confirmed, so its extensions stay put)
+	 * leaves the packet to Linux. */
+	if (bpf_core_read(&ext, sizeof(ext), &ct->ext))
+		return LFP_PASS_CT_STATE;
+	if (!ext)
 		return LFP_FORWARDED;
+	if (bpf_probe_read_kernel(&offsets, sizeof(offsets), ext))
+		return LFP_PASS_CT_STATE;
 	if (bpf_core_enum_value_exists(enum nf_ct_ext_id, NF_CT_EXT_ACCT) &&
 	    ct_has_ext(offsets, bpf_core_enum_value(enum nf_ct_ext_id, NF_CT_EXT_ACCT)))
 		return LFP_PASS_CT_ACCT;
