@@ -34,11 +34,11 @@ type NeighKey struct {
 // neighMaps mirror what the neighbour module's map holds (while the controller keeps it).
 type neighMaps struct {
 	stale map[linuxfpLfpNeighKey]linuxfpLfpStaleVal
-	// With StaleByEvents: the controller's part of lfp_stale_count as last written. Its lost
-	// field is the tracepoints' count of losses that writing covered (staleNotCovered: none).
-	// buckets: the controller's part of lfp_stale_filter as last written, by bucket.
-	// seeded: the first Sync wrote the entries STALE before the tracepoints.
-	part    linuxfpLfpStaleCount
+	// With StaleByEvents: covered is the controller's part of lfp_stale_count as last written,
+	// the tracepoints' count of losses that writing covered (staleNotCovered: none). buckets:
+	// the controller's part of lfp_stale_filter as last written, by bucket. seeded: the first
+	// Sync wrote the entries STALE before the tracepoints.
+	covered uint64
 	buckets map[uint32]int64
 	seeded  bool
 }
@@ -80,7 +80,7 @@ func (n *neighMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befor
 	}
 	if data.StaleByEvents {
 		cfg.StaleNeighs = 0
-		if n.seeded && n.part.Lost == data.StaleLost {
+		if n.seeded && n.covered == data.StaleLost {
 			return nil, nil
 		}
 		return []func() error{func() error { return n.seed(d, stale, data.StaleLost) }}, nil
@@ -92,10 +92,10 @@ func (n *neighMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befor
 // seed writes the entries Linux held STALE when the neighbours were last read, each one the
 // tracepoints did not add meanwhile (they keep theirs): once, for the entries that were STALE
 // before the tracepoints were attached, and again whenever the tracepoints lost one (lost, read
-// before the neighbours, moved on). Each entry is counted in the controller's part of
-// its bucket of lfp_stale_filter first, so that the data plane never skips a lookup the set needs. An entry
-// whose neighbour left STALE after the controller read it stays until the neighbour's next
-// change: one packet more to Linux, no more. Only once every entry is in is lost recorded as
+// before the neighbours, moved on). Each entry is counted in the controller's part of its
+// bucket of lfp_stale_filter first, so that the data plane never skips a lookup the set needs.
+// An entry whose neighbour left STALE after the controller read it stays until the neighbour's
+// next change: one packet more to Linux, no more. Only once every entry is in is lost recorded as
 // covered; if the set is still full, the data plane keeps handing packets to neighbours to
 // Linux.
 func (n *neighMaps) seed(d *Dataplane, stale map[linuxfpLfpNeighKey]linuxfpLfpStaleVal, lost uint64) error {
@@ -124,21 +124,20 @@ func (n *neighMaps) seed(d *Dataplane, stale map[linuxfpLfpNeighKey]linuxfpLfpSt
 	if err := n.count(d, unused); err != nil {
 		return err
 	}
-	part := n.part
-	part.Lost = lost
+	covered := lost
 	if full {
-		part.Lost = staleNotCovered
+		covered = staleNotCovered
 	}
-	if full && n.part.Lost != staleNotCovered {
+	if full && n.covered != staleNotCovered {
 		d.log.Warn("the STALE neighbour mirror is full: packets to neighbours go to Linux (neighbour_mirror_lost)",
 			"stale", len(stale), "max_entries", d.maps.LfpStale.MaxEntries())
-	} else if !full && n.part.Lost == staleNotCovered {
+	} else if !full && n.covered == staleNotCovered {
 		d.log.Info("the STALE neighbour mirror has room again", "stale", len(stale))
 	}
-	if err := d.maps.LfpStaleCount.Put(uint32(1), part); err != nil {
+	if err := d.maps.LfpStaleCount.Put(uint32(1), linuxfpLfpStaleCount{Lost: covered}); err != nil {
 		return fmt.Errorf("seed STALE neighbours: %w", err)
 	}
-	n.part = part
+	n.covered = covered
 	n.seeded = true
 	return nil
 }
