@@ -267,20 +267,8 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			}
 			leaves = append(leaves, bl)
 		}
-		// Only /0 besides full-length addresses: its leaf is taken without the LPM lookup (it
-		// is written to the trie all the same).
+		// short: the cut's prefixes shorter than an address; zero: /0 is one of them.
 		short, zero := 0, false
-		for _, lp := range p.Prefixes {
-			if pf := lp.Prefix.Masked(); !pf.IsSingleIP() {
-				short++
-				if pf.Bits() == 0 {
-					zero, defLeaf[fam] = true, leafBase+uint32(lp.Leaf)
-				}
-			}
-		}
-		if short == 1 && zero {
-			flags |= fwDefLeaf4 << fam
-		}
 		for _, lp := range p.Prefixes {
 			pf := lp.Prefix.Masked()
 			if pf.IsSingleIP() {
@@ -288,8 +276,17 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 				hostVals = append(hostVals, leafBase+uint32(lp.Leaf))
 				continue
 			}
+			short++
+			if pf.Bits() == 0 {
+				zero, defLeaf[fam] = true, leafBase+uint32(lp.Leaf)
+			}
 			lpm = append(lpm, linuxfpLfpFwLpmKey{Prefixlen: 32 + uint32(pf.Bits()), Sel: next<<8 | uint32(fam), Addr: wordsOf(pf.Addr())})
 			lpmVals = append(lpmVals, leafBase+uint32(lp.Leaf))
+		}
+		// Only /0 besides full-length addresses: its leaf is taken without the LPM lookup (it
+		// is written to the trie all the same).
+		if short == 1 && zero {
+			flags |= fwDefLeaf4 << fam
 		}
 		for _, s := range p.Sets {
 			id := ids[setName{fam, s.Name}]
