@@ -33,18 +33,7 @@ func TestMonitor(t *testing.T) {
 }
 
 func testMonitor(t *testing.T, hook string, opts testbed.Options) {
-	tb, err := testbed.New("mon", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := tb.ResolveNeighbours(); err != nil {
-		t.Fatal(err)
-	}
+	tb := newTestbedAs(t, "mon", opts)
 	sh(t, tb.DUT, "iptables -A FORWARD -d 198.19.3.0/24 -j DROP")
 	l := startLinuxfp(t, tb)
 	waitVerdict(t, tb, l, "198.19.3.1", "dropped", 0)

@@ -15,18 +15,7 @@ func TestNFTSetBlocklist(t *testing.T) {
 	requireTool(t, "nft")
 	for _, h := range hookTestbeds {
 		t.Run(h.hook, func(t *testing.T) {
-			tb, err := testbed.New("nfs-e2e", h.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := tb.Close(); err != nil {
-					t.Error(err)
-				}
-			})
-			if err := tb.ResolveNeighbours(); err != nil {
-				t.Fatal(err)
-			}
+			tb := newTestbedAs(t, "nfs-e2e", h.opts)
 			sh(t, tb.DUT, `nft add table inet lfpnfs
 nft add chain inet lfpnfs forwarding { type filter hook forward priority 0 ; }
 nft add set inet lfpnfs blocklist { type ipv4_addr ; flags interval ; }
@@ -64,18 +53,7 @@ nft add rule inet lfpnfs forwarding ip daddr . udp dport @services drop`)
 // `ip route add` returns: Linux drops it by the rule.
 func TestNFTFibLocal(t *testing.T) {
 	requireTool(t, "nft")
-	tb, err := testbed.New("lfp-nffib", testbed.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := tb.ResolveNeighbours(); err != nil {
-		t.Fatal(err)
-	}
+	tb := newTestbedAs(t, "lfp-nffib", testbed.Options{})
 	sh(t, tb.DUT, `nft add table inet lfpfib
 nft add chain inet lfpfib forwarding { type filter hook forward priority 0 ; }
 nft add rule inet lfpfib forwarding fib daddr type local drop
