@@ -163,36 +163,39 @@ func sh(t *testing.T, ns *nsutil.NS, script string) {
 	}
 }
 
-// xdpAttached reports whether any XDP program is attached to dev in ns.
-func xdpAttached(t *testing.T, ns *nsutil.NS, dev string) bool {
-	t.Helper()
-	out, err := ns.Run("ip", "-d", "link", "show", dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Contains(out, "prog/xdp")
-}
-
 // progAttached reports whether an XDP program or a tcx ingress program is attached to dev in ns.
 func progAttached(t *testing.T, ns *nsutil.NS, dev string) bool {
 	t.Helper()
-	if xdpAttached(t, ns, dev) {
-		return true
-	}
+	return len(attachedPrograms(t, ns, dev)) > 0
+}
+
+// attachedPrograms lists the programs attached to dev in ns: at XDP (any mode), then at tcx
+// ingress.
+func attachedPrograms(t *testing.T, ns *nsutil.NS, dev string) []ebpf.ProgramID {
+	t.Helper()
 	idx := linkIndex(t, ns, dev)
-	var n int
+	var ids []ebpf.ProgramID
 	err := ns.Do(func() error {
+		l, err := netlink.LinkByIndex(idx)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x != nil && x.ProgId != 0 {
+			ids = append(ids, ebpf.ProgramID(x.ProgId))
+		}
 		res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
 		if err != nil {
 			return err
 		}
-		n = len(res.Programs)
+		for _, p := range res.Programs {
+			ids = append(ids, p.ID)
+		}
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("query tcx programs of %s: %v", dev, err)
+		t.Fatalf("programs attached to %s: %v", dev, err)
 	}
-	return n > 0
+	return ids
 }
 
 // hookTestbeds are testbed options under which linuxfp picks each hook on in0 and out0: native

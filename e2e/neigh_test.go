@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/nsutil"
@@ -136,28 +134,7 @@ func TestNeighbourMirrorFull(t *testing.T) {
 // or tcx ingress): other linuxfp instances on this machine have maps of the same name.
 func dataplaneMap(t *testing.T, ns *nsutil.NS, dev, name string) *ebpf.Map {
 	t.Helper()
-	idx := linkIndex(t, ns, dev)
-	var ids []ebpf.ProgramID
-	err := ns.Do(func() error {
-		l, err := netlink.LinkByIndex(idx)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.ProgId != 0 {
-			ids = append(ids, ebpf.ProgramID(x.ProgId))
-		}
-		res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		for _, p := range res.Programs {
-			ids = append(ids, p.ID)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("programs of %s: %v", dev, err)
-	}
+	ids := attachedPrograms(t, ns, dev)
 	for _, id := range ids {
 		p, err := ebpf.NewProgramFromID(id)
 		if err != nil {
