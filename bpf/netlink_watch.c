@@ -157,6 +157,16 @@ __noinline __u64 attr_types(__u64 msg, __u32 off, __u32 len)
 	return off >= len ? types : types | ATTRS_UNREAD;
 }
 
+/* Whether the controller asked for routes longer than a FIB cache block to be counted. */
+static __always_inline int fib_count_long(void)
+{
+	struct lfp_fib_gen *g;
+	__u32 zero = 0;
+
+	g = bpf_map_lookup_elem(&lfp_fib_gen, &zero);
+	return g && g->count_long;
+}
+
 /* struct rtmsg, as far as it is read. */
 struct rtmsg_head {
 	__u8 family, dst_len, src_len, tos, table, protocol, scope, type;
@@ -196,8 +206,13 @@ __noinline int route_plain(__u64 msg, __u32 len, __u32 type, __u32 flags)
 	}
 	if (rt.family == 10 && !(flags & (NLM_F_REPLACE | NLM_F_EXCL)))
 		return 0;
+	/* The FIB cache's key holds no source (an IPv6 source-specific route), and it answers for
+	 * blocks that no longer route splits (lib/fibcache.h). */
+	if (rt.src_len || (fib_count_long() && rt.dst_len > (rt.family == 10 ? LFP_FIB_BLOCK6 : LFP_FIB_BLOCK4)))
+		return 0;
 	types = attr_types(msg, NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct rtmsg)), len);
-	return !(types & (ATTRS_UNREAD | ATTR(RTA_METRICS) | ATTR(RTA_MULTIPATH) | ATTR(RTA_NH_ID)));
+	/* RTA_EXPIRES: an IPv6 route that expires leaves the FIB without a request. */
+	return !(types & (ATTRS_UNREAD | ATTR(RTA_METRICS) | ATTR(RTA_MULTIPATH) | ATTR(RTA_NH_ID) | ATTR(RTA_EXPIRES)));
 }
 
 /* struct ifinfomsg, as far as it is read. */

@@ -201,3 +201,77 @@ func sendUDPFromAddr(t *testing.T, tb *testbed.Testbed, src, dst string, n int) 
 		t.Fatal(err)
 	}
 }
+
+// The cache keeps one answer per block of destinations (an IPv4 /24, an IPv6 /64). A route
+// longer than the block splits it: each destination of the block then takes its own route, at
+// once. Two ways in: the route exists before any answer is kept (the controller wrote the
+// split block), and it is added while the controller is frozen (the watcher counts the request,
+// so the family waits behind the fence until the controller has read it).
+func TestFibCacheLongerRoute(t *testing.T) {
+	cases := []struct {
+		family, block, inside, other, route string
+	}{
+		{"ipv4", "198.19.9.0/24", "198.19.9.7", "198.19.9.1", "ip route add 198.19.9.7/32 via 198.18.3.2"},
+		{"ipv6", testbed.Prefix6(9, 0).String() + "/64", testbed.Prefix6(9, 7).String(), testbed.Prefix6(9, 1).String(),
+			"ip -6 route add " + testbed.Prefix6(9, 7).String() + "/128 via 2001:2:0:3::2"},
+	}
+	for _, c := range cases {
+		t.Run(c.family, func(t *testing.T) {
+			tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
+			l := startLinuxfp(t, tb, "--fib-cache")
+			alt, _ := altPath(t, tb)
+			sh(t, tb.DUT, "ip -6 addr add 2001:2:0:3::1/64 dev alt0 nodad")
+			sh(t, alt, "ip -6 addr add 2001:2:0:3::2/64 dev eth0 nodad\nip -6 route add default via 2001:2:0:3::1")
+			if _, err := tb.DUT.Run("ping", "-6", "-c", "1", "-W", "2", "2001:2:0:3::2"); err != nil {
+				t.Fatalf("DUT cannot reach alt over IPv6: %v", err)
+			}
+			waitFibCache(t, l, c.family, true)
+			// where sends 5 datagrams to inside and 5 to other, and says how many of each
+			// arrived at the sink and at alt.
+			where := func() (sinkGot, altGot int) {
+				var atSink []string
+				altGot = udp9(captureOn(t, alt, "eth0", func() {
+					atSink = captureDstMACs(t, tb, 0, func() {
+						sendUDP(t, tb, c.other, 5)
+						sendUDP(t, tb, c.inside, 5)
+						sendUDP(t, tb, c.other, 5)
+					})
+				}))
+				return len(atSink), altGot
+			}
+
+			// The longer route first.
+			sh(t, tb.DUT, c.route)
+			waitFastPath(t, tb, l, c.other)
+			if s, a := where(); s != 10 || a != 5 {
+				t.Fatalf("with %q: sink got %d (want 10: %s), alt %d (want 5: %s)", c.route, s, c.other, a, c.inside)
+			}
+			if d := trafficDelta(t, tb, l, c.other, 5); d.forwarded == 0 {
+				t.Fatalf("the block's other destinations are not fast-pathed: %v", d.passed)
+			}
+
+			// Then added while the controller cannot follow, after the block's answer was kept.
+			sh(t, tb.DUT, strings.Replace(c.route, " add ", " del ", 1))
+			waitFastPath(t, tb, l, c.other)
+			freeze(t, l)
+			sendUDP(t, tb, c.other, 5) // kept for the block
+			sh(t, tb.DUT, c.route)
+			if s, a := where(); s != 10 || a != 5 {
+				t.Fatalf("after %q: sink got %d (want 10: %s), alt %d (want 5: %s)", c.route, s, c.other, a, c.inside)
+			}
+		})
+	}
+}
+
+// udp9 counts the UDP datagrams (IPv4, or IPv6 without extension headers) to port 9 among frames.
+func udp9(frames [][]byte) int {
+	n := 0
+	for _, b := range frames {
+		v4 := len(b) >= 38 && b[12] == 0x08 && b[13] == 0 && b[23] == 17 && b[36] == 0 && b[37] == 9
+		v6 := len(b) >= 58 && b[12] == 0x86 && b[13] == 0xdd && b[20] == 17 && b[56] == 0 && b[57] == 9
+		if v4 || v6 {
+			n++
+		}
+	}
+	return n
+}

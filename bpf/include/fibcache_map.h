@@ -6,6 +6,14 @@
 
 #include "linuxfp_types.h"
 
+/* The cache keeps one answer per block of destinations (lib/fibcache.h says when one answer
+ * holds for a whole block): an IPv4 /24, an IPv6 /64, the longest prefixes routes commonly
+ * have. graph/fibcache.go holds the same numbers. */
+#define LFP_FIB_BLOCK4 24
+#define LFP_FIB_BLOCK6 64
+/* Split blocks the data plane holds (lfp_fib_split); beyond, the controller turns the cache off. */
+#define LFP_FIB_SPLIT_MAX 65536
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);

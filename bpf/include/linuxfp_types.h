@@ -491,6 +491,11 @@ struct lfp_gate {
  * adds only; the controller's part is lfp_gate.fib_epoch. */
 struct lfp_fib_gen {
 	__u64 gen[2]; /* IPv4, IPv6 */
+	/* Set by the controller while the cache may answer: the netlink watcher then counts every
+	 * new route longer than a block (include/fibcache_map.h), so that no block is answered for
+	 * as a whole before the controller has written the blocks such routes split. */
+	__u32 count_long;
+	__u32 pad;
 };
 
 /* What bpf_fib_lookup() is asked, as far as its answer depends on it where the cache is used
@@ -499,7 +504,7 @@ struct lfp_fib_gen {
 struct lfp_fib_key {
 	__u32 ifindex; /* the device Linux routes the packet from */
 	__u32 flow;    /* IPv4: the TOS; IPv6: traffic class and flow label */
-	__u32 dst[4];  /* IPv4: dst[0] */
+	__u32 dst[4];  /* the destination's block (IPv4: dst[0]) */
 	__u8 family;
 	__u8 pad[3];
 };
@@ -512,7 +517,8 @@ struct lfp_fib_entry {
 	__u16 mtu;     /* the largest IP length the lookup let through (0xffff: any) */
 	__u8 smac[6];
 	__u8 dmac[6];
-	__u8 pad[4];
+	__u8 per_dst; /* the block's answers differ per destination: ask bpf_fib_lookup() */
+	__u8 pad[3];
 };
 
 #endif

@@ -1,14 +1,24 @@
-/* FIB cache module: the kernel's routing answer (bpf_fib_lookup()) for a destination, kept for
- * as long as nothing it depends on has changed. The lookup is most of what a forwarded packet
- * costs; asked once per destination instead of once per packet, it is the same answer, because:
+/* FIB cache module: the kernel's routing answer (bpf_fib_lookup()) for a block of destinations
+ * (an IPv4 /24, an IPv6 /64: include/fibcache_map.h), kept for as long as nothing it depends on
+ * has changed. The lookup is most of what a forwarded packet costs; asked once per block
+ * instead of once per packet, it is the same answer, because:
  *
  * - The key holds everything the answer depends on where the cache is used: the device the
- *   packet is routed from (forwarding sysctls, the ingress device's table), the destination and
- *   the TOS (IPv4) or flow information (IPv6). The source address, the ports and the protocol
- *   matter only to policy rules and multipath hashing; the controller turns the cache off for a
- *   family that has either (graph/fibcache.go says why, per family, in status), and a request
- *   that adds either is counted by the fence (include/fence.h), so no packet of the family is
- *   decided before the controller has read it.
+ *   packet is routed from (forwarding sysctls, the ingress device's table), the destination's
+ *   block and the TOS (IPv4) or flow information (IPv6). The source address, the ports and the
+ *   protocol matter only to policy rules, multipath hashing and IPv6 source-specific routes;
+ *   the controller turns the cache off for a family that has any (graph/fibcache.go says why,
+ *   per family, in status), and a request that adds one is counted by the fence
+ *   (include/fence.h), so no packet of the family is decided before the controller has read it.
+ * - One answer holds for every destination of a block when the route it comes from has a
+ *   gateway (the next hop is the gateway, not the destination) and no route longer than the
+ *   block lies inside it: then every destination of the block meets the same routes, in the
+ *   same order. The controller writes the blocks that routes longer than a block split, of any
+ *   type and table, and those of the local addresses (lfp_fib_split); the netlink watcher counts
+ *   every new route longer than a block while the cache is on, so the family waits behind the
+ *   fence until the controller has written its block. An answer with the destination as its next
+ *   hop (a connected route), or for a split block, is kept as "per destination": such a block's
+ *   packets ask the kernel every time, as without the cache.
  * - An entry holds the generation it was filled under, read before the lookup; it answers only
  *   while the generation is still that one. The generation moves on after every change that can
  *   alter an answer, before the command that made it returns: every netlink request for links,
@@ -16,9 +26,10 @@
  *   neighbour table's own changes (bpf/netlink_watch.c: its tracepoints fire after an entry's
  *   state or address changed, or it was removed, as when a device goes away), and every time
  *   the controller opens the fence (for sysctl writes, which the watcher sees before they take
- *   effect). A change racing a fill moves the generation past the one the entry holds.
- * - The MTU: the entry holds the largest IP length the lookup lets through for the destination
- *   (a second lookup, at fill time only); larger packets go to Linux as the lookup would send
+ *   effect, and the split blocks it writes). A change racing a fill moves the generation past
+ *   the one the entry holds.
+ * - The MTU: the entry holds the largest IP length the lookup lets through for the route (a
+ *   second lookup, at fill time only); larger packets go to Linux as the lookup would send
  *   them. A path MTU exception Linux learns later (no event) is not seen; ip_forward() and
  *   ip6_forward() ignore those unless net.ipv4.ip_forward_use_pmtu=1 or the route's MTU is
  *   locked, and the controller turns the cache off in both cases.
@@ -39,7 +50,19 @@ struct {
 	__uint(max_entries, 32768);
 } lfp_fib_cache SEC(".maps");
 
-#define FIB_MISS (-1)
+/* The blocks whose destinations may meet different routes (a route longer than the block, a
+ * local address inside it), keyed like lfp_fib_cache with ifindex and flow 0. Read only when
+ * an answer is kept. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lfp_fib_key);
+	__type(value, __u8);
+	__uint(max_entries, LFP_FIB_SPLIT_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} lfp_fib_split SEC(".maps");
+
+#define FIB_MISS (-1) /* nothing kept under the generation: ask and keep */
+#define FIB_ASK (-2)  /* the cache is off, or the block's answers differ per destination */
 
 /* The generation an answer for family v4 is filled under, or 0 where the cache is off. */
 static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
@@ -60,7 +83,8 @@ static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
 
 /* The cached answer for the lookup fib describes (its input, filled by the family's entry point
  * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
- * code returned; FIB_MISS when there is none under generation gen. The key is built in scr. */
+ * code returned; FIB_MISS when there is none under generation gen, FIB_ASK when the block's
+ * answers are per destination. The key is built in scr. */
 static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4, __u64 gen,
 					 __u32 mtulen)
 {
@@ -72,15 +96,20 @@ static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib
 	k->pad[0] = k->pad[1] = k->pad[2] = 0;
 	if (v4) {
 		k->flow = fib->tos;
-		k->dst[0] = fib->ipv4_dst;
+		k->dst[0] = fib->ipv4_dst & bpf_htonl(0xffffffffu << (32 - LFP_FIB_BLOCK4));
 		k->dst[1] = k->dst[2] = k->dst[3] = 0;
 	} else {
 		k->flow = fib->flowinfo;
-		__builtin_memcpy(k->dst, fib->ipv6_dst, sizeof(k->dst));
+		/* LFP_FIB_BLOCK6 is 64: the first two words. */
+		k->dst[0] = fib->ipv6_dst[0];
+		k->dst[1] = fib->ipv6_dst[1];
+		k->dst[2] = k->dst[3] = 0;
 	}
 	e = bpf_map_lookup_elem(&lfp_fib_cache, k);
 	if (!e || e->gen != gen)
 		return FIB_MISS;
+	if (e->per_dst)
+		return FIB_ASK;
 	if (mtulen > e->mtu)
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
 	fib->ifindex = e->ifindex;
@@ -96,8 +125,29 @@ static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib
 	return BPF_FIB_LKUP_RET_SUCCESS;
 }
 
-/* bpf_fib_lookup() for fib; a successful answer is kept under generation gen (0: not kept) for
- * the key fib_cache_get() built. */
+/* Whether the answer in fib (asked with probe's destination) may differ for other destinations
+ * of the block in scr->fib_key: its next hop is the destination itself, or the block is split. */
+static __always_inline int fib_cache_per_dst(struct lfp_scratch *scr, const struct bpf_fib_lookup *fib,
+					     const struct bpf_fib_lookup *probe, int v4)
+{
+	struct lfp_fib_key *k = &scr->fib_key;
+	__u32 ifindex = k->ifindex, flow = k->flow;
+	int split;
+
+	if (v4 ? fib->ipv4_dst == probe->ipv4_dst
+	       : (fib->ipv6_dst[0] == probe->ipv6_dst[0] && fib->ipv6_dst[1] == probe->ipv6_dst[1] &&
+		  fib->ipv6_dst[2] == probe->ipv6_dst[2] && fib->ipv6_dst[3] == probe->ipv6_dst[3]))
+		return 1;
+	k->ifindex = 0;
+	k->flow = 0;
+	split = bpf_map_lookup_elem(&lfp_fib_split, k) != NULL;
+	k->ifindex = ifindex;
+	k->flow = flow;
+	return split;
+}
+
+/* bpf_fib_lookup() for fib; a successful answer is kept under generation gen for the key
+ * fib_cache_get() built: for the whole block, or as "per destination". */
 static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4,
 					  __u64 gen)
 {
@@ -105,33 +155,35 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr,
 	struct lfp_fib_entry *e = &scr->fib_entry;
 	int rc, prc;
 
-	if (!gen)
-		return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	__builtin_memcpy(probe, fib, sizeof(*fib));
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
-	/* The MTU the lookup checks lengths against: asked with the largest length, it answers
-	 * FRAG_NEEDED with that MTU before it looks at the neighbour, or lets any length through. */
-	probe->tot_len = 0xffff;
-	prc = bpf_fib_lookup(ctx, probe, sizeof(*probe), 0);
-	if (prc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		e->mtu = probe->mtu_result;
-	else if (prc == BPF_FIB_LKUP_RET_SUCCESS)
-		e->mtu = 0xffff;
-	else
-		return rc; /* the route changed meanwhile: not kept */
 	e->gen = gen;
-	e->ifindex = fib->ifindex;
-	e->metric = fib->rt_metric;
-	if (v4) {
-		e->nh[0] = fib->ipv4_dst;
-		e->nh[1] = e->nh[2] = e->nh[3] = 0;
-	} else {
-		__builtin_memcpy(e->nh, fib->ipv6_dst, sizeof(e->nh));
+	e->per_dst = fib_cache_per_dst(scr, fib, probe, v4);
+	if (!e->per_dst) {
+		/* The MTU the lookup checks lengths against: asked with the largest length, it
+		 * answers FRAG_NEEDED with that MTU before it looks at the neighbour, or lets any
+		 * length through. */
+		probe->tot_len = 0xffff;
+		prc = bpf_fib_lookup(ctx, probe, sizeof(*probe), 0);
+		if (prc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+			e->mtu = probe->mtu_result;
+		else if (prc == BPF_FIB_LKUP_RET_SUCCESS)
+			e->mtu = 0xffff;
+		else
+			return rc; /* the route changed meanwhile: not kept */
+		e->ifindex = fib->ifindex;
+		e->metric = fib->rt_metric;
+		if (v4) {
+			e->nh[0] = fib->ipv4_dst;
+			e->nh[1] = e->nh[2] = e->nh[3] = 0;
+		} else {
+			__builtin_memcpy(e->nh, fib->ipv6_dst, sizeof(e->nh));
+		}
+		__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
+		__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
 	}
-	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
-	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
 	bpf_map_update_elem(&lfp_fib_cache, &scr->fib_key, e, BPF_ANY);
 	return rc;
 }

@@ -117,8 +117,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("stopped; all programs detached")
 	}()
+	if err := c.dp.CountLongRoutes(c.cfg.Options.FibCache); err != nil {
+		return err
+	}
 	// Subscribe before the first read, so no change in between is missed.
-	c.w, err = observe.NewWatcher(ctx, log, c.dp.WatcherMaps())
+	c.w, err = observe.NewWatcher(ctx, log, c.dp.WatcherMaps(), c.cfg.Options.FibCache)
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,7 @@ type Dataplane struct {
 
 	// The in-memory copies of what each module's maps hold (router.go, neigh.go, ...).
 	routerMaps
+	fibCacheMaps
 	neighMaps
 	bridgeMaps
 	// fdbMoves: lfp_fdb_moves, mapped (mapFDBMoves) until Close.

@@ -120,7 +120,8 @@ type linuxfpLfpFibEntry struct {
 	Mtu     uint16
 	Smac    [6]uint8
 	Dmac    [6]uint8
-	Pad     [4]uint8
+	PerDst  uint8
+	Pad     [3]uint8
 	_       [6]byte
 }
 
@@ -132,8 +133,10 @@ const (
 )
 
 type linuxfpLfpFibGen struct {
-	_   structs.HostLayout
-	Gen [2]uint64
+	_         structs.HostLayout
+	Gen       [2]uint64
+	CountLong uint32
+	Pad       uint32
 }
 
 type linuxfpLfpFibKey struct {
@@ -484,6 +487,7 @@ const (
 	linuxfpMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
 	linuxfpMapLfpFwIfs             = "lfp_fw_ifs"
 	linuxfpMapLfpFwLeaves          = "lfp_fw_leaves"
@@ -585,6 +589,7 @@ type linuxfpMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -662,6 +667,7 @@ type linuxfpMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -706,6 +712,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
+		m.LfpFibSplit,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

@@ -103,13 +103,16 @@ type linuxfpTcLfpFibEntry struct {
 	Mtu     uint16
 	Smac    [6]uint8
 	Dmac    [6]uint8
-	Pad     [4]uint8
+	PerDst  uint8
+	Pad     [3]uint8
 	_       [6]byte
 }
 
 type linuxfpTcLfpFibGen struct {
-	_   structs.HostLayout
-	Gen [2]uint64
+	_         structs.HostLayout
+	Gen       [2]uint64
+	CountLong uint32
+	Pad       uint32
 }
 
 type linuxfpTcLfpFibKey struct {
@@ -389,6 +392,7 @@ const (
 	linuxfpTcMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpTcMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
 	linuxfpTcMapLfpFwIfs             = "lfp_fw_ifs"
 	linuxfpTcMapLfpFwLeaves          = "lfp_fw_leaves"
@@ -490,6 +494,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -567,6 +572,7 @@ type linuxfpTcMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -611,6 +617,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
+		m.LfpFibSplit,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

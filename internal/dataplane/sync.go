@@ -55,7 +55,7 @@ func (d *Dataplane) Sync(data Data) error {
 	// In this order, the writes of each group follow the modules' order.
 	modules := []module{
 		&d.routerMaps, &d.neighMaps, &d.bridgeMaps, ctModule{},
-		filterModule{flags: fwFlags, bank: fwBank}, &d.txMaps, &d.vxlanMaps, fibCacheModule{},
+		filterModule{flags: fwFlags, bank: fwBank}, &d.txMaps, &d.vxlanMaps, &d.fibCacheMaps,
 	}
 	var cfg linuxfpLfpConfig
 	var before, after []func() error

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/linuxfp/linuxfp/internal/observe"
@@ -39,8 +40,71 @@ func fibCache(s *observe.Snapshot, o Options) (why [2][]string) {
 			break
 		}
 	}
-	// IPv6 routes change without a request in ways the watchers do not see yet: routes and
-	// default routers learnt from router advertisements (accept_ra), and route expiry.
-	why[1] = append(why[1], "IPv6 routes learnt from router advertisements and route expiry are not seen as they happen")
+	for _, name := range slices.Sorted(maps.Keys(s.Sysctl.IgnoreLinkdown6)) {
+		if s.Sysctl.IgnoreLinkdown6[name] {
+			why[1] = append(why[1], "net.ipv6.conf."+name+".ignore_routes_with_linkdown=1 (routes follow the carrier, which changes without an event)")
+			break
+		}
+	}
+	if s.Routes.PolicyRules6 {
+		why[1] = append(why[1], "policy routing rules exist (a lookup may depend on the source, marks, ports)")
+	}
+	if s.Routes.Multipath6 {
+		why[1] = append(why[1], "multipath routes or nexthop groups exist (the path depends on the flow's hash)")
+	}
+	if s.Routes.MTULocked6 {
+		why[1] = append(why[1], "a route has a locked MTU (forwarding honours path MTUs learnt without an event)")
+	}
+	if s.Routes.SourceRoutes6 {
+		why[1] = append(why[1], "a route has a source prefix (the answer depends on the source)")
+	}
+	if s.Routes.Expiring6 {
+		why[1] = append(why[1], "a route expires (it leaves the FIB without a request)")
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Sysctl.AcceptRA6)) {
+		if s.Sysctl.AcceptRA6[name] {
+			why[1] = append(why[1], "net.ipv6.conf."+name+".accept_ra takes routes from router advertisements (they change without a request)")
+			break
+		}
+	}
 	return why
+}
+
+// fibSplitMax is LFP_FIB_SPLIT_MAX (bpf/include/fibcache_map.h).
+const fibSplitMax = 65536
+
+// fibSplit gives the FIB cache's blocks (observe.FibBlock4, FibBlock6) whose destinations may
+// meet different routes: those holding a route longer than the block, and those holding a
+// local address, its IPv4 broadcast or network address or its IPv6 subnet anycast address,
+// whose local routes come back without a request when the device goes up again (bpf/lib/
+// fibcache.h says why each block's answer holds for all its destinations otherwise).
+func fibSplit(s *observe.Snapshot) []netip.Prefix {
+	set := map[netip.Prefix]bool{}
+	block := func(a netip.Addr) {
+		bits := observe.FibBlock6
+		if a.Is4() {
+			bits = observe.FibBlock4
+		}
+		p, _ := a.Prefix(bits)
+		set[p] = true
+	}
+	for _, p := range append(slices.Clip(s.Routes.Long4), s.Routes.Long6...) {
+		block(p.Addr())
+	}
+	for _, a := range s.Addrs {
+		addr := a.Prefix.Addr()
+		block(addr)
+		net := a.Prefix.Masked().Addr()
+		block(net)
+		if addr.Is4() {
+			b := net.As4()
+			host := uint32(1)<<(32-a.Prefix.Bits()) - 1
+			if a.Prefix.Bits() == 0 {
+				host = ^uint32(0)
+			}
+			v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+			block(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}))
+		}
+	}
+	return slices.SortedFunc(maps.Keys(set), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 }

@@ -168,6 +168,14 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 	p.Data.FwdUpdatePriority4 = s.Sysctl.FwdUpdatePriority4
 	p.FibCacheOff = fibCache(s, o)
 	p.Data.FibCache4, p.Data.FibCache6 = len(p.FibCacheOff[0]) == 0, len(p.FibCacheOff[1]) == 0
+	if p.Data.FibCache4 || p.Data.FibCache6 {
+		p.Data.FibSplit = fibSplit(s)
+		if n := len(p.Data.FibSplit); n > fibSplitMax {
+			why := fmt.Sprintf("%d blocks split by longer routes or local addresses, more than the %d the data plane holds", n, fibSplitMax)
+			p.FibCacheOff[0], p.FibCacheOff[1] = append(p.FibCacheOff[0], why), append(p.FibCacheOff[1], why)
+			p.Data.FibCache4, p.Data.FibCache6, p.Data.FibSplit = false, false, nil
+		}
+	}
 	p.Data.StaleByEvents = o.NeighEvents
 	p.Data.StaleLost = s.StaleLost
 	tcAfterXDP(p, o)

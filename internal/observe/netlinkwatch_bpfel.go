@@ -26,8 +26,10 @@ type netlinkwatchLfpFence struct {
 }
 
 type netlinkwatchLfpFibGen struct {
-	_   structs.HostLayout
-	Gen [2]uint64
+	_         structs.HostLayout
+	Gen       [2]uint64
+	CountLong uint32
+	Pad       uint32
 }
 
 type netlinkwatchLfpNeighKey struct {

@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -200,6 +201,16 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 					r.LocalPrefixes = append(r.LocalPrefixes, p)
 				}
 			}
+			if rt.Dst != nil {
+				ones, bits := rt.Dst.Mask.Size()
+				if bits == 32 && ones > FibBlock4 {
+					ip, _ := netip.AddrFromSlice(rt.Dst.IP)
+					r.Long4 = append(r.Long4, netip.PrefixFrom(ip.Unmap(), ones))
+				} else if bits == 128 && ones > FibBlock6 {
+					ip, _ := netip.AddrFromSlice(rt.Dst.IP)
+					r.Long6 = append(r.Long6, netip.PrefixFrom(ip, ones))
+				}
+			}
 			if rt.MTU > 0 {
 				m := &r.MinMTU4
 				if fam == netlink.FAMILY_V6 {
@@ -240,6 +251,10 @@ func readRoutes(h *netlink.Handle) (Routes, error) {
 			r.PolicyRules6 = custom
 		}
 	}
+	var err error
+	if r.SourceRoutes6, r.Expiring6, err = ipv6RouteKinds(); err != nil {
+		return r, err
+	}
 	groups, err := nexthopGroups()
 	if err != nil {
 		return r, err
@@ -272,6 +287,46 @@ func policyRules(fam int, rules []netlink.Rule) bool {
 
 // nexthopGroups tells whether any nexthop object is a group (RTM_GETNEXTHOP dump; the
 // netlink library does not cover nexthop objects).
+// ipv6RouteKinds tells whether some IPv6 route has a source prefix, and whether some IPv6 route
+// expires (struct rta_cacheinfo's rta_expires): the netlink library reads neither.
+func ipv6RouteKinds() (source, expiring bool, err error) {
+	c, err := mnl.Dial(unix.NETLINK_ROUTE, nil)
+	if err != nil {
+		return false, false, err
+	}
+	defer c.Close()
+	// struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags (u32).
+	req := mnl.Message{
+		Header: mnl.Header{Type: unix.RTM_GETROUTE, Flags: mnl.Request | mnl.Dump},
+		Data:   []byte{unix.AF_INET6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+	}
+	msgs, err := retryDump(func() ([]mnl.Message, error) { return c.Execute(req) })
+	if err != nil {
+		return false, false, fmt.Errorf("list routes: %w", err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < unix.SizeofRtMsg || m.Data[0] != unix.AF_INET6 {
+			continue
+		}
+		if m.Data[2] > 0 {
+			source = true
+		}
+		ad, err := mnl.NewAttributeDecoder(m.Data[unix.SizeofRtMsg:])
+		if err != nil {
+			continue
+		}
+		for ad.Next() {
+			// struct rta_cacheinfo: clntref, lastuse, expires (s32), ...
+			if ad.Type() == unix.RTA_CACHEINFO {
+				if b := ad.Bytes(); len(b) >= 12 && binary.NativeEndian.Uint32(b[8:12]) != 0 {
+					expiring = true
+				}
+			}
+		}
+	}
+	return source, expiring, nil
+}
+
 func nexthopGroups() (bool, error) {
 	c, err := mnl.Dial(unix.NETLINK_ROUTE, nil)
 	if err != nil {
@@ -351,7 +406,9 @@ func readSysctlOr(path string, def int) int {
 // forwardingSysctl: a write of the sysctl name (under /proc/sys, as the cgroup/sysctl hook gives
 // it) may change what readSysctls reads, and so the fast path. Writes of any other sysctl do not
 // keep the fence closed. TestForwardingSysctlsCoverReads keeps it in step with readSysctls.
-func forwardingSysctl(name string) bool {
+// With fibCache (the FIB cache may be on), an IPv6 device's forwarding, accept_ra and
+// ignore_routes_with_linkdown matter too: the cache's answers depend on them (graph/fibcache.go).
+func forwardingSysctl(name string, fibCache bool) bool {
 	switch name {
 	case "net/ipv4/ip_forward", "net/ipv4/ip_forward_update_priority", "net/ipv4/ip_forward_use_pmtu",
 		"net/ipv4/ip_default_ttl", "net/ipv4/ip_local_port_range",
@@ -373,7 +430,8 @@ func forwardingSysctl(name string) bool {
 		// all/forwarding is ip_forward; all/rp_filter counts with each device's.
 		return knob == "forwarding" || knob == "rp_filter" || knob == "ignore_routes_with_linkdown"
 	case strings.HasPrefix(name, "net/ipv6/conf/"):
-		return knob == "disable_ipv6"
+		return knob == "disable_ipv6" ||
+			(fibCache && (knob == "forwarding" || knob == "accept_ra" || knob == "ignore_routes_with_linkdown"))
 	}
 	return false
 }
@@ -390,7 +448,7 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 		s := prev
 		s.IPv4DevFwd, s.RPFilter = make(map[string]bool, len(links)), make(map[string]int, len(links))
 		s.IPv6Disabled = make(map[string]bool, len(links))
-		s.IgnoreLinkdown4 = map[string]bool{}
+		s.IgnoreLinkdown4, s.IgnoreLinkdown6, s.AcceptRA6 = map[string]bool{}, map[string]bool{}, map[string]bool{}
 		s.readDevices(links, prev, need)
 		return s
 	}
@@ -410,6 +468,8 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 		IPv6Disabled:      map[string]bool{},
 		RPFilter:          map[string]int{},
 		IgnoreLinkdown4:   map[string]bool{},
+		IgnoreLinkdown6:   map[string]bool{},
+		AcceptRA6:         map[string]bool{},
 		Conntrack: ConntrackSysctls{
 			TCPBeLiberal:          readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal") != 0,
 			Checksum:              readSysctl("net/netfilter/nf_conntrack_checksum") != 0,
@@ -433,6 +493,7 @@ func readSysctls(links map[int]*Link, prev Sysctls, global bool, need func(*Link
 	_, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
 	s.conntrackRead = err == nil
 	s.linkdownAll = readSysctl("net/ipv4/conf/all/ignore_routes_with_linkdown") != 0
+	s.linkdownAll6 = readSysctl("net/ipv6/conf/all/ignore_routes_with_linkdown") != 0
 	s.readDevices(links, prev, need)
 	return s
 }
@@ -445,14 +506,24 @@ func (s *Sysctls) readDevices(links map[int]*Link, prev Sysctls, need func(*Link
 		rp, ok2 := prev.RPFilter[lk.Name]
 		off6, ok3 := prev.IPv6Disabled[lk.Name]
 		ld, ok4 := prev.IgnoreLinkdown4[lk.Name]
-		if !ok1 || !ok2 || !ok3 || !ok4 || need(lk) || all != prev.rpFilterAll || s.linkdownAll != prev.linkdownAll {
+		ld6, ok5 := prev.IgnoreLinkdown6[lk.Name]
+		ra6, ok6 := prev.AcceptRA6[lk.Name]
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || need(lk) || all != prev.rpFilterAll ||
+			s.linkdownAll != prev.linkdownAll || s.linkdownAll6 != prev.linkdownAll6 {
 			fwd = readSysctl("net/ipv4/conf/"+lk.Name+"/forwarding") == 1
 			rp = max(all, readSysctl("net/ipv4/conf/"+lk.Name+"/rp_filter"))
 			off6 = readSysctl("net/ipv6/conf/"+lk.Name+"/disable_ipv6") != 0
 			ld = s.linkdownAll || readSysctl("net/ipv4/conf/"+lk.Name+"/ignore_routes_with_linkdown") != 0
+			ld6 = s.linkdownAll6 || readSysctl("net/ipv6/conf/"+lk.Name+"/ignore_routes_with_linkdown") != 0
+			ra := readSysctl("net/ipv6/conf/" + lk.Name + "/accept_ra")
+			if readSysctl("net/ipv6/conf/"+lk.Name+"/forwarding") == 1 {
+				ra6 = ra == 2
+			} else {
+				ra6 = ra >= 1
+			}
 		}
 		s.IPv4DevFwd[lk.Name], s.RPFilter[lk.Name], s.IPv6Disabled[lk.Name] = fwd, rp, off6
-		s.IgnoreLinkdown4[lk.Name] = ld
+		s.IgnoreLinkdown4[lk.Name], s.IgnoreLinkdown6[lk.Name], s.AcceptRA6[lk.Name] = ld, ld6, ra6
 	}
 }
 

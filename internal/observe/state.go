@@ -144,7 +144,20 @@ type Routes struct {
 	// PolicyRules4 / PolicyRules6: fib rules other than the kernel's defaults exist (lookups may
 	// depend on the source, marks, ports, the input device ...).
 	PolicyRules4, PolicyRules6 bool
+	// Long4 / Long6: the prefixes of routes (any type, any table) longer than a FIB cache
+	// block (FibBlock4, FibBlock6): they split the block they lie in.
+	Long4, Long6 []netip.Prefix
+	// SourceRoutes6: an IPv6 route has a source prefix (ip -6 route add ... from ...).
+	// Expiring6: an IPv6 route expires (learnt from a router advertisement, or `expires`).
+	SourceRoutes6, Expiring6 bool
 }
+
+// FibBlock4 / FibBlock6: the prefix length of the FIB cache's blocks (LFP_FIB_BLOCK4 and
+// LFP_FIB_BLOCK6 in bpf/include/fibcache_map.h).
+const (
+	FibBlock4 = 24
+	FibBlock6 = 64
+)
 
 // NeighKey identifies a neighbour entry.
 type NeighKey struct {
@@ -169,6 +182,12 @@ type Sysctls struct {
 	// IgnoreLinkdown4: net.ipv4.conf.<dev>.ignore_routes_with_linkdown (effective: all or the
 	// device's) is set for some device: routes follow its carrier.
 	IgnoreLinkdown4 map[string]bool
+	// IgnoreLinkdown6: the same for IPv6 (net.ipv6.conf.<dev>.ignore_routes_with_linkdown).
+	IgnoreLinkdown6 map[string]bool
+	// AcceptRA6: the device takes routes and default routers from router advertisements:
+	// ipv6_accept_ra() (accept_ra >= 1 where the device does not forward, accept_ra = 2 where it
+	// does).
+	AcceptRA6 map[string]bool
 	// BrNFCallIPTables / BrNFCallIP6Tables: net.bridge.bridge-nf-call-iptables / -ip6tables
 	// (br_netfilter passes bridged IPv4 / IPv6 through the iptables hooks).
 	BrNFCallIPTables, BrNFCallIP6Tables bool
@@ -181,8 +200,9 @@ type Sysctls struct {
 	LocalPortLow, LocalPortHigh int
 	// rpFilterAll: net.ipv4.conf.all.rp_filter, which RPFilter folds into every device's value.
 	rpFilterAll int
-	// linkdownAll: net.ipv4.conf.all.ignore_routes_with_linkdown, folded into IgnoreLinkdown4.
-	linkdownAll bool
+	// linkdownAll / linkdownAll6: net.ipv4 / net.ipv6.conf.all.ignore_routes_with_linkdown,
+	// folded into IgnoreLinkdown4 / IgnoreLinkdown6.
+	linkdownAll, linkdownAll6 bool
 	// conntrackRead: the nf_conntrack sysctls were there to read.
 	conntrackRead bool
 }

@@ -95,6 +95,8 @@ type Watcher struct {
 	// NeighEvents: the neighbour table's own changes move the FIB cache's generation on as they
 	// happen (netlinkwatch.go); without them the cache stays off.
 	NeighEvents bool
+	// routeSysctls: the FIB cache may be on (forwardingSysctl).
+	routeSysctls bool
 	// NeighMethod says how the neighbour table's own changes reach the data plane.
 	NeighMethod string
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
@@ -198,8 +200,12 @@ func (w *Watcher) SysctlSettled(t time.Time, count uint64) bool {
 // NewWatcher subscribes to every event source in the current network namespace. shared are the
 // data plane's maps the watchers write: the fence, in which they count changes as they are made,
 // and the FDB mirror (nil: none).
-func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.Map) (*Watcher, error) {
-	w := &Watcher{C: make(chan Event, 1024), Failed: make(chan error, 8), log: log, LegacyPoll: legacyPollInterval}
+//
+// With fibCache, the sysctl writes the FIB cache depends on keep the fence closed too
+// (forwardingSysctl).
+func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.Map, fibCache bool) (*Watcher, error) {
+	w := &Watcher{C: make(chan Event, 1024), Failed: make(chan error, 8), log: log, LegacyPoll: legacyPollInterval,
+		routeSysctls: fibCache}
 	ok := false
 	defer func() {
 		if !ok {
@@ -524,7 +530,7 @@ func (w *Watcher) watchSysctls(ctx context.Context, shared map[string]*ebpf.Map)
 		w.closers = append(w.closers, func() { rd.Close(); l.Close(); objs.Close() })
 		w.readRing(ctx, rd, "sysctl events", func(b []byte) {
 			name, _, _ := strings.Cut(string(b), "\x00")
-			if !forwardingSysctl(name) {
+			if !forwardingSysctl(name, w.routeSysctls) {
 				// Nothing the fast path follows: no read needed, the fence opens at once
 				// (unless a write that matters waits for its read).
 				if n, ack := w.sysctl.seen(false); ack != nil {
