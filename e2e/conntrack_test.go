@@ -718,3 +718,123 @@ func TestConntrackExtensions(t *testing.T) {
 		})
 	}
 }
+
+// A prerouting chain at priority filter whose rules run statements the fast path does not (nft
+// `ct timeout set`, `log`) behind `ct state new` hands no established packet to Linux: such a
+// packet can never meet them, so established connections stay in the fast path, untranslated
+// and masqueraded alike. What the rules do act on stays Linux's: the connection to port 9 got
+// the rule's timeout policy (its packets: ct_timeout_policy, the entry timed by the policy), and
+// a one-way stream's later packets, which conntrack still calls NEW, meet the log rule (filter).
+func TestConntrackCtStateNewStatement(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0")
+	sh(t, tb.DUT, flannelishNAT)
+	path := filepath.Join(t.TempDir(), "rules.nft")
+	if err := os.WriteFile(path, []byte(`table ip lfpctnew {
+	ct timeout short {
+		protocol udp;
+		l3proto ip;
+		policy = { unreplied : 7, replied : 7 }
+	}
+	chain pre {
+		type filter hook prerouting priority filter; policy accept;
+		ct state new udp dport 9 ct timeout set "short"
+		ct state new udp dport 10 log prefix "lfp-new "
+	}
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, tb.DUT, "nft -f "+path)
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "in0", "ipv4 router with conntrack", func(it *status.Interface) bool {
+		return it.Program != nil && hasNote(it, "conntrack: netfilter tracks")
+	})
+	flows := []*udpFlow{
+		newUDPFlow(t, tb, "198.19.0.1", 10), // untranslated (flannelishNAT returns it)
+		newUDPFlow(t, tb, "198.18.1.2", 10), // masqueraded
+		newUDPFlow(t, tb, "198.19.0.1", 9),  // the timeout policy's
+	}
+	// Replies for more than 2 s make a UDP entry ASSURED; before, its packets are Linux's.
+	for range 30 {
+		for _, f := range flows {
+			f.ping(t)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, f := range flows {
+		before := readCounters(t, l, "in0")
+		for range 50 {
+			f.ping(t)
+		}
+		d := readCounters(t, l, "in0").sub(before).ownOnly()
+		if i < 2 && (d.forwarded < 50 || len(d.passed) > 0) {
+			t.Errorf("established flow to %s: fast-pathed %d of 50, to Linux %v; want all fast-pathed", f.to, d.forwarded, d.passed)
+		}
+		if i == 2 && d.passed["ct_timeout_policy"] < 50 {
+			t.Errorf("established flow to %s: fast-pathed %d of 50, to Linux %v; want all ct_timeout_policy", f.to, d.forwarded, d.passed)
+		}
+	}
+	if e, err := ctEntry(tb.DUT, unix.IPPROTO_UDP, "198.19.0.1", 9); err != nil || e.Timeout > 7 {
+		t.Errorf("the port 9 connection's entry: timeout %d s (%v), want at most the policy's 7 s", e.Timeout, err)
+	}
+	// No server answers at 198.19.0.2: the stream stays unreplied, NEW to conntrack.
+	var c net.Conn
+	if err := tb.Gen.Do(func() (err error) { c, err = net.Dial("udp", "198.19.0.2:10"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := readCounters(t, l, "in0")
+	for range 20 {
+		c.Write([]byte("linuxfp one-way"))
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if d := readCounters(t, l, "in0").sub(before).ownOnly(); d.passed["ct_new"] != 1 || d.passed["filter"] < 19 {
+		t.Errorf("one-way stream to port 10: fast-pathed %d, to Linux %v; want the first ct_new, the rest filter (the log rule)", d.forwarded, d.passed)
+	}
+}
+
+// udpFlow is a UDP connection from gen to an echo server in the sink.
+type udpFlow struct {
+	to  string
+	c   net.Conn
+	buf []byte
+}
+
+func newUDPFlow(t *testing.T, tb *testbed.Testbed, addr string, port int) *udpFlow {
+	t.Helper()
+	f := &udpFlow{to: net.JoinHostPort(addr, fmt.Sprint(port)), buf: make([]byte, 2000)}
+	var srv net.PacketConn
+	if err := tb.Sink.Do(func() (err error) { srv, err = net.ListenPacket("udp", f.to); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	go func() {
+		buf := make([]byte, 2000)
+		for {
+			k, from, err := srv.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			srv.WriteTo(buf[:k], from)
+		}
+	}()
+	if err := tb.Gen.Do(func() (err error) { f.c, err = net.Dial("udp", f.to); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.c.Close() })
+	return f
+}
+
+// ping sends a datagram and waits for its echo.
+func (f *udpFlow) ping(t *testing.T) {
+	t.Helper()
+	f.c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := f.c.Write([]byte("linuxfp udp flow")); err != nil {
+		t.Fatalf("udp write to %s: %v", f.to, err)
+	}
+	if k, err := f.c.Read(f.buf); err != nil || string(f.buf[:k]) != "linuxfp udp flow" {
+		t.Fatalf("udp echo from %s: %q, %v", f.to, f.buf[:k], err)
+	}
+}

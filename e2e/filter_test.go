@@ -58,6 +58,52 @@ func waitVerdict(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, dst, wan
 	})
 }
 
+// TestIPTablesAddrtype: iptables' `-m addrtype --dst-type LOCAL` (kube-proxy's and Docker's form),
+// `! --dst-type LOCAL` and `! --src-type LOCAL --limit-iface-in` in FORWARD, IPv4 and IPv6, are
+// decided in the fast path for addresses no local route covers, with the verdicts Linux alone
+// gives (counted before linuxfp starts). A destination made local (a local route that a policy
+// rule routes past, so that it is still forwarded, while IPv4's addrtype reads the local table
+// and says local) is Linux's from the moment `ip route add` returns: Linux drops it by the rule.
+func TestIPTablesAddrtype(t *testing.T) {
+	requireTool(t, "iptables")
+	requireTool(t, "ip6tables")
+	tb := newTestbedAs(t, "lfp-addrtype", testbed.Options{})
+	sh(t, tb.DUT, `iptables -A FORWARD -m addrtype --dst-type LOCAL -j DROP
+iptables -A FORWARD -d 198.19.4.0/24 -m addrtype ! --dst-type LOCAL -j DROP
+iptables -A FORWARD -d 198.19.6.0/24 -m addrtype ! --src-type LOCAL --limit-iface-in -j DROP
+ip6tables -A FORWARD -m addrtype --dst-type LOCAL -j DROP
+ip6tables -A FORWARD -d 2001:2:0:f104::/64 -m addrtype ! --dst-type LOCAL -j DROP
+ip rule add pref 10 to 198.19.3.0/24 lookup main
+ip rule del pref 0
+ip rule add pref 100 lookup local`)
+	cases := []struct {
+		dst     string
+		arrives bool
+	}{
+		{"198.19.3.1", true}, {"198.19.4.1", false}, {"198.19.5.1", true}, {"198.19.6.1", false},
+		{"2001:2:0:f103::1", true}, {"2001:2:0:f104::1", false},
+	}
+	for _, c := range cases {
+		arrived := len(captureDstMACs(t, tb, 10, func() { sendUDP(t, tb, c.dst, 10) }))
+		if c.arrives && arrived != 10 || !c.arrives && arrived != 0 {
+			t.Fatalf("Linux alone: %d of 10 datagrams to %s arrived (want all: %v)", arrived, c.dst, c.arrives)
+		}
+	}
+	l := startLinuxfp(t, tb)
+	for _, c := range cases {
+		if c.arrives {
+			waitVerdict(t, tb, l, c.dst, "forwarded", 10)
+		} else {
+			waitVerdict(t, tb, l, c.dst, "dropped", 0)
+		}
+	}
+	if n := probesAfter(t, tb, "ip route add local 198.19.3.0/24 dev lo table local", "198.19.3.1", 20); n != 0 {
+		t.Errorf("ip route add local: %d of 20 datagrams sent right after it returned arrived (Linux alone: none)", n)
+	}
+	waitVerdict(t, tb, l, "198.19.3.1", "filter", 0)
+	waitVerdict(t, tb, l, "198.19.5.1", "forwarded", 10)
+}
+
 func TestFilterIptables(t *testing.T) {
 	requireTool(t, "iptables")
 	tb := newTestbed(t, testbed.Options{})

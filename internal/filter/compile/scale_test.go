@@ -78,7 +78,7 @@ func kubeProxy(n int) *builder {
 			)
 		}
 	}
-	svcs = append(svcs, rule(jump("KUBE-NODEPORTS"), model.Unknown{What: "addrtype --dst-type LOCAL"}))
+	svcs = append(svcs, rule(jump("KUBE-NODEPORTS"), model.FibLocal{Dir: model.Dst, XT: "-m addrtype --dst-type LOCAL"}))
 	b.user(nat("KUBE-SERVICES"), svcs...)
 	b.user(nat("KUBE-NODEPORTS"), rule(jump("KUBE-MARK-MASQ"), tcp, dports(30080)))
 	b.base("filter/FORWARD", model.Forward, model.PriorityFilter, model.PolicyDrop,

@@ -74,8 +74,13 @@ func TestShapes(t *testing.T) {
 				ls := leaves(prog)
 				st.log(t, fmt.Sprintf("%s %s (%d flat rules, cut %s, longest leaf %d)", sh.name, fam, len(prog.Rules), prog.Cut, ls.max))
 				decided := st.eval[eval.Accept] + st.eval[eval.Drop]
-				if st.gap*50 > decided {
-					t.Errorf("%s %s: Classify gives Linux %d of the %d packets the evaluator decides", sh.name, fam, st.gap, decided)
+				// Not counted: packets whose address a local route covers, which the data plane
+				// hands Linux before any rule when a rule tests the address type (Docker's, the
+				// CNI portmap's and kube-proxy's `-m addrtype --dst-type LOCAL`, here in nat
+				// chains). The generator makes a tenth of its addresses such; a routed packet to
+				// one is Linux's at the router already.
+				if gap := st.gap - st.gapWhy["fib type local: the address may be local"]; gap*50 > decided {
+					t.Errorf("%s %s: Classify gives Linux %d of the %d packets the evaluator decides", sh.name, fam, gap, decided)
 				}
 			}
 		})

@@ -410,8 +410,46 @@ func (g *gen) matches(table, hook string) string {
 		m = append(m, "-m limit --limit 1000/second --limit-burst 1000") // not modelled, stateful
 	case 7:
 		m = append(m, "-m length --length 0:1000") // not modelled
+	case 9:
+		m = append(m, g.addrtype(hook, true))
 	}
 	return strings.Join(m, " ")
+}
+
+// addrtype is a random `-m addrtype` match valid in chain hook (as matches takes it); with
+// unmodelled, also the forms the model leaves Unknown (other types, several types, an IPv6
+// interface limit).
+func (g *gen) addrtype(hook string, unmodelled bool) string {
+	r := g.r
+	types := []string{"LOCAL", "LOCAL", "LOCAL", "MULTICAST"}
+	if unmodelled {
+		if g.v6 {
+			types = append(types, "UNICAST", "LOCAL,UNICAST", "ANYCAST")
+		} else {
+			types = append(types, "UNICAST", "BROADCAST", "LOCAL,MULTICAST")
+		}
+	}
+	side := func(flag string) string { return g.not() + flag + " " + pick(r, types) }
+	var m string
+	switch r.IntN(4) {
+	case 0:
+		m = side("--src-type")
+	case 1:
+		m = side("--src-type") + " " + side("--dst-type")
+	default:
+		m = side("--dst-type")
+	}
+	if (!g.v6 || unmodelled) && r.IntN(3) == 0 {
+		switch hook {
+		case "pre":
+			m += " --limit-iface-in"
+		case "fwd":
+			m += pick(r, []string{" --limit-iface-in", " --limit-iface-out"})
+		case "post":
+			m += " --limit-iface-out"
+		}
+	}
+	return "-m addrtype " + m
 }
 
 // iptables returns a random iptables-save ruleset.
@@ -1149,11 +1187,12 @@ func near(r *rand.Rand, a netip.Addr) netip.Addr {
 }
 
 // TestDifferentialFib is TestDifferential with `fib saddr|daddr type [!=] local` in every rule of
-// a forward and a prerouting chain, so that every packet meets them; some destinations are
-// covered by a local route and forwarded all the same (localForwarded: the evaluator's "maybe",
-// where the kernel's answer is local for IPv4).
+// a forward and a prerouting chain, so that every packet meets them, and iptables' `-m addrtype`
+// (LOCAL and MULTICAST, inverted or not, with an interface limit) in iptables' mangle PREROUTING
+// and filter FORWARD; some destinations are covered by a local route and forwarded all the same
+// (localForwarded: the evaluator's "maybe", where the kernel's answer is local for IPv4).
 func TestDifferentialFib(t *testing.T) {
-	filtertest.Require(t, "nft", "sysctl")
+	filtertest.Require(t, "nft", "iptables-restore", "ip6tables-restore", "sysctl")
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("LFP_FILTER_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -1167,7 +1206,7 @@ func TestDifferentialFib(t *testing.T) {
 	tp := newTopoNamed(t, "fib-diff", "eth0", "vethin1", "eth1", "vethout2")
 	local := tp.localRoutes(t, localForwarded)
 	counts := map[eval.Verdict]int{}
-	mismatches, byFib := 0, 0
+	mismatches, byFib, byXT := 0, 0, 0
 	for rs := 0; rs < 20; rs++ {
 		var b strings.Builder
 		b.WriteString("table inet lfpdiff {\n")
@@ -1190,6 +1229,28 @@ func TestDifferentialFib(t *testing.T) {
 		if err := filtertest.NFT(tp.rtr, "table inet lfpdiff\ndelete table inet lfpdiff\n"+native); err != nil {
 			t.Fatalf("ruleset %d: %v\n%s", rs, err, native)
 		}
+		// iptables' `-m addrtype` beside them, in mangle PREROUTING and filter FORWARD.
+		xt := map[bool]string{}
+		for _, v6 := range []bool{false, true} {
+			g := &gen{r: r, v6: v6}
+			var b strings.Builder
+			for _, c := range []struct{ table, chain, hook string }{{"mangle", "PREROUTING", "pre"}, {"filter", "FORWARD", "fwd"}} {
+				fmt.Fprintf(&b, "*%s\n:%s ACCEPT [0:0]\n", c.table, c.chain)
+				for range r.IntN(3) {
+					m := g.addrtype(c.hook, false)
+					if r.IntN(3) == 0 {
+						m = pick(r, []string{"-s " + prefix(r, g.srcs()), "-d " + prefix(r, g.dsts()), "-p udp"}) + " " + m
+					}
+					fmt.Fprintf(&b, "-A %s %s -j %s\n", c.chain, m, pick(r, []string{"DROP", "DROP", "ACCEPT"}))
+				}
+				b.WriteString("COMMIT\n")
+			}
+			xt[v6] = b.String()
+			if err := filtertest.IPTablesRestore(tp.rtr, v6, xt[v6]); err != nil {
+				t.Fatalf("ruleset %d: %v\n%s", rs, err, xt[v6])
+			}
+		}
+		native += "--- iptables:\n" + xt[false] + "--- ip6tables:\n" + xt[true]
 		snap, err := filtertest.Read(tp.rtr)
 		if err != nil {
 			t.Fatal(err)
@@ -1205,6 +1266,9 @@ func TestDifferentialFib(t *testing.T) {
 			}
 			if res.Verdict == eval.Drop && res.Rule != nil && slices.ContainsFunc(res.Rule.Matches, func(m model.Match) bool { _, ok := m.(model.FibLocal); return ok }) {
 				byFib++
+				if res.Chain.IPTables {
+					byXT++
+				}
 			}
 		}
 		c, bad := tp.exchange(t, snap, pkts, func(p eval.Packet, res eval.Result, arrived bool) {
@@ -1216,8 +1280,9 @@ func TestDifferentialFib(t *testing.T) {
 			counts[v] += n
 		}
 	}
-	t.Logf("accept %d, drop %d (%d by a rule with a fib match), linux %d; %d mismatches", counts[eval.Accept], counts[eval.Drop], byFib, counts[eval.Linux], mismatches)
-	if counts[eval.Accept] == 0 || byFib == 0 || counts[eval.Linux] == 0 {
-		t.Errorf("every outcome must be exercised: accept %d, drop by a fib rule %d, linux %d", counts[eval.Accept], byFib, counts[eval.Linux])
+	t.Logf("accept %d, drop %d (%d by a rule with a fib or addrtype LOCAL match, %d of them addrtype), linux %d; %d mismatches",
+		counts[eval.Accept], counts[eval.Drop], byFib, byXT, counts[eval.Linux], mismatches)
+	if counts[eval.Accept] == 0 || byFib == byXT || byXT == 0 || counts[eval.Linux] == 0 {
+		t.Errorf("every outcome must be exercised: accept %d, drop by a fib rule %d, by an addrtype rule %d, linux %d", counts[eval.Accept], byFib-byXT, byXT, counts[eval.Linux])
 	}
 }

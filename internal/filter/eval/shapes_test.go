@@ -71,7 +71,7 @@ var shapes = []shape{
 		name: "docker",
 		devs: [4]string{"eth0", "docker0", "ens5", "br-5f3a9e1c2b7d"},
 		rules: []shapeRule{
-			{model.IPv4, "ip nat PREROUTING", 0, "unknown(xt match addrtype rev 1) => jump DOCKER"},
+			{model.IPv4, "ip nat PREROUTING", 0, "-m addrtype --dst-type LOCAL => jump DOCKER"},
 			{model.IPv4, "ip nat POSTROUTING", 1, "! -o docker0 -s 198.18.1.0/24 => linux (MASQUERADE translates the packet)"},
 			{model.IPv4, "ip nat DOCKER", 2, "=> linux (DNAT translates the packet)"},
 			{model.IPv4, "ip filter FORWARD", 2, "-o br-5f3a9e1c2b7d -m conntrack --ctstate RELATED,ESTABLISHED => accept"},
@@ -102,7 +102,7 @@ var shapes = []shape{
 			{"pod with firewall rules to the outside: masqueraded", udp("198.18.1.20", "198.19.0.5", "cni0", 1000, 53), eval.Linux},
 			{"address without CNI rules passes", udp("198.18.1.21", "198.19.0.5", "cni0", 1000, 53), eval.Accept},
 			{"to a pod: conntrack rule", tcp("198.18.0.10", "198.19.128.5", "eth0", 1000, 80), eval.Linux},
-			{"to a host port: DNAT", tcp("198.18.0.10", "198.19.128.6", "eth0", 1000, 8080), eval.Linux},
+			{"to a host port of a forwarded address: the portmap DNAT is for local addresses", tcp("198.18.0.10", "198.19.128.6", "eth0", 1000, 8080), eval.Accept},
 			{"ipv6 address without CNI rules passes", udp("2001:2:0:1::21", "2001:2:0:f100::5", "cni0", 1000, 53), eval.Accept},
 		},
 	},
@@ -148,7 +148,7 @@ var shapes = []shape{
 			{model.IPv4, "ip nat KUBE-SEP-2ZRA5UJD2DOJBYCP", 1, "-p udp => linux (DNAT translates the packet)"},
 			{model.IPv4, "ip nat KUBE-MARK-MASQ", 0, "=> linux (target MARK)"},
 			{model.IPv4, "ip nat KUBE-POSTROUTING", 0, "-m mark ! --mark 0x4000/0x4000 => return"},
-			{model.IPv6, "ip6 nat KUBE-SERVICES", 1, "unknown(xt match addrtype rev 1) => jump KUBE-NODEPORTS"},
+			{model.IPv6, "ip6 nat KUBE-SERVICES", 1, "-m addrtype --dst-type LOCAL => jump KUBE-NODEPORTS"},
 		},
 		pkts: []shapePacket{
 			{"pod to remote pod: the INVALID rule needs conntrack", udp("198.18.1.20", "198.19.128.5", "cni0", 1000, 53), eval.Linux},

@@ -335,9 +335,13 @@ type CtState struct {
 // ::/127, v4-mapped), is not local. For an address they do cover the answer also depends on
 // which routes the lookup meets first (the local and main tables share one trie until a policy
 // rule is first added, and that history is not visible), so the match is "maybe" there.
+// iptables' `-m addrtype --src-type|--dst-type LOCAL` is the same match (package nft, xtAddrtype,
+// says why).
 type FibLocal struct {
 	Dir    Dir
 	Invert bool
+	// XT is the iptables form it was read from, for String; empty for nft's fib.
+	XT string
 }
 
 // Unknown is a condition the model does not evaluate: the packet may or may not match.
@@ -479,6 +483,9 @@ func (m CtState) String() string {
 }
 
 func (m FibLocal) String() string {
+	if m.XT != "" {
+		return m.XT
+	}
 	op := ""
 	if m.Invert {
 		op = "!= "

@@ -125,6 +125,11 @@ const matrix4 = `*filter
 -A FORWARD -m conntrack --ctstate DNAT -j ACCEPT
 -A FORWARD -m conntrack --ctstate NEW --ctorigdstport 80 -j ACCEPT
 -A FORWARD -m state --state UNTRACKED,INVALID -j DROP
+-A FORWARD -m addrtype --dst-type LOCAL -j DROP
+-A FORWARD -m addrtype ! --src-type LOCAL --limit-iface-in -j DROP
+-A FORWARD -m addrtype --src-type MULTICAST ! --dst-type LOCAL -j DROP
+-A FORWARD -m addrtype --dst-type BROADCAST -j DROP
+-A FORWARD -m addrtype --dst-type LOCAL,UNICAST -j DROP
 -A FORWARD
 -A USER -j RETURN
 COMMIT
@@ -178,7 +183,12 @@ var want4 = []string{
 	"43: unknown(xt match conntrack --ctstate SNAT/DNAT) => accept",
 	"44: -m conntrack --ctstate NEW unknown(xt match conntrack (flags 0x200 besides --ctstate)) => accept",
 	"45: -m conntrack --ctstate INVALID,UNTRACKED => drop",
-	"46: => continue",
+	"46: -m addrtype --dst-type LOCAL => drop",
+	"47: -m addrtype ! --src-type LOCAL --limit-iface => drop",
+	"48: -s 224.0.0.0/4 -m addrtype ! --dst-type LOCAL => drop",
+	"49: unknown(xt match addrtype rev 1: --dst-type mask 0x8) => drop",
+	"50: unknown(xt match addrtype rev 1: --dst-type mask 0x6) => drop",
+	"51: => continue",
 	"chain ip filter USER",
 	"0: => return",
 }
@@ -197,6 +207,8 @@ const matrix6 = `*filter
 -A FORWARD -m statistic --mode random --probability 0.5 -j DROP
 -A FORWARD -m addrtype --dst-type LOCAL -j DROP
 -A FORWARD -p tcp -m tcp --dport 80 ! --sport 5 -j DROP
+-A FORWARD -m addrtype --dst-type LOCAL --limit-iface-in -j DROP
+-A FORWARD -m addrtype ! --src-type MULTICAST -j DROP
 COMMIT
 *nat
 :PREROUTING ACCEPT [0:0]
@@ -232,8 +244,10 @@ var want6 = []string{
 	"7: -i abcdefghijklmno => accept",
 	"8: -i abcdefghijklmn+ => accept",
 	"9: unknown(xt match statistic --mode random) => drop",
-	"10: unknown(xt match addrtype rev 1) => drop",
+	"10: -m addrtype --dst-type LOCAL => drop",
 	"11: -p tcp ! --sport 5 --dport 80 => drop",
+	"12: unknown(xt match addrtype rev 1: --dst-type mask 0x4 --limit-iface) => drop",
+	"13: ! -s ff00::/8 => drop",
 	"chain ip6 mangle FORWARD (forward -150 filter policy accept)",
 	"0: -p tcp unknown(transport header bytes 13-13 & 0x06 == 0x02) => linux (target TCPMSS)",
 	"chain ip6 mangle POSTROUTING (postrouting -150 filter policy accept)",

@@ -270,6 +270,63 @@ func ctInfo(rev int, flags, inv, state uint16) []byte {
 	return b
 }
 
+// The addrtype forms iptables cannot write (rev 0, odd inversions, an inet table) and the
+// family-dependent ones; live_test.go loads those it can.
+func TestXTAddrtype(t *testing.T) {
+	v0 := func(src, dst uint16, invSrc, invDst uint32) []byte {
+		b := make([]byte, 12)
+		binary.NativeEndian.PutUint16(b, src)
+		binary.NativeEndian.PutUint16(b[2:], dst)
+		binary.NativeEndian.PutUint32(b[4:], invSrc)
+		binary.NativeEndian.PutUint32(b[8:], invDst)
+		return b
+	}
+	v1 := func(src, dst uint16, flags uint32) []byte {
+		b := make([]byte, 8)
+		binary.NativeEndian.PutUint16(b, src)
+		binary.NativeEndian.PutUint16(b[2:], dst)
+		binary.NativeEndian.PutUint32(b[4:], flags)
+		return b
+	}
+	const local, multicast, unicast = 1 << 2, 1 << 5, 1 << 1
+	cases := []struct {
+		name   string
+		family model.Family
+		table  uint8
+		rev    uint32
+		info   []byte
+		want   string
+	}{
+		{"rev 0 both sides", model.IPv4, unix.NFPROTO_IPV4, 0, v0(local, local, 1, 0), "-m addrtype ! --src-type LOCAL -m addrtype --dst-type LOCAL"},
+		{"rev 0 inversion 2: always true", model.IPv4, unix.NFPROTO_IPV4, 0, v0(0, local, 0, 2), "unknown(xt match addrtype rev 0: invert 0/2)"},
+		{"rev 0 short", model.IPv4, unix.NFPROTO_IPV4, 0, v0(0, local, 0, 0)[:8], "unknown(xt match addrtype rev 0: layout)"},
+		{"rev 0 in ip6", model.IPv6, unix.NFPROTO_IPV6, 0, v0(0, local, 0, 0), "unknown(xt match addrtype rev 0: layout)"},
+		{"rev 1 local", model.IPv6, unix.NFPROTO_IPV6, 1, v1(0, local, 0), "-m addrtype --dst-type LOCAL"},
+		{"rev 1 ipv4 limit-iface-out", model.IPv4, unix.NFPROTO_IPV4, 1, v1(0, local, 2|8), "-m addrtype ! --dst-type LOCAL --limit-iface"},
+		{"rev 1 ipv6 limit-iface-out", model.IPv6, unix.NFPROTO_IPV6, 1, v1(local, 0, 8), "unknown(xt match addrtype rev 1: --src-type mask 0x4 --limit-iface)"},
+		{"rev 1 multicast ipv4", model.IPv4, unix.NFPROTO_IPV4, 1, v1(multicast, 0, 1|4), "! -s 224.0.0.0/4"},
+		{"rev 1 multicast ipv6", model.IPv6, unix.NFPROTO_IPV6, 1, v1(0, multicast, 0), "-d ff00::/8"},
+		{"rev 1 unicast and local", model.IPv4, unix.NFPROTO_IPV4, 1, v1(unicast, local, 0), "unknown(xt match addrtype rev 1: --src-type mask 0x2) -m addrtype --dst-type LOCAL"},
+		{"rev 1 unknown flag", model.IPv4, unix.NFPROTO_IPV4, 1, v1(0, local, 0x10), "unknown(xt match addrtype rev 1: flags 0x10)"},
+		{"rev 1 in an inet table", model.IPv6, unix.NFPROTO_INET, 1, v1(0, local, 0), "unknown(xt match addrtype rev 1: not in an ip or ip6 table)"},
+		{"rev 1 no type", model.IPv4, unix.NFPROTO_IPV4, 1, v1(0, 0, 0), ""},
+		{"rev 2", model.IPv4, unix.NFPROTO_IPV4, 2, v1(0, local, 0), "unknown(xt match addrtype rev 2: layout)"},
+	}
+	for _, c := range cases {
+		tr := &translator{family: c.family, tableFamily: c.table}
+		var parts []string
+		for _, m := range tr.xtMatch("addrtype", c.rev, c.info) {
+			if u, ok := m.(model.Unknown); ok && u.SideEffect {
+				t.Errorf("%s: %s has side effects", c.name, u)
+			}
+			parts = append(parts, m.String())
+		}
+		if got := strings.Join(parts, " "); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
+
 // A lookup of a concatenation becomes one rule per element up to maxConcatElems elements; a
 // larger set's lookups are Unknown, saying so.
 func TestConcatLookupCap(t *testing.T) {

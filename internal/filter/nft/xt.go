@@ -3,6 +3,9 @@ package nft
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/filter/model"
 )
@@ -95,6 +98,8 @@ func (t *translator) xtMatch(name string, rev uint32, info []byte) []model.Match
 		}
 		mask := binary.NativeEndian.Uint32(info)
 		return []model.Match{model.CtState{States: uint8(mask) & model.CtStates}}
+	case "addrtype":
+		return t.xtAddrtype(rev, info)
 	case "statistic":
 		// struct xt_statistic { u16 mode; ... }: mode 0 (random) draws a number per packet and
 		// keeps no state; nth counts packets.
@@ -259,6 +264,107 @@ func (t *translator) xtSet(rev uint32, info []byte) (model.Set, string) {
 		}
 	}
 	return m, ""
+}
+
+// xt_addrtype's type bits (1 << RTN_*) and rev 1 flags.
+const (
+	xtAddrtypeLocal     = 1 << 2
+	xtAddrtypeMulticast = 1 << 5
+
+	xtAddrtypeInvSrc   = 1 << 0
+	xtAddrtypeInvDst   = 1 << 1
+	xtAddrtypeIfaceIn  = 1 << 2
+	xtAddrtypeIfaceOut = 1 << 3
+)
+
+// xtAddrtype decodes struct xt_addrtype_info (rev 0, IPv4 only) and xt_addrtype_info_v1 (rev 1):
+//
+//	u16 source; u16 dest;  (rev 0:) u32 invert_source; u32 invert_dest;  (rev 1:) u32 flags;
+//
+// source and dest are masks of route types (1 << RTN_*), 0 for no test; the address matches
+// when its type is in the mask (xt_addrtype.c). Each side becomes a match of its own, source
+// first, as the kernel tests them (a conjunction without side effects). Two masks are modelled:
+//
+//   - LOCAL alone is model.FibLocal. IPv4 asks inet_dev_addr_type(), which is what nft's `fib
+//     daddr type` asks; with --limit-iface-in/out the answer is local only when the local route's
+//     device is that interface, which is still false wherever no local route covers the address,
+//     and FibLocal decides nothing else. IPv6 without an interface asks a route lookup of the
+//     address alone and finds it local when the route is RTF_LOCAL, a local route the router's
+//     maps hold (nft's lookup also carries the source; that changes which route is found, never
+//     that an uncovered address is not local). IPv6 with --limit-iface-in/out is not a route
+//     question: it asks whether the address is configured on the interface (ipv6_chk_addr), which
+//     holds for a nodad address before addrconf has installed its local route: Unknown.
+//   - MULTICAST alone is the multicast prefix: inet_dev_addr_type() answers RTN_MULTICAST for
+//     224.0.0.0/4 before any lookup and never otherwise; IPv6 tests ipv6_addr_type() and skips
+//     the lookup when the mask holds no LOCAL, ANYCAST or UNREACHABLE bit. The interface does not
+//     enter either.
+//
+// Other types are Unknown: IPv4 UNICAST, BROADCAST, BLACKHOLE ... are the route type the lookup
+// finds in the local table (which shares its trie with main until a policy rule is added),
+// which the maps do not hold; IPv6 UNICAST is three excluded prefixes, a disjunction when
+// inverted; and a mask of several types is a disjunction in IPv4 and a conjunction of the
+// class and the lookup in IPv6.
+func (t *translator) xtAddrtype(rev uint32, info []byte) []model.Match {
+	unknown := func(why string) []model.Match {
+		return []model.Match{model.Unknown{What: fmt.Sprintf("xt match addrtype rev %d: %s", rev, why)}}
+	}
+	var src, dst uint16
+	var invSrc, invDst, iface bool
+	switch {
+	case rev == 0 && len(info) >= 12 && t.family == model.IPv4:
+		is, id := binary.NativeEndian.Uint32(info[4:]), binary.NativeEndian.Uint32(info[8:])
+		if is > 1 || id > 1 {
+			// The kernel XORs the u32 into a bool: 2 and above make the side always true.
+			return unknown(fmt.Sprintf("invert %d/%d", is, id))
+		}
+		invSrc, invDst = is == 1, id == 1
+	case rev == 1 && len(info) >= 8:
+		flags := binary.NativeEndian.Uint32(info[4:])
+		if flags&^(xtAddrtypeInvSrc|xtAddrtypeInvDst|xtAddrtypeIfaceIn|xtAddrtypeIfaceOut) != 0 {
+			return unknown(fmt.Sprintf("flags %#x", flags))
+		}
+		invSrc, invDst = flags&xtAddrtypeInvSrc != 0, flags&xtAddrtypeInvDst != 0
+		iface = flags&(xtAddrtypeIfaceIn|xtAddrtypeIfaceOut) != 0
+	default:
+		return unknown("layout")
+	}
+	// Only ip and ip6 tables: in an inet table the kernel takes every packet's header as IPv4.
+	if t.tableFamily != unix.NFPROTO_IPV4 && t.tableFamily != unix.NFPROTO_IPV6 {
+		return unknown("not in an ip or ip6 table")
+	}
+	src, dst = binary.NativeEndian.Uint16(info), binary.NativeEndian.Uint16(info[2:])
+	var ms []model.Match
+	for _, side := range []struct {
+		dir  model.Dir
+		mask uint16
+		inv  bool
+		flag string
+	}{{model.Src, src, invSrc, "--src-type"}, {model.Dst, dst, invDst, "--dst-type"}} {
+		if side.mask == 0 {
+			continue
+		}
+		switch {
+		case side.mask == xtAddrtypeLocal && (!iface || t.family == model.IPv4):
+			xt := "-m addrtype " + map[bool]string{true: "! ", false: ""}[side.inv] + side.flag + " LOCAL"
+			if iface {
+				xt += " --limit-iface"
+			}
+			ms = append(ms, model.FibLocal{Dir: side.dir, Invert: side.inv, XT: xt})
+		case side.mask == xtAddrtypeMulticast:
+			p := netip.MustParsePrefix("224.0.0.0/4")
+			if t.family == model.IPv6 {
+				p = netip.MustParsePrefix("ff00::/8")
+			}
+			ms = append(ms, model.Addr{Dir: side.dir, Prefix: p, Invert: side.inv})
+		default:
+			what := fmt.Sprintf("xt match addrtype rev %d: %s mask %#x", rev, side.flag, side.mask)
+			if iface {
+				what += " --limit-iface"
+			}
+			ms = append(ms, model.Unknown{What: what})
+		}
+	}
+	return ms // none: no type given, true for every packet (iptables refuses it)
 }
 
 // natTargets translate addresses or ports.
