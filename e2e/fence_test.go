@@ -190,7 +190,7 @@ iptables -A FORWARD -m set --match-set lfpused dst -j DROP`)
 		cmd              string
 		ipv4, ipv6, link uint64
 	}{
-		{"ip route replace 198.19.200.1/32 via 198.18.1.2", 0, 0, 0},
+		{"ip route replace 198.19.200.0/24 via 198.18.1.2", 0, 0, 0},
 		{"ip route add 198.19.201.0/24 via 198.18.1.2", 0, 0, 0},
 		{"ip route add blackhole 198.19.202.0/24", 0, 0, 0},
 		{"ip route del 198.19.201.0/24", 0, 0, 0},
@@ -202,6 +202,11 @@ iptables -A FORWARD -m set --match-set lfpused dst -j DROP`)
 		{"ip route add 198.19.203.0/24 via 198.18.1.2 mtu 1400", 1, 0, 0},
 		{"ip route add local 198.19.204.1 dev out0", 1, 0, 0},
 		{"ip route add 198.19.205.0/24 nexthop via 198.18.1.2 nexthop via 198.18.0.2", 1, 0, 0},
+		// Longer than a FIB cache block, with a source prefix, or expiring (lib/fibcache.h).
+		{"ip route replace 198.19.200.1/32 via 198.18.1.2", 1, 0, 0},
+		{"ip -6 route add 2001:2:0:97::1/128 via 2001:2:0:1::2", 0, 1, 0},
+		{"ip -6 route add 2001:2:0:96::/64 from 2001:2::/64 via 2001:2:0:1::2", 0, 1, 0},
+		{"ip -6 route add 2001:2:0:95::/64 via 2001:2:0:1::2 expires 300", 0, 1, 0},
 		// An IPv6 route added without NLM_F_EXCL may join another as a multipath sibling.
 		{"ip -6 route append 2001:2:0:98::/64 via 2001:2:0:1::3", 0, 1, 0},
 		{"ipset add lfpused 198.19.9.1", 1, 1, 0},

@@ -106,7 +106,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&format, "log-format", "text", "text or json")
 	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "the most netfilter rules (flattened) the filter module takes: its maps start at 16,384 and follow the ruleset up to this (each 1,000 about 1.2 MB); a larger ruleset sends its family's forwarded packets to Linux")
-	f.BoolVar(&fibCache, "fib-cache", false, "keep the kernel's routing answer per destination until Linux's routing state changes, instead of asking per packet (exact; off by default: on the VMs measured it was no faster, see docs/benchmarks.md)")
+	f.BoolVar(&fibCache, "fib-cache", true, "keep the kernel's routing answer per /24 (IPv4) or /64 (IPv6) block of destinations until Linux's routing state changes, instead of asking per packet (exact; status says where it is off and why; --fib-cache=false asks the kernel for every packet)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz and /readyz on this TCP address, e.g. 127.0.0.1:9650 (default: off; unauthenticated and read-only: bind it to localhost or a trusted network)")
 	return cmd
 }
