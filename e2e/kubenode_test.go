@@ -45,9 +45,20 @@ import (
 // XDP on in0 and out0; without it, tc. IPv6 is off in every namespace: these tests are about IPv4
 // services, and IPv6's own neighbour and router discovery would be noise in the counters.
 //
+// newKubeNodeDualStack builds the node dual-stack instead (IPv6 on, beside the same IPv4):
+//
+//	client eth0 2001:2::2/64 <-> in0 2001:2::1/64 [node] out0 2001:2:0:1::1/64 <-> eth0 2001:2:0:1::2/64 [node2]
+//	                              cni0 2001:2:0:101::1/64                       lo 2001:2:0:102::k/128
+//	            pod k eth0 2001:2:0:101::k (k = 2 ..)
+//
+// with IPv6 forwarding on in the node, routes as for IPv4, and no duplicate address detection or
+// router solicitations. Its IPv6 neighbours stay REACHABLE for an hour, so that fewer neighbour
+// probes (ICMPv6, which enter the node as packets for Linux: see kubeCounters.linux) cross the
+// tests.
+//
 // Every backend (a pod, or an address of node2) runs an identity server: it answers each TCP
 // message and UDP datagram with its own address, the peer address it saw (after the node's NAT)
-// and the message itself.
+// and the message itself (on a dual-stack node, on its IPv6 address too).
 
 var (
 	kubeClientIP   = netip.MustParseAddr("198.18.0.2")
@@ -70,12 +81,40 @@ func kubeServiceIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 1
 // kubeRemoteIP is node2's k-th remote endpoint address (198.19.2.k+1).
 func kubeRemoteIP(k int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 2, byte(k + 1)}) }
 
+// The dual-stack node's IPv6 addresses (newKubeNodeDualStack).
+var (
+	kubeClientIP6   = netip.MustParseAddr("2001:2::2")
+	kubeNodeInIP6   = netip.MustParseAddr("2001:2::1")
+	kubeNodeOutIP6  = netip.MustParseAddr("2001:2:0:1::1")
+	kubeNode2IP6    = netip.MustParseAddr("2001:2:0:1::2")
+	kubeGatewayIP6  = netip.MustParseAddr("2001:2:0:101::1")
+	kubeClusterNet6 = netip.MustParsePrefix("2001:2:0:100::/56")
+	kubeServiceNet6 = netip.MustParsePrefix("2001:2:0:80::/112")
+)
+
+// kubeIP6 is the address of prefix whose last 16 bits are n.
+func kubeIP6(prefix string, n int) netip.Addr {
+	b := netip.MustParseAddr(prefix).As16()
+	b[14], b[15] = byte(n>>8), byte(n)
+	return netip.AddrFrom16(b)
+}
+
+// kubeServiceIP6 is the i-th IPv6 cluster IP (in kubeServiceNet6); kubeRemoteIP6 node2's k-th
+// IPv6 remote endpoint (2001:2:0:102::k+1); kubePodIP6 the IPv6 address of the pod at ip (the
+// same host number in cni0's 2001:2:0:101::/64).
+func kubeServiceIP6(i int) netip.Addr     { return kubeIP6("2001:2:0:80::", i) }
+func kubeRemoteIP6(k int) netip.Addr      { return kubeIP6("2001:2:0:102::", k+1) }
+func kubePodIP6(ip netip.Addr) netip.Addr { return kubeIP6("2001:2:0:101::", int(ip.As4()[3])) }
+
 type kubeNode struct {
 	Client, Node, Node2 *nsutil.NS
 	Pods                []*kubePod
 	Remotes             []netip.Addr
-	hook                string
-	prefix              string // of the namespaces' names
+	// Remotes6: the remote endpoints' IPv6 addresses, in the order of Remotes (dual-stack).
+	Remotes6 []netip.Addr
+	hook     string
+	prefix   string // of the namespaces' names
+	dual     bool   // newKubeNodeDualStack
 
 	mu     sync.Mutex
 	kube   testbed.KubeProxy // what the last sync loaded
@@ -86,6 +125,7 @@ type kubeNode struct {
 type kubePod struct {
 	NS       *nsutil.NS
 	IP       netip.Addr
+	IP6      netip.Addr // on a dual-stack node
 	HostVeth string
 }
 
@@ -99,8 +139,41 @@ func newKubeNode(t *testing.T, hook string, pods, remotes int) *kubeNode {
 // newKubeNodeNamed is newKubeNode with the namespaces' names starting with prefix.
 func newKubeNodeNamed(t *testing.T, prefix, hook string, pods, remotes int) *kubeNode {
 	t.Helper()
+	return buildKubeNode(t, &kubeNode{hook: hook, prefix: prefix}, pods, remotes)
+}
+
+// newKubeNodeDualStack is newKubeNodeNamed with the node dual-stack (see above).
+func newKubeNodeDualStack(t *testing.T, prefix, hook string, pods, remotes int) *kubeNode {
+	t.Helper()
+	return buildKubeNode(t, &kubeNode{hook: hook, prefix: prefix, dual: true}, pods, remotes)
+}
+
+// noNUD6 is the script that keeps the IPv6 neighbours of devs reachable for an hour (see the
+// dual-stack topology above).
+func noNUD6(devs ...string) string {
+	var b strings.Builder
+	for _, d := range devs {
+		fmt.Fprintf(&b, "\nsysctl -qw net.ipv6.neigh.%s.base_reachable_time_ms=3600000", d)
+	}
+	return b.String()
+}
+
+// ipv6Sysctls is what a namespace of the topology gets first: IPv6 off, or on a dual-stack node
+// without duplicate address detection and router solicitations.
+func (k *kubeNode) ipv6Sysctls() string {
+	if !k.dual {
+		return "sysctl -qw net.ipv6.conf.all.disable_ipv6=1\nsysctl -qw net.ipv6.conf.default.disable_ipv6=1"
+	}
+	return `sysctl -qw net.ipv6.conf.all.accept_dad=0
+sysctl -qw net.ipv6.conf.default.accept_dad=0
+sysctl -qw net.ipv6.conf.all.router_solicitations=0
+sysctl -qw net.ipv6.conf.default.router_solicitations=0`
+}
+
+func buildKubeNode(t *testing.T, k *kubeNode, pods, remotes int) *kubeNode {
+	t.Helper()
 	requireTool(t, "iptables-restore")
-	k := &kubeNode{hook: hook, prefix: prefix}
+	prefix, hook := k.prefix, k.hook
 	t.Cleanup(func() {
 		var errs []error
 		for _, p := range k.Pods {
@@ -123,7 +196,7 @@ func newKubeNodeNamed(t *testing.T, prefix, hook string, pods, remotes int) *kub
 		if *x.ns, err = nsutil.New(prefix + x.name); err != nil {
 			t.Fatal(err)
 		}
-		sh(t, *x.ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1\nsysctl -qw net.ipv6.conf.default.disable_ipv6=1")
+		sh(t, *x.ns, k.ipv6Sysctls())
 	}
 	sh(t, k.Client, "ip link add eth0 type veth peer name in0 netns "+k.Node.Name)
 	sh(t, k.Node2, "ip link add eth0 type veth peer name out0 netns "+k.Node.Name)
@@ -154,6 +227,22 @@ ethtool -K eth0 gro on`
 		script += fmt.Sprintf("\nip addr add %s/32 dev lo", kubeRemoteIP(i+1))
 	}
 	sh(t, k.Node2, script)
+	if k.dual {
+		sh(t, k.Node, `sysctl -qw net.ipv6.conf.all.forwarding=1
+sysctl -qw net.bridge.bridge-nf-call-ip6tables=1
+ip -6 addr add 2001:2::1/64 dev in0 nodad
+ip -6 addr add 2001:2:0:1::1/64 dev out0 nodad
+ip -6 route add 2001:2:0:102::/64 via 2001:2:0:1::2`+noNUD6("in0", "out0"))
+		sh(t, k.Client, `ip -6 addr add 2001:2::2/64 dev eth0 nodad
+ip -6 route add default via 2001:2::1`+noNUD6("eth0"))
+		script := `ip -6 addr add 2001:2:0:1::2/64 dev eth0 nodad
+ip -6 route add 2001:2:0:101::/64 via 2001:2:0:1::1` + noNUD6("eth0")
+		for i := range remotes {
+			k.Remotes6 = append(k.Remotes6, kubeRemoteIP6(i+1))
+			script += fmt.Sprintf("\nip -6 addr add %s/128 dev lo", kubeRemoteIP6(i+1))
+		}
+		sh(t, k.Node2, script)
+	}
 	if hook == "xdp" {
 		sh(t, k.Client, "ethtool -K eth0 tx off")
 		sh(t, k.Node2, "ethtool -K eth0 tx off")
@@ -176,6 +265,22 @@ ethtool -K eth0 gro on`
 	for _, a := range k.Remotes {
 		serveIdentity(t, k.Node2, a)
 	}
+	if k.dual {
+		pings = []string{"ping -c 1 -W 2 2001:2::2", "ping -c 1 -W 2 2001:2:0:1::2"}
+		for _, p := range k.Pods {
+			pings = append(pings, "ping -c 1 -W 2 "+p.IP6.String())
+		}
+		sh(t, k.Node, strings.Join(pings, "\n"))
+		sh(t, k.Client, "ping -c 1 -W 2 2001:2::1")
+		sh(t, k.Node2, "ping -c 1 -W 2 2001:2:0:1::1")
+		for _, p := range k.Pods {
+			sh(t, p.NS, "ping -c 1 -W 2 2001:2:0:101::1")
+			serveIdentity(t, p.NS, p.IP6)
+		}
+		for _, a := range k.Remotes6 {
+			serveIdentity(t, k.Node2, a)
+		}
+	}
 	return k
 }
 
@@ -189,7 +294,7 @@ func (k *kubeNode) addPod(t *testing.T) *kubePod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh(t, ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1\nsysctl -qw net.ipv6.conf.default.disable_ipv6=1")
+	sh(t, ns, k.ipv6Sysctls())
 	var b [4]byte
 	rand.Read(b[:])
 	p := &kubePod{NS: ns, IP: netip.AddrFrom4([4]byte{198, 19, 1, byte(n)}), HostVeth: "veth" + hex.EncodeToString(b[:])}
@@ -213,6 +318,14 @@ ip route add default via 198.19.1.1 dev eth0`, p.IP))
 		}
 		sh(t, k.Node, "ip addr add 198.19.1.1/24 dev cni0\nip link set cni0 address "+strings.TrimSpace(mac))
 	}
+	if k.dual {
+		p.IP6 = kubePodIP6(p.IP)
+		if len(k.Pods) == 1 {
+			sh(t, k.Node, "ip -6 addr add 2001:2:0:101::1/64 dev cni0 nodad"+noNUD6("cni0"))
+		}
+		sh(t, ns, fmt.Sprintf(`ip -6 addr add %s/64 dev eth0 nodad
+ip -6 route add default via 2001:2:0:101::1 dev eth0`, p.IP6)+noNUD6("eth0"))
+	}
 	eventually(t, 3*time.Second, "bridge port "+p.HostVeth+" up", func() error {
 		out, err := k.Node.Run("cat", "/sys/class/net/"+p.HostVeth+"/operstate")
 		if err != nil || strings.TrimSpace(out) != "up" {
@@ -233,21 +346,34 @@ func (k *kubeNode) removePod(t *testing.T, p *kubePod) {
 }
 
 // startLinuxfp runs linuxfp in the node and waits until in0, out0 and every pod's host veth
-// have programs at the hooks the topology is for, and the conntrack module runs.
+// have programs at the hooks the topology is for, and the conntrack module runs (for both
+// families on a dual-stack node).
 func (k *kubeNode) startLinuxfp(t *testing.T) *testbed.Linuxfp {
 	t.Helper()
 	want := map[string]string{"in0": k.hook, "out0": k.hook}
 	for _, p := range k.Pods {
 		want[p.HostVeth] = "tc"
 	}
+	families := []string{"ipv4"}
+	if k.dual {
+		families = append(families, "ipv6")
+	}
+	has := func(l []string) bool {
+		for _, f := range families {
+			if !contains(l, f) {
+				return false
+			}
+		}
+		return true
+	}
 	l, err := testbed.StartLinuxfpIn(k.Node, linuxfpBin, func(st *status.Status) bool {
 		got := 0
 		for _, it := range st.Interfaces {
-			if h, ok := want[it.Name]; ok && it.Program != nil && it.Program.Hook == h && contains(it.Program.Families, "ipv4") {
+			if h, ok := want[it.Name]; ok && it.Program != nil && it.Program.Hook == h && has(it.Program.Families) {
 				got++
 			}
 		}
-		return got == len(want) && contains(st.Conntrack, "ipv4")
+		return got == len(want) && has(st.Conntrack)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -522,9 +648,10 @@ func (k *kubeNode) fastPathReady(c *svcConn) error {
 
 // serveIdentity runs the identity servers of backend addr in ns (TCP kubeTCPPort, UDP
 // kubeUDPPort) until the end of the test. A TCP message is a 2-byte length and that many bytes;
-// the answer is a 2-byte length, the backend's address (4 bytes), the peer's address and port as
-// the backend saw them (6 bytes), a zero byte and the message. A UDP answer is the same without
-// the length, and with the TTL the datagram arrived with instead of the zero.
+// the answer is a 2-byte length, the backend's address (4 bytes, IPv6: 16), the peer's address
+// and port as the backend saw them (6 bytes, IPv6: 18), a zero byte and the message. A UDP answer
+// is the same without the length, and with the TTL (hop limit) the datagram arrived with instead
+// of the zero.
 func serveIdentity(t *testing.T, ns *nsutil.NS, addr netip.Addr) {
 	t.Helper()
 	var ln net.Listener
@@ -547,11 +674,8 @@ func serveIdentity(t *testing.T, ns *nsutil.NS, addr netip.Addr) {
 		return binary.BigEndian.AppendUint16(b, peer.Port())
 	}
 	udp := pc.(*net.UDPConn)
-	if raw, err := udp.SyscallConn(); err == nil {
-		raw.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTTL, 1) })
-		if err != nil {
-			t.Fatalf("IP_RECVTTL: %v", err)
-		}
+	if err := recvTTLOn(udp, addr.Is6()); err != nil {
+		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -638,13 +762,21 @@ type svcConn struct {
 
 func (c *svcConn) String() string { return c.name }
 
+// addrLen is the length of the addresses in the answers: the connection's family's.
+func (c *svcConn) addrLen() int {
+	if c.local().Addr().Is6() {
+		return 16
+	}
+	return 4
+}
+
 func (c *svcConn) local() netip.AddrPort {
 	return netip.MustParseAddrPort(c.c.LocalAddr().String())
 }
 
 // dialService connects from ns to dst over proto ("tcp" or "udp"); id makes its messages its own.
 func dialService(ns *nsutil.NS, name, proto string, dst netip.AddrPort, id int) (*svcConn, error) {
-	c := &svcConn{name: fmt.Sprintf("%s (%s %s)", name, proto, dst), udp: proto == "udp", id: id, buf: make([]byte, 2+11+65536)}
+	c := &svcConn{name: fmt.Sprintf("%s (%s %s)", name, proto, dst), udp: proto == "udp", id: id, buf: make([]byte, 2+35+65536)}
 	err := ns.Do(func() (err error) {
 		c.c, err = net.DialTimeout(proto, dst.String(), 3*time.Second)
 		return err
@@ -654,23 +786,36 @@ func dialService(ns *nsutil.NS, name, proto string, dst netip.AddrPort, id int) 
 	}
 	if c.udp {
 		c.oob = make([]byte, 128)
-		raw, err := c.c.(*net.UDPConn).SyscallConn()
-		if err == nil {
-			raw.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTTL, 1) })
-		}
-		if err != nil {
+		if err := recvTTLOn(c.c.(*net.UDPConn), dst.Addr().Is6()); err != nil {
 			c.c.Close()
-			return nil, fmt.Errorf("%s: IP_RECVTTL: %w", c.name, err)
+			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
 	return c, nil
 }
 
-// recvTTL is the TTL in a received datagram's control messages (0: none).
+// recvTTLOn asks for each datagram's TTL (IPv6: hop limit) in its control messages.
+func recvTTLOn(c *net.UDPConn, v6 bool) error {
+	level, opt, name := unix.IPPROTO_IP, unix.IP_RECVTTL, "IP_RECVTTL"
+	if v6 {
+		level, opt, name = unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, "IPV6_RECVHOPLIMIT"
+	}
+	raw, err := c.SyscallConn()
+	if err == nil {
+		raw.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), level, opt, 1) })
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// recvTTL is the TTL (hop limit) in a received datagram's control messages (0: none).
 func recvTTL(oob []byte) byte {
 	msgs, _ := unix.ParseSocketControlMessage(oob)
 	for _, m := range msgs {
-		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TTL && len(m.Data) >= 4 {
+		if ((m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TTL) ||
+			(m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_HOPLIMIT)) && len(m.Data) >= 4 {
 			return byte(binary.NativeEndian.Uint32(m.Data))
 		}
 	}
@@ -708,13 +853,16 @@ func (c *svcConn) roundTrip(maxLen int, timeout time.Duration) (netip.Addr, neti
 		}
 		ans = c.buf[:n]
 	}
-	if len(ans) != 11+len(msg) || string(ans[11:]) != string(msg) {
+	a := c.addrLen()
+	head := 2*a + 3
+	if len(ans) != head+len(msg) || string(ans[head:]) != string(msg) {
 		return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("message %d (%d bytes): answer altered (%d bytes)", c.n, len(msg), len(ans))
 	}
 	c.n++
-	backend := netip.AddrFrom4([4]byte(ans[0:4]))
-	peer := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ans[4:8])), binary.BigEndian.Uint16(ans[8:10]))
-	c.ttl = ans[10]
+	backend, _ := netip.AddrFromSlice(ans[:a])
+	peerIP, _ := netip.AddrFromSlice(ans[a : 2*a])
+	peer := netip.AddrPortFrom(peerIP, binary.BigEndian.Uint16(ans[2*a:]))
+	c.ttl = ans[2*a+2]
 	if !c.backend.IsValid() {
 		c.backend, c.peer = backend, peer
 	}

@@ -28,39 +28,81 @@ import (
 func TestKubeProxyNFTablesMode(t *testing.T) {
 	requireTool(t, "nft")
 	k := newKubeNodeNamed(t, "lfp-nm-kp-", "xdp", 2, 1)
+	kubeNFTablesMode(t, k, false)
+}
+
+// The same on a dual-stack node over IPv6: kube-proxy's two proxiers' tables (ip and ip6
+// kube-proxy) loaded, the IPv6 services at IPv6 cluster IPs DNAT'd to the pods' and node2's
+// IPv6 addresses, the same connections, refusals, silences and one-way flow over IPv6, ending
+// the same way with Linux alone and with linuxfp. With linuxfp the IPv6 flows' established
+// packets are counted fast-pathed where they enter (translated by the conntrack module at the
+// router), but for a pod reaching another pod through its service, which br_netfilter bridges
+// after the DNAT: the fast path bridges no translated IPv6 packet yet, so those go to Linux
+// (the requests, which reach the router at the bridge's own MAC and would leave through the
+// bridge again, as hairpin; the answers as ct_nat) and are checked as such.
+func TestKubeProxyNFTablesModeIPv6(t *testing.T) {
+	requireTool(t, "nft")
+	k := newKubeNodeDualStack(t, "lfp-nm-kp6-", "xdp", 2, 1)
+	kubeNFTablesMode(t, k, true)
+}
+
+// kubeNFTablesMode runs the nftables-mode scenario on k over IPv4, or over IPv6 (v6; k
+// dual-stack, with the IPv4 table loaded too as on such a node).
+func kubeNFTablesMode(t *testing.T, k *kubeNode, v6 bool) {
 	pod1, pod2 := k.Pods[0], k.Pods[1]
-	remote := k.Remotes[0]
 	ap := netip.AddrPortFrom
-	localIP, remoteIP, goneIP, discardIP := kubeServiceIP(1), kubeServiceIP(2), kubeServiceIP(3), kubeServiceIP(4)
-	kp := testbed.KubeProxy{
-		ClusterCIDR: kubeClusterNet,
-		ServiceCIDR: netip.MustParsePrefix("198.18.128.0/17"),
-		NodePortIPs: []netip.Addr{kubeNodeInIP},
-		Services: []testbed.KubeService{
-			kubeSvc("local", "tcp", localIP, 80, 30001, ap(pod1.IP, kubeTCPPort)),
-			kubeSvc("local", "udp", localIP, 53, 30002, ap(pod1.IP, kubeUDPPort)),
-			kubeSvc("remote", "tcp", remoteIP, 80, 0, ap(remote, kubeTCPPort)),
-			kubeSvc("remote", "udp", remoteIP, 53, 0, ap(remote, kubeUDPPort)),
-			kubeSvc("gone", "tcp", goneIP, 80, 30009),
-			kubeSvc("gone", "udp", goneIP, 53, 0),
-			{Namespace: "default", Name: "discard", PortName: "discard", Proto: "udp", ClusterIP: discardIP, Port: 9,
-				Endpoints: []netip.AddrPort{ap(pod1.IP, 9)}},
-		},
+	serviceIP, pod1IP, remote, nodeIn := kubeServiceIP, pod1.IP, k.Remotes[0], kubeNodeInIP
+	kp := testbed.KubeProxy{ClusterCIDR: kubeClusterNet, ServiceCIDR: netip.MustParsePrefix("198.18.128.0/17")}
+	route := "ip route add 198.18.128.0/17 via 198.18.1.2"
+	unallocated, nodeOut := netip.MustParseAddr("198.18.200.9"), kubeNodeOutIP
+	if v6 {
+		serviceIP, pod1IP, remote, nodeIn = kubeServiceIP6, pod1.IP6, k.Remotes6[0], kubeNodeInIP6
+		kp = testbed.KubeProxy{ClusterCIDR: kubeClusterNet6, ServiceCIDR: kubeServiceNet6}
+		route = "ip -6 route add " + kubeServiceNet6.String() + " via " + kubeNode2IP6.String()
+		unallocated, nodeOut = kubeServiceIP6(200), kubeNodeOutIP6
+	}
+	localIP, remoteIP, goneIP, discardIP := serviceIP(1), serviceIP(2), serviceIP(3), serviceIP(4)
+	kp.NodePortIPs = []netip.Addr{nodeIn}
+	kp.Services = []testbed.KubeService{
+		kubeSvc("local", "tcp", localIP, 80, 30001, ap(pod1IP, kubeTCPPort)),
+		kubeSvc("local", "udp", localIP, 53, 30002, ap(pod1IP, kubeUDPPort)),
+		kubeSvc("remote", "tcp", remoteIP, 80, 0, ap(remote, kubeTCPPort)),
+		kubeSvc("remote", "udp", remoteIP, 53, 0, ap(remote, kubeUDPPort)),
+		kubeSvc("gone", "tcp", goneIP, 80, 30009),
+		kubeSvc("gone", "udp", goneIP, 53, 0),
+		{Namespace: "default", Name: "discard", PortName: "discard", Proto: "udp", ClusterIP: discardIP, Port: 9,
+			Endpoints: []netip.AddrPort{ap(pod1IP, 9)}},
 	}
 	// The service CIDR is routed through the node (as a default route would), so that packets
 	// to cluster IPs without a DNAT reach the forward hook, where kube-proxy rejects or drops them.
-	sh(t, k.Node, "ip route add 198.18.128.0/17 via 198.18.1.2")
+	sh(t, k.Node, route)
+	if v6 {
+		// The IPv4 proxier's table beside the IPv6 one's, as kube-proxy keeps them.
+		kp4 := testbed.KubeProxy{ClusterCIDR: kubeClusterNet, ServiceCIDR: netip.MustParsePrefix("198.18.128.0/17"),
+			NodePortIPs: []netip.Addr{kubeNodeInIP}, Services: []testbed.KubeService{
+				kubeSvc("local", "tcp", kubeServiceIP(1), 80, 30001, ap(pod1.IP, kubeTCPPort)),
+				kubeSvc("local", "udp", kubeServiceIP(1), 53, 30002, ap(pod1.IP, kubeUDPPort))}}
+		if err := kp4.ApplyNFT(k.Node); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := kp.ApplyNFT(k.Node); err != nil {
 		t.Fatal(err)
 	}
 	var sunk atomic.Uint64
-	discardServer(t, pod1, &sunk)
+	discardServer(t, pod1.NS, pod1IP, &sunk)
+	// A pod reaching a pod through its service over IPv6 is Linux's (see above).
+	podIn, podBack := "", ""
+	if v6 {
+		podIn, podBack = "hairpin", "ct_nat"
+	}
 
 	run := func(l *testbed.Linuxfp) map[string]string {
 		out := map[string]string{}
 		type flow struct {
-			c        *svcConn
-			in, back string
+			c                  *svcConn
+			in, back           string
+			inLinux, backLinux string // as kubeFlow's
 		}
 		var flows []flow
 		id := 0
@@ -74,15 +116,16 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 				port, np = 53, 30002
 			}
 			for _, f := range []struct {
-				ns       *nsutil.NS
-				name     string
-				dst      netip.AddrPort
-				in, back string
+				ns                 *nsutil.NS
+				name               string
+				dst                netip.AddrPort
+				in, back           string
+				inLinux, backLinux string
 			}{
-				{k.Client, "client -> ClusterIP -> local pod", ap(localIP, port), "in0", pod1.HostVeth},
-				{k.Client, "client -> NodePort -> local pod", ap(kubeNodeInIP, np), "in0", pod1.HostVeth},
-				{k.Client, "client -> ClusterIP -> remote", ap(remoteIP, port), "in0", "out0"},
-				{pod2.NS, "pod -> ClusterIP -> local pod", ap(localIP, port), pod2.HostVeth, pod1.HostVeth},
+				{k.Client, "client -> ClusterIP -> local pod", ap(localIP, port), "in0", pod1.HostVeth, "", ""},
+				{k.Client, "client -> NodePort -> local pod", ap(nodeIn, np), "in0", pod1.HostVeth, "", ""},
+				{k.Client, "client -> ClusterIP -> remote", ap(remoteIP, port), "in0", "out0", "", ""},
+				{pod2.NS, "pod -> ClusterIP -> local pod", ap(localIP, port), pod2.HostVeth, pod1.HostVeth, podIn, podBack},
 			} {
 				c, err := dial(f.ns, f.name, proto, f.dst)
 				if err != nil {
@@ -93,16 +136,19 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 					t.Fatalf("%s: %v", c, err)
 				}
 				out[c.String()] = fmt.Sprintf("answered by %s, which saw %s", c.backend, c.peer.Addr())
-				flows = append(flows, flow{c, f.in, f.back})
+				flows = append(flows, flow{c, f.in, f.back, f.inLinux, f.backLinux})
 			}
 		}
 		// Refused and dropped, by Linux in either run (new connections are Linux's).
-		for _, x := range []struct{ proto, name string }{
-			{"tcp", ap(goneIP, 80).String()}, {"udp", ap(goneIP, 53).String()}, {"tcp", ap(kubeNodeInIP, 30009).String()},
-			{"tcp", ap(localIP, 81).String()}, {"udp", ap(netip.MustParseAddr("198.18.200.9"), 53).String()},
+		for _, x := range []struct {
+			proto string
+			dst   netip.AddrPort
+		}{
+			{"tcp", ap(goneIP, 80)}, {"udp", ap(goneIP, 53)}, {"tcp", ap(nodeIn, 30009)},
+			{"tcp", ap(localIP, 81)}, {"udp", ap(unallocated, 53)},
 		} {
-			c, err := dial(k.Client, "client -> "+x.name, x.proto, netip.MustParseAddrPort(x.name))
-			key := fmt.Sprintf("client -> %s %s", x.proto, x.name)
+			c, err := dial(k.Client, "client -> "+x.dst.String(), x.proto, x.dst)
+			key := fmt.Sprintf("client -> %s %s", x.proto, x.dst)
 			if err != nil {
 				out[key] = errKind(err)
 				continue
@@ -155,8 +201,8 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 			}
 			d := s1.sub(s0)
 			t.Logf("%s: requests at %s: %s; answers at %s: %s", f.c, f.in, d[f.in], f.back, d[f.back])
-			checkEstablished(t, f.c, "requests", f.in, d[f.in], n, "")
-			checkEstablished(t, f.c, "answers", f.back, d[f.back], n, "")
+			checkEstablished(t, f.c, "requests", f.in, d[f.in], n, f.inLinux)
+			checkEstablished(t, f.c, "answers", f.back, d[f.back], n, f.backLinux)
 		}
 
 		// One way: the entry stays unreplied, its packets NEW.
@@ -217,13 +263,13 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 	}
 	// What Linux does, so that the comparison compares something.
 	for key, want := range map[string]string{
-		"client -> tcp 198.18.128.3:80":                       "refused",
-		"client -> udp 198.18.128.3:53":                       "refused",
-		"client -> tcp 198.18.0.1:30009":                      "refused",
-		"client -> tcp 198.18.128.1:81":                       "refused",
-		"client -> udp 198.18.200.9:53":                       "no answer",
-		"client -> one-way udp flow":                          "300 datagrams delivered",
-		"client -> ClusterIP -> remote (tcp 198.18.128.2:80)": "answered by 198.19.2.2, which saw 198.18.1.1",
+		fmt.Sprintf("client -> tcp %s", ap(goneIP, 80)):                         "refused",
+		fmt.Sprintf("client -> udp %s", ap(goneIP, 53)):                         "refused",
+		fmt.Sprintf("client -> tcp %s", ap(nodeIn, 30009)):                      "refused",
+		fmt.Sprintf("client -> tcp %s", ap(localIP, 81)):                        "refused",
+		fmt.Sprintf("client -> udp %s", ap(unallocated, 53)):                    "no answer",
+		"client -> one-way udp flow":                                            "300 datagrams delivered",
+		fmt.Sprintf("client -> ClusterIP -> remote (tcp %s)", ap(remoteIP, 80)): fmt.Sprintf("answered by %s, which saw %s", remote, nodeOut),
 	} {
 		if linux[key] != want {
 			t.Errorf("Linux alone: %s: %s, want %s", key, linux[key], want)
@@ -231,12 +277,12 @@ func TestKubeProxyNFTablesMode(t *testing.T) {
 	}
 }
 
-// discardServer counts the datagrams pod's UDP port 9 receives, until the test ends.
-func discardServer(t *testing.T, pod *kubePod, n *atomic.Uint64) {
+// discardServer counts the datagrams ns's UDP port 9 at addr receives, until the test ends.
+func discardServer(t *testing.T, ns *nsutil.NS, addr netip.Addr, n *atomic.Uint64) {
 	t.Helper()
 	var conn *net.UDPConn
-	if err := pod.NS.Do(func() (err error) {
-		conn, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(pod.IP, 9)))
+	if err := ns.Do(func() (err error) {
+		conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 9)))
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -326,10 +326,10 @@ alternating round by round; the report gives medians, ratios, and what linuxfp's
 fast-pathed and handed to Linux (` + "`linuxfp status -j`" + ` in the node). Removes its namespaces on
 exit, including on Ctrl-C.
 
-IPv6 (--families ipv4,ipv6, iptables mode): the node is dual-stack (the client 2001:2::2, the
-pods 2001:2:0:101::k, kube-proxy's IPv6 rules loaded by ip6tables-restore for the same services
-at cluster IPs 2001:2:0:80::N), and after each service count an IPv6 case measures the udp
-workload to the IPv6 cluster IPs.
+IPv6 (--families ipv4,ipv6): the node is dual-stack (the client 2001:2::2, the pods
+2001:2:0:101::k, kube-proxy's IPv6 rules for the same services at cluster IPs 2001:2:0:80::N:
+loaded by ip6tables-restore, or with --proxy-mode nftables its table ip6 kube-proxy), and after
+each service count an IPv6 case measures the udp workload to the IPv6 cluster IPs.
 
 Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,

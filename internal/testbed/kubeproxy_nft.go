@@ -33,23 +33,35 @@ func ParseProxyMode(s string) (ProxyMode, error) {
 // kubeNFTName is kube-proxy's nftables name for a service port's chains (and, with the endpoint,
 // an endpoint's chain and affinity set): "ns/name/proto/port[__ip/port]", led by the first 8
 // characters of the base32 of its SHA-256, so that names alike at a glance differ at the start.
-// kube-proxy truncates names longer than 240 characters, which Kubernetes' name limits let no
-// service port reach here.
+// An IPv6 endpoint's colons, which chain names may not hold, are dots. kube-proxy truncates names
+// longer than 240 characters, which Kubernetes' name limits let no service port reach here.
 func kubeNFTName(s KubeService, ep netip.AddrPort) string {
 	name := fmt.Sprintf("%s/%s/%s/%s", s.Namespace, s.Name, strings.ToLower(s.Proto), s.PortName)
 	if ep.IsValid() {
-		name += fmt.Sprintf("__%s/%d", ep.Addr(), ep.Port())
+		name += fmt.Sprintf("__%s/%d", strings.ReplaceAll(ep.Addr().String(), ":", "."), ep.Port())
 	}
 	h := sha256.Sum256([]byte(name))
 	return base32.StdEncoding.EncodeToString(h[:])[:8] + "-" + name
 }
 
-// kubeNFTTable is kube-proxy's table (IPv4: the services here are IPv4).
-const kubeNFTTable = "ip kube-proxy"
+// kubeNFTTables are kube-proxy's tables, one per family: a dual-stack node's kube-proxy runs a
+// proxier per family, each with its own table of the same name.
+var kubeNFTTables = []string{"ip kube-proxy", "ip6 kube-proxy"}
+
+// nftFamily is the configuration's nftables family as kube-proxy's proxier for it writes its
+// rules: the table, the address match (`ip daddr`, `ip6 daddr`) and the sets' address type.
+func (k KubeProxy) nftFamily() (table, ipX, addrType string) {
+	if k.ipv6() {
+		return kubeNFTTables[1], "ip6", "ipv6_addr"
+	}
+	return kubeNFTTables[0], "ip", "ipv4_addr"
+}
 
 // NFTRules renders the nft transaction kube-proxy's nftables mode (1.33) writes on a full sync
 // for the services, into table `ip kube-proxy` (created if missing; chains and maps flushed and
-// refilled, as its transaction does):
+// refilled, as its transaction does). For an IPv6 ClusterCIDR the table is `ip6 kube-proxy`, as
+// the IPv6 proxier of a dual-stack node's kube-proxy writes it: the same chains, sets and maps,
+// with ipv6_addr keys, `ip6 daddr`/`ip6 saddr` matches and [address]:port DNAT targets. The rules:
 //   - base chains: filter-prerouting-pre-dnat and filter-output-pre-dnat (priority -110: before
 //     DNAT, `ct state new jump firewall-check`), filter-forward, filter-input and filter-output
 //     (priority 0: `ct state new` jumps to the no-endpoint and cluster-IP checks), nat-prerouting
@@ -69,7 +81,7 @@ const kubeNFTTable = "ip kube-proxy"
 func (k KubeProxy) NFTRules() string {
 	var b strings.Builder
 	line := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
-	t := kubeNFTTable
+	t, ipX, addrType := k.nftFamily()
 	line(`add table %s { comment "rules for kube-proxy" ; }`, t)
 	for _, c := range []struct{ name, spec string }{
 		{"filter-prerouting-pre-dnat", "type filter hook prerouting priority -110"},
@@ -92,10 +104,10 @@ func (k KubeProxy) NFTRules() string {
 	line(`add chain %s reject-chain { comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ; }`, t)
 	line("flush chain %s reject-chain", t)
 
-	const addrKey = "ipv4_addr . inet_proto . inet_service : verdict"
+	addrKey := addrType + " . inet_proto . inet_service : verdict"
 	for _, s := range []struct{ kind, name, typ, comment string }{
-		{"set", "cluster-ips", "ipv4_addr", "Active ClusterIPs"},
-		{"set", "nodeport-ips", "ipv4_addr", "IPs that accept NodePort traffic"},
+		{"set", "cluster-ips", addrType, "Active ClusterIPs"},
+		{"set", "nodeport-ips", addrType, "IPs that accept NodePort traffic"},
 		{"map", "firewall-ips", addrKey, "destinations that are subject to LoadBalancerSourceRanges"},
 		{"map", "no-endpoint-nodeports", "inet_proto . inet_service : verdict", "vmap to drop or reject packets to service nodeports with no endpoints"},
 		{"map", "no-endpoint-services", addrKey, "vmap to drop or reject packets to services with no endpoints"},
@@ -123,18 +135,18 @@ func (k KubeProxy) NFTRules() string {
 		"masquerading mark and 0x4000 == 0 return",
 		"masquerading mark set mark xor 0x4000",
 		"masquerading masquerade fully-random",
-		`cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"`,
+		`cluster-ips-check ` + ipX + ` daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"`,
 		"reject-chain reject",
-		"service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
-		"nodeport-endpoints-check ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
-		"firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips",
-		"services ip daddr . meta l4proto . th dport vmap @service-ips",
-		"services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
+		"service-endpoints-check " + ipX + " daddr . meta l4proto . th dport vmap @no-endpoint-services",
+		"nodeport-endpoints-check " + ipX + " daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
+		"firewall-check " + ipX + " daddr . meta l4proto . th dport vmap @firewall-ips",
+		"services " + ipX + " daddr . meta l4proto . th dport vmap @service-ips",
+		"services " + ipX + " daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
 	} {
 		line("add rule %s %s", t, r)
 	}
 	if k.ServiceCIDR.IsValid() {
-		line(`add rule %s cluster-ips-check ip daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, t, k.ServiceCIDR)
+		line(`add rule %s cluster-ips-check %s daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, t, ipX, k.ServiceCIDR)
 	}
 	for _, a := range k.NodePortIPs {
 		line("add element %s nodeport-ips { %s }", t, a)
@@ -166,29 +178,30 @@ func (k KubeProxy) NFTRules() string {
 			if s.Affinity {
 				// ClientIP affinity: the endpoint's set of client addresses, remembered for
 				// kube-proxy's default 10800 s.
-				line("add set %s affinity-%s { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }", t, kubeNFTName(s, ep))
+				line("add set %s affinity-%s { type %s ; flags dynamic,timeout ; timeout 10800s ; }", t, kubeNFTName(s, ep), addrType)
 			}
 		}
 		for _, c := range chains {
 			line("add chain %s %s", t, c)
 			line("flush chain %s %s", t, c)
 		}
-		line("add rule %s %s ip daddr %s ip saddr != %s jump mark-for-masquerade", t, svc, s.ClusterIP, k.ClusterCIDR)
+		line("add rule %s %s %s daddr %s %s saddr != %s jump mark-for-masquerade", t, svc, ipX, s.ClusterIP, ipX, k.ClusterCIDR)
 		var eps []string
 		for i, ep := range s.Endpoints {
 			name := kubeNFTName(s, ep)
 			if s.Affinity {
-				line("add rule %s %s ip saddr @affinity-%s goto endpoint-%s", t, svc, name, name)
+				line("add rule %s %s %s saddr @affinity-%s goto endpoint-%s", t, svc, ipX, name, name)
 			}
 			eps = append(eps, fmt.Sprintf("%d : goto endpoint-%s", i, name))
 		}
 		line("add rule %s %s numgen random mod %d vmap { %s }", t, svc, len(s.Endpoints), strings.Join(eps, " , "))
 		for _, ep := range s.Endpoints {
 			name := kubeNFTName(s, ep)
-			line("add rule %s endpoint-%s ip saddr %s jump mark-for-masquerade", t, name, ep.Addr())
+			line("add rule %s endpoint-%s %s saddr %s jump mark-for-masquerade", t, name, ipX, ep.Addr())
 			if s.Affinity {
-				line("add rule %s endpoint-%s update @affinity-%s { ip saddr }", t, name, name)
+				line("add rule %s endpoint-%s update @affinity-%s { %s saddr }", t, name, name, ipX)
 			}
+			// An IPv6 endpoint prints as [address]:port, as nft takes it.
 			line("add rule %s endpoint-%s meta l4proto %s dnat to %s", t, name, proto, ep)
 		}
 		line("add element %s service-ips { %s . %s . %d : goto %s }", t, s.ClusterIP, proto, s.Port, svc)
@@ -209,8 +222,12 @@ func (k KubeProxy) ApplyNFT(ns *nsutil.NS) error {
 	return load(ns, "nft -f", k.NFTRules(), "nft", "-f", "-")
 }
 
-// DeleteNFT removes kube-proxy's nftables table from ns, if there is one (as `kube-proxy
-// --cleanup` does).
+// DeleteNFT removes kube-proxy's nftables tables (both families) from ns, where there are any
+// (as `kube-proxy --cleanup` does).
 func DeleteNFT(ns *nsutil.NS) error {
-	return load(ns, "nft delete table "+kubeNFTTable, "add table "+kubeNFTTable+"\ndelete table "+kubeNFTTable+"\n", "nft", "-f", "-")
+	var b strings.Builder
+	for _, t := range kubeNFTTables {
+		fmt.Fprintf(&b, "add table %s\ndelete table %s\n", t, t)
+	}
+	return load(ns, "nft delete table kube-proxy", b.String(), "nft", "-f", "-")
 }

@@ -108,6 +108,7 @@ func testKubeProxy6() KubeProxy {
 	return KubeProxy{
 		ClusterCIDR: netip.MustParsePrefix("2001:2:0:100::/56"),
 		ServiceCIDR: netip.MustParsePrefix("2001:2:0:80::/112"),
+		NodePortIPs: []netip.Addr{netip.MustParseAddr("2001:2::1")},
 		Services: []KubeService{
 			{Namespace: "kube-system", Name: "kube-dns", PortName: "dns", Proto: "udp", ClusterIP: netip.MustParseAddr("2001:2:0:80::a"), Port: 53,
 				Endpoints: []netip.AddrPort{ep("[2001:2:0:101::5]:53"), ep("[2001:2:0:101::6]:53")}},
@@ -154,9 +155,9 @@ func loadTwice(t *testing.T, name string, apply func(*nsutil.NS) error, rules st
 	return ns
 }
 
-// compileEstablished reads the IPv4 rules loaded in ns, which must make netfilter track
-// connections, and compiles what an established connection's packets traverse: each of
-// established must be accepted there without Linux.
+// compileEstablished reads the rules loaded in ns of established's family (IPv4, or IPv6 for
+// IPv6 packets), which must make netfilter track connections, and compiles what an established
+// connection's packets traverse: each of established must be accepted there without Linux.
 func compileEstablished(t *testing.T, ns *nsutil.NS, established ...compile.Input) *compile.Program {
 	t.Helper()
 	snap, err := nft.Read(nft.Options{NetNS: int(ns.Handle())})
@@ -164,6 +165,9 @@ func compileEstablished(t *testing.T, ns *nsutil.NS, established ...compile.Inpu
 		t.Fatal(err)
 	}
 	rs := snap.IPv4
+	if len(established) > 0 && established[0].Src.Is6() {
+		rs = snap.IPv6
+	}
 	if len(rs.Conntrack) == 0 {
 		t.Fatal("kube-proxy's rules: netfilter not taken as tracking connections")
 	}

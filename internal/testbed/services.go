@@ -32,8 +32,9 @@ import (
 //
 // With ServicesOptions.IPv6 the node is dual-stack, as kube-proxy runs on dual-stack clusters:
 // the client 2001:2::2/64 on in0's 2001:2::1/64, cni0 2001:2:0:101::1/64 and pod k 2001:2:0:101::k,
-// and SetServices also loads kube-proxy's IPv6 rules (ip6tables) for the same services at IPv6
-// cluster IPs (ServiceIP6). The outside host stays IPv4 only.
+// and SetServices also loads kube-proxy's IPv6 rules (ip6tables, or in nftables mode its table
+// ip6 kube-proxy) for the same services at IPv6 cluster IPs (ServiceIP6). The outside host stays
+// IPv4 only.
 //
 // The client and the outside host stand for hosts behind physical NICs: their stacks compute
 // checksums themselves (tx checksum offload off), and their eth0 has GRO on so that frames may be
@@ -81,7 +82,7 @@ type ServicesOptions struct {
 	PodGRO bool
 	// ProxyMode: kube-proxy's iptables mode (the default) or its nftables mode.
 	ProxyMode ProxyMode
-	// IPv6: a dual-stack node (see above); iptables mode only.
+	// IPv6: a dual-stack node (see above).
 	IPv6 bool
 }
 
@@ -186,9 +187,6 @@ func NewServices(prefix string, o ServicesOptions) (_ *Services, err error) {
 	mode, err := ParseProxyMode(string(o.ProxyMode))
 	if err != nil {
 		return nil, err
-	}
-	if o.IPv6 && mode != ProxyIPTables {
-		return nil, fmt.Errorf("a dual-stack node has kube-proxy's IPv6 rules in its iptables mode only (not %s)", mode)
 	}
 	s := &Services{Subnet: PodSubnet(1), ProxyMode: mode, IPv6: o.IPv6}
 	s.Gateway = s.Subnet.Addr().Next()
@@ -378,7 +376,8 @@ func (s *Services) PodIPs() []netip.Addr {
 // after a full sync: the node's iptables (and kube-proxy's nftables table) are emptied, then
 // kube-proxy's rules in the topology's ProxyMode (KubeProxy.Apply or ApplyNFT; cluster CIDR
 // 198.19.0.0/16: a client outside it is masqueraded to the node; nftables mode: NodePorts on
-// in0's address, the service CIDR's unallocated addresses dropped) and Flannel's are loaded.
+// in0's address, the service CIDR's unallocated addresses dropped) and Flannel's are loaded; on
+// a dual-stack node kube-proxy's IPv6 rules too, in the same mode (Kube6).
 // Starting from empty tables keeps the ruleset exactly kube-proxy's for n services (applying
 // its iptables payload again would append the jumps from the built-in chains once more).
 func (s *Services) SetServices(n int) error {
@@ -423,9 +422,14 @@ func (s *Services) SetServices(n int) error {
 		if err != nil {
 			return err
 		}
-		k6 := KubeProxy{ClusterCIDR: ServicesPodCIDR6, Services: svcs6, ServiceCIDR: ServicesCIDR6}
-		if err := k6.Apply(s.Node); err != nil {
-			return fmt.Errorf("load kube-proxy's IPv6 rules for %d services: %w", n, err)
+		k6 := KubeProxy{ClusterCIDR: ServicesPodCIDR6, Services: svcs6, ServiceCIDR: ServicesCIDR6,
+			NodePortIPs: []netip.Addr{ServicesNodeInIP6}}
+		apply6 := k6.Apply
+		if s.ProxyMode == ProxyNFTables {
+			apply6 = k6.ApplyNFT
+		}
+		if err := apply6(s.Node); err != nil {
+			return fmt.Errorf("load kube-proxy's IPv6 rules (%s mode) for %d services: %w", s.ProxyMode, n, err)
 		}
 		s.Kube6 = k6
 	}

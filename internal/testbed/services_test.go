@@ -175,20 +175,25 @@ func TestServicesTopology(t *testing.T) {
 	}
 }
 
-// A dual-stack node carries the same services over IPv6: kube-proxy's IPv6 rules (one set after
-// two syncs), the client reaching an endpoint's IPv6 address through the IPv6 cluster IP,
-// masqueraded to cni0's IPv6 address. The nftables mode refuses it.
+// A dual-stack node carries the same services over IPv6, in either of kube-proxy's modes: its
+// IPv6 rules (one set after two syncs: ip6tables, or the table ip6 kube-proxy), the client
+// reaching an endpoint's IPv6 address through the IPv6 cluster IP, masqueraded to cni0's IPv6
+// address.
 func TestServicesTopologyIPv6(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
-	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
-		t.Skip("ip6tables-restore not installed")
+	for _, mode := range []ProxyMode{ProxyIPTables, ProxyNFTables} {
+		t.Run(string(mode), func(t *testing.T) { servicesTopologyIPv6(t, mode) })
 	}
-	if _, err := NewServices("lfp-test-svc6", ServicesOptions{Pods: 3, IPv6: true, ProxyMode: ProxyNFTables}); err == nil {
-		t.Error("a dual-stack node in nftables mode was built")
+}
+
+func servicesTopologyIPv6(t *testing.T, mode ProxyMode) {
+	tool := map[ProxyMode]string{ProxyIPTables: "ip6tables-restore", ProxyNFTables: "nft"}[mode]
+	if _, err := exec.LookPath(tool); err != nil {
+		t.Skip(tool + " not installed")
 	}
-	s, err := NewServices("lfp-test-svc6", ServicesOptions{Pods: 3, IPv6: true})
+	s, err := NewServices("lfp-test-svc6", ServicesOptions{Pods: 3, IPv6: true, ProxyMode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,15 +207,20 @@ func TestServicesTopologyIPv6(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	save, err := s.Node.Run("ip6tables-save")
+	list, dnat, jump := []string{"ip6tables-save"}, "-j DNAT", "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+	if mode == ProxyNFTables {
+		list, dnat, jump = []string{"nft", "list", "table", "ip6", "kube-proxy"}, "dnat to [2001:2:0:101::", "jump services"
+	}
+	save, err := s.Node.Run(list...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := strings.Count(save, "-j DNAT"); c != 2*2*EndpointsPerService {
+	if c := strings.Count(save, dnat); c != 2*2*EndpointsPerService {
 		t.Errorf("%d IPv6 DNAT rules, want %d:\n%s", c, 2*2*EndpointsPerService, save)
 	}
-	if c := strings.Count(save, "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"); c != 1 {
-		t.Errorf("%d jumps from PREROUTING to KUBE-SERVICES after two syncs, want 1", c)
+	// nftables: nat-prerouting's and nat-output's.
+	if c, want := strings.Count(save, jump), map[ProxyMode]int{ProxyIPTables: 1, ProxyNFTables: 2}[mode]; c != want {
+		t.Errorf("%d jumps to kube-proxy's services chain after two syncs, want %d", c, want)
 	}
 	if err := s.ResolveNeighbours(); err != nil {
 		t.Fatal(err)

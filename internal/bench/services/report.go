@@ -155,8 +155,12 @@ func (r *Result) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "--pod-gro: GRO on in the pods' eth0 (the CNI plugin leaves it off), so XDP programs may redirect into them")
 	}
 	if slices.ContainsFunc(c.Cases, func(k Case) bool { return k.IPv6 }) {
-		fmt.Fprintf(w, "IPv6: a dual-stack node (kube-proxy's IPv6 rules, ip6tables); udp from the client 2001:2::2 to the services'\n"+
-			"IPv6 cluster IPs 2001:2:0:80::N, DNAT'd to the pods' 2001:2:0:101::k, in %d-byte frames\n", max(c.FrameSize, harness.MinFrame(true)))
+		rules6 := "ip6tables"
+		if c.ProxyMode == string(testbed.ProxyNFTables) {
+			rules6 = "table ip6 kube-proxy"
+		}
+		fmt.Fprintf(w, "IPv6: a dual-stack node (kube-proxy's IPv6 rules, %s); udp from the client 2001:2::2 to the services'\n"+
+			"IPv6 cluster IPs 2001:2:0:80::N, DNAT'd to the pods' 2001:2:0:101::k, in %d-byte frames\n", rules6, max(c.FrameSize, harness.MinFrame(true)))
 	}
 	fmt.Fprintln(w, r.Machine)
 	fmt.Fprint(w, c.MedianLine(r.Elapsed))

@@ -19,7 +19,7 @@ package services
 //     endpoints is counted by an XDP sink on every pod's eth0 (Mpps).
 // In the masquerade case the clients are the pods and the server the outside host (TCP to port
 // 8080, UDP to port 9 from one pod's generator). With IPv6 among the families the node is
-// dual-stack (kube-proxy's IPv6 rules beside the IPv4 ones) and, after each service count's
+// dual-stack (kube-proxy's IPv6 rules beside the IPv4 ones, in the same mode) and, after each service count's
 // IPv4 case, an IPv6 case measures the udp workload to the services' IPv6 cluster IPs.
 
 import (
@@ -148,7 +148,7 @@ type Config struct {
 	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-svc").
 	Prefix string
 	// Families: IPv4 (the default) and with IPv6 a dual-stack node and the IPv6 cases (udp
-	// only, iptables mode).
+	// only; kube-proxy's IPv6 rules in ProxyMode).
 	Families []harness.Family
 }
 
@@ -176,9 +176,6 @@ func (c *Config) defaults() error {
 		c.Families = []harness.Family{harness.IPv4}
 	}
 	if c.ipv6() {
-		if c.ProxyMode != testbed.ProxyIPTables {
-			return fmt.Errorf("--families ipv6: the IPv6 services are kube-proxy's iptables-mode rules (ip6tables); not with --proxy-mode %s", c.ProxyMode)
-		}
 		if !slices.Contains(c.Workloads, UDP) {
 			return errors.New("--families ipv6: the IPv6 cases measure the udp workload only, which --workloads leaves out")
 		}

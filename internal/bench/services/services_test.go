@@ -12,6 +12,7 @@ import (
 
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
+	"github.com/linuxfp/linuxfp/internal/testbed"
 )
 
 func TestServicesConfigDefaults(t *testing.T) {
@@ -54,7 +55,6 @@ func TestServicesConfigDefaults(t *testing.T) {
 		{Run: harness.Run{Binary: "linuxfp"}, GenCores: 1000},
 		{Run: harness.Run{Binary: "linuxfp"}, Services: []int{}, NoMasquerade: true},
 		{Run: harness.Run{Modes: []harness.Mode{harness.ModeLinuxfp}}}, // no binary to run
-		{Run: harness.Run{Binary: "linuxfp"}, Families: []harness.Family{harness.IPv6}, ProxyMode: "nftables"},
 		{Run: harness.Run{Binary: "linuxfp"}, Families: []harness.Family{harness.IPv6}, Workloads: []Workload{CRR}},
 	} {
 		if err := bad.defaults(); err == nil {
@@ -216,25 +216,33 @@ func TestRunServices(t *testing.T) {
 	}
 }
 
-// The IPv6 case runs end to end on a dual-stack node: the generator's IPv6 flows to the services'
-// IPv6 cluster IPs each get a conntrack entry (DNAT to an endpoint's IPv6 address), reach the
-// endpoints, and linuxfp fast-paths them; the namespaces are gone afterwards.
+// The IPv6 case runs end to end on a dual-stack node, in either of kube-proxy's modes: the
+// generator's IPv6 flows to the services' IPv6 cluster IPs each get a conntrack entry (DNAT to an
+// endpoint's IPv6 address), reach the endpoints, and linuxfp fast-paths them; the namespaces are
+// gone afterwards.
 func TestRunServicesIPv6(t *testing.T) {
 	benchtest.NeedRoot(t)
-	if _, err := exec.LookPath("ip6tables-restore"); err != nil {
-		t.Skip("ip6tables-restore not installed")
-	}
 	bin := filepath.Join(t.TempDir(), "linuxfp")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/linuxfp").CombinedOutput(); err != nil {
 		t.Fatalf("build linuxfp: %v\n%s", err, out)
+	}
+	for _, mode := range []testbed.ProxyMode{testbed.ProxyIPTables, testbed.ProxyNFTables} {
+		t.Run(string(mode), func(t *testing.T) { runServicesIPv6(t, bin, mode) })
+	}
+}
+
+func runServicesIPv6(t *testing.T, bin string, mode testbed.ProxyMode) {
+	tool := map[testbed.ProxyMode]string{testbed.ProxyIPTables: "ip6tables-restore", testbed.ProxyNFTables: "nft"}[mode]
+	if _, err := exec.LookPath(tool); err != nil {
+		t.Skip(tool + " not installed")
 	}
 	// A prefix of its own: other tests, and other runs of this one, may run at the same time.
 	prefix := benchtest.Prefix("lfp-svcb6")
 	before := benchtest.Namespaces(t, prefix)
 	modes := []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp}
 	res, err := Run(context.Background(), Config{Services: []int{2}, Pods: 3, Prefix: prefix, Workloads: []Workload{UDP},
-		Families: []harness.Family{harness.IPv6},
-		Run:      harness.Run{Binary: bin, Modes: modes, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Rounds: 1}})
+		Families: []harness.Family{harness.IPv6}, ProxyMode: mode,
+		Run: harness.Run{Binary: bin, Modes: modes, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, Rounds: 1}})
 	for _, ns := range benchtest.Namespaces(t, prefix) {
 		if !slices.Contains(before, ns) {
 			t.Errorf("namespace %s left behind", ns)
