@@ -538,7 +538,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	if ((status & (IPS_SRC_NAT | IPS_DST_NAT)) &&
 	    !(c->nat_ok && (cfg->ct_flags & (c->v6 ? LFP_CT_NAT6 : LFP_CT_NAT4)))) {
 		/* Translated, where the fast path does not translate (rules on prerouting or
-		 * postrouting that see the packet before or after, a bridged IPv6 packet): Linux's. */
+		 * postrouting that see the packet before or after): Linux's. */
 		why = LFP_PASS_CT_NAT;
 	} else if (!(status & IPS_CONFIRMED) ||
 		   (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH |
