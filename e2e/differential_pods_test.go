@@ -553,17 +553,25 @@ func (b *podsBuilder) done() *podsCorpus {
 	return c
 }
 
-// leaveToOffload turns an IPv4 TCP or UDP frame into what a stack with transmit checksum offload
-// hands its device: the checksum field holds the pseudo-header sum (not complemented; what
-// tcp_v4_send_check() and udp4_hwcsum() leave), to be completed from the L4 header on. It
-// returns where that header and the field are.
+// leaveToOffload turns an IPv4 or IPv6 TCP or UDP frame (no IPv6 extension headers) into what
+// a stack with transmit checksum offload hands its device: the checksum field holds the
+// pseudo-header sum (not complemented; what tcp_v4_send_check(), udp4_hwcsum() and their IPv6
+// counterparts leave), to be completed from the L4 header on. It returns where that header and
+// the field are.
 func leaveToOffload(f []byte) (start, offset uint16) {
-	if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
-		panic("leaveToOffload: not IPv4")
+	var l4, l4len int
+	var proto byte
+	var addrs []byte
+	switch {
+	case len(f) >= 14+20 && binary.BigEndian.Uint16(f[12:]) == 0x0800:
+		ihl := int(f[14]&0x0f) * 4
+		l4, l4len, proto, addrs = 14+ihl, int(binary.BigEndian.Uint16(f[16:]))-ihl, f[14+9], f[26:34]
+	case len(f) >= 14+40 && binary.BigEndian.Uint16(f[12:]) == 0x86dd:
+		l4, l4len, proto, addrs = 14+40, int(binary.BigEndian.Uint16(f[18:])), f[14+6], f[22:54]
+	default:
+		panic("leaveToOffload: not IPv4 or IPv6")
 	}
-	ihl := int(f[14]&0x0f) * 4
-	l4 := 14 + ihl
-	switch f[14+9] {
+	switch proto {
 	case 6:
 		offset = 16
 	case 17:
@@ -571,10 +579,11 @@ func leaveToOffload(f []byte) (start, offset uint16) {
 	default:
 		panic("leaveToOffload: not TCP or UDP")
 	}
-	l4len := int(binary.BigEndian.Uint16(f[16:])) - ihl
-	sum := uint32(f[14+9]) + uint32(l4len)
-	for i := 26; i < 34; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(f[i:]))
+	// The same one's complement sum for both families: the addresses, the protocol and the L4
+	// length (IPv6 puts the last two in 32-bit fields, whose upper halves are zero here).
+	sum := uint32(proto) + uint32(l4len)
+	for i := 0; i < len(addrs); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(addrs[i:]))
 	}
 	for sum>>16 != 0 {
 		sum = sum&0xffff + sum>>16

@@ -133,15 +133,18 @@ static __always_inline enum lfp_reason bridge_nf_ip(lfp_ctx *ctx, __u16 proto, s
 	if ((v6 ? cfg_ct6 : cfg_ct4) && nf->ct) {
 		struct ct_pkt *c = &nf->scr->ct;
 
-		/* A translated connection's bridged IPv4 packets (br_netfilter runs nf_nat too): those
-		 * whose destination stays are translated here, after the rules (the source is
-		 * postrouting's manip: the reply of a DNAT'd connection, from a pod to a pod on the
-		 * same bridge through a service address). A new destination makes br_netfilter
-		 * route the packet again (br_nf_pre_routing_finish()): Linux's. Bridged IPv6 ones are
-		 * Linux's too: no test compares them with Linux yet. */
+		/* A translated connection's bridged packets, IPv4 and IPv6 alike (br_netfilter runs
+		 * nf_nat in both families' hooks): those whose destination stays are translated here,
+		 * after the rules (the source is postrouting's manip: the reply of a DNAT'd
+		 * connection, from a pod to a pod on the same bridge through a service address), and
+		 * leave with their MACs and TTL or hop limit as they came. A new destination address
+		 * makes br_netfilter route the packet again (br_nf_pre_routing_finish(),
+		 * br_nf_pre_routing_finish_ipv6()), and a new destination port would have the forward
+		 * rules see another port than the one classified here (filter_l4 reads the packet's):
+		 * Linux's. */
 		r = ct_prerouting(ctx, nf->cfg, c, fp->src, fp->dst, v6, l4proto, l4, data_end, tot - l3hdr,
-				  nf->scr->buf, !v6);
-		if (r == LFP_FORWARDED && c->nat && (c->nat_daddr[0] != fp->dst[0] || c->nat_dport != c->t.ipv4.dport))
+				  nf->scr->buf, 1);
+		if (r == LFP_FORWARDED && c->nat && (nat_daddr_moved(c) || nat_dport_moved(c)))
 			r = LFP_PASS_CT_NAT;
 		if (r != LFP_FORWARDED)
 			return r;
@@ -267,8 +270,18 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 		return lfp_pass(ctx, LFP_PASS_MALFORMED);
 	/* The redirect is set up: a rewrite that fails (none for a linear header) cannot hand the
 	 * packet to Linux half rewritten. */
-	if (cfg_ct4 && nf_ip && nf.scr && nf.scr->ct.nat && nat_rewrite4(ctx, &nf.scr->ct))
-		return CTX_DROP;
+	if (nf_ip && nf.scr && nf.scr->ct.nat) {
+		int err = 0;
+
+		if (!nf.scr->ct.v6) {
+			if (cfg_ct4)
+				err = nat_rewrite4(ctx, &nf.scr->ct);
+		} else if (cfg_ct6) {
+			err = nat_rewrite6(ctx, &nf.scr->ct);
+		}
+		if (err)
+			return CTX_DROP;
+	}
 	lfp_count_in(ctx, iface, LFP_BRIDGED);
 	return CTX_REDIRECT;
 }

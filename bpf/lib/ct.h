@@ -182,6 +182,10 @@ struct ct_pkt {
 	__u32 timeout;
 	__be16 nat_sport, nat_dport;
 	__be32 nat_saddr[4], nat_daddr[4];
+	/* The lookup's options (bpf_ct_opts), here rather than on the stack: the tc program's
+	 * deepest calls (its own frame, the filter's filter_classify() and fw_local()) leave the
+	 * verifier's 512 bytes no room for more. */
+	struct lfp_ct_opts o;
 };
 
 /* The conntrack tuple of a TCP or UDP packet (addresses in network byte order, IPv4 in [0]) whose
@@ -217,14 +221,15 @@ static __always_inline void ct_parse(struct ct_pkt *c, const __u32 *src, const _
 	}
 }
 
-static __always_inline struct nf_conn *ct_lookup(lfp_ctx *ctx, struct ct_pkt *c, struct lfp_ct_opts *o)
+static __always_inline struct nf_conn *ct_lookup(lfp_ctx *ctx, struct ct_pkt *c)
 {
 	/* Constant sizes (the verifier checks the tuple's bounds). */
 	__u32 tlen = c->v6 ? sizeof(c->t.ipv6) : sizeof(c->t.ipv4);
 
-	o->netns_id = BPF_F_CURRENT_NETNS;
-	o->l4proto = c->proto;
-	return ctx_ct_lookup(ctx, &c->t, tlen, o, sizeof(*o));
+	__builtin_memset(&c->o, 0, sizeof(c->o));
+	c->o.netns_id = BPF_F_CURRENT_NETNS;
+	c->o.l4proto = c->proto;
+	return ctx_ct_lookup(ctx, &c->t, tlen, &c->o, sizeof(c->o));
 }
 
 /* Ask the controller to set IP_CT_TCP_FLAG_BE_LIBERAL on the connection (both directions). */
@@ -510,7 +515,6 @@ static __always_inline enum lfp_reason ct_extensions(const struct nf_conn *ct)
 
 static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c)
 {
-	struct lfp_ct_opts o = {};
 	enum lfp_reason why = LFP_FORWARDED;
 	struct nf_conn *ct;
 	unsigned long status;
@@ -521,7 +525,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	/* These move the TCP state machine: Linux's. */
 	if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
 		return LFP_PASS_CT_STATE;
-	ct = ct_lookup(ctx, c, &o);
+	ct = ct_lookup(ctx, c);
 	/* No entry: a new connection (or one conntrack gave up): Linux creates the entry, applies
 	 * the nat chains and decides. */
 	if (!ct)
@@ -530,11 +534,11 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	c->nat = 0;
 	/* resolve_normal_ct(): a reply, or a packet of a connection that has seen one, is
 	 * ESTABLISHED; before that NEW (EXPECTED, RELATED, goes to Linux below). */
-	c->state = (o.dir || (status & IPS_SEEN_REPLY)) ? LFP_CT_STATE_ESTABLISHED : LFP_CT_STATE_NEW;
+	c->state = (c->o.dir || (status & IPS_SEEN_REPLY)) ? LFP_CT_STATE_ESTABLISHED : LFP_CT_STATE_NEW;
 	if ((status & (IPS_SRC_NAT | IPS_DST_NAT)) &&
 	    !(c->nat_ok && (cfg->ct_flags & (c->v6 ? LFP_CT_NAT6 : LFP_CT_NAT4)))) {
 		/* Translated, where the fast path does not translate (rules on prerouting or
-		 * postrouting that see the packet before or after, a bridged IPv6 packet): Linux's. */
+		 * postrouting that see the packet before or after): Linux's. */
 		why = LFP_PASS_CT_NAT;
 	} else if (!(status & IPS_CONFIRMED) ||
 		   (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH |
@@ -544,12 +548,12 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	} else if ((why = ct_extensions(ct)) != LFP_FORWARDED) {
 		/* Counted, or timed by a policy of its own: Linux's. */
 	} else if (c->proto == IPPROTO_TCP) {
-		timeout = ct_tcp(cfg, ct, c, o.dir, status, &why);
+		timeout = ct_tcp(cfg, ct, c, c->o.dir, status, &why);
 	} else if (status & IPS_ASSURED) {
 		/* udp_packet(): once ASSURED (replies seen, still alive after 2 s) every packet
 		 * refreshes the entry to the stream timeout. */
 		timeout = cfg->ct_udp_stream_ms;
-	} else if (!(status & IPS_SEEN_REPLY) && o.dir == 0) {
+	} else if (!(status & IPS_SEEN_REPLY) && c->o.dir == 0) {
 		/* Before any reply, a packet in the original direction refreshes it to the unreplied
 		 * timeout (one-way flows: a vxlan device's outer packets, for one). */
 		timeout = cfg->ct_udp_ms;
@@ -563,7 +567,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		 * out as it was. */
 		/* Constant indices: CO-RE relocates each (the kernel's tuplehash entry is larger than
 		 * the one declared here). */
-		const struct nf_conntrack_tuple *other = o.dir ? &ct->tuplehash[0].tuple : &ct->tuplehash[1].tuple;
+		const struct nf_conntrack_tuple *other = c->o.dir ? &ct->tuplehash[0].tuple : &ct->tuplehash[1].tuple;
 
 		if (c->v6) {
 #pragma unroll
@@ -618,7 +622,6 @@ static __always_inline enum lfp_reason ct_prerouting(lfp_ctx *ctx, const struct 
  * itself, or not, as its rules say). */
 static __always_inline void ct_refresh(lfp_ctx *ctx, struct ct_pkt *c, __u32 verdict)
 {
-	struct lfp_ct_opts o = {};
 	struct nf_conn *ct;
 
 	/* Built without the conntrack module for the family: nothing can be pending (and the
@@ -628,7 +631,7 @@ static __always_inline void ct_refresh(lfp_ctx *ctx, struct ct_pkt *c, __u32 ver
 	c->refresh = 0;
 	if ((verdict & LFP_FW_PRE_CT) || (verdict & 3) == LFP_FW_LINUX)
 		return;
-	ct = ct_lookup(ctx, c, &o);
+	ct = ct_lookup(ctx, c);
 	if (!ct)
 		return;
 	bpf_ct_change_timeout(ct, c->timeout);

@@ -27,6 +27,26 @@ static __always_inline int nat_rewrite_ports(lfp_ctx *ctx, const struct ct_pkt *
 	return err;
 }
 
+/* Whether c's translation moves the packet's destination address: what br_netfilter compares
+ * after the IP prerouting hook (br_nf_ipv4_daddr_was_changed(), br_nf_ipv6_daddr_was_changed()),
+ * and routes the packet again for. */
+static __always_inline int nat_daddr_moved(const struct ct_pkt *c)
+{
+	if (!c->v6)
+		return c->nat_daddr[0] != c->t.ipv4.daddr;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		if (c->nat_daddr[i] != c->t.ipv6.daddr[i])
+			return 1;
+	return 0;
+}
+
+/* Whether c's translation moves the packet's destination port. */
+static __always_inline int nat_dport_moved(const struct ct_pkt *c)
+{
+	return c->nat_dport != (c->v6 ? c->t.ipv6.dport : c->t.ipv4.dport);
+}
+
 /* Rewrite an IPv4 TCP or UDP packet (headers at ETH_HLEN, no options) to c's translation, one
  * changed field at a time, as the kernel's manip functions do. Every packet pointer is invalid
  * afterwards. Returns 0, or <0 when a write failed (the packet may be half rewritten then: the

@@ -82,15 +82,18 @@ static __always_inline enum lfp_reason fib_reason(int rc)
 
 /* A frame to the bridge's MAC whose destination address prerouting's DNAT changed, to an address
  * routed out of that same bridge: with br_netfilter, Linux does not route it but bridges it there
- * (br_nf_pre_routing_finish(): "bridged_dnat", then br_nf_pre_routing_finish_bridge()): the
- * destination MAC becomes the neighbour's, the source MAC and the TTL stay, no ICMP redirect, no
- * priority from the TOS; br_handle_frame_finish() then forwards it to the port the FDB names,
- * through the forward and postrouting hooks with the bridge as input and output device (the same
- * rules the caller classified it with). Only for neighbours Linux would send to without a state
- * change (a STALE one goes to Linux, as for routed packets); IPv4 only (NAT is). Returns
- * LFP_FORWARDED with the redirect set up and scr->br_dnat set. */
+ * (br_nf_pre_routing_finish(): "bridged_dnat", br_nf_pre_routing_finish_ipv6() alike, then
+ * br_nf_pre_routing_finish_bridge()): the destination MAC becomes the neighbour's, the source MAC
+ * and the TTL or hop limit stay, no ICMP redirect, no priority from the TOS; br_handle_frame_finish()
+ * then forwards it to the port the FDB names, through the forward and postrouting hooks with the
+ * bridge as input and output device (the same rules the caller classified it with). Only for
+ * neighbours Linux would send to without a state change (a STALE one goes to Linux, as for routed
+ * packets). (With forwarding off, IPv4's ip_route_input() fails and br_netfilter falls back to
+ * an output route; IPv6's route lookup does not fail for it. Either way the FIB lookup here
+ * answers FWD_DISABLED first: Linux's.) Returns LFP_FORWARDED with the redirect set up and
+ * scr->br_dnat set. */
 static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const struct lfp_config *cfg,
-							   const struct bpf_fib_lookup *fib, __u32 l3len)
+							   const struct bpf_fib_lookup *fib, __u32 l3len, int v4)
 {
 	struct lfp_scratch *scr = lfp_scratch();
 	__u32 in = ctx_ingress_ifindex(ctx), bridge = lfp_l3_ifindex(ctx), out = 0;
@@ -99,12 +102,12 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	enum lfp_reason r;
 
 	/* Not translated, or its destination stays: Linux routes it back out (a hairpin). */
-	if (!scr || !scr->ct.nat || scr->ct.nat_daddr[0] == scr->ct.t.ipv4.daddr)
+	if (!scr || !scr->ct.nat || !nat_daddr_moved(&scr->ct))
 		return LFP_PASS_HAIRPIN;
-	/* Without br_netfilter's IPv4 hooks the frame goes up to IP, whose DNAT and forwarding
-	 * route it back out of the bridge (TTL, redirects): Linux's. */
+	/* Without br_netfilter's hooks for the family the frame goes up to IP, whose DNAT and
+	 * forwarding route it back out of the bridge (TTL, redirects): Linux's. */
 	port = l2_dev(in);
-	if (!bridge || !port || port->bridge != bridge || !(port->flags & LFP_L2_NF4))
+	if (!bridge || !port || port->bridge != bridge || !(port->flags & (v4 ? LFP_L2_NF4 : LFP_L2_NF6)))
 		return LFP_PASS_HAIRPIN;
 	r = neigh_stale(cfg, fib);
 	if (r)
@@ -488,8 +491,8 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
 	if (fib->ifindex == p->in_ifindex) {
-		if (p->v4 && cfg_ct4 && cfg_bridge)
-			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen);
+		if ((p->v4 ? cfg_ct4 : cfg_ct6) && cfg_bridge)
+			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen, p->v4);
 		else
 			r = LFP_PASS_HAIRPIN;
 		goto trim;
@@ -600,6 +603,12 @@ static __always_inline int router_xmit(lfp_ctx *ctx, const struct router_pkt *p)
 			ip6 = data + sizeof(*eth);
 			if ((void *)(ip6 + 1) > data_end)
 				return CTX_DROP;
+			if (scr->br_dnat) {
+				/* Bridged, not routed: the neighbour's MAC, nothing else. */
+				__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);
+				lfp_count_in(ctx, p->iface, LFP_BRIDGED);
+				return CTX_REDIRECT;
+			}
 		}
 		ip6->hop_limit--;
 	}

@@ -285,6 +285,14 @@ type linuxfpTcLfpScratch struct {
 		NatDport uint16
 		NatSaddr [4]uint32
 		NatDaddr [4]uint32
+		O        struct {
+			_        structs.HostLayout
+			NetnsId  int32
+			Error    int32
+			L4proto  uint8
+			Dir      uint8
+			Reserved [2]uint8
+		}
 	}
 	VxOn   uint32
 	BrDnat uint32
@@ -307,6 +315,7 @@ type linuxfpTcLfpScratch struct {
 		_         [2]byte
 	}
 	Buf      [260]uint8
+	_        [4]byte
 	Ofib     [8]uint64
 	FibKey   linuxfpTcLfpFibKey
 	_        [4]byte

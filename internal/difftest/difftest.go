@@ -112,32 +112,55 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		}
 		caps = append(caps, c)
 	}
-	inj, ifindex, err := openPacket(o.Inject, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(inj)
-	type injector struct{ fd, ifindex int }
-	via := map[string]injector{}
-	for _, ep := range o.Via {
+	// Per endpoint, a socket for plain frames and, if any frame sent there needs one, a second
+	// one for frames left to checksum offload (PACKET_VNET_HDR).
+	type injector struct{ fd, partial, ifindex int }
+	injectors := map[string]*injector{}
+	open := func(ep Endpoint) (*injector, error) {
 		fd, ifindex, err := openPacket(ep, 0)
 		if err != nil {
 			return nil, err
 		}
-		defer unix.Close(fd)
-		via[ep.Name] = injector{fd, ifindex}
+		in := &injector{fd: fd, partial: -1, ifindex: ifindex}
+		injectors[ep.Name] = in
+		return in, nil
 	}
-	injPartial := -1 // a second injector for frames left to checksum offload, if any
-	for _, f := range frames {
-		if f.CsumStart != 0 {
-			if injPartial, _, err = openPacket(o.Inject, 0); err != nil {
-				return nil, err
+	defer func() {
+		for _, in := range injectors {
+			unix.Close(in.fd)
+			if in.partial >= 0 {
+				unix.Close(in.partial)
 			}
-			defer unix.Close(injPartial)
-			if err := unix.SetsockoptInt(injPartial, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
-				return nil, fmt.Errorf("PACKET_VNET_HDR on %s: %w", o.Inject.Name, err)
-			}
-			break
+		}
+	}()
+	inj, err := open(o.Inject)
+	if err != nil {
+		return nil, err
+	}
+	eps := map[string]Endpoint{o.Inject.Name: o.Inject}
+	for _, ep := range o.Via {
+		if _, err := open(ep); err != nil {
+			return nil, err
+		}
+		eps[ep.Name] = ep
+	}
+	for i, f := range frames {
+		name := o.Inject.Name
+		if f.Via != "" {
+			name = f.Via
+		}
+		in, ok := injectors[name]
+		if !ok {
+			return nil, fmt.Errorf("frame %d (%s): no endpoint %q to inject it at", i, f.Name, f.Via)
+		}
+		if f.CsumStart == 0 || in.partial >= 0 {
+			continue
+		}
+		if in.partial, _, err = openPacket(eps[name], 0); err != nil {
+			return nil, err
+		}
+		if err := unix.SetsockoptInt(in.partial, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+			return nil, fmt.Errorf("PACKET_VNET_HDR on %s: %w", name, err)
 		}
 	}
 
@@ -149,15 +172,13 @@ func Run(o Options, frames []Frame) (*Capture, error) {
 		if d := time.Until(start.Add(time.Duration(i) * o.Gap)); d > 0 {
 			time.Sleep(d)
 		}
-		fd, ifi, vnet := inj, ifindex, []byte(nil)
+		in := inj
 		if f.Via != "" {
-			v, ok := via[f.Via]
-			if !ok || f.CsumStart != 0 || f.GSOSize != 0 {
-				return nil, fmt.Errorf("frame %d (%s): no endpoint %q to inject it at (or not a plain frame)", i, f.Name, f.Via)
-			}
-			fd, ifi = v.fd, v.ifindex
-		} else if f.CsumStart != 0 {
-			fd, vnet = injPartial, vnetHdrPartial(f.CsumStart, f.CsumOffset)
+			in = injectors[f.Via]
+		}
+		fd, ifi, vnet := in.fd, in.ifindex, []byte(nil)
+		if f.CsumStart != 0 {
+			fd, vnet = in.partial, vnetHdrPartial(f.CsumStart, f.CsumOffset)
 			if f.GSOSize != 0 {
 				if err := vnetHdrGSO(vnet, f); err != nil {
 					return nil, fmt.Errorf("frame %d (%s): %w", i, f.Name, err)
