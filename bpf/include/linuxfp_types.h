@@ -504,9 +504,10 @@ struct lfp_fib_gen {
 struct lfp_fib_key {
 	__u32 ifindex; /* the device Linux routes the packet from */
 	__u32 flow;    /* IPv4: the TOS; IPv6: traffic class and flow label */
-	__u32 dst[4];  /* the destination's block (IPv4: dst[0]) */
+	__u32 dst[4];  /* the destination's block, or the destination itself (IPv4: dst[0]) */
 	__u8 family;
-	__u8 pad[3];
+	__u8 one;      /* dst is one destination, not a block */
+	__u8 pad[2];
 };
 
 struct lfp_fib_entry {
@@ -517,7 +518,7 @@ struct lfp_fib_entry {
 	__u16 mtu;     /* the largest IP length the lookup let through (0xffff: any) */
 	__u8 smac[6];
 	__u8 dmac[6];
-	__u8 per_dst; /* the block's answers differ per destination: ask bpf_fib_lookup() */
+	__u8 per_dst; /* the block's answers differ per destination: look up the destination's */
 	__u8 pad[3];
 };
 

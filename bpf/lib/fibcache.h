@@ -17,8 +17,9 @@
  *   type and table, and those of the local addresses (lfp_fib_split); the netlink watcher counts
  *   every new route longer than a block while the cache is on, so the family waits behind the
  *   fence until the controller has written its block. An answer with the destination as its next
- *   hop (a connected route), or for a split block, is kept as "per destination": such a block's
- *   packets ask the kernel every time, as without the cache.
+ *   hop (a connected route), or for a split block, is kept for that destination alone, and the
+ *   block is marked "per destination" (two lookups per packet there: the block's, the
+ *   destination's).
  * - An entry holds the generation it was filled under, read before the lookup; it answers only
  *   while the generation is still that one. The generation moves on after every change that can
  *   alter an answer, before the command that made it returns: every netlink request for links,
@@ -62,7 +63,7 @@ struct {
 } lfp_fib_split SEC(".maps");
 
 #define FIB_MISS (-1) /* nothing kept under the generation: ask and keep */
-#define FIB_ASK (-2)  /* the cache is off, or the block's answers differ per destination */
+#define FIB_ASK (-2)  /* the cache is off: ask the kernel */
 
 /* The generation an answer for family v4 is filled under, or 0 where the cache is off. */
 static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
@@ -81,35 +82,48 @@ static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
 	return *(volatile const __u64 *)&g->gen[v4 ? 0 : 1] + *(volatile const __u64 *)&gt->fib_epoch + 1;
 }
 
-/* The cached answer for the lookup fib describes (its input, filled by the family's entry point
- * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
- * code returned; FIB_MISS when there is none under generation gen, FIB_ASK when the block's
- * answers are per destination. The key is built in scr. */
-static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4, __u64 gen,
-					 __u32 mtulen)
+/* Builds in k the key of fib's destination block (one = 0) or of the destination itself. */
+static __always_inline void fib_cache_key(struct lfp_fib_key *k, const struct bpf_fib_lookup *fib, int v4, int one)
 {
-	struct lfp_fib_key *k = &scr->fib_key;
-	const struct lfp_fib_entry *e;
-
 	k->ifindex = fib->ifindex;
 	k->family = fib->family;
-	k->pad[0] = k->pad[1] = k->pad[2] = 0;
+	k->one = one;
+	k->pad[0] = k->pad[1] = 0;
 	if (v4) {
 		k->flow = fib->tos;
-		k->dst[0] = fib->ipv4_dst & bpf_htonl(0xffffffffu << (32 - LFP_FIB_BLOCK4));
+		k->dst[0] = one ? fib->ipv4_dst : fib->ipv4_dst & bpf_htonl(0xffffffffu << (32 - LFP_FIB_BLOCK4));
 		k->dst[1] = k->dst[2] = k->dst[3] = 0;
 	} else {
 		k->flow = fib->flowinfo;
 		/* LFP_FIB_BLOCK6 is 64: the first two words. */
 		k->dst[0] = fib->ipv6_dst[0];
 		k->dst[1] = fib->ipv6_dst[1];
-		k->dst[2] = k->dst[3] = 0;
+		k->dst[2] = one ? fib->ipv6_dst[2] : 0;
+		k->dst[3] = one ? fib->ipv6_dst[3] : 0;
 	}
+}
+
+/* The cached answer for the lookup fib describes (its input, filled by the family's entry point
+ * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
+ * code returned; FIB_MISS when there is none under generation gen. The block's entry first;
+ * where the block's answers are per destination, the destination's. The key of the entry to
+ * fill is left in scr. */
+static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4, __u64 gen,
+					 __u32 mtulen)
+{
+	struct lfp_fib_key *k = &scr->fib_key;
+	const struct lfp_fib_entry *e;
+
+	fib_cache_key(k, fib, v4, 0);
 	e = bpf_map_lookup_elem(&lfp_fib_cache, k);
 	if (!e || e->gen != gen)
 		return FIB_MISS;
-	if (e->per_dst)
-		return FIB_ASK;
+	if (e->per_dst) {
+		fib_cache_key(k, fib, v4, 1);
+		e = bpf_map_lookup_elem(&lfp_fib_cache, k);
+		if (!e || e->gen != gen)
+			return FIB_MISS;
+	}
 	if (mtulen > e->mtu)
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
 	fib->ifindex = e->ifindex;
@@ -146,8 +160,9 @@ static __always_inline int fib_cache_per_dst(struct lfp_scratch *scr, const stru
 	return split;
 }
 
-/* bpf_fib_lookup() for fib; a successful answer is kept under generation gen for the key
- * fib_cache_get() built: for the whole block, or as "per destination". */
+/* bpf_fib_lookup() for fib; a successful answer is kept under generation gen: for the whole
+ * block, or, where the block's answers differ per destination, the block is marked so and the
+ * answer kept for the destination alone. scr holds the key fib_cache_get() left. */
 static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4,
 					  __u64 gen)
 {
@@ -160,30 +175,32 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr,
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
 	e->gen = gen;
-	e->per_dst = fib_cache_per_dst(scr, fib, probe, v4);
-	if (!e->per_dst) {
-		/* The MTU the lookup checks lengths against: asked with the largest length, it
-		 * answers FRAG_NEEDED with that MTU before it looks at the neighbour, or lets any
-		 * length through. */
-		probe->tot_len = 0xffff;
-		prc = bpf_fib_lookup(ctx, probe, sizeof(*probe), 0);
-		if (prc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-			e->mtu = probe->mtu_result;
-		else if (prc == BPF_FIB_LKUP_RET_SUCCESS)
-			e->mtu = 0xffff;
-		else
-			return rc; /* the route changed meanwhile: not kept */
-		e->ifindex = fib->ifindex;
-		e->metric = fib->rt_metric;
-		if (v4) {
-			e->nh[0] = fib->ipv4_dst;
-			e->nh[1] = e->nh[2] = e->nh[3] = 0;
-		} else {
-			__builtin_memcpy(e->nh, fib->ipv6_dst, sizeof(e->nh));
-		}
-		__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
-		__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
+	if (!scr->fib_key.one && fib_cache_per_dst(scr, fib, probe, v4)) {
+		e->per_dst = 1;
+		bpf_map_update_elem(&lfp_fib_cache, &scr->fib_key, e, BPF_ANY);
+		fib_cache_key(&scr->fib_key, probe, v4, 1);
 	}
+	e->per_dst = 0;
+	/* The MTU the lookup checks lengths against: asked with the largest length, it answers
+	 * FRAG_NEEDED with that MTU before it looks at the neighbour, or lets any length through. */
+	probe->tot_len = 0xffff;
+	prc = bpf_fib_lookup(ctx, probe, sizeof(*probe), 0);
+	if (prc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		e->mtu = probe->mtu_result;
+	else if (prc == BPF_FIB_LKUP_RET_SUCCESS)
+		e->mtu = 0xffff;
+	else
+		return rc; /* the route changed meanwhile: not kept */
+	e->ifindex = fib->ifindex;
+	e->metric = fib->rt_metric;
+	if (v4) {
+		e->nh[0] = fib->ipv4_dst;
+		e->nh[1] = e->nh[2] = e->nh[3] = 0;
+	} else {
+		__builtin_memcpy(e->nh, fib->ipv6_dst, sizeof(e->nh));
+	}
+	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
+	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
 	bpf_map_update_elem(&lfp_fib_cache, &scr->fib_key, e, BPF_ANY);
 	return rc;
 }

@@ -76,6 +76,26 @@ ip -6 route add 2001:2:0:fe99::/64 via 2001:2:0:1::7
 	b.Run("router-ipv6", func(b *testing.B) {
 		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v6("2001:2::2", "2001:2:0:fe99::9")), env.in, Forwarded)
 	})
+	// A destination on a connected subnet (its own neighbour entry, with in0's MAC too).
+	if err := env.ns.Script("ip neigh replace 198.18.1.8 lladdr 02:00:00:00:00:01 dev out0 nud permanent"); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("router-ipv4-connected", func(b *testing.B) {
+		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v4("198.18.0.2", "198.18.1.8")), env.in, Forwarded)
+	})
+	// The same with the FIB cache on (lib/fibcache.h): a routed block's answer, and a connected
+	// destination's (the block marked per destination, then the destination's own entry).
+	env.sync(b, func(d *Data) { d.FibCache4, d.FibCache6 = true, true })
+	b.Run("router-ipv4-cached", func(b *testing.B) {
+		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v4("198.18.0.2", "198.19.99.9")), env.in, Forwarded)
+	})
+	b.Run("router-ipv6-cached", func(b *testing.B) {
+		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v6("2001:2::2", "2001:2:0:fe99::9")), env.in, Forwarded)
+	})
+	b.Run("router-ipv4-connected-cached", func(b *testing.B) {
+		forwardBench(b, env.testEnv, env.prog(b, true, true), ttl(v4("198.18.0.2", "198.18.1.8")), env.in, Forwarded)
+	})
+	env.sync(b, func(d *Data) { d.FibCache4, d.FibCache6 = false, false })
 	b.Run("bridge-ipv4", func(b *testing.B) {
 		// Loaded first: a load that took longer than FDBRefreshInterval on busy cores would make
 		// the first frame the source's refresh.

@@ -145,7 +145,8 @@ type linuxfpLfpFibKey struct {
 	Flow    uint32
 	Dst     [4]uint32
 	Family  uint8
-	Pad     [3]uint8
+	One     uint8
+	Pad     [2]uint8
 }
 
 type linuxfpLfpFwFlags uint32

@@ -121,7 +121,8 @@ type linuxfpTcLfpFibKey struct {
 	Flow    uint32
 	Dst     [4]uint32
 	Family  uint8
-	Pad     [3]uint8
+	One     uint8
+	Pad     [2]uint8
 }
 
 type linuxfpTcLfpFwHostKey struct {
