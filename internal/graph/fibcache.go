@@ -20,54 +20,51 @@ func fibCache(s *observe.Snapshot, o Options) (why [2][]string) {
 	} else if !o.NeighEvents {
 		both = append(both, "the netlink and neighbour watchers are not attached (changes are not seen as they happen)")
 	}
-	why[0] = append(why[0], both...)
-	why[1] = append(why[1], both...)
-	if s.Routes.PolicyRules4 {
-		why[0] = append(why[0], "policy routing rules exist (a lookup may depend on the source, marks, ports)")
+	r := s.Routes
+	// Per family (IPv4, IPv6): each condition that turns the cache off, and why.
+	fams := [2]struct {
+		name                                            string
+		policy, multipath, pmtu, locked, source, expire bool
+		linkdown, ra                                    map[string]bool
+	}{
+		{"ipv4", r.PolicyRules4, r.Multipath4, s.Sysctl.FwdUsePMTU4, r.MTULocked4, false, false, s.Sysctl.IgnoreLinkdown4, nil},
+		{"ipv6", r.PolicyRules6, r.Multipath6, false, r.MTULocked6, r.SourceRoutes6, r.Expiring6, s.Sysctl.IgnoreLinkdown6, s.Sysctl.AcceptRA6},
 	}
-	if s.Routes.Multipath4 {
-		why[0] = append(why[0], "multipath routes or nexthop groups exist (the path depends on the flow's hash)")
-	}
-	if s.Sysctl.FwdUsePMTU4 {
-		why[0] = append(why[0], "net.ipv4.ip_forward_use_pmtu=1 (forwarding honours path MTUs learnt without an event)")
-	}
-	if s.Routes.MTULocked4 {
-		why[0] = append(why[0], "a route has a locked MTU (forwarding honours path MTUs learnt without an event)")
-	}
-	for _, name := range slices.Sorted(maps.Keys(s.Sysctl.IgnoreLinkdown4)) {
-		if s.Sysctl.IgnoreLinkdown4[name] {
-			why[0] = append(why[0], "net.ipv4.conf."+name+".ignore_routes_with_linkdown=1 (routes follow the carrier, which changes without an event)")
-			break
+	for i, f := range fams {
+		why[i] = append(why[i], both...)
+		for _, c := range []struct {
+			on  bool
+			why string
+		}{
+			{f.policy, "policy routing rules exist (a lookup may depend on the source, marks, ports)"},
+			{f.multipath, "multipath routes or nexthop groups exist (the path depends on the flow's hash)"},
+			{f.pmtu, "net.ipv4.ip_forward_use_pmtu=1 (forwarding honours path MTUs learnt without an event)"},
+			{f.locked, "a route has a locked MTU (forwarding honours path MTUs learnt without an event)"},
+			{f.source, "a route has a source prefix (the answer depends on the source)"},
+			{f.expire, "a route expires (it leaves the FIB without a request)"},
+		} {
+			if c.on {
+				why[i] = append(why[i], c.why)
+			}
 		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(s.Sysctl.IgnoreLinkdown6)) {
-		if s.Sysctl.IgnoreLinkdown6[name] {
-			why[1] = append(why[1], "net.ipv6.conf."+name+".ignore_routes_with_linkdown=1 (routes follow the carrier, which changes without an event)")
-			break
+		if name := firstSet(f.linkdown); name != "" {
+			why[i] = append(why[i], "net."+f.name+".conf."+name+".ignore_routes_with_linkdown=1 (routes follow the carrier, which changes without an event)")
 		}
-	}
-	if s.Routes.PolicyRules6 {
-		why[1] = append(why[1], "policy routing rules exist (a lookup may depend on the source, marks, ports)")
-	}
-	if s.Routes.Multipath6 {
-		why[1] = append(why[1], "multipath routes or nexthop groups exist (the path depends on the flow's hash)")
-	}
-	if s.Routes.MTULocked6 {
-		why[1] = append(why[1], "a route has a locked MTU (forwarding honours path MTUs learnt without an event)")
-	}
-	if s.Routes.SourceRoutes6 {
-		why[1] = append(why[1], "a route has a source prefix (the answer depends on the source)")
-	}
-	if s.Routes.Expiring6 {
-		why[1] = append(why[1], "a route expires (it leaves the FIB without a request)")
-	}
-	for _, name := range slices.Sorted(maps.Keys(s.Sysctl.AcceptRA6)) {
-		if s.Sysctl.AcceptRA6[name] {
-			why[1] = append(why[1], "net.ipv6.conf."+name+".accept_ra takes routes from router advertisements (they change without a request)")
-			break
+		if name := firstSet(f.ra); name != "" {
+			why[i] = append(why[i], "net.ipv6.conf."+name+".accept_ra takes routes from router advertisements (they change without a request)")
 		}
 	}
 	return why
+}
+
+// firstSet is the first name (in order) set in m, or "".
+func firstSet(m map[string]bool) string {
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		if m[name] {
+			return name
+		}
+	}
+	return ""
 }
 
 // fibSplitMax is LFP_FIB_SPLIT_MAX (bpf/include/fibcache_map.h).
