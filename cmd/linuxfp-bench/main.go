@@ -35,6 +35,7 @@ func run(args []string) int {
 		"the linuxfp binary to run in the namespaces (default: linuxfp beside this command, else in $PATH)")
 	root.AddCommand(benchCmds()...)
 	root.AddCommand(plotCmd())
+	root.AddCommand(profileCmd())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "linuxfp-bench:", err)
