@@ -95,20 +95,33 @@ static __always_inline int ends(const char *name, long len, const char *p, int n
 	return 1;
 }
 
+/* Whether the new value written is "0". */
+static __always_inline int writes_zero(struct bpf_sysctl *ctx)
+{
+	char next[VALUE_MAX] = {};
+	long nl = bpf_sysctl_get_new_value(ctx, next, sizeof(next));
+
+	return nl >= 0 && nl < VALUE_MAX && value_len(next, nl) == 1 && next[0] == '0';
+}
+
 /* A device's knob (net/ipv4/conf/<dev>/..., net/ipv6/conf/<dev>/...) other than those the
- * controller reads (observe's forwardingSysctl: forwarding, rp_filter, disable_ipv6,
- * proxy_ndp, ignore_routes_with_linkdown): a CNI plugin writes accept_ra and the like for every pod it adds, and such a write
- * must not fence anything even for the moment the controller takes to tell it apart. Every
- * other name under net/ is handed to the controller, which tells the rest apart. */
-static __always_inline int other_device_knob(const char *name, long len)
+ * controller reads or the FIB cache depends on (observe's forwardingSysctl: forwarding,
+ * rp_filter, disable_ipv6, proxy_ndp, ignore_routes_with_linkdown, the IPv6 mtu, and accept_ra
+ * set to anything but 0, which may let routes in from router advertisements): a CNI plugin
+ * writes accept_ra=0 and the like for every pod it adds, and such a write must not fence
+ * anything even for the moment the controller takes to tell it apart. Every other name under
+ * net/ is handed to the controller, which tells the rest apart. */
+static __always_inline int other_device_knob(struct bpf_sysctl *ctx, const char *name, long len)
 {
 	if (len < 0 || len >= LFP_SYSCTL_NAME - 1)
 		return 0; /* cut: may be anything */
 	if (!starts(name, "net/ipv4/conf/", 14) && !starts(name, "net/ipv6/conf/", 14))
 		return 0;
+	if (ends(name, len, "/accept_ra", 10))
+		return writes_zero(ctx);
 	return !ends(name, len, "/forwarding", 11) && !ends(name, len, "/rp_filter", 10) &&
 	       !ends(name, len, "/disable_ipv6", 13) && !ends(name, len, "/proxy_ndp", 10) &&
-	       !ends(name, len, "/ignore_routes_with_linkdown", 28);
+	       !ends(name, len, "/ignore_routes_with_linkdown", 28) && !ends(name, len, "/mtu", 4);
 }
 
 SEC("cgroup/sysctl")
@@ -138,7 +151,7 @@ int lfp_sysctl_write(struct bpf_sysctl *ctx)
 	if (ev) {
 		long len = bpf_sysctl_get_name(ctx, ev->name, sizeof(ev->name), 0);
 
-		if (other_device_knob(ev->name, len)) {
+		if (other_device_knob(ctx, ev->name, len)) {
 			bpf_ringbuf_discard(ev, 0);
 			return 1;
 		}

@@ -275,3 +275,30 @@ func udp9(frames [][]byte) int {
 	}
 	return n
 }
+
+// A device that starts taking routes from router advertisements (accept_ra=2 while forwarding)
+// turns the IPv6 cache off: such routes come without a request. The write is a sysctl, seen by
+// the sysctl watcher; one of 0 (a CNI plugin's, for every pod) is not even handed over.
+func TestFibCacheAcceptRA(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
+	l := startLinuxfp(t, tb)
+	waitFibCache(t, l, "ipv6", true)
+	sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.in0.accept_ra=0")
+	waitFibCache(t, l, "ipv6", true)
+	sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.in0.accept_ra=2")
+	waitFibCache(t, l, "ipv6", false)
+	st, err := l.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.FibCache {
+		if f.Family == "ipv6" && !strings.Contains(strings.Join(f.Off, ";"), "in0.accept_ra") {
+			t.Fatalf("fib cache ipv6 off because %q, want in0's accept_ra named", f.Off)
+		}
+		if f.Family == "ipv4" && !f.On {
+			t.Fatalf("fib cache ipv4 off because %q: accept_ra is IPv6's", f.Off)
+		}
+	}
+	sh(t, tb.DUT, "sysctl -qw net.ipv6.conf.in0.accept_ra=1")
+	waitFibCache(t, l, "ipv6", true)
+}

@@ -406,8 +406,11 @@ func readSysctlOr(path string, def int) int {
 // forwardingSysctl: a write of the sysctl name (under /proc/sys, as the cgroup/sysctl hook gives
 // it) may change what readSysctls reads, and so the fast path. Writes of any other sysctl do not
 // keep the fence closed. TestForwardingSysctlsCoverReads keeps it in step with readSysctls.
-// With fibCache (the FIB cache may be on), an IPv6 device's forwarding, accept_ra and
-// ignore_routes_with_linkdown matter too: the cache's answers depend on them (graph/fibcache.go).
+// With fibCache (the FIB cache may be on), an IPv6 device's forwarding, accept_ra,
+// ignore_routes_with_linkdown and mtu matter too: the cache's answers depend on them
+// (graph/fibcache.go; an answer lets through the device's mtu where the route has none). Each
+// keeps the fence closed until an apply after the value is stored, which moves the cache on.
+// (bpf/sysctl_watch.c hands over an accept_ra write only when it is not 0.)
 func forwardingSysctl(name string, fibCache bool) bool {
 	switch name {
 	case "net/ipv4/ip_forward", "net/ipv4/ip_forward_update_priority", "net/ipv4/ip_forward_use_pmtu",
@@ -431,7 +434,7 @@ func forwardingSysctl(name string, fibCache bool) bool {
 		return knob == "forwarding" || knob == "rp_filter" || knob == "ignore_routes_with_linkdown"
 	case strings.HasPrefix(name, "net/ipv6/conf/"):
 		return knob == "disable_ipv6" ||
-			(fibCache && (knob == "forwarding" || knob == "accept_ra" || knob == "ignore_routes_with_linkdown"))
+			(fibCache && (knob == "forwarding" || knob == "accept_ra" || knob == "ignore_routes_with_linkdown" || knob == "mtu"))
 	}
 	return false
 }

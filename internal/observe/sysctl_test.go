@@ -27,7 +27,7 @@ func TestForwardingSysctlsCoverReads(t *testing.T) {
 		}
 	}
 	// The FIB cache's IPv6 settings matter only while it may be on.
-	for _, p := range []string{"net/ipv6/conf/veth1234abcd/accept_ra", "net/ipv6/conf/in0/forwarding", "net/ipv6/conf/all/ignore_routes_with_linkdown"} {
+	for _, p := range []string{"net/ipv6/conf/veth1234abcd/accept_ra", "net/ipv6/conf/in0/forwarding", "net/ipv6/conf/all/ignore_routes_with_linkdown", "net/ipv6/conf/out0/mtu"} {
 		if forwardingSysctl(p, false) || !forwardingSysctl(p, true) {
 			t.Errorf("%s: keeps the fence closed without the FIB cache %v, with it %v; want false, true", p, forwardingSysctl(p, false), forwardingSysctl(p, true))
 		}
