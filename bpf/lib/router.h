@@ -467,11 +467,7 @@ static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pk
 	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	p->tos = fib->tos;
 	gen = fib_cache_gen(p->cfg, p->v4);
-	rc = gen ? fib_cache_get(p->scr, fib, p->v4, gen, p->mtulen) : FIB_ASK;
-	if (rc == FIB_MISS)
-		rc = fib_cache_fill(ctx, p->scr, fib, p->v4, gen);
-	else if (rc == FIB_ASK)
-		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	rc = fib_lookup_cached(ctx, &p->scr->fc, fib, p->v4, gen);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
 	return LFP_FORWARDED;
@@ -518,7 +514,9 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 
 		/* Not a translated packet: the driver hashes the translated inner packet for the
 		 * source port; its path. */
-		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct, (struct bpf_fib_lookup *)scr->ofib)) {
+		if (scr && !scr->ct.nat &&
+		    vxlan_plan(ctx, cfg, out, vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct,
+			       (struct bpf_fib_lookup *)scr->ofib, &scr->fc)) {
 			scr->vx_on = 1;
 			r = LFP_FORWARDED;
 			goto trim;

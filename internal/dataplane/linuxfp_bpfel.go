@@ -396,12 +396,16 @@ type linuxfpLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf      [260]uint8
-	_        [4]byte
-	Ofib     [8]uint64
-	FibKey   linuxfpLfpFibKey
-	_        [4]byte
-	FibEntry linuxfpLfpFibEntry
+	Buf  [260]uint8
+	_    [4]byte
+	Ofib [8]uint64
+	Fc   struct {
+		_     structs.HostLayout
+		Key   linuxfpLfpFibKey
+		_     [4]byte
+		Entry linuxfpLfpFibEntry
+		Probe [8]uint64
+	}
 }
 
 type linuxfpLfpStaleCount struct {

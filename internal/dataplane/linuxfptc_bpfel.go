@@ -315,12 +315,16 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf      [260]uint8
-	_        [4]byte
-	Ofib     [8]uint64
-	FibKey   linuxfpTcLfpFibKey
-	_        [4]byte
-	FibEntry linuxfpTcLfpFibEntry
+	Buf  [260]uint8
+	_    [4]byte
+	Ofib [8]uint64
+	Fc   struct {
+		_     structs.HostLayout
+		Key   linuxfpTcLfpFibKey
+		_     [4]byte
+		Entry linuxfpTcLfpFibEntry
+		Probe [8]uint64
+	}
 }
 
 type linuxfpTcLfpStaleCount struct {
