@@ -427,6 +427,7 @@ struct lfp_l2_dev {
 /* TC hook: a device a redirected skb may leave by (bpf/lib/tx.h). */
 enum lfp_tx_flags {
 	LFP_TX_PEER = 1, /* a veth into another namespace: deliver with bpf_redirect_peer() */
+	LFP_TX_OK = 2,   /* an entry: the device takes redirected skbs (an array's zero entry is none) */
 };
 
 struct lfp_tc_tx {

@@ -435,6 +435,7 @@ type linuxfpLfpTxFlags uint32
 
 const (
 	linuxfpLfpTxFlagsLFP_TX_PEER linuxfpLfpTxFlags = 1
+	linuxfpLfpTxFlagsLFP_TX_OK   linuxfpLfpTxFlags = 2
 )
 
 type linuxfpLfpVxFlags uint32
@@ -530,6 +531,7 @@ const (
 	linuxfpMapLfpTcCompanions      = "lfp_tc_companions"
 	linuxfpMapLfpTcRequests        = "lfp_tc_requests"
 	linuxfpMapLfpTcTxDevs          = "lfp_tc_tx_devs"
+	linuxfpMapLfpTcTxHi            = "lfp_tc_tx_hi"
 	linuxfpMapLfpTxDevs            = "lfp_tx_devs"
 	linuxfpMapLfpVxfdb             = "lfp_vxfdb"
 	linuxfpMapLfpVxlan             = "lfp_vxlan"
@@ -632,6 +634,7 @@ type linuxfpMapSpecs struct {
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.MapSpec `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.MapSpec `ebpf:"lfp_vxlan"`
@@ -710,6 +713,7 @@ type linuxfpMaps struct {
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.Map `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.Map `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.Map `ebpf:"lfp_vxlan"`
@@ -755,6 +759,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
 		m.LfpTcTxDevs,
+		m.LfpTcTxHi,
 		m.LfpTxDevs,
 		m.LfpVxfdb,
 		m.LfpVxlan,

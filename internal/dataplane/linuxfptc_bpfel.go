@@ -435,6 +435,7 @@ const (
 	linuxfpTcMapLfpTcCompanions      = "lfp_tc_companions"
 	linuxfpTcMapLfpTcRequests        = "lfp_tc_requests"
 	linuxfpTcMapLfpTcTxDevs          = "lfp_tc_tx_devs"
+	linuxfpTcMapLfpTcTxHi            = "lfp_tc_tx_hi"
 	linuxfpTcMapLfpTxDevs            = "lfp_tx_devs"
 	linuxfpTcMapLfpVxfdb             = "lfp_vxfdb"
 	linuxfpTcMapLfpVxlan             = "lfp_vxlan"
@@ -537,6 +538,7 @@ type linuxfpTcMapSpecs struct {
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.MapSpec `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.MapSpec `ebpf:"lfp_vxlan"`
@@ -615,6 +617,7 @@ type linuxfpTcMaps struct {
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.Map `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.Map `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.Map `ebpf:"lfp_vxlan"`
@@ -660,6 +663,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
 		m.LfpTcTxDevs,
+		m.LfpTcTxHi,
 		m.LfpTxDevs,
 		m.LfpVxfdb,
 		m.LfpVxlan,
