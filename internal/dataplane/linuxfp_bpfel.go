@@ -40,6 +40,7 @@ type linuxfpLfpConfig struct {
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
+	CtJiffyMs          uint32
 	Vxlans             uint32
 	VxFlags            linuxfpLfpVxFlags
 	DefaultTtl         uint32

@@ -40,6 +40,7 @@ type linuxfpTcLfpConfig struct {
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
+	CtJiffyMs          uint32
 	Vxlans             uint32
 	VxFlags            uint32
 	DefaultTtl         uint32
