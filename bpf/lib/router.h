@@ -506,9 +506,26 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	if (r)
 		return r;
 
+	/* Router -> bridge: a route out of a bridge device ends in br_dev_xmit(), which sends the
+	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). Before the
+	 * vxlan step: a bridge is never a vxlan device, and the bridge lookup (an array's) costs
+	 * less than the vxlan one (a hash's). */
+	if (cfg->bridges) {
+		struct lfp_l2_dev *br = l2_dev(fib->ifindex);
+
+		if (br && (br->flags & LFP_L2_BRIDGE)) {
+			/* Something on the bridge device's own transmit path (tc, qdisc, nft). */
+			if (!(br->flags & LFP_L2_OUT_OK))
+				return LFP_PASS_BR_CONFIG;
+			r = bridge_out_port(fib->ifindex, fib->dmac, 0, 0, p->mtulen, &out);
+			if (r != LFP_FORWARDED)
+				return r;
+		}
+	}
+
 	/* Into a vxlan device: encapsulated here when everything the driver would do is
 	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
-	if (CTX_TUNNEL && p->v4 && cfg->vxlans) {
+	if (CTX_TUNNEL && p->v4 && cfg->vxlans && out == fib->ifindex) {
 		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
 		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
 
@@ -520,21 +537,6 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 			scr->vx_on = 1;
 			r = LFP_FORWARDED;
 			goto trim;
-		}
-	}
-
-	/* Router -> bridge: a route out of a bridge device ends in br_dev_xmit(), which sends the
-	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). */
-	if (cfg->bridges) {
-		struct lfp_l2_dev *br = l2_dev(fib->ifindex);
-
-		if (br && (br->flags & LFP_L2_BRIDGE)) {
-			/* Something on the bridge device's own transmit path (tc, qdisc, nft). */
-			if (!(br->flags & LFP_L2_OUT_OK))
-				return LFP_PASS_BR_CONFIG;
-			r = bridge_out_port(fib->ifindex, fib->dmac, 0, 0, p->mtulen, &out);
-			if (r != LFP_FORWARDED)
-				return r;
 		}
 	}
 
