@@ -16,8 +16,14 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Headers the modules read through direct packet access: Ethernet, IPv6 and a TCP header
- * (TC: an skb may hold less than that in its linear part). */
+/* Headers the modules read through direct packet access (TC: an skb may hold less than that in
+ * its linear part): Ethernet, then IPv4 and the most of an L4 header any module reads (a VXLAN
+ * packet's UDP and VXLAN headers and inner Ethernet header, 8 + 8 + 14 bytes; of TCP, the
+ * first 20), or IPv6 and a TCP header. No more: a small segment's linear part ends with its
+ * headers (a TCP sender's 1-byte request: 66 bytes with timestamps, its payload in a page), and a
+ * pull beyond them copies the head of every such segment (a clone the sender keeps for
+ * retransmission) only to read bytes no module looks at. */
+#define LFP_PULL_LEN4 (14 + 20 + 30)
 #define LFP_PULL_LEN (14 + 40 + 20)
 
 /* A step's reason as the program's verdict: dropped as Linux would, or Linux's. */
@@ -106,7 +112,9 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	 * scatter-gather XDP transmit is dropped where Linux would send it. Linux's. */
 	if (ctx_multi_buffer(ctx))
 		return lfp_pass(ctx, LFP_PASS_MULTI_BUFFER);
-	ctx_pull(ctx, LFP_PULL_LEN);
+	eth = ctx_data(ctx);
+	ctx_pull(ctx, (void *)(eth + 1) <= ctx_data_end(ctx) && eth->h_proto == bpf_htons(ETH_P_IP) ?
+			      LFP_PULL_LEN4 : LFP_PULL_LEN);
 	data = ctx_data(ctx);
 	data_end = ctx_data_end(ctx);
 	eth = data;

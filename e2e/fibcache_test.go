@@ -31,39 +31,48 @@ func freeze(t *testing.T, l *testbed.Linuxfp) (thaw func()) {
 }
 
 // A neighbour's new MAC learnt from an ARP request (the kernel's data path, no request): the
-// next packets carry it.
+// next packets carry it, whether the neighbour is the gateway of the destination's route (the
+// answer kept for its block) or the destination itself, on a connected route (the answer kept
+// for that destination alone).
 func TestFibCacheNeighbourLearnt(t *testing.T) {
 	for _, h := range hookTestbeds {
-		t.Run(h.hook, func(t *testing.T) {
-			tb := newTestbed(t, h.opts)
-			l := startLinuxfp(t, tb, "--fib-cache")
-			waitFibCache(t, l, "ipv4", true)
-			waitFastPath(t, tb, l, "198.19.6.1")
-			const newMAC = "02:00:5e:00:53:77"
-			sh(t, tb.Sink, "ip link set eth0 address "+newMAC+"\nip neigh flush dev eth0")
-			thaw := freeze(t, l)
-			// Answered once more now, kept under the generation the frozen controller leaves.
-			sendUDP(t, tb, "198.19.6.1", 5)
-			// The sink asks for the DUT's MAC: the DUT learns the sink's new one from the request.
-			tb.Sink.Run("ping", "-c", "1", "-W", "1", "198.18.1.1")
-			eventually(t, 3*time.Second, "the DUT learnt the new MAC", func() error {
-				out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
-				if !strings.Contains(out, newMAC) {
-					return errString(out)
-				}
-				return nil
-			})
-			got := captureDstMACs(t, tb, 5, func() { sendUDP(t, tb, "198.19.6.1", 5) })
-			thaw()
-			if len(got) != 5 {
-				t.Fatalf("sink got %d of 5 datagrams: %v", len(got), got)
-			}
-			for _, m := range got {
-				if m != newMAC {
-					t.Fatalf("frames to %v, want all to %s (Linux uses the MAC it learnt)", got, newMAC)
-				}
-			}
-		})
+		for _, dst := range []struct{ name, addr string }{{"gateway", "198.19.6.1"}, {"connected", "198.18.1.2"}} {
+			t.Run(h.hook+"/"+dst.name, func(t *testing.T) { testFibCacheNeighbourLearnt(t, h.opts, dst.addr) })
+		}
+	}
+}
+
+func testFibCacheNeighbourLearnt(t *testing.T, opts testbed.Options, dst string) {
+	tb := newTestbed(t, opts)
+	// Datagrams to the sink's own address would draw ICMP port unreachable, after which the
+	// sender's connected socket fails its next write.
+	sh(t, tb.Sink, "iptables -A INPUT -p udp --dport 9 -j DROP")
+	l := startLinuxfp(t, tb, "--fib-cache")
+	waitFibCache(t, l, "ipv4", true)
+	waitFastPath(t, tb, l, dst)
+	const newMAC = "02:00:5e:00:53:77"
+	sh(t, tb.Sink, "ip link set eth0 address "+newMAC+"\nip neigh flush dev eth0")
+	thaw := freeze(t, l)
+	// Answered once more now, kept under the generation the frozen controller leaves.
+	sendUDP(t, tb, dst, 5)
+	// The sink asks for the DUT's MAC: the DUT learns the sink's new one from the request.
+	tb.Sink.Run("ping", "-c", "1", "-W", "1", "198.18.1.1")
+	eventually(t, 3*time.Second, "the DUT learnt the new MAC", func() error {
+		out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
+		if !strings.Contains(out, newMAC) {
+			return errString(out)
+		}
+		return nil
+	})
+	got := captureDstMACs(t, tb, 5, func() { sendUDP(t, tb, dst, 5) })
+	thaw()
+	if len(got) != 5 {
+		t.Fatalf("sink got %d of 5 datagrams: %v", len(got), got)
+	}
+	for _, m := range got {
+		if m != newMAC {
+			t.Fatalf("frames to %v, want all to %s (Linux uses the MAC it learnt)", got, newMAC)
+		}
 	}
 }
 

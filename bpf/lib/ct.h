@@ -518,6 +518,19 @@ static __always_inline enum lfp_reason ct_extensions(const struct nf_conn *ct)
 	return LFP_FORWARDED;
 }
 
+/* Refresh the entry's timeout to timeout ms from now, as nf_ct_refresh() does: bpf_ct_change_timeout()
+ * writes jiffies + msecs_to_jiffies(timeout) into ct->timeout. The packets of a busy connection
+ * mostly come within one jiffy of each other, when that value is there already: then the call
+ * changes nothing and is skipped (nf_ct_refresh() itself writes only a different value). */
+static __always_inline void ct_change_timeout(const struct lfp_config *cfg, struct nf_conn *ct, __u32 timeout)
+{
+	__u32 jms = cfg->ct_jiffy_ms;
+
+	if (jms && ct->timeout == (__u32)bpf_jiffies64() + (timeout + jms - 1) / jms)
+		return;
+	bpf_ct_change_timeout(ct, timeout);
+}
+
 static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c)
 {
 	enum lfp_reason why = LFP_FORWARDED;
@@ -593,7 +606,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 			c->timeout = timeout;
 			c->refresh = 1;
 		} else {
-			bpf_ct_change_timeout(ct, timeout);
+			ct_change_timeout(cfg, ct, timeout);
 		}
 	}
 	bpf_ct_release(ct);

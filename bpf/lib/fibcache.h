@@ -34,7 +34,11 @@
  *   them. A path MTU exception Linux learns later (no event) is not seen; ip_forward() and
  *   ip6_forward() ignore those unless net.ipv4.ip_forward_use_pmtu=1 or the route's MTU is
  *   locked, and the controller turns the cache off in both cases.
- * Only successful answers are kept: every other one is Linux's packet anyway, and asked again. */
+ * Only successful answers are kept: every other one is Linux's packet anyway, and asked again.
+ *
+ * The VXLAN module's outer route (vxlan.h) is asked here too: it is a lookup like the router's,
+ * from the loopback device (ifindex 1, whose forwarding sysctl the generation covers as any
+ * device's), with the outer destination and TOS in the key, so the same argument holds for it. */
 #ifndef LFP_FIBCACHE_H
 #define LFP_FIBCACHE_H
 
@@ -42,7 +46,6 @@
 #include "linuxfp_types.h"
 #include "fibcache_map.h"
 #include "gate.h"
-#include "state.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -64,6 +67,14 @@ struct {
 
 #define FIB_MISS (-1) /* nothing kept under the generation: ask and keep */
 #define FIB_ASK (-2)  /* the cache is off: ask the kernel */
+
+/* Per-CPU scratch space of a lookup through the cache (in struct lfp_scratch; its own struct so
+ * that vxlan.h, which state.h includes, can have one too). */
+struct fib_cache_scr {
+	struct lfp_fib_key key; /* the key fib_cache_get() left for fib_cache_fill() */
+	struct lfp_fib_entry entry;
+	__u64 probe[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
+};
 
 /* The generation an answer for family v4 is filled under, or 0 where the cache is off. */
 static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
@@ -107,11 +118,11 @@ static __always_inline void fib_cache_key(struct lfp_fib_key *k, const struct bp
  * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
  * code returned; FIB_MISS when there is none under generation gen. The block's entry first;
  * where the block's answers are per destination, the destination's. The key of the entry to
- * fill is left in scr. */
-static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4, __u64 gen,
+ * fill is left in fc. */
+static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4, __u64 gen,
 					 __u32 mtulen)
 {
-	struct lfp_fib_key *k = &scr->fib_key;
+	struct lfp_fib_key *k = &fc->key;
 	const struct lfp_fib_entry *e;
 
 	fib_cache_key(k, fib, v4, 0);
@@ -140,11 +151,11 @@ static __always_inline int fib_cache_get(struct lfp_scratch *scr, struct bpf_fib
 }
 
 /* Whether the answer in fib (asked with probe's destination) may differ for other destinations
- * of the block in scr->fib_key: its next hop is the destination itself, or the block is split. */
-static __always_inline int fib_cache_per_dst(struct lfp_scratch *scr, const struct bpf_fib_lookup *fib,
+ * of the block in fc->key: its next hop is the destination itself, or the block is split. */
+static __always_inline int fib_cache_per_dst(struct fib_cache_scr *fc, const struct bpf_fib_lookup *fib,
 					     const struct bpf_fib_lookup *probe, int v4)
 {
-	struct lfp_fib_key *k = &scr->fib_key;
+	struct lfp_fib_key *k = &fc->key;
 	__u32 ifindex = k->ifindex, flow = k->flow;
 	int split;
 
@@ -162,12 +173,12 @@ static __always_inline int fib_cache_per_dst(struct lfp_scratch *scr, const stru
 
 /* bpf_fib_lookup() for fib; a successful answer is kept under generation gen: for the whole
  * block, or, where the block's answers differ per destination, the block is marked so and the
- * answer kept for the destination alone. scr holds the key fib_cache_get() left. */
-static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr, struct bpf_fib_lookup *fib, int v4,
+ * answer kept for the destination alone. fc holds the key fib_cache_get() left. */
+static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4,
 					  __u64 gen)
 {
-	struct bpf_fib_lookup *probe = (struct bpf_fib_lookup *)scr->ofib;
-	struct lfp_fib_entry *e = &scr->fib_entry;
+	struct bpf_fib_lookup *probe = (struct bpf_fib_lookup *)fc->probe;
+	struct lfp_fib_entry *e = &fc->entry;
 	int rc, prc;
 
 	__builtin_memcpy(probe, fib, sizeof(*fib));
@@ -175,10 +186,10 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr,
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
 	e->gen = gen;
-	if (!scr->fib_key.one && fib_cache_per_dst(scr, fib, probe, v4)) {
+	if (!fc->key.one && fib_cache_per_dst(fc, fib, probe, v4)) {
 		e->per_dst = 1;
-		bpf_map_update_elem(&lfp_fib_cache, &scr->fib_key, e, BPF_ANY);
-		fib_cache_key(&scr->fib_key, probe, v4, 1);
+		bpf_map_update_elem(&lfp_fib_cache, &fc->key, e, BPF_ANY);
+		fib_cache_key(&fc->key, probe, v4, 1);
 	}
 	e->per_dst = 0;
 	/* The MTU the lookup checks lengths against: asked with the largest length, it answers
@@ -201,7 +212,21 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct lfp_scratch *scr,
 	}
 	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
-	bpf_map_update_elem(&lfp_fib_cache, &scr->fib_key, e, BPF_ANY);
+	bpf_map_update_elem(&lfp_fib_cache, &fc->key, e, BPF_ANY);
+	return rc;
+}
+
+/* bpf_fib_lookup() for fib, answered by the cache where it may: gen is fib_cache_gen()'s (0: the
+ * cache is off). fib->tot_len is the length the MTU check sees. */
+static __always_inline int fib_lookup_cached(lfp_ctx *ctx, struct fib_cache_scr *fc, struct bpf_fib_lookup *fib,
+					     int v4, __u64 gen)
+{
+	int rc = gen ? fib_cache_get(fc, fib, v4, gen, fib->tot_len) : FIB_ASK;
+
+	if (rc == FIB_MISS)
+		rc = fib_cache_fill(ctx, fc, fib, v4, gen);
+	else if (rc == FIB_ASK)
+		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	return rc;
 }
 

@@ -467,11 +467,7 @@ static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pk
 	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	p->tos = fib->tos;
 	gen = fib_cache_gen(p->cfg, p->v4);
-	rc = gen ? fib_cache_get(p->scr, fib, p->v4, gen, p->mtulen) : FIB_ASK;
-	if (rc == FIB_MISS)
-		rc = fib_cache_fill(ctx, p->scr, fib, p->v4, gen);
-	else if (rc == FIB_ASK)
-		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	rc = fib_lookup_cached(ctx, &p->scr->fc, fib, p->v4, gen);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
 	return LFP_FORWARDED;
@@ -510,23 +506,10 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	if (r)
 		return r;
 
-	/* Into a vxlan device: encapsulated here when everything the driver would do is
-	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
-	if (CTX_TUNNEL && p->v4 && cfg->vxlans) {
-		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
-		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
-
-		/* Not a translated packet: the driver hashes the translated inner packet for the
-		 * source port; its path. */
-		if (scr && !scr->ct.nat && vxlan_plan(ctx, cfg, out, vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct, (struct bpf_fib_lookup *)scr->ofib)) {
-			scr->vx_on = 1;
-			r = LFP_FORWARDED;
-			goto trim;
-		}
-	}
-
 	/* Router -> bridge: a route out of a bridge device ends in br_dev_xmit(), which sends the
-	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). */
+	 * frame to the port its FDB names for the neighbour's MAC (bridge_out_port). Before the
+	 * vxlan step: a bridge is never a vxlan device, and the bridge lookup (an array's) costs
+	 * less than the vxlan one (a hash's). */
 	if (cfg->bridges) {
 		struct lfp_l2_dev *br = l2_dev(fib->ifindex);
 
@@ -537,6 +520,23 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 			r = bridge_out_port(fib->ifindex, fib->dmac, 0, 0, p->mtulen, &out);
 			if (r != LFP_FORWARDED)
 				return r;
+		}
+	}
+
+	/* Into a vxlan device: encapsulated here when everything the driver would do is
+	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
+	if (CTX_TUNNEL && p->v4 && cfg->vxlans && out == fib->ifindex) {
+		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
+		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
+
+		/* Not a translated packet: the driver hashes the translated inner packet for the
+		 * source port; its path. */
+		if (scr && !scr->ct.nat &&
+		    vxlan_plan(ctx, cfg, out, vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct,
+			       (struct bpf_fib_lookup *)scr->ofib, &scr->fc)) {
+			scr->vx_on = 1;
+			r = LFP_FORWARDED;
+			goto trim;
 		}
 	}
 

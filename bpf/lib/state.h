@@ -8,6 +8,7 @@
 #include "filter.h"
 #include "ct.h"
 #include "vxlan.h"
+#include "fibcache.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -39,9 +40,8 @@ struct lfp_scratch {
 	/* ct_l4_csum()'s buffer; vxlan_plan()'s outer route lookup. */
 	__u8 buf[CT_CSUM_CHUNK + 4];
 	__u64 ofib[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
-	/* The FIB cache's key and the entry it fills (fibcache.h). */
-	struct lfp_fib_key fib_key;
-	struct lfp_fib_entry fib_entry;
+	/* The FIB cache's lookups (fibcache.h). */
+	struct fib_cache_scr fc;
 };
 
 struct {

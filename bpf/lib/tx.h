@@ -5,6 +5,7 @@
 
 #include "ctx.h"
 #include "linuxfp_types.h"
+#include "iface.h"
 
 /* XDP: devices that take a redirected frame. A redirect into one that cannot (a veth whose peer
  * has no NAPI: neither XDP nor GRO) is dropped where Linux would have delivered the packet; the
@@ -16,13 +17,39 @@ struct {
 	__uint(max_entries, 1024);
 } lfp_tx_devs SEC(".maps");
 
-/* TC: devices a redirected skb may go to (up, with carrier), and how (struct lfp_tc_tx). */
+/* TC: devices a redirected skb may go to (up, with carrier), and how (struct lfp_tc_tx), by
+ * ifindex as lfp_ifs and lfp_ifs_hi hold interfaces (iface.h): every packet the fast path sends
+ * looks its egress up, and an array's lookup is inlined where a hash lookup is a call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_tc_tx);
+	__uint(max_entries, LFP_IFS_DIRECT);
+} lfp_tc_tx_devs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
 	__type(value, struct lfp_tc_tx);
 	__uint(max_entries, 4096);
-} lfp_tc_tx_devs SEC(".maps");
+} lfp_tc_tx_hi SEC(".maps");
+
+/* Out of line for the same reason as lfp_iface_hi(). */
+static __attribute__((noinline)) struct lfp_tc_tx *tc_tx_hi(__u32 ifindex)
+{
+	return bpf_map_lookup_elem(&lfp_tc_tx_hi, &ifindex);
+}
+
+static __always_inline struct lfp_tc_tx *tc_tx(__u32 ifindex)
+{
+	struct lfp_tc_tx *tx;
+
+	if (ifindex < LFP_IFS_DIRECT)
+		tx = bpf_map_lookup_elem(&lfp_tc_tx_devs, &ifindex);
+	else
+		tx = tc_tx_hi(ifindex);
+	return tx && (tx->flags & LFP_TX_OK) ? tx : NULL;
+}
 
 /* Keep the skb's priority (TC). */
 #define TX_PRIO_KEEP 0xffffffffU
@@ -38,7 +65,7 @@ static __always_inline enum lfp_reason tx_prepare(lfp_ctx *ctx, __u32 out, __u32
 	/* XDP (ctx.h): the devmap holds only the devices that take a redirected frame. */
 	if (CTX_REDIRECT_BY_DEVMAP)
 		return ctx_redirect_map(&lfp_tx_devs, out) ? LFP_PASS_EGRESS_NOT_READY : LFP_FORWARDED;
-	tx = bpf_map_lookup_elem(&lfp_tc_tx_devs, &out);
+	tx = tc_tx(out);
 	if (!tx)
 		return LFP_PASS_EGRESS_NOT_READY;
 	/* A redirected skb goes through dev_queue_xmit() of `out`: its qdisc, tc egress and

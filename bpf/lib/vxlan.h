@@ -16,6 +16,7 @@
 #include "tx.h"
 #include "gate.h"
 #include "neigh.h"
+#include "fibcache.h"
 
 #define VXLAN_HLEN   8
 #define VXLAN_ENCAP  (sizeof(struct iphdr) + 8 + VXLAN_HLEN + ETH_HLEN) /* 50 */
@@ -71,7 +72,7 @@ static __always_inline __u8 vxlan_ecn_encap(__u8 tos, __u8 inner)
 static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg, __u32 dev,
 				      const struct lfp_vxlan_dev *vx, const struct bpf_fib_lookup *fib,
 				      __u8 inner_tos, __u32 tot, __u32 prio, struct vxlan_plan *p,
-				      struct ct_pkt *c, struct bpf_fib_lookup *op)
+				      struct ct_pkt *c, struct bpf_fib_lookup *op, struct fib_cache_scr *fc)
 {
 	/* The outer route's lookup structure is scratch space (op): the stack is short. */
 #define o (*op)
@@ -132,7 +133,8 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	p->ttl = vx->ttl ? vx->ttl : cfg->default_ttl;
 
 	/* The outer route, as ip_route_output_key() looks it up: from loopback (flowi4_iif =
-	 * LOOPBACK_IFINDEX), no output device (the remote has none), the outer tos, UDP ports. */
+	 * LOOPBACK_IFINDEX), no output device (the remote has none), the outer tos, UDP ports;
+	 * answered by the FIB cache where it may (fibcache.h says why the same answer holds). */
 	__builtin_memset(&o, 0, sizeof(o));
 	o.family = AF_INET;
 	o.tos = p->tos;
@@ -143,7 +145,7 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	o.ifindex = 1;
 	o.ipv4_src = p->saddr;
 	o.ipv4_dst = p->daddr;
-	rc = bpf_fib_lookup(ctx, &o, sizeof(o), 0);
+	rc = fib_lookup_cached(ctx, fc, &o, 1, fib_cache_gen(cfg, 1));
 	/* Local (the driver's bypass to another vxlan device here), unreachable, larger than the
 	 * underlay MTU (the driver's outer header has DF clear: Linux fragments it) ...: its path. */
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS || o.ifindex == dev)

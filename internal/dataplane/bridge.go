@@ -179,17 +179,25 @@ const minHZ = 100
 // there. Here that is not an error: without the configuration it is minHZ, the least HZ, so that
 // the refresh comes at least as often as FDBRefreshInterval (more often costs frames to Linux,
 // never an entry aged out).
-var kernelHZ = sync.OnceValue(func() int {
-	var uts unix.Utsname
-	if unix.Uname(&uts) == nil {
-		if hz, err := configHZ("/boot/config-"+unix.ByteSliceToString(uts.Release[:]), false); err == nil {
-			return hz
-		}
-	}
-	if hz, err := configHZ("/proc/config.gz", true); err == nil {
+func kernelHZ() int {
+	if hz, ok := kernelConfigHZ(); ok {
 		return hz
 	}
 	return minHZ
+}
+
+// kernelConfigHZ is CONFIG_HZ as the kernel's configuration says, if it is there to read.
+var kernelConfigHZ = sync.OnceValues(func() (int, bool) {
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		if hz, err := configHZ("/boot/config-"+unix.ByteSliceToString(uts.Release[:]), false); err == nil {
+			return hz, true
+		}
+	}
+	if hz, err := configHZ("/proc/config.gz", true); err == nil {
+		return hz, true
+	}
+	return 0, false
 })
 
 // configHZ reads CONFIG_HZ from a kernel configuration file.

@@ -69,7 +69,20 @@ func (ctModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, a
 	cfg.CtTcpMaxRetrans = uint32(c.TCPMaxRetrans)
 	cfg.CtUdpStreamMs = ms(c.UDPStream)
 	cfg.CtUdpMs = ms(c.UDP)
+	cfg.CtJiffyMs = jiffyMs()
 	return nil, nil
+}
+
+// jiffyMs is lfp_config.ct_jiffy_ms: the ms of a jiffy where the kernel's HZ is known and divides
+// 1000 (100, 250, 1000 ...: msecs_to_jiffies() then rounds ms up to whole jiffies), else 0, and
+// the data plane refreshes conntrack timeouts without comparing (ct_change_timeout in ct.h).
+func jiffyMs() uint32 { return jiffyMsOf(kernelConfigHZ()) }
+
+func jiffyMsOf(hz int, ok bool) uint32 {
+	if !ok || hz <= 0 || hz > 1000 || 1000%hz != 0 {
+		return 0
+	}
+	return uint32(1000 / hz)
 }
 
 // CTRequest asks for a TCP connection's tracking to be made liberal (see ct_tcp in

@@ -374,3 +374,17 @@ func TestConntrackBuiltOut(t *testing.T) {
 		})
 	}
 }
+
+// ct_jiffy_ms is set only where msecs_to_jiffies() is the rounded-up division the data plane
+// does (ct_change_timeout in bpf/lib/ct.h).
+func TestJiffyMs(t *testing.T) {
+	for _, c := range []struct {
+		hz   int
+		ok   bool
+		want uint32
+	}{{1000, true, 1}, {250, true, 4}, {100, true, 10}, {300, true, 0}, {1024, true, 0}, {0, true, 0}, {250, false, 0}} {
+		if got := jiffyMsOf(c.hz, c.ok); got != c.want {
+			t.Errorf("HZ %d (known %v): %d ms per jiffy, want %d", c.hz, c.ok, got, c.want)
+		}
+	}
+}

@@ -40,6 +40,7 @@ type linuxfpLfpConfig struct {
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
+	CtJiffyMs          uint32
 	Vxlans             uint32
 	VxFlags            linuxfpLfpVxFlags
 	DefaultTtl         uint32
@@ -396,12 +397,16 @@ type linuxfpLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf      [260]uint8
-	_        [4]byte
-	Ofib     [8]uint64
-	FibKey   linuxfpLfpFibKey
-	_        [4]byte
-	FibEntry linuxfpLfpFibEntry
+	Buf  [260]uint8
+	_    [4]byte
+	Ofib [8]uint64
+	Fc   struct {
+		_     structs.HostLayout
+		Key   linuxfpLfpFibKey
+		_     [4]byte
+		Entry linuxfpLfpFibEntry
+		Probe [8]uint64
+	}
 }
 
 type linuxfpLfpStaleCount struct {
@@ -431,6 +436,7 @@ type linuxfpLfpTxFlags uint32
 
 const (
 	linuxfpLfpTxFlagsLFP_TX_PEER linuxfpLfpTxFlags = 1
+	linuxfpLfpTxFlagsLFP_TX_OK   linuxfpLfpTxFlags = 2
 )
 
 type linuxfpLfpVxFlags uint32
@@ -526,6 +532,7 @@ const (
 	linuxfpMapLfpTcCompanions      = "lfp_tc_companions"
 	linuxfpMapLfpTcRequests        = "lfp_tc_requests"
 	linuxfpMapLfpTcTxDevs          = "lfp_tc_tx_devs"
+	linuxfpMapLfpTcTxHi            = "lfp_tc_tx_hi"
 	linuxfpMapLfpTxDevs            = "lfp_tx_devs"
 	linuxfpMapLfpVxfdb             = "lfp_vxfdb"
 	linuxfpMapLfpVxlan             = "lfp_vxlan"
@@ -628,6 +635,7 @@ type linuxfpMapSpecs struct {
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.MapSpec `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.MapSpec `ebpf:"lfp_vxlan"`
@@ -706,6 +714,7 @@ type linuxfpMaps struct {
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.Map `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.Map `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.Map `ebpf:"lfp_vxlan"`
@@ -751,6 +760,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
 		m.LfpTcTxDevs,
+		m.LfpTcTxHi,
 		m.LfpTxDevs,
 		m.LfpVxfdb,
 		m.LfpVxlan,

@@ -40,6 +40,7 @@ type linuxfpTcLfpConfig struct {
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
+	CtJiffyMs          uint32
 	Vxlans             uint32
 	VxFlags            uint32
 	DefaultTtl         uint32
@@ -315,12 +316,16 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
-	Buf      [260]uint8
-	_        [4]byte
-	Ofib     [8]uint64
-	FibKey   linuxfpTcLfpFibKey
-	_        [4]byte
-	FibEntry linuxfpTcLfpFibEntry
+	Buf  [260]uint8
+	_    [4]byte
+	Ofib [8]uint64
+	Fc   struct {
+		_     structs.HostLayout
+		Key   linuxfpTcLfpFibKey
+		_     [4]byte
+		Entry linuxfpTcLfpFibEntry
+		Probe [8]uint64
+	}
 }
 
 type linuxfpTcLfpStaleCount struct {
@@ -431,6 +436,7 @@ const (
 	linuxfpTcMapLfpTcCompanions      = "lfp_tc_companions"
 	linuxfpTcMapLfpTcRequests        = "lfp_tc_requests"
 	linuxfpTcMapLfpTcTxDevs          = "lfp_tc_tx_devs"
+	linuxfpTcMapLfpTcTxHi            = "lfp_tc_tx_hi"
 	linuxfpTcMapLfpTxDevs            = "lfp_tx_devs"
 	linuxfpTcMapLfpVxfdb             = "lfp_vxfdb"
 	linuxfpTcMapLfpVxlan             = "lfp_vxlan"
@@ -533,6 +539,7 @@ type linuxfpTcMapSpecs struct {
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.MapSpec `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.MapSpec `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.MapSpec `ebpf:"lfp_vxlan"`
@@ -611,6 +618,7 @@ type linuxfpTcMaps struct {
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.Map `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
 	LfpVxfdb         *ebpf.Map `ebpf:"lfp_vxfdb"`
 	LfpVxlan         *ebpf.Map `ebpf:"lfp_vxlan"`
@@ -656,6 +664,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
 		m.LfpTcTxDevs,
+		m.LfpTcTxHi,
 		m.LfpTxDevs,
 		m.LfpVxfdb,
 		m.LfpVxlan,

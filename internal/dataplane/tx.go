@@ -37,14 +37,14 @@ func (t *txMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, 
 	}
 	tcTx := map[uint32]linuxfpLfpTcTx{}
 	for _, c := range data.TCTx {
-		v := linuxfpLfpTcTx{}
+		v := linuxfpLfpTcTx{Flags: linuxfpLfpTxFlagsLFP_TX_OK}
 		if c.Peer {
-			v.Flags, v.PeerMtu = linuxfpLfpTxFlagsLFP_TX_PEER, uint32(c.PeerMTU)
+			v.Flags, v.PeerMtu = v.Flags|linuxfpLfpTxFlagsLFP_TX_PEER, uint32(c.PeerMTU)
 		}
 		tcTx[uint32(c.Ifindex)] = v
 	}
 	return nil, []func() error{
 		func() error { return syncMap(d.maps.LfpTxDevs, t.txDevs, tx) },
-		func() error { return syncMap(d.maps.LfpTcTxDevs, t.tcTx, tcTx) },
+		func() error { return syncSplitMap(d.maps.LfpTcTxDevs, d.maps.LfpTcTxHi, t.tcTx, tcTx) },
 	}
 }
