@@ -214,3 +214,39 @@ func TestFilterSetsInPlace(t *testing.T) {
 		t.Fatalf("%d set entries left without rules", n)
 	}
 }
+
+// blacklistProgram compiles a FORWARD chain (policy accept) that drops packets to addrs: a DROP
+// rule for each (`-d addr -j DROP`), or one DROP rule matching a hash:ip set of them.
+func blacklistProgram(t testing.TB, fam model.Family, addrs []netip.Addr, set bool) *compile.Program {
+	t.Helper()
+	tf := "ip"
+	if fam == model.IPv6 {
+		tf = "ip6"
+	}
+	key := model.ChainKey{TableFamily: tf, Table: "filter", Chain: "FORWARD"}
+	c := &model.Chain{Key: key, Base: &model.BaseChain{Hook: model.Forward, Type: model.ChainFilter, Policy: model.PolicyAccept}}
+	ipset := &model.IPSet{Name: "blk", Type: "hash:ip", Family: fam}
+	add := func(ms ...model.Match) {
+		c.Rules = append(c.Rules, &model.Rule{ID: model.RuleID{Chain: key, Handle: uint64(len(c.Rules) + 1), Position: len(c.Rules)},
+			Matches: ms, Verdict: model.Verdict{Kind: model.Drop}})
+	}
+	for _, a := range addrs {
+		if set {
+			ipset.Entries = append(ipset.Entries, model.SetEntry{Prefix: netip.PrefixFrom(a, a.BitLen())})
+		} else {
+			add(model.Addr{Dir: model.Dst, Prefix: netip.PrefixFrom(a, a.BitLen())})
+		}
+	}
+	if set {
+		add(model.Set{Name: ipset.Name, Dirs: []model.Dir{model.Dst}})
+	}
+	rs := model.NewRuleset(fam)
+	rs.AddChain(c)
+	rs.Sort()
+	p, err := compile.Compile(rs, map[string]*model.IPSet{ipset.Name: ipset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
