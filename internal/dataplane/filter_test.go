@@ -250,3 +250,43 @@ func blacklistProgram(t testing.TB, fam model.Family, addrs []netip.Addr, set bo
 	return p
 }
 
+// The bit array in front of the host lookup (lfp_fw_host_filter) must never hide an entry: blacklists of hosts, as DROP rules and as a hash:ip set, in both
+// families, each replaced by an overlapping one (a new bank, set members added and removed);
+// every address must be dropped exactly while it is listed. The controller computes the bits'
+// buckets; where they differed from the data plane's, listed addresses would be forwarded.
+func TestFilterBitFilters(t *testing.T) {
+	env := newTestEnv(t)
+	v4addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}) }
+	v6addr := func(i int) netip.Addr {
+		return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0xf1, 0, 15: byte(i)})
+	}
+	lists := [][2]int{{1, 40}, {20, 70}, {60, 61}}
+	for _, set := range []bool{false, true} {
+		for _, l := range lists {
+			var a4, a6 []netip.Addr
+			for i := l[0]; i < l[1]; i++ {
+				a4, a6 = append(a4, v4addr(i)), append(a6, v6addr(i))
+			}
+			err := env.ns.Do(func() error {
+				return env.dp.Sync(Data{TxData: txTo(env.out, env.in), Filter: FilterData{
+					Prog4: blacklistProgram(t, model.IPv4, a4, set), Prog6: blacklistProgram(t, model.IPv6, a6, set)}})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, hook := range hooks {
+				env.hook = hook
+				prog := env.prog(t, true, true)
+				for i := 0; i < 80; i += 3 {
+					listed := l[0] <= i && i < l[1]
+					for _, spec := range []packet.Spec{v4("198.18.0.2", v4addr(i).String()), v6("2001:2::2", v6addr(i).String())} {
+						_, _, reason := env.run(t, prog, spec.Bytes())
+						if want := map[bool]Reason{true: FilterDropped, false: Forwarded}[listed]; reason != want {
+							t.Fatalf("set %v, list %v, %s: %s to %v: %v, want %v", set, l, hook, spec.Src, spec.Dst, reason, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

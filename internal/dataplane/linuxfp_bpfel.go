@@ -488,6 +488,7 @@ const (
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
 	linuxfpMapLfpFibSplit          = "lfp_fib_split"
+	linuxfpMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
 	linuxfpMapLfpFwIfs             = "lfp_fw_ifs"
 	linuxfpMapLfpFwLeaves          = "lfp_fw_leaves"
@@ -590,6 +591,7 @@ type linuxfpMapSpecs struct {
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -668,6 +670,7 @@ type linuxfpMaps struct {
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -713,6 +716,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFibCache,
 		m.LfpFibGen,
 		m.LfpFibSplit,
+		m.LfpFwHostFilter,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,

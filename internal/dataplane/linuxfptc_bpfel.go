@@ -393,6 +393,7 @@ const (
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
 	linuxfpTcMapLfpFibSplit          = "lfp_fib_split"
+	linuxfpTcMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
 	linuxfpTcMapLfpFwIfs             = "lfp_fw_ifs"
 	linuxfpTcMapLfpFwLeaves          = "lfp_fw_leaves"
@@ -495,6 +496,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
@@ -573,6 +575,7 @@ type linuxfpTcMaps struct {
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
@@ -618,6 +621,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFibCache,
 		m.LfpFibGen,
 		m.LfpFibSplit,
+		m.LfpFwHostFilter,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
