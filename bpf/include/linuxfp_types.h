@@ -324,6 +324,7 @@ enum {
 #define LFP_FW_SET_PORT_SRC 2
 #define LFP_FW_SET_HAS_PORT 4
 #define LFP_FW_SET_HASH_IP  8 /* address masked to mask[]; zero never matches */
+#define LFP_FW_SET_HOSTS    16 /* every entry of the set is full-length (lfp_fw_set_filter) */
 
 struct lfp_fw_test {
 	__u8 kind;

@@ -72,6 +72,16 @@ struct {
 	__uint(max_entries, LFP_FW_FILTER_WORDS);
 } lfp_fw_host_filter SEC(".maps");
 
+/* The same for lfp_fw_sets' full-length entries (fw_set_bucket(): set, protocol, port and
+ * address), consulted for a set that holds no other (LFP_FW_SET_HOSTS): there the only entry
+ * that can match a key is the key itself, whose bit is set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LFP_FW_FILTER_WORDS);
+} lfp_fw_set_filter SEC(".maps");
+
 /* One step of the buckets' hash (multiplicative: the top bits depend on every bit fed in). The
  * controller computes the same (dataplane.fwMix). */
 static __always_inline __u32 fw_mix(__u32 h, __u32 w)
@@ -96,12 +106,22 @@ static __always_inline __u32 fw_host_bucket(const __u32 *a, __u32 v6)
 	return fw_mix_addr(v6 ? 6 : 4, a, v6) >> (32 - LFP_FW_FILTER_SHIFT);
 }
 
-/* 0 when no entry of the filter's map is in bucket b; 1 when one may be. */
-static __always_inline int fw_filter_maybe(void *filter, __u32 b)
+/* The bucket of a full-length key of lfp_fw_sets (family v6). */
+static __always_inline __u32 fw_set_bucket(const struct lfp_fw_set_key *k, __u32 v6)
 {
-	__u32 w = b / 64;
-	const __u64 *bits = bpf_map_lookup_elem(filter, &w);
+	__u32 h = fw_mix(k->set, ((__u32)k->proto << 16) | k->port);
 
+	return fw_mix_addr(h, k->addr, v6) >> (32 - LFP_FW_FILTER_SHIFT);
+}
+
+/* 0 when no entry of the filter's map is in bucket b; 1 when one may be. key: where the array
+ * lookup's key is written. */
+static __always_inline int fw_filter_maybe(void *filter, __u32 b, __u32 *key)
+{
+	const __u64 *bits;
+
+	*key = b / 64;
+	bits = bpf_map_lookup_elem(filter, key);
 	return !bits || (*bits >> (b % 64)) & 1;
 }
 
@@ -142,10 +162,14 @@ struct fw_pkt {
 	__u32 len;
 	__u32 ctstate; /* the conntrack state bit (LFP_CT_STATE_*), 0 when conntrack did not run */
 	__u32 src_not_local; /* the router handed local and martian sources to Linux already */
+	/* Keys of the classifier's map lookups: here, in the per-CPU scratch the packet's fields
+	 * live in, rather than on the stack, where the bridge path's tc program has no room left. */
+	__u32 key;
+	struct lfp_fw_set_key set_key;
 };
 
 struct fw_scan {
-	const struct fw_pkt *p;
+	struct fw_pkt *p;
 	const struct lfp_fw_leaf *leaf;
 	__u32 base;  /* the active bank's first rule (lfp_config.fw_base) */
 	__u32 next;  /* rules below this index are skipped */
@@ -162,46 +186,51 @@ static __always_inline int fw_addr_in(const __u32 *a, const __u32 *addr, const _
 	return (a[1] & mask[1]) == addr[1] && (a[2] & mask[2]) == addr[2] && (a[3] & mask[3]) == addr[3];
 }
 
-static __always_inline int fw_set(const struct lfp_fw_test *t, const struct fw_pkt *p)
+static __always_inline int fw_set(const struct lfp_fw_test *t, struct fw_pkt *p)
 {
-	struct lfp_fw_set_key k = {};
+	struct lfp_fw_set_key *k = &p->set_key;
 	const __u32 *a = (t->b & LFP_FW_SET_ADDR_SRC) ? p->src : p->dst;
 	__u8 *v;
 
-	k.prefixlen = 64 + (p->v6 ? 128 : 32);
-	k.set = t->a;
+	k->prefixlen = 64 + (p->v6 ? 128 : 32);
+	k->set = t->a;
+	k->proto = 0;
+	k->pad = 0;
+	k->port = 0;
 	if (t->b & LFP_FW_SET_HAS_PORT) {
 		/* ip_set_get_ip4_port(): IPv4 protocol 0 does not match. */
 		if (!p->v6 && p->proto == 0)
 			return 0;
-		k.proto = p->proto;
+		k->proto = p->proto;
 		/* ip_set_get_port() reads the ports of TCP, UDP, SCTP and UDPlite only. */
 		if (p->has_ports && p->proto != IPPROTO_DCCP)
-			k.port = (t->b & LFP_FW_SET_PORT_SRC) ? p->sport : p->dport;
+			k->port = (t->b & LFP_FW_SET_PORT_SRC) ? p->sport : p->dport;
 		else if (p->proto == IPPROTO_ICMP || p->proto == NEXTHDR_ICMPV6)
-			k.port = ((__u16)p->itype << 8) | p->icode;
+			k->port = ((__u16)p->itype << 8) | p->icode;
 	}
-	k.addr[0] = a[0];
-	k.addr[1] = a[1];
-	k.addr[2] = a[2];
-	k.addr[3] = a[3];
+	k->addr[0] = a[0];
+	k->addr[1] = a[1];
+	k->addr[2] = a[2];
+	k->addr[3] = a[3];
 	if (t->b & LFP_FW_SET_HASH_IP) {
 		/* hash:ip: looked up masked to the set's netmask (t->mask); zero never matches. */
-		k.addr[0] &= t->mask[0];
-		k.addr[1] &= t->mask[1];
-		k.addr[2] &= t->mask[2];
-		k.addr[3] &= t->mask[3];
-		if (!(k.addr[0] | k.addr[1] | k.addr[2] | k.addr[3]))
+		k->addr[0] &= t->mask[0];
+		k->addr[1] &= t->mask[1];
+		k->addr[2] &= t->mask[2];
+		k->addr[3] &= t->mask[3];
+		if (!(k->addr[0] | k->addr[1] | k->addr[2] | k->addr[3]))
 			return 0;
 	}
-	v = bpf_map_lookup_elem(&lfp_fw_sets, &k);
+	if ((t->b & LFP_FW_SET_HOSTS) && !fw_filter_maybe(&lfp_fw_set_filter, fw_set_bucket(k, p->v6), &p->key))
+		return 0;
+	v = bpf_map_lookup_elem(&lfp_fw_sets, k);
 	return v && *v;
 }
 
 /* Global (not inlined) functions are verified once, not at every call: a rule's eight tests,
  * each of nine kinds, would otherwise multiply the verifier's work (program load went from
  * 15 ms to 450 ms). */
-__attribute__((noinline)) int fw_test(const struct lfp_fw_test *t, const struct fw_pkt *p)
+__attribute__((noinline)) int fw_test(const struct lfp_fw_test *t, struct fw_pkt *p)
 {
 	if (!t || !p)
 		return 0;
@@ -386,7 +415,7 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	}
 	/* struct lfp_fw_host_key is lfp_fw_lpm_key without the prefix length. */
 	leaf_idx = NULL;
-	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk.addr, fam)))
+	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk.addr, fam), &p->key))
 		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
 	if (leaf_idx)
 		key = *leaf_idx;

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -66,11 +67,13 @@ type filterState struct {
 	// sets: lfp_fw_sets' entries by set id; setEntries: the compiled entries each set id was
 	// last written from, so that a ruleset change does not rebuild and diff an unchanged set
 	// (a 1,000,000-entry one took 1.8 s).
-	// hostFilter: lfp_fw_host_filter's words that have a bit set.
-	hostFilter map[uint32]uint64
-	sets       map[uint16]map[linuxfpLfpFwSetKey]uint8
-	setEntries map[uint16][]model.SetEntry
-	ifs        map[uint32]linuxfpLfpFwIf
+	// hostFilter, setFilter: lfp_fw_host_filter's and lfp_fw_set_filter's words that have a
+	// bit set; setBuckets: how many full-length keys lfp_fw_sets holds in each bucket.
+	hostFilter, setFilter map[uint32]uint64
+	setBuckets            map[uint32]int
+	sets                  map[uint16]map[linuxfpLfpFwSetKey]uint8
+	setEntries            map[uint16][]model.SetEntry
+	ifs                   map[uint32]linuxfpLfpFwIf
 	// setIDs name the sets in lfp_fw_sets, by family and ipset name, for as long as a ruleset
 	// written uses them; next: those of the ruleset written last (in use after the flip).
 	setIDs, next map[setName]uint16
@@ -148,7 +151,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		st.setEntries = map[uint16][]model.SetEntry{}
 		st.setIDs = map[setName]uint16{}
 		st.ifs = map[uint32]linuxfpLfpFwIf{}
-		st.hostFilter = map[uint32]uint64{}
+		st.hostFilter, st.setFilter, st.setBuckets = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]int{}
 	}
 	ifs := map[uint32]linuxfpLfpFwIf{}
 	for _, i := range f.Ifaces {
@@ -207,6 +210,11 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		if p.FibLocalDst {
 			flags |= fwFibDst4 << fam
 		}
+		// Sets whose entries are all full-length: their tests may skip the lookup on the bit array.
+		hostSets := make([]bool, len(p.Sets))
+		for i, s := range p.Sets {
+			hostSets[i] = !slices.ContainsFunc(s.Entries, func(e model.SetEntry) bool { return !e.Prefix.IsSingleIP() })
+		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
 		st.ruleBase[fam] = ruleBase
 		if n, l := int(ruleBase)+len(p.Rules), int(leafBase)+len(p.Leaves); n > d.fwCap || l > d.fwCap {
@@ -242,6 +250,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 					bt.B = t.B
 					if s.HasPort {
 						bt.B |= compile.SetHasPort
+					}
+					if hostSets[t.A] {
+						bt.B |= setHosts
 					}
 					if s.HashIP {
 						bt.B |= setHashIP
@@ -380,6 +391,12 @@ func fwHostBucket(k linuxfpLfpFwHostKey) uint32 {
 	return fwMixAddr(seed, k.Addr, v6) >> (32 - fwFilterShift)
 }
 
+// fwSetBucket is fw_set_bucket(): the bucket of a full-length key in lfp_fw_set_filter.
+func fwSetBucket(k linuxfpLfpFwSetKey) uint32 {
+	h := fwMix(k.Set, uint32(k.Proto)<<16|uint32(k.Port))
+	return fwMixAddr(h, k.Addr, k.Prefixlen == 64+128) >> (32 - fwFilterShift)
+}
+
 // hostFilterWords are lfp_fw_host_filter's words with the bits of the keys.
 func hostFilterWords(keys ...[]linuxfpLfpFwHostKey) map[uint32]uint64 {
 	w := map[uint32]uint64{}
@@ -420,8 +437,12 @@ func (d *Dataplane) dropOldSets() error {
 		if inUse[id] {
 			continue
 		}
+		gone := slices.Collect(maps.Keys(cur))
 		if err := syncMap(d.maps.LfpFwSets, cur, map[linuxfpLfpFwSetKey]uint8{}); err != nil {
 			delete(st.setEntries, id)
+			return err
+		}
+		if err := d.setFilterCount(gone, -1); err != nil {
 			return err
 		}
 		delete(st.sets, id)
@@ -454,7 +475,24 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 			cur = map[linuxfpLfpFwSetKey]uint8{}
 			st.sets[id] = cur
 		}
+		var added, gone []linuxfpLfpFwSetKey
+		for k := range want {
+			if _, ok := cur[k]; !ok {
+				added = append(added, k)
+			}
+		}
+		for k := range cur {
+			if _, ok := want[k]; !ok {
+				gone = append(gone, k)
+			}
+		}
+		if err := d.setFilterCount(added, 1); err != nil {
+			return err
+		}
 		if err := syncMap(d.maps.LfpFwSets, cur, want); err != nil {
+			return err
+		}
+		if err := d.setFilterCount(gone, -1); err != nil {
 			return err
 		}
 		st.setEntries[id] = entries
@@ -462,7 +500,7 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 	}
 	// Removals first: a member replaced by one with the same key (its nomatch flag changed) is
 	// written after.
-	var put []model.SetEntry
+	var put, gone []model.SetEntry
 	i, j := 0, 0
 	for i < len(last) || j < len(entries) {
 		var c int
@@ -476,11 +514,7 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 		}
 		switch {
 		case c < 0:
-			k, _ := setKey(id, last[i])
-			if err := d.maps.LfpFwSets.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("delete from %s: %w", d.maps.LfpFwSets, err)
-			}
-			delete(cur, k)
+			gone = append(gone, last[i])
 			i++
 		case c > 0:
 			put = append(put, entries[j])
@@ -493,6 +527,30 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 			j++
 		}
 	}
+	// The keys that come in (new, or deleted and written again) are counted in before, the
+	// ones deleted out after.
+	goneKeys := make([]linuxfpLfpFwSetKey, len(gone))
+	deleted := make(map[linuxfpLfpFwSetKey]bool, len(gone))
+	for i, e := range gone {
+		goneKeys[i], _ = setKey(id, e)
+		deleted[goneKeys[i]] = true
+	}
+	var added []linuxfpLfpFwSetKey
+	for _, e := range put {
+		k, _ := setKey(id, e)
+		if _, ok := cur[k]; !ok || deleted[k] {
+			added = append(added, k)
+		}
+	}
+	if err := d.setFilterCount(added, 1); err != nil {
+		return err
+	}
+	for _, k := range goneKeys {
+		if err := d.maps.LfpFwSets.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete from %s: %w", d.maps.LfpFwSets, err)
+		}
+		delete(cur, k)
+	}
 	for _, e := range put {
 		k, v := setKey(id, e)
 		if err := d.maps.LfpFwSets.Put(k, v); err != nil {
@@ -500,7 +558,47 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 		}
 		cur[k] = v
 	}
+	if err := d.setFilterCount(goneKeys, -1); err != nil {
+		return err
+	}
 	st.setEntries[id] = entries
+	return nil
+}
+
+// setFilterCount counts the full-length keys in (delta 1: before they are written) or out (-1:
+// once they are deleted) of lfp_fw_set_filter's buckets, and writes the words whose bits that
+// sets or clears. After a failed write a key may stay counted: its bit stays set, which costs
+// only the lookup.
+func (d *Dataplane) setFilterCount(keys []linuxfpLfpFwSetKey, delta int) error {
+	st := &d.fw
+	changed := map[uint32]bool{}
+	for _, k := range keys {
+		if k.Prefixlen != 64+32 && k.Prefixlen != 64+128 {
+			continue
+		}
+		b := fwSetBucket(k)
+		n := st.setBuckets[b] + delta
+		switch {
+		case n <= 0:
+			delete(st.setBuckets, b)
+			st.setFilter[b/64] &^= 1 << (b % 64)
+		case n == 1 && delta > 0:
+			st.setBuckets[b] = n
+			st.setFilter[b/64] |= 1 << (b % 64)
+		default:
+			st.setBuckets[b] = n
+			continue
+		}
+		changed[b/64] = true
+	}
+	for w := range changed {
+		if err := d.maps.LfpFwSetFilter.Put(w, st.setFilter[w]); err != nil {
+			return fmt.Errorf("update %s: %w", d.maps.LfpFwSetFilter, err)
+		}
+		if st.setFilter[w] == 0 {
+			delete(st.setFilter, w)
+		}
+	}
 	return nil
 }
 
@@ -515,7 +613,10 @@ func setKey(id uint16, e model.SetEntry) (linuxfpLfpFwSetKey, uint8) {
 	return k, 1
 }
 
-const setHashIP = 8 // LFP_FW_SET_HASH_IP
+const (
+	setHashIP = 8  // LFP_FW_SET_HASH_IP
+	setHosts  = 16 // LFP_FW_SET_HOSTS
+)
 
 // zeroPerCPU zeroes n per-CPU counters at consecutive indexes from base, in one batch when the
 // kernel allows (10,000 rules: one syscall, not 10,000).

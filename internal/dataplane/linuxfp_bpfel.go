@@ -335,6 +335,8 @@ type linuxfpLfpScratch struct {
 		Len         uint32
 		Ctstate     uint32
 		SrcNotLocal uint32
+		Key         uint32
+		SetKey      linuxfpLfpFwSetKey
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -494,6 +496,7 @@ const (
 	linuxfpMapLfpFwLeaves          = "lfp_fw_leaves"
 	linuxfpMapLfpFwLpm             = "lfp_fw_lpm"
 	linuxfpMapLfpFwRules           = "lfp_fw_rules"
+	linuxfpMapLfpFwSetFilter       = "lfp_fw_set_filter"
 	linuxfpMapLfpFwSets            = "lfp_fw_sets"
 	linuxfpMapLfpFwStats           = "lfp_fw_stats"
 	linuxfpMapLfpGateMap           = "lfp_gate_map"
@@ -597,6 +600,7 @@ type linuxfpMapSpecs struct {
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.MapSpec `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
@@ -676,6 +680,7 @@ type linuxfpMaps struct {
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.Map `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.Map `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
@@ -722,6 +727,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFwLeaves,
 		m.LfpFwLpm,
 		m.LfpFwRules,
+		m.LfpFwSetFilter,
 		m.LfpFwSets,
 		m.LfpFwStats,
 		m.LfpGateMap,

@@ -254,6 +254,8 @@ type linuxfpTcLfpScratch struct {
 		Len         uint32
 		Ctstate     uint32
 		SrcNotLocal uint32
+		Key         uint32
+		SetKey      linuxfpTcLfpFwSetKey
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -399,6 +401,7 @@ const (
 	linuxfpTcMapLfpFwLeaves          = "lfp_fw_leaves"
 	linuxfpTcMapLfpFwLpm             = "lfp_fw_lpm"
 	linuxfpTcMapLfpFwRules           = "lfp_fw_rules"
+	linuxfpTcMapLfpFwSetFilter       = "lfp_fw_set_filter"
 	linuxfpTcMapLfpFwSets            = "lfp_fw_sets"
 	linuxfpTcMapLfpFwStats           = "lfp_fw_stats"
 	linuxfpTcMapLfpGateMap           = "lfp_gate_map"
@@ -502,6 +505,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.MapSpec `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
@@ -581,6 +585,7 @@ type linuxfpTcMaps struct {
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.Map `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.Map `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
@@ -627,6 +632,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFwLeaves,
 		m.LfpFwLpm,
 		m.LfpFwRules,
+		m.LfpFwSetFilter,
 		m.LfpFwSets,
 		m.LfpFwStats,
 		m.LfpGateMap,
