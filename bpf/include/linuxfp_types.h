@@ -347,6 +347,10 @@ struct lfp_fw_rule {
 struct lfp_fw_leaf {
 	__u32 n;
 	__u32 overflow;
+	/* 1 + the index in the first rule of a test every rule of the leaf has, on a set of
+	 * full-length entries (LFP_FW_SET_HOSTS): where its key's bit is clear in lfp_fw_set_filter,
+	 * no rule of the leaf matches. 0: none. */
+	__u32 guard;
 	__u32 rules[LFP_FW_MAX_LEAF];
 };
 

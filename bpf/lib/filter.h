@@ -186,11 +186,11 @@ static __always_inline int fw_addr_in(const __u32 *a, const __u32 *addr, const _
 	return (a[1] & mask[1]) == addr[1] && (a[2] & mask[2]) == addr[2] && (a[3] & mask[3]) == addr[3];
 }
 
-static __always_inline int fw_set(const struct lfp_fw_test *t, struct fw_pkt *p)
+/* Set test t's key for p, in p->set_key; 0 when the test cannot match p. */
+static __always_inline int fw_set_key(const struct lfp_fw_test *t, struct fw_pkt *p)
 {
 	struct lfp_fw_set_key *k = &p->set_key;
 	const __u32 *a = (t->b & LFP_FW_SET_ADDR_SRC) ? p->src : p->dst;
-	__u8 *v;
 
 	k->prefixlen = 64 + (p->v6 ? 128 : 32);
 	k->set = t->a;
@@ -221,10 +221,44 @@ static __always_inline int fw_set(const struct lfp_fw_test *t, struct fw_pkt *p)
 		if (!(k->addr[0] | k->addr[1] | k->addr[2] | k->addr[3]))
 			return 0;
 	}
-	if ((t->b & LFP_FW_SET_HOSTS) && !fw_filter_maybe(&lfp_fw_set_filter, fw_set_bucket(k, p->v6), &p->key))
+	return 1;
+}
+
+/* Whether the key fw_set_key() wrote may be in a set of full-length entries (its bit is set). */
+static __always_inline int fw_set_hosts_maybe(struct fw_pkt *p)
+{
+	return fw_filter_maybe(&lfp_fw_set_filter, fw_set_bucket(&p->set_key, p->v6), &p->key);
+}
+
+static __always_inline int fw_set(const struct lfp_fw_test *t, struct fw_pkt *p)
+{
+	__u8 *v;
+
+	if (!fw_set_key(t, p))
 		return 0;
-	v = bpf_map_lookup_elem(&lfp_fw_sets, k);
+	if ((t->b & LFP_FW_SET_HOSTS) && !fw_set_hosts_maybe(p))
+		return 0;
+	v = bpf_map_lookup_elem(&lfp_fw_sets, &p->set_key);
 	return v && *v;
+}
+
+/* 1 when no rule of leaf l can match p by the leaf's guard (lfp_fw_leaf.guard): the packet is
+ * accepted without going through the rules (a callback and a test call per rule). */
+static __always_inline int fw_leaf_guarded(const struct lfp_config *cfg, const struct lfp_fw_leaf *l, struct fw_pkt *p)
+{
+	const struct lfp_fw_rule *r;
+	const struct lfp_fw_test *t;
+
+	if (!l->guard)
+		return 0;
+	p->key = cfg->fw_base + l->rules[0];
+	r = bpf_map_lookup_elem(&lfp_fw_rules, &p->key);
+	if (!r)
+		return 0;
+	t = &r->t[(l->guard - 1) & (LFP_FW_MAX_TESTS - 1)];
+	if (t->kind != LFP_FW_TEST_SET || t->inv || !(t->b & LFP_FW_SET_HOSTS))
+		return 0;
+	return !fw_set_key(t, p) || !fw_set_hosts_maybe(p);
 }
 
 /* Global (not inlined) functions are verified once, not at every call: a rule's eight tests,
@@ -429,7 +463,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
 	if (!s.leaf || s.leaf->overflow)
 		return LFP_FW_LINUX;
-	/* No rule may match: accepted, without the loop's call. */
+	/* No rule may match: accepted, without the loop's call. (The leaf's guard is for
+	 * filter_quick_accept: checked here, its registers spill past the stack the bridge path's
+	 * tc program has left.) */
 	if (!s.leaf->n)
 		return LFP_FW_ACCEPT;
 	s.p = p;
@@ -445,7 +481,7 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 			    LFP_FW_HAS_IF4 | LFP_FW_DEFAULT_LEAF4)
 
 /* 1 when filter_classify would accept the packet because its cut address is no host entry and
- * the /0 leaf has no rule; 0 when it must be asked. Inlined: filter_classify is a global function
+ * no rule of the /0 leaf can match (it has none, or its guard says so); 0 when it must be asked. Inlined: filter_classify is a global function
  * (verified once, not per caller), and on the AMD VM its call costs ~10 ns (the return is
  * mispredicted under the safe-RET mitigation), as much as the rest of the filter in this case:
  * the usual one for a blacklist of hosts, and traffic to everything else. */
@@ -461,7 +497,7 @@ static __always_inline int filter_quick_accept(const struct lfp_config *cfg, str
 		return 0;
 	p->key = cfg->fw_base + cfg->fw_default_leaf[fam];
 	l = bpf_map_lookup_elem(&lfp_fw_leaves, &p->key);
-	return l && !l->overflow && !l->n;
+	return l && !l->overflow && (!l->n || fw_leaf_guarded(cfg, l, p));
 }
 
 /* The forward and postrouting hooks of a packet the fast path would send: the filter's verdict,

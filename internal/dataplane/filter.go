@@ -278,6 +278,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 				for i, ri := range l.Rules {
 					bl.Rules[i] = ruleBase + uint32(ri)
 				}
+				bl.Guard = leafGuard(p, l, hostSets)
 			}
 			leaves = append(leaves, bl)
 		}
@@ -364,6 +365,36 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	st.prog4, st.prog6 = f.Prog4, f.Prog6
 	st.flags, st.bank, st.defLeaf = flags, next, defLeaf
 	return flags, next, nil
+}
+
+// leafGuard is lfp_fw_leaf.guard: 1 + the index in the leaf's first rule of a set test that
+// every rule of the leaf has, on a set of full-length entries (hostSets); 0 if there is none.
+// Where the test is false, no rule of the leaf matches, and the packet is accepted.
+func leafGuard(p *compile.Program, l compile.Leaf, hostSets []bool) uint32 {
+	if len(l.Rules) == 0 {
+		return 0
+	}
+	has := func(r compile.Rule, g compile.Test) bool {
+		return slices.ContainsFunc(r.Tests, func(t compile.Test) bool {
+			return t.Kind == compile.TestSet && !t.Invert && t.A == g.A && t.B == g.B
+		})
+	}
+	for j, g := range p.Rules[l.Rules[0]].Tests {
+		if g.Kind != compile.TestSet || g.Invert || !hostSets[g.A] {
+			continue
+		}
+		all := true
+		for _, ri := range l.Rules[1:] {
+			if !has(p.Rules[ri], g) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return uint32(j + 1)
+		}
+	}
+	return 0
 }
 
 // fwFilterShift is LFP_FW_FILTER_SHIFT (bpf/lib/filter.h): the filters' buckets are this many

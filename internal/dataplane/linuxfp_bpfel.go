@@ -194,6 +194,7 @@ type linuxfpLfpFwLeaf struct {
 	_        structs.HostLayout
 	N        uint32
 	Overflow uint32
+	Guard    uint32
 	Rules    [64]uint32
 }
 

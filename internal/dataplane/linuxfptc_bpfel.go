@@ -141,6 +141,7 @@ type linuxfpTcLfpFwLeaf struct {
 	_        structs.HostLayout
 	N        uint32
 	Overflow uint32
+	Guard    uint32
 	Rules    [64]uint32
 }
 
