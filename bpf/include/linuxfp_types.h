@@ -327,6 +327,7 @@ enum {
 #define LFP_FW_SET_PORT_SRC 2
 #define LFP_FW_SET_HAS_PORT 4
 #define LFP_FW_SET_HASH_IP  8 /* address masked to mask[]; zero never matches */
+#define LFP_FW_SET_HOSTS    16 /* every entry of the set is full-length (lfp_fw_set_filter) */
 
 struct lfp_fw_test {
 	__u8 kind;
@@ -349,6 +350,10 @@ struct lfp_fw_rule {
 struct lfp_fw_leaf {
 	__u32 n;
 	__u32 overflow;
+	/* 1 + the index in the first rule of a test every rule of the leaf has, on a set of
+	 * full-length entries (LFP_FW_SET_HOSTS): where its key's bit is clear in lfp_fw_set_filter,
+	 * no rule of the leaf matches. 0: none. */
+	__u32 guard;
 	__u32 rules[LFP_FW_MAX_LEAF];
 };
 

@@ -55,6 +55,76 @@ struct {
 	__uint(max_entries, 2 * LFP_FW_MAX_RULES);
 } lfp_fw_hosts SEC(".maps");
 
+/* A bit array in front of lfp_fw_hosts: the bit of each entry's bucket (fw_host_bucket(), the
+ * family and address of either bank) is set, so a cut address whose bit is clear has no entry
+ * there and the hash lookup is skipped. On the AMD VM a map lookup call costs ~10 ns (its returns
+ * are mispredicted under the safe-RET mitigation), an inlined array access ~1, and most packets
+ * miss. The controller sets a bit before its entry goes in and clears it only once no entry of
+ * the bucket is left, so an entry never finds its bit clear. 2^LFP_FW_FILTER_SHIFT bits (32 KiB):
+ * 10,000 entries set about one bit in 26. */
+#define LFP_FW_FILTER_SHIFT 18
+#define LFP_FW_FILTER_WORDS ((1 << LFP_FW_FILTER_SHIFT) / 64)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LFP_FW_FILTER_WORDS);
+} lfp_fw_host_filter SEC(".maps");
+
+/* The same for lfp_fw_sets' full-length entries (fw_set_bucket(): set, protocol, port and
+ * address), consulted for a set that holds no other (LFP_FW_SET_HOSTS): there the only entry
+ * that can match a key is the key itself, whose bit is set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LFP_FW_FILTER_WORDS);
+} lfp_fw_set_filter SEC(".maps");
+
+/* One step of the buckets' hash (multiplicative: the top bits depend on every bit fed in). The
+ * controller computes the same (dataplane.fwMix). */
+static __always_inline __u32 fw_mix(__u32 h, __u32 w)
+{
+	return (h ^ w) * 0x9e3779b1u;
+}
+
+static __always_inline __u32 fw_mix_addr(__u32 h, const __u32 *a, __u32 v6)
+{
+	h = fw_mix(h, a[0]);
+	if (v6) {
+		h = fw_mix(h, a[1]);
+		h = fw_mix(h, a[2]);
+		h = fw_mix(h, a[3]);
+	}
+	return h;
+}
+
+/* The bucket of a cut address of family v6 in lfp_fw_hosts (any bank). */
+static __always_inline __u32 fw_host_bucket(const __u32 *a, __u32 v6)
+{
+	return fw_mix_addr(v6 ? 6 : 4, a, v6) >> (32 - LFP_FW_FILTER_SHIFT);
+}
+
+/* The bucket of a full-length key of lfp_fw_sets (family v6). */
+static __always_inline __u32 fw_set_bucket(const struct lfp_fw_set_key *k, __u32 v6)
+{
+	__u32 h = fw_mix(k->set, ((__u32)k->proto << 16) | k->port);
+
+	return fw_mix_addr(h, k->addr, v6) >> (32 - LFP_FW_FILTER_SHIFT);
+}
+
+/* 0 when no entry of the filter's map is in bucket b; 1 when one may be. key: where the array
+ * lookup's key is written. */
+static __always_inline int fw_filter_maybe(void *filter, __u32 b, __u32 *key)
+{
+	const __u64 *bits;
+
+	*key = b / 64;
+	bits = bpf_map_lookup_elem(filter, key);
+	return !bits || (*bits >> (b % 64)) & 1;
+}
+
 /* Every ipset the rules use: (kernel set index, proto, port, address prefix) -> 1 member,
  * 0 nomatch. The most specific entry decides, as in the kernel's hash:net types. */
 struct {
@@ -92,10 +162,14 @@ struct fw_pkt {
 	__u32 len;
 	__u32 ctstate; /* the conntrack state bit (LFP_CT_STATE_*), 0 when conntrack did not run */
 	__u32 src_not_local; /* the router handed local and martian sources to Linux already */
+	/* Keys of the classifier's map lookups: here, in the per-CPU scratch the packet's fields
+	 * live in, rather than on the stack, where the bridge path's tc program has no room left. */
+	__u32 key;
+	struct lfp_fw_set_key set_key;
 };
 
 struct fw_scan {
-	const struct fw_pkt *p;
+	struct fw_pkt *p;
 	const struct lfp_fw_leaf *leaf;
 	__u32 base;  /* the active bank's first rule (lfp_config.fw_base) */
 	__u32 next;  /* rules below this index are skipped */
@@ -112,46 +186,85 @@ static __always_inline int fw_addr_in(const __u32 *a, const __u32 *addr, const _
 	return (a[1] & mask[1]) == addr[1] && (a[2] & mask[2]) == addr[2] && (a[3] & mask[3]) == addr[3];
 }
 
-static __always_inline int fw_set(const struct lfp_fw_test *t, const struct fw_pkt *p)
+/* Set test t's key for p, in p->set_key; 0 when the test cannot match p. */
+static __always_inline int fw_set_key(const struct lfp_fw_test *t, struct fw_pkt *p)
 {
-	struct lfp_fw_set_key k = {};
+	struct lfp_fw_set_key *k = &p->set_key;
 	const __u32 *a = (t->b & LFP_FW_SET_ADDR_SRC) ? p->src : p->dst;
-	__u8 *v;
 
-	k.prefixlen = 64 + (p->v6 ? 128 : 32);
-	k.set = t->a;
+	k->prefixlen = 64 + (p->v6 ? 128 : 32);
+	k->set = t->a;
+	k->proto = 0;
+	k->pad = 0;
+	k->port = 0;
 	if (t->b & LFP_FW_SET_HAS_PORT) {
 		/* ip_set_get_ip4_port(): IPv4 protocol 0 does not match. */
 		if (!p->v6 && p->proto == 0)
 			return 0;
-		k.proto = p->proto;
+		k->proto = p->proto;
 		/* ip_set_get_port() reads the ports of TCP, UDP, SCTP and UDPlite only. */
 		if (p->has_ports && p->proto != IPPROTO_DCCP)
-			k.port = (t->b & LFP_FW_SET_PORT_SRC) ? p->sport : p->dport;
+			k->port = (t->b & LFP_FW_SET_PORT_SRC) ? p->sport : p->dport;
 		else if (p->proto == IPPROTO_ICMP || p->proto == NEXTHDR_ICMPV6)
-			k.port = ((__u16)p->itype << 8) | p->icode;
+			k->port = ((__u16)p->itype << 8) | p->icode;
 	}
-	k.addr[0] = a[0];
-	k.addr[1] = a[1];
-	k.addr[2] = a[2];
-	k.addr[3] = a[3];
+	k->addr[0] = a[0];
+	k->addr[1] = a[1];
+	k->addr[2] = a[2];
+	k->addr[3] = a[3];
 	if (t->b & LFP_FW_SET_HASH_IP) {
 		/* hash:ip: looked up masked to the set's netmask (t->mask); zero never matches. */
-		k.addr[0] &= t->mask[0];
-		k.addr[1] &= t->mask[1];
-		k.addr[2] &= t->mask[2];
-		k.addr[3] &= t->mask[3];
-		if (!(k.addr[0] | k.addr[1] | k.addr[2] | k.addr[3]))
+		k->addr[0] &= t->mask[0];
+		k->addr[1] &= t->mask[1];
+		k->addr[2] &= t->mask[2];
+		k->addr[3] &= t->mask[3];
+		if (!(k->addr[0] | k->addr[1] | k->addr[2] | k->addr[3]))
 			return 0;
 	}
-	v = bpf_map_lookup_elem(&lfp_fw_sets, &k);
+	return 1;
+}
+
+/* Whether the key fw_set_key() wrote may be in a set of full-length entries (its bit is set). */
+static __always_inline int fw_set_hosts_maybe(struct fw_pkt *p)
+{
+	return fw_filter_maybe(&lfp_fw_set_filter, fw_set_bucket(&p->set_key, p->v6), &p->key);
+}
+
+static __always_inline int fw_set(const struct lfp_fw_test *t, struct fw_pkt *p)
+{
+	__u8 *v;
+
+	if (!fw_set_key(t, p))
+		return 0;
+	if ((t->b & LFP_FW_SET_HOSTS) && !fw_set_hosts_maybe(p))
+		return 0;
+	v = bpf_map_lookup_elem(&lfp_fw_sets, &p->set_key);
 	return v && *v;
+}
+
+/* 1 when no rule of leaf l can match p by the leaf's guard (lfp_fw_leaf.guard): the packet is
+ * accepted without going through the rules (a callback and a test call per rule). */
+static __always_inline int fw_leaf_guarded(const struct lfp_config *cfg, const struct lfp_fw_leaf *l, struct fw_pkt *p)
+{
+	const struct lfp_fw_rule *r;
+	const struct lfp_fw_test *t;
+
+	if (!l->guard)
+		return 0;
+	p->key = cfg->fw_base + l->rules[0];
+	r = bpf_map_lookup_elem(&lfp_fw_rules, &p->key);
+	if (!r)
+		return 0;
+	t = &r->t[(l->guard - 1) & (LFP_FW_MAX_TESTS - 1)];
+	if (t->kind != LFP_FW_TEST_SET || t->inv || !(t->b & LFP_FW_SET_HOSTS))
+		return 0;
+	return !fw_set_key(t, p) || !fw_set_hosts_maybe(p);
 }
 
 /* Global (not inlined) functions are verified once, not at every call: a rule's eight tests,
  * each of nine kinds, would otherwise multiply the verifier's work (program load went from
  * 15 ms to 450 ms). */
-__attribute__((noinline)) int fw_test(const struct lfp_fw_test *t, const struct fw_pkt *p)
+__attribute__((noinline)) int fw_test(const struct lfp_fw_test *t, struct fw_pkt *p)
 {
 	if (!t || !p)
 		return 0;
@@ -335,7 +448,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		lk.addr[3] = a[3];
 	}
 	/* struct lfp_fw_host_key is lfp_fw_lpm_key without the prefix length. */
-	leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
+	leaf_idx = NULL;
+	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk.addr, fam), &p->key))
+		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
 	if (leaf_idx)
 		key = *leaf_idx;
 	else if (cfg->fw_flags & (fam ? LFP_FW_DEFAULT_LEAF6 : LFP_FW_DEFAULT_LEAF4))
@@ -348,7 +463,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
 	if (!s.leaf || s.leaf->overflow)
 		return LFP_FW_LINUX;
-	/* No rule may match: accepted, without the loop's call. */
+	/* No rule may match: accepted, without the loop's call. (The leaf's guard is for
+	 * filter_quick_accept: checked here, its registers spill past the stack the bridge path's
+	 * tc program has left.) */
 	if (!s.leaf->n)
 		return LFP_FW_ACCEPT;
 	s.p = p;
@@ -358,13 +475,41 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	return s.verdict;
 }
 
+/* The flags under which filter_classify does more before the leaf than the host filter and the
+ * /0 leaf (LFP_FW_DEFAULT_LEAF4 aside), IPv4's: IPv6's are the next bits. */
+#define LFP_FW_QUICK_MASK4 (LFP_FW_HAS_MARK4 | LFP_FW_HAS_CTSTATE4 | LFP_FW_FIB_SRC4 | LFP_FW_FIB_DST4 | \
+			    LFP_FW_HAS_IF4 | LFP_FW_DEFAULT_LEAF4)
+
+/* 1 when filter_classify would accept the packet because its cut address is no host entry and
+ * no rule of the /0 leaf can match (it has none, or its guard says so); 0 when it must be asked. Inlined: filter_classify is a global function
+ * (verified once, not per caller), and on the AMD VM its call costs ~10 ns (the return is
+ * mispredicted under the safe-RET mitigation), as much as the rest of the filter in this case:
+ * the usual one for a blacklist of hosts, and traffic to everything else. */
+static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p)
+{
+	__u32 fam = p->v6 ? 1 : 0;
+	const struct lfp_fw_leaf *l;
+
+	if ((cfg->fw_flags & (LFP_FW_QUICK_MASK4 << fam)) != (LFP_FW_DEFAULT_LEAF4 << fam))
+		return 0;
+	if (fw_filter_maybe(&lfp_fw_host_filter,
+			    fw_host_bucket((cfg->fw_flags & (LFP_FW_CUT_SRC4 << fam)) ? p->src : p->dst, fam), &p->key))
+		return 0;
+	p->key = cfg->fw_base + cfg->fw_default_leaf[fam];
+	l = bpf_map_lookup_elem(&lfp_fw_leaves, &p->key);
+	return l && !l->overflow && (!l->n || fw_leaf_guarded(cfg, l, p));
+}
+
 /* The forward and postrouting hooks of a packet the fast path would send: the filter's verdict,
  * then conntrack's deferred refresh (ct_refresh) as that verdict says. LFP_FORWARDED: accepted;
  * LFP_FILTER_DROPPED: dropped, as Linux would; LFP_PASS_FILTER: Linux must evaluate it. */
 static __always_inline enum lfp_reason filter_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct fw_pkt *p,
 						      struct ct_pkt *c, __u32 in_ifindex, __u32 out_ifindex)
 {
-	__u32 v = filter_classify(cfg, p, in_ifindex, out_ifindex, ctx_ingress_ifindex(ctx));
+	__u32 v = LFP_FW_ACCEPT;
+
+	if (!filter_quick_accept(cfg, p))
+		v = filter_classify(cfg, p, in_ifindex, out_ifindex, ctx_ingress_ifindex(ctx));
 
 	ct_refresh(ctx, c, v);
 	v &= 3;

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -66,9 +67,13 @@ type filterState struct {
 	// sets: lfp_fw_sets' entries by set id; setEntries: the compiled entries each set id was
 	// last written from, so that a ruleset change does not rebuild and diff an unchanged set
 	// (a 1,000,000-entry one took 1.8 s).
-	sets       map[uint16]map[linuxfpLfpFwSetKey]uint8
-	setEntries map[uint16][]model.SetEntry
-	ifs        map[uint32]linuxfpLfpFwIf
+	// hostFilter, setFilter: lfp_fw_host_filter's and lfp_fw_set_filter's words that have a
+	// bit set; setBuckets: how many full-length keys lfp_fw_sets holds in each bucket.
+	hostFilter, setFilter map[uint32]uint64
+	setBuckets            map[uint32]int
+	sets                  map[uint16]map[linuxfpLfpFwSetKey]uint8
+	setEntries            map[uint16][]model.SetEntry
+	ifs                   map[uint32]linuxfpLfpFwIf
 	// setIDs name the sets in lfp_fw_sets, by family and ipset name, for as long as a ruleset
 	// written uses them; next: those of the ruleset written last (in use after the flip).
 	setIDs, next map[setName]uint16
@@ -146,6 +151,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		st.setEntries = map[uint16][]model.SetEntry{}
 		st.setIDs = map[setName]uint16{}
 		st.ifs = map[uint32]linuxfpLfpFwIf{}
+		st.hostFilter, st.setFilter, st.setBuckets = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]int{}
 	}
 	ifs := map[uint32]linuxfpLfpFwIf{}
 	for _, i := range f.Ifaces {
@@ -204,6 +210,11 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		if p.FibLocalDst {
 			flags |= fwFibDst4 << fam
 		}
+		// Sets whose entries are all full-length: their tests may skip the lookup on the bit array.
+		hostSets := make([]bool, len(p.Sets))
+		for i, s := range p.Sets {
+			hostSets[i] = !slices.ContainsFunc(s.Entries, func(e model.SetEntry) bool { return !e.Prefix.IsSingleIP() })
+		}
 		ruleBase, leafBase := uint32(len(rules)), uint32(len(leaves))
 		st.ruleBase[fam] = ruleBase
 		if n, l := int(ruleBase)+len(p.Rules), int(leafBase)+len(p.Leaves); n > d.fwCap || l > d.fwCap {
@@ -240,6 +251,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 					if s.HasPort {
 						bt.B |= compile.SetHasPort
 					}
+					if hostSets[t.A] {
+						bt.B |= setHosts
+					}
 					if s.HashIP {
 						bt.B |= setHashIP
 						bits := s.Netmask
@@ -264,6 +278,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 				for i, ri := range l.Rules {
 					bl.Rules[i] = ruleBase + uint32(ri)
 				}
+				bl.Guard = leafGuard(p, l, hostSets)
 			}
 			leaves = append(leaves, bl)
 		}
@@ -322,17 +337,25 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		}
 		st.lpm[next] = append(st.lpm[next], k)
 	}
+	// The host filter's bits: those of the new keys before they go in, those of the inactive
+	// bank's old keys cleared only once they are out.
+	if err := syncFilter(d.maps.LfpFwHostFilter, st.hostFilter, hostFilterWords(st.hosts[0], st.hosts[1], hosts)); err != nil {
+		return st.flags, st.bank, err
+	}
 	for _, k := range st.hosts[next] {
 		if err := d.maps.LfpFwHosts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return st.flags, st.bank, fmt.Errorf("filter hosts: %w", err)
 		}
 	}
-	st.hosts[next] = nil
+	// Before the write: keys a failed batch left are deleted with the bank's next write.
+	st.hosts[next] = hosts
 	if len(hosts) > 0 {
 		if _, err := d.maps.LfpFwHosts.BatchUpdate(hosts, hostVals, nil); err != nil {
 			return st.flags, st.bank, fmt.Errorf("filter hosts: %w", err)
 		}
-		st.hosts[next] = hosts
+	}
+	if err := syncFilter(d.maps.LfpFwHostFilter, st.hostFilter, hostFilterWords(st.hosts[0], st.hosts[1])); err != nil {
+		return st.flags, st.bank, err
 	}
 	// Until the flip both rulesets' ids are taken.
 	for n, id := range ids {
@@ -342,6 +365,79 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	st.prog4, st.prog6 = f.Prog4, f.Prog6
 	st.flags, st.bank, st.defLeaf = flags, next, defLeaf
 	return flags, next, nil
+}
+
+// leafGuard is lfp_fw_leaf.guard: 1 + the index in the leaf's first rule of a set test that
+// every rule of the leaf has, on a set of full-length entries (hostSets); 0 if there is none.
+// Where the test is false, no rule of the leaf matches, and the packet is accepted.
+func leafGuard(p *compile.Program, l compile.Leaf, hostSets []bool) uint32 {
+	if len(l.Rules) == 0 {
+		return 0
+	}
+	has := func(r compile.Rule, g compile.Test) bool {
+		return slices.ContainsFunc(r.Tests, func(t compile.Test) bool {
+			return t.Kind == compile.TestSet && !t.Invert && t.A == g.A && t.B == g.B
+		})
+	}
+	for j, g := range p.Rules[l.Rules[0]].Tests {
+		if g.Kind != compile.TestSet || g.Invert || !hostSets[g.A] {
+			continue
+		}
+		all := true
+		for _, ri := range l.Rules[1:] {
+			if !has(p.Rules[ri], g) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return uint32(j + 1)
+		}
+	}
+	return 0
+}
+
+// fwFilterShift is LFP_FW_FILTER_SHIFT (bpf/lib/filter.h): the filters' buckets are this many
+// bits of a hash.
+const fwFilterShift = 18
+
+// fwMix and fwMixAddr are fw_mix() and fw_mix_addr() (bpf/lib/filter.h).
+func fwMix(h, w uint32) uint32 { return (h ^ w) * 0x9e3779b1 }
+
+func fwMixAddr(h uint32, a [4]uint32, v6 bool) uint32 {
+	h = fwMix(h, a[0])
+	if v6 {
+		h = fwMix(fwMix(fwMix(h, a[1]), a[2]), a[3])
+	}
+	return h
+}
+
+// fwHostBucket is fw_host_bucket(): the bucket of k's address in lfp_fw_host_filter.
+func fwHostBucket(k linuxfpLfpFwHostKey) uint32 {
+	v6 := k.Sel&0xff == 1
+	seed := uint32(4)
+	if v6 {
+		seed = 6
+	}
+	return fwMixAddr(seed, k.Addr, v6) >> (32 - fwFilterShift)
+}
+
+// fwSetBucket is fw_set_bucket(): the bucket of a full-length key in lfp_fw_set_filter.
+func fwSetBucket(k linuxfpLfpFwSetKey) uint32 {
+	h := fwMix(k.Set, uint32(k.Proto)<<16|uint32(k.Port))
+	return fwMixAddr(h, k.Addr, k.Prefixlen == 64+128) >> (32 - fwFilterShift)
+}
+
+// hostFilterWords are lfp_fw_host_filter's words with the bits of the keys.
+func hostFilterWords(keys ...[]linuxfpLfpFwHostKey) map[uint32]uint64 {
+	w := map[uint32]uint64{}
+	for _, ks := range keys {
+		for _, k := range ks {
+			b := fwHostBucket(k)
+			w[b/64] |= 1 << (b % 64)
+		}
+	}
+	return w
 }
 
 // behind: the families whose ruleset in f differs from the one written (after a failed
@@ -372,8 +468,12 @@ func (d *Dataplane) dropOldSets() error {
 		if inUse[id] {
 			continue
 		}
+		gone := slices.Collect(maps.Keys(cur))
 		if err := syncMap(d.maps.LfpFwSets, cur, map[linuxfpLfpFwSetKey]uint8{}); err != nil {
 			delete(st.setEntries, id)
+			return err
+		}
+		if err := d.setFilterCount(gone, -1); err != nil {
 			return err
 		}
 		delete(st.sets, id)
@@ -406,7 +506,24 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 			cur = map[linuxfpLfpFwSetKey]uint8{}
 			st.sets[id] = cur
 		}
+		var added, gone []linuxfpLfpFwSetKey
+		for k := range want {
+			if _, ok := cur[k]; !ok {
+				added = append(added, k)
+			}
+		}
+		for k := range cur {
+			if _, ok := want[k]; !ok {
+				gone = append(gone, k)
+			}
+		}
+		if err := d.setFilterCount(added, 1); err != nil {
+			return err
+		}
 		if err := syncMap(d.maps.LfpFwSets, cur, want); err != nil {
+			return err
+		}
+		if err := d.setFilterCount(gone, -1); err != nil {
 			return err
 		}
 		st.setEntries[id] = entries
@@ -414,7 +531,7 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 	}
 	// Removals first: a member replaced by one with the same key (its nomatch flag changed) is
 	// written after.
-	var put []model.SetEntry
+	var put, gone []model.SetEntry
 	i, j := 0, 0
 	for i < len(last) || j < len(entries) {
 		var c int
@@ -428,11 +545,7 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 		}
 		switch {
 		case c < 0:
-			k, _ := setKey(id, last[i])
-			if err := d.maps.LfpFwSets.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("delete from %s: %w", d.maps.LfpFwSets, err)
-			}
-			delete(cur, k)
+			gone = append(gone, last[i])
 			i++
 		case c > 0:
 			put = append(put, entries[j])
@@ -445,6 +558,30 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 			j++
 		}
 	}
+	// The keys that come in (new, or deleted and written again) are counted in before, the
+	// ones deleted out after.
+	goneKeys := make([]linuxfpLfpFwSetKey, len(gone))
+	deleted := make(map[linuxfpLfpFwSetKey]bool, len(gone))
+	for i, e := range gone {
+		goneKeys[i], _ = setKey(id, e)
+		deleted[goneKeys[i]] = true
+	}
+	var added []linuxfpLfpFwSetKey
+	for _, e := range put {
+		k, _ := setKey(id, e)
+		if _, ok := cur[k]; !ok || deleted[k] {
+			added = append(added, k)
+		}
+	}
+	if err := d.setFilterCount(added, 1); err != nil {
+		return err
+	}
+	for _, k := range goneKeys {
+		if err := d.maps.LfpFwSets.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete from %s: %w", d.maps.LfpFwSets, err)
+		}
+		delete(cur, k)
+	}
 	for _, e := range put {
 		k, v := setKey(id, e)
 		if err := d.maps.LfpFwSets.Put(k, v); err != nil {
@@ -452,7 +589,47 @@ func (d *Dataplane) syncSet(id uint16, entries []model.SetEntry) error {
 		}
 		cur[k] = v
 	}
+	if err := d.setFilterCount(goneKeys, -1); err != nil {
+		return err
+	}
 	st.setEntries[id] = entries
+	return nil
+}
+
+// setFilterCount counts the full-length keys in (delta 1: before they are written) or out (-1:
+// once they are deleted) of lfp_fw_set_filter's buckets, and writes the words whose bits that
+// sets or clears. After a failed write a key may stay counted: its bit stays set, which costs
+// only the lookup.
+func (d *Dataplane) setFilterCount(keys []linuxfpLfpFwSetKey, delta int) error {
+	st := &d.fw
+	changed := map[uint32]bool{}
+	for _, k := range keys {
+		if k.Prefixlen != 64+32 && k.Prefixlen != 64+128 {
+			continue
+		}
+		b := fwSetBucket(k)
+		n := st.setBuckets[b] + delta
+		switch {
+		case n <= 0:
+			delete(st.setBuckets, b)
+			st.setFilter[b/64] &^= 1 << (b % 64)
+		case n == 1 && delta > 0:
+			st.setBuckets[b] = n
+			st.setFilter[b/64] |= 1 << (b % 64)
+		default:
+			st.setBuckets[b] = n
+			continue
+		}
+		changed[b/64] = true
+	}
+	for w := range changed {
+		if err := d.maps.LfpFwSetFilter.Put(w, st.setFilter[w]); err != nil {
+			return fmt.Errorf("update %s: %w", d.maps.LfpFwSetFilter, err)
+		}
+		if st.setFilter[w] == 0 {
+			delete(st.setFilter, w)
+		}
+	}
 	return nil
 }
 
@@ -467,7 +644,10 @@ func setKey(id uint16, e model.SetEntry) (linuxfpLfpFwSetKey, uint8) {
 	return k, 1
 }
 
-const setHashIP = 8 // LFP_FW_SET_HASH_IP
+const (
+	setHashIP = 8  // LFP_FW_SET_HASH_IP
+	setHosts  = 16 // LFP_FW_SET_HOSTS
+)
 
 // zeroPerCPU zeroes n per-CPU counters at consecutive indexes from base, in one batch when the
 // kernel allows (10,000 rules: one syscall, not 10,000).

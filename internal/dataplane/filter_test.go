@@ -214,3 +214,132 @@ func TestFilterSetsInPlace(t *testing.T) {
 		t.Fatalf("%d set entries left without rules", n)
 	}
 }
+
+// The bit arrays in front of the host and set lookups (lfp_fw_host_filter, lfp_fw_set_filter)
+// and the /0 leaf's guard must never hide a match: blacklists of hosts in both families, as
+// DROP rules and through a hash:ip set in several shapes of rules (the guard taken or not), each
+// replaced by an overlapping one (a new bank, set members added and removed); every address must
+// have its verdict exactly while it is listed. The controller computes the bits' buckets and the
+// guard; where its buckets differed from the data plane's, listed addresses would be forwarded.
+func TestFilterBitFilters(t *testing.T) {
+	env := newTestEnv(t)
+	v4addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}) }
+	v6addr := func(i int) netip.Addr {
+		return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0xf1, 0, 15: byte(i)})
+	}
+	drop := model.Verdict{Kind: model.Drop}
+	inSet := model.Set{Name: "blk", Dirs: []model.Dir{model.Dst}}
+	notInSet := model.Set{Name: "blk", Dirs: []model.Dir{model.Dst}, Invert: true}
+	proto := func(p uint8) model.Proto { return model.Proto{Proto: p} }
+	shapes := []struct {
+		name string
+		// rules for the listed addresses; nil: a DROP rule for each
+		rules   []*model.Rule
+		guarded bool // the /0 leaf has a guard
+		listed  Reason
+		other   Reason
+	}{
+		{"host rules", nil, false, FilterDropped, Forwarded},
+		{"set", []*model.Rule{{Matches: []model.Match{inSet}, Verdict: drop}}, true, FilterDropped, Forwarded},
+		{"set in two rules", []*model.Rule{{Matches: []model.Match{proto(6), inSet}, Verdict: drop},
+			{Matches: []model.Match{inSet, proto(17)}, Verdict: drop}}, true, FilterDropped, Forwarded},
+		{"inverted set", []*model.Rule{{Matches: []model.Match{notInSet}, Verdict: drop}}, false, Forwarded, FilterDropped},
+		{"set and a rule without", []*model.Rule{{Matches: []model.Match{inSet}, Verdict: drop},
+			{Matches: []model.Match{proto(17)}, Verdict: drop}}, false, FilterDropped, FilterDropped},
+	}
+	lists := [][2]int{{1, 40}, {20, 70}, {60, 61}}
+	for _, sh := range shapes {
+		for _, l := range lists {
+			var progs [2]*compile.Program
+			for fam, f := range []model.Family{model.IPv4, model.IPv6} {
+				var addrs []netip.Addr
+				for i := l[0]; i < l[1]; i++ {
+					addrs = append(addrs, []netip.Addr{v4addr(i), v6addr(i)}[fam])
+				}
+				if sh.rules == nil {
+					progs[fam] = blacklistProgram(t, f, addrs, false)
+				} else {
+					progs[fam] = forwardProgram(t, f, addrs, sh.rules...)
+				}
+				p := progs[fam]
+				hostSets := make([]bool, len(p.Sets))
+				for i := range hostSets {
+					hostSets[i] = true // hash:ip: full-length entries
+				}
+				for _, lp := range p.Prefixes {
+					if lp.Prefix.Bits() == 0 {
+						if g := leafGuard(p, p.Leaves[lp.Leaf], hostSets) != 0; g != sh.guarded {
+							t.Fatalf("%s: /0 leaf guarded %v, want %v\n%s", sh.name, g, sh.guarded, p)
+						}
+					}
+				}
+			}
+			err := env.ns.Do(func() error {
+				return env.dp.Sync(Data{TxData: txTo(env.out, env.in), Filter: FilterData{Prog4: progs[0], Prog6: progs[1]}})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, hook := range hooks {
+				env.hook = hook
+				prog := env.prog(t, true, true)
+				for i := 0; i < 80; i += 3 {
+					want := sh.other
+					if l[0] <= i && i < l[1] {
+						want = sh.listed
+					}
+					for _, spec := range []packet.Spec{v4("198.18.0.2", v4addr(i).String()), v6("2001:2::2", v6addr(i).String())} {
+						if _, _, reason := env.run(t, prog, spec.Bytes()); reason != want {
+							t.Fatalf("%s, list %v, %s: udp %s to %v: %v, want %v", sh.name, l, hook, spec.Src, spec.Dst, reason, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// forwardProgram compiles a FORWARD chain (policy accept) of rules, with a hash:ip set "blk" of
+// addrs.
+func forwardProgram(t testing.TB, fam model.Family, addrs []netip.Addr, rules ...*model.Rule) *compile.Program {
+	t.Helper()
+	tf := "ip"
+	if fam == model.IPv6 {
+		tf = "ip6"
+	}
+	key := model.ChainKey{TableFamily: tf, Table: "filter", Chain: "FORWARD"}
+	c := &model.Chain{Key: key, Base: &model.BaseChain{Hook: model.Forward, Type: model.ChainFilter, Policy: model.PolicyAccept}}
+	ipset := &model.IPSet{Name: "blk", Type: "hash:ip", Family: fam}
+	for _, a := range addrs {
+		ipset.Entries = append(ipset.Entries, model.SetEntry{Prefix: netip.PrefixFrom(a, a.BitLen())})
+	}
+	for i, r := range rules {
+		r := *r
+		r.ID = model.RuleID{Chain: key, Handle: uint64(i + 1), Position: i}
+		c.Rules = append(c.Rules, &r)
+	}
+	rs := model.NewRuleset(fam)
+	rs.AddChain(c)
+	rs.Sort()
+	p, err := compile.Compile(rs, map[string]*model.IPSet{ipset.Name: ipset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// blacklistProgram compiles a FORWARD chain (policy accept) that drops packets to addrs: a DROP
+// rule for each (`-d addr -j DROP`), or one DROP rule matching a hash:ip set of them.
+func blacklistProgram(t testing.TB, fam model.Family, addrs []netip.Addr, set bool) *compile.Program {
+	t.Helper()
+	if set {
+		return forwardProgram(t, fam, addrs, &model.Rule{Matches: []model.Match{model.Set{Name: "blk", Dirs: []model.Dir{model.Dst}}},
+			Verdict: model.Verdict{Kind: model.Drop}})
+	}
+	var rules []*model.Rule
+	for _, a := range addrs {
+		rules = append(rules, &model.Rule{Matches: []model.Match{model.Addr{Dir: model.Dst, Prefix: netip.PrefixFrom(a, a.BitLen())}},
+			Verdict: model.Verdict{Kind: model.Drop}})
+	}
+	return forwardProgram(t, fam, nil, rules...)
+}

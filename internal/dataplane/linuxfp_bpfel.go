@@ -196,6 +196,7 @@ type linuxfpLfpFwLeaf struct {
 	_        structs.HostLayout
 	N        uint32
 	Overflow uint32
+	Guard    uint32
 	Rules    [64]uint32
 }
 
@@ -337,6 +338,8 @@ type linuxfpLfpScratch struct {
 		Len         uint32
 		Ctstate     uint32
 		SrcNotLocal uint32
+		Key         uint32
+		SetKey      linuxfpLfpFwSetKey
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -504,11 +507,13 @@ const (
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
 	linuxfpMapLfpFibSplit          = "lfp_fib_split"
+	linuxfpMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
 	linuxfpMapLfpFwIfs             = "lfp_fw_ifs"
 	linuxfpMapLfpFwLeaves          = "lfp_fw_leaves"
 	linuxfpMapLfpFwLpm             = "lfp_fw_lpm"
 	linuxfpMapLfpFwRules           = "lfp_fw_rules"
+	linuxfpMapLfpFwSetFilter       = "lfp_fw_set_filter"
 	linuxfpMapLfpFwSets            = "lfp_fw_sets"
 	linuxfpMapLfpFwStats           = "lfp_fw_stats"
 	linuxfpMapLfpGateMap           = "lfp_gate_map"
@@ -607,11 +612,13 @@ type linuxfpMapSpecs struct {
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.MapSpec `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
@@ -686,11 +693,13 @@ type linuxfpMaps struct {
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.Map `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.Map `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
@@ -732,11 +741,13 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFibCache,
 		m.LfpFibGen,
 		m.LfpFibSplit,
+		m.LfpFwHostFilter,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
 		m.LfpFwLpm,
 		m.LfpFwRules,
+		m.LfpFwSetFilter,
 		m.LfpFwSets,
 		m.LfpFwStats,
 		m.LfpGateMap,

@@ -143,6 +143,7 @@ type linuxfpTcLfpFwLeaf struct {
 	_        structs.HostLayout
 	N        uint32
 	Overflow uint32
+	Guard    uint32
 	Rules    [64]uint32
 }
 
@@ -256,6 +257,8 @@ type linuxfpTcLfpScratch struct {
 		Len         uint32
 		Ctstate     uint32
 		SrcNotLocal uint32
+		Key         uint32
+		SetKey      linuxfpTcLfpFwSetKey
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -408,11 +411,13 @@ const (
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
 	linuxfpTcMapLfpFibSplit          = "lfp_fib_split"
+	linuxfpTcMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
 	linuxfpTcMapLfpFwIfs             = "lfp_fw_ifs"
 	linuxfpTcMapLfpFwLeaves          = "lfp_fw_leaves"
 	linuxfpTcMapLfpFwLpm             = "lfp_fw_lpm"
 	linuxfpTcMapLfpFwRules           = "lfp_fw_rules"
+	linuxfpTcMapLfpFwSetFilter       = "lfp_fw_set_filter"
 	linuxfpTcMapLfpFwSets            = "lfp_fw_sets"
 	linuxfpTcMapLfpFwStats           = "lfp_fw_stats"
 	linuxfpTcMapLfpGateMap           = "lfp_gate_map"
@@ -511,11 +516,13 @@ type linuxfpTcMapSpecs struct {
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.MapSpec `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.MapSpec `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.MapSpec `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.MapSpec `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
@@ -590,11 +597,13 @@ type linuxfpTcMaps struct {
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
+	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
 	LfpFwIfs         *ebpf.Map `ebpf:"lfp_fw_ifs"`
 	LfpFwLeaves      *ebpf.Map `ebpf:"lfp_fw_leaves"`
 	LfpFwLpm         *ebpf.Map `ebpf:"lfp_fw_lpm"`
 	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
+	LfpFwSetFilter   *ebpf.Map `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
 	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
@@ -636,11 +645,13 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFibCache,
 		m.LfpFibGen,
 		m.LfpFibSplit,
+		m.LfpFwHostFilter,
 		m.LfpFwHosts,
 		m.LfpFwIfs,
 		m.LfpFwLeaves,
 		m.LfpFwLpm,
 		m.LfpFwRules,
+		m.LfpFwSetFilter,
 		m.LfpFwSets,
 		m.LfpFwStats,
 		m.LfpGateMap,

@@ -101,8 +101,8 @@ func (r *routerMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 	}, nil
 }
 
-// syncFilter brings lfp_local_filter's words from cur to want (an array map: a word no longer
-// wanted is written as 0).
+// syncFilter brings a bit array's words (lfp_local_filter, lfp_fw_host_filter) from cur to want
+// (an array map: a word no longer wanted is written as 0).
 func syncFilter(m *ebpf.Map, cur, want map[uint32]uint64) error {
 	for w := range cur {
 		if _, ok := want[w]; !ok {
