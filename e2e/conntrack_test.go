@@ -206,33 +206,52 @@ func (e *echoConn) close() uint16 {
 	return e.port
 }
 
-// ctEntry finds the conntrack entry of the connection to dst:dport in ns.
-func ctEntry(ns *nsutil.NS, proto uint8, dst string, dport uint16) (conntrack.Flow, error) {
-	var found conntrack.Flow
-	err := ns.Do(func() error {
+// conntrackFlows lists the conntrack entries of ns.
+func conntrackFlows(ns *nsutil.NS) (fs []conntrack.Flow, err error) {
+	err = ns.Do(func() error {
 		c, err := conntrack.Dial(nil)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		fs, err := c.Dump(nil)
+		fs, err = c.Dump(nil)
+		return err
+	})
+	return fs, err
+}
+
+// flushConntrack empties the conntrack table of ns.
+func flushConntrack(t *testing.T, ns *nsutil.NS) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		c, err := conntrack.Dial(nil)
 		if err != nil {
 			return err
 		}
-		for _, f := range fs {
-			if f.TupleOrig.Proto.Protocol == proto && f.TupleOrig.IP.DestinationAddress == netip.MustParseAddr(dst) &&
-				f.TupleOrig.Proto.DestinationPort == dport {
-				found = f
-				return nil
-			}
+		defer c.Close()
+		return c.Flush()
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ctEntry finds the conntrack entry of the connection to dst:dport in ns.
+func ctEntry(ns *nsutil.NS, proto uint8, dst string, dport uint16) (conntrack.Flow, error) {
+	fs, err := conntrackFlows(ns)
+	if err != nil {
+		return conntrack.Flow{}, err
+	}
+	for _, f := range fs {
+		if f.TupleOrig.Proto.Protocol == proto && f.TupleOrig.IP.DestinationAddress == netip.MustParseAddr(dst) &&
+			f.TupleOrig.Proto.DestinationPort == dport {
+			return f, nil
 		}
-		var all []string
-		for _, f := range fs {
-			all = append(all, fmt.Sprint(f.TupleOrig))
-		}
-		return errString("no entry to " + dst + " among: " + strings.Join(all, "; "))
-	})
-	return found, err
+	}
+	var all []string
+	for _, f := range fs {
+		all = append(all, fmt.Sprint(f.TupleOrig))
+	}
+	return conntrack.Flow{}, errString("no entry to " + dst + " among: " + strings.Join(all, "; "))
 }
 
 // udpEcho sends n datagrams from gen to a server on addr in the sink, one every gap, each

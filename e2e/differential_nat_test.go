@@ -10,7 +10,6 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/ti-mo/conntrack"
 	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/nsutil"
@@ -61,16 +60,7 @@ func TestDifferentialNAT(t *testing.T) {
 			d.originated = func(a netip.Addr) bool { return a == testbed.SinkAddr || a == testbed.InAddr }
 			d.preRun = func(t *testing.T) {
 				// Every run starts with no connection tracked.
-				if err := tb.DUT.Do(func() error {
-					c, err := conntrack.Dial(nil)
-					if err != nil {
-						return err
-					}
-					defer c.Close()
-					return c.Flush()
-				}); err != nil {
-					t.Fatal(err)
-				}
+				flushConntrack(t, tb.DUT)
 			}
 			d.differential(t, d.natCorpus(), time.Second, true)
 			checkNoCTNAT(t, tb)
@@ -165,16 +155,7 @@ func TestDifferentialNATReplies(t *testing.T) {
 			stop := udpResponder(t, tb)
 			defer stop()
 			d.preRun = func(t *testing.T) {
-				if err := tb.DUT.Do(func() error {
-					c, err := conntrack.Dial(nil)
-					if err != nil {
-						return err
-					}
-					defer c.Close()
-					return c.Flush()
-				}); err != nil {
-					t.Fatal(err)
-				}
+				flushConntrack(t, tb.DUT)
 				// Each flow: a datagram and its reply (SEEN_REPLY), and after conntrack's 2 s
 				// another one, which makes the entry ASSURED (udp_packet()). Before linuxfp
 				// starts, in linuxfp's run.

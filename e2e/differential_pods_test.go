@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/ti-mo/conntrack"
 
 	"github.com/linuxfp/linuxfp/internal/difftest"
 	"github.com/linuxfp/linuxfp/internal/nsutil"
@@ -196,16 +195,7 @@ ip neigh replace %s lladdr %s dev eth0 nud reachable`, n2.Gateway, d.cni2MAC))
 ip neigh replace %s lladdr %s dev eth0 nud reachable
 ip neigh replace %s lladdr %s dev eth0 nud reachable`, n1.Gateway, d.cni1MAC, d.b.IP, d.bMAC))
 	for _, n := range d.p.Nodes {
-		if err := n.NS.Do(func() error {
-			c, err := conntrack.Dial(nil)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.Flush()
-		}); err != nil {
-			t.Fatal(err)
-		}
+		flushConntrack(t, n.NS)
 	}
 }
 

@@ -529,40 +529,20 @@ func conntrackDeleteUDP(ns *nsutil.NS, ms []conntrackMatch) error {
 // linuxfp).
 func (k *kubeNode) flushConntrack(t *testing.T) {
 	t.Helper()
-	if err := k.Node.Do(func() error {
-		c, err := conntrack.Dial(nil)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		return c.Flush()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	flushConntrack(t, k.Node)
 }
 
 // ctFlow finds the node's conntrack entry whose original tuple is proto from src.
 func (k *kubeNode) ctFlow(proto uint8, src netip.AddrPort) (conntrack.Flow, error) {
 	var found conntrack.Flow
 	ok := false
-	err := k.Node.Do(func() error {
-		c, err := conntrack.Dial(nil)
-		if err != nil {
-			return err
+	fs, err := conntrackFlows(k.Node)
+	for _, f := range fs {
+		o := f.TupleOrig
+		if o.Proto.Protocol == proto && o.IP.SourceAddress == src.Addr() && o.Proto.SourcePort == src.Port() {
+			found, ok = f, true
 		}
-		defer c.Close()
-		fs, err := c.Dump(nil)
-		if err != nil {
-			return err
-		}
-		for _, f := range fs {
-			o := f.TupleOrig
-			if o.Proto.Protocol == proto && o.IP.SourceAddress == src.Addr() && o.Proto.SourcePort == src.Port() {
-				found, ok = f, true
-			}
-		}
-		return nil
-	})
+	}
 	if err == nil && !ok {
 		err = fmt.Errorf("no conntrack entry from %s", src)
 	}

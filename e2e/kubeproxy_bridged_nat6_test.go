@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/ti-mo/conntrack"
 
 	"github.com/linuxfp/linuxfp/internal/difftest"
 	"github.com/linuxfp/linuxfp/internal/packet"
@@ -176,16 +175,7 @@ bridge fdb replace %[3]s dev %[4]s master dynamic
 ip -6 neigh replace %[5]s lladdr %[1]s dev cni0 nud reachable
 ip -6 neigh replace %[6]s lladdr %[3]s dev cni0 nud reachable
 `, bMAC, backend.HostVeth, cMAC, client.HostVeth, bIP, cIP))
-		if err := s.Node.Do(func() error {
-			c, err := conntrack.Dial(nil)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.Flush()
-		}); err != nil {
-			t.Fatal(err)
-		}
+		flushConntrack(t, s.Node)
 	}
 	inject := func(c *corpus) *difftest.Capture {
 		capt, err := difftest.Run(difftest.Options{

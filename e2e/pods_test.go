@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ti-mo/conntrack"
 	"golang.org/x/sys/unix"
 
 	"github.com/linuxfp/linuxfp/internal/status"
@@ -632,30 +631,19 @@ func waitLiberal(t *testing.T, pairs [][2]*testbed.Pod, ports []uint16, poke fun
 func ctLiberal(n *testbed.PodNode, src, dst netip.AddrPort) (bool, error) {
 	const beLiberal = 0x08
 	found, ok := false, false
-	err := n.NS.Do(func() error {
-		c, err := conntrack.Dial(nil)
-		if err != nil {
-			return err
+	fs, err := conntrackFlows(n.NS)
+	for _, f := range fs {
+		o := f.TupleOrig
+		if o.Proto.Protocol != unix.IPPROTO_TCP || o.IP.SourceAddress != src.Addr() || o.Proto.SourcePort != src.Port() ||
+			o.IP.DestinationAddress != dst.Addr() || o.Proto.DestinationPort != dst.Port() {
+			continue
 		}
-		defer c.Close()
-		fs, err := c.Dump(nil)
-		if err != nil {
-			return err
+		found = true
+		// struct nf_ct_tcp_flags {flags, mask}, big endian as a 16-bit attribute.
+		if tcp := f.ProtoInfo.TCP; tcp != nil {
+			ok = (tcp.OriginalFlags>>8)&beLiberal != 0 && (tcp.ReplyFlags>>8)&beLiberal != 0
 		}
-		for _, f := range fs {
-			o := f.TupleOrig
-			if o.Proto.Protocol != unix.IPPROTO_TCP || o.IP.SourceAddress != src.Addr() || o.Proto.SourcePort != src.Port() ||
-				o.IP.DestinationAddress != dst.Addr() || o.Proto.DestinationPort != dst.Port() {
-				continue
-			}
-			found = true
-			// struct nf_ct_tcp_flags {flags, mask}, big endian as a 16-bit attribute.
-			if tcp := f.ProtoInfo.TCP; tcp != nil {
-				ok = (tcp.OriginalFlags>>8)&beLiberal != 0 && (tcp.ReplyFlags>>8)&beLiberal != 0
-			}
-		}
-		return nil
-	})
+	}
 	if err == nil && !found {
 		err = fmt.Errorf("node%d: no conntrack entry for %s -> %s", n.Index, src, dst)
 	}
