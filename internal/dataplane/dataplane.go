@@ -191,15 +191,16 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 		btfCache: btf.NewCache(),
 		owned:    map[int][]uint32{},
 		// A slot is a row of lfp_stats and an entry of lfp_tc_companions: LFP_MAX_SLOTS.
-		slots:      make([]bool, spec.Maps[linuxfpMapLfpTcCompanions].MaxEntries),
-		log:        log,
-		routerMaps: newRouterMaps(),
-		neighMaps:  newNeighMaps(),
-		bridgeMaps: newBridgeMaps(),
-		txMaps:     newTxMaps(),
-		vxlanMaps:  newVXLANMaps(),
-		fwCap:      fwCap,
-		fwMax:      o.FilterRules,
+		slots:        make([]bool, spec.Maps[linuxfpMapLfpTcCompanions].MaxEntries),
+		log:          log,
+		routerMaps:   newRouterMaps(),
+		fibCacheMaps: fibCacheMaps{split: map[linuxfpLfpFibKey]uint8{}},
+		neighMaps:    newNeighMaps(),
+		bridgeMaps:   newBridgeMaps(),
+		txMaps:       newTxMaps(),
+		vxlanMaps:    newVXLANMaps(),
+		fwCap:        fwCap,
+		fwMax:        o.FilterRules,
 	}
 	// Only the maps: programs are loaded per interface in Install.
 	if err := spec.LoadAndAssign(&d.maps, nil); err != nil {

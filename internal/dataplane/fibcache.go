@@ -38,21 +38,10 @@ func (f *fibCacheMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (be
 	cfg.FibFlags = flags
 	want := make(map[linuxfpLfpFibKey]uint8, len(data.FibSplit))
 	for _, p := range data.FibSplit {
-		k := linuxfpLfpFibKey{Dst: addrWords(p.Addr()), Family: familyOf(p.Addr())}
+		k := linuxfpLfpFibKey{Dst: addrWords(p.Addr()), Family: uint8(addrFamily(p.Addr()))}
 		want[k] = 1
 	}
-	if f.split == nil {
-		f.split = map[linuxfpLfpFibKey]uint8{}
-	}
 	return []func() error{func() error { return syncMap(d.maps.LfpFibSplit, f.split, want) }}, nil
-}
-
-// familyOf is the address family bpf_fib_lookup() is asked with (AF_INET, AF_INET6).
-func familyOf(a netip.Addr) uint8 {
-	if a.Is4() {
-		return 2
-	}
-	return 10
 }
 
 // CountLongRoutes asks the netlink watcher to count every new route longer than a FIB cache

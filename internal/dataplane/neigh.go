@@ -72,11 +72,7 @@ func (n *neighMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befor
 	// state (PROBE, REACHABLE ...) and the entry leaves the set.
 	stale := map[linuxfpLfpNeighKey]linuxfpLfpStaleVal{}
 	for _, k := range data.StaleNeighbours {
-		fam := uint32(unix.AF_INET6)
-		if k.Addr.Is4() {
-			fam = unix.AF_INET
-		}
-		stale[linuxfpLfpNeighKey{Ifindex: uint32(k.Ifindex), Family: fam, Addr: addrWords(k.Addr)}] = linuxfpLfpStaleVal{}
+		stale[linuxfpLfpNeighKey{Ifindex: uint32(k.Ifindex), Family: addrFamily(k.Addr), Addr: addrWords(k.Addr)}] = linuxfpLfpStaleVal{}
 	}
 	if data.StaleByEvents {
 		cfg.StaleNeighs = 0

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Data is everything the programs read from maps: changing it never reloads a program. Each
@@ -157,6 +158,14 @@ func addrWords(a netip.Addr) (w [4]uint32) {
 		w[i] = binary.NativeEndian.Uint32(b[4*i:])
 	}
 	return w
+}
+
+// addrFamily is a's address family as the kernel numbers it (AF_INET, AF_INET6).
+func addrFamily(a netip.Addr) uint32 {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
 }
 
 func boolU32(b bool) uint32 {

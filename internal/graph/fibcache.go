@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"encoding/binary"
 	"maps"
 	"net/netip"
 	"slices"
@@ -89,18 +90,13 @@ func fibSplit(s *observe.Snapshot) []netip.Prefix {
 		block(p.Addr())
 	}
 	for _, a := range s.Addrs {
-		addr := a.Prefix.Addr()
-		block(addr)
-		net := a.Prefix.Masked().Addr()
-		block(net)
-		if addr.Is4() {
-			b := net.As4()
-			host := uint32(1)<<(32-a.Prefix.Bits()) - 1
-			if a.Prefix.Bits() == 0 {
-				host = ^uint32(0)
-			}
-			v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
-			block(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}))
+		network := a.Prefix.Masked().Addr()
+		block(a.Prefix.Addr())
+		block(network)
+		if network.Is4() {
+			b := network.As4()
+			binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])|^uint32(0)>>a.Prefix.Bits())
+			block(netip.AddrFrom4(b))
 		}
 	}
 	return slices.SortedFunc(maps.Keys(set), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
