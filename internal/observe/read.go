@@ -285,8 +285,6 @@ func policyRules(fam int, rules []netlink.Rule) bool {
 	return false
 }
 
-// nexthopGroups tells whether any nexthop object is a group (RTM_GETNEXTHOP dump; the
-// netlink library does not cover nexthop objects).
 // ipv6RouteKinds tells whether some IPv6 route has a source prefix, and whether some IPv6 route
 // expires (struct rta_cacheinfo's rta_expires): the netlink library reads neither.
 func ipv6RouteKinds() (source, expiring bool, err error) {
@@ -327,6 +325,8 @@ func ipv6RouteKinds() (source, expiring bool, err error) {
 	return source, expiring, nil
 }
 
+// nexthopGroups tells whether any nexthop object is a group (RTM_GETNEXTHOP dump; the
+// netlink library does not cover nexthop objects).
 func nexthopGroups() (bool, error) {
 	c, err := mnl.Dial(unix.NETLINK_ROUTE, nil)
 	if err != nil {
