@@ -45,11 +45,10 @@ static __always_inline __u32 fdb_bucket(__u32 bridge, const __u8 *mac)
 	return h & (LFP_FDB_MOVE_BUCKETS - 1);
 }
 
-/* The count of (bridge, mac)'s bucket now; all ones if it cannot be read (no entry written by
- * the controller has it). */
-static __always_inline __u64 fdb_moves(__u32 bridge, const __u8 *mac)
+/* The count of bucket b now; all ones if it cannot be read (no entry written by the controller
+ * has it). */
+static __always_inline __u64 fdb_moves(__u32 b)
 {
-	__u32 b = fdb_bucket(bridge, mac);
 	__u64 *n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
 
 	if (!n)

@@ -397,13 +397,14 @@ struct lfp_fdb_key {
 	__u16 pad;
 };
 
-enum lfp_fdb_flags {
+enum lfp_fdb_flags : __u16 {
 	LFP_FDB_LOCAL = 1, /* local entry (NUD_PERMANENT): the bridge's own addresses */
 };
 
 struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
-	enum lfp_fdb_flags flags;
+	enum lfp_fdb_flags flags; /* two bytes: a fixed underlying type, as lfp_if_flags */
+	__u16 bucket;  /* fdb_bucket() of its key, computed by the controller (fdb_map.h) */
 	__u64 seen_jiffies; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
 	__u64 moved;   /* its bucket's count of moves when the controller read it (fdb_map.h) */
 };

@@ -50,7 +50,11 @@ static __attribute__((noinline)) struct lfp_l2_dev *l2_dev_hi(__u32 ifindex)
 LFP_SETTING(__u64, fdb_refresh_jiffies, 100, "the least time between two refreshes of one FDB entry (jiffies)");
 
 /* The mirror's entry for mac on bridge, or NULL: none, or one the bridge may have moved or
- * deleted since the controller read it (include/fdb_map.h); Linux knows where it is. */
+ * deleted since the controller read it (include/fdb_map.h); Linux knows where it is. The entry
+ * names its bucket of moves: the controller wrote it with the key, as fdb_bucket() of that key
+ * (dataplane.fdbBucket, the function the watcher counts moves with), and nothing else writes it,
+ * so the count read is the one of (bridge, mac)'s bucket, without hashing the MAC per frame (a
+ * quarter of a bridged frame's program time went to that hash and the lookup before it). */
 static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *mac)
 {
 	struct lfp_fdb_key k = {};
@@ -59,7 +63,7 @@ static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *
 	k.bridge = bridge;
 	__builtin_memcpy(k.mac, mac, ETH_ALEN);
 	v = bpf_map_lookup_elem(&lfp_fdb, &k);
-	if (v && v->moved != fdb_moves(bridge, mac))
+	if (v && v->moved != fdb_moves(v->bucket))
 		return NULL;
 	return v;
 }

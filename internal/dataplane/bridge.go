@@ -92,8 +92,9 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 	for _, e := range data.FDB {
 		k := linuxfpLfpFdbKey{Bridge: uint32(e.Bridge)}
 		copy(k.Mac[:], e.MAC)
-		v := linuxfpLfpFdbVal{Port: uint32(e.Port)}
-		if b := fdbBucket(k); b < len(data.FDBMoves) {
+		b := fdbBucket(k)
+		v := linuxfpLfpFdbVal{Port: uint32(e.Port), Bucket: uint16(b)}
+		if b < len(data.FDBMoves) {
 			v.Moved = data.FDBMoves[b]
 		}
 		if e.Local {
@@ -113,7 +114,9 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 // fdbMoveBuckets is LFP_FDB_MOVE_BUCKETS (bpf/include/fdb_map.h).
 const fdbMoveBuckets = 4096
 
-// fdbBucket is fdb_bucket() of bpf/include/fdb_map.h: the bucket of moves k's entry is in.
+// fdbBucket is fdb_bucket() of bpf/include/fdb_map.h: the bucket of moves k's entry is in. The
+// data plane reads it from the entry (lfp_fdb_val.bucket), the watcher computes it: the two
+// must agree, or a move would leave the entry in use (e2e TestBridgeMoveFollowedAtOnce).
 func fdbBucket(k linuxfpLfpFdbKey) int {
 	m := k.Mac
 	h := k.Bridge * 0x9e3779b1

@@ -86,7 +86,7 @@ type linuxfpLfpCtReq struct {
 	Dport  uint16
 }
 
-type linuxfpLfpFdbFlags uint32
+type linuxfpLfpFdbFlags uint16
 
 const (
 	linuxfpLfpFdbFlagsLFP_FDB_LOCAL linuxfpLfpFdbFlags = 1
@@ -103,6 +103,7 @@ type linuxfpLfpFdbVal struct {
 	_           structs.HostLayout
 	Port        uint32
 	Flags       linuxfpLfpFdbFlags
+	Bucket      uint16
 	SeenJiffies uint64
 	Moved       uint64
 }

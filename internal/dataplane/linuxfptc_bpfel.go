@@ -85,7 +85,8 @@ type linuxfpTcLfpFdbKey struct {
 type linuxfpTcLfpFdbVal struct {
 	_           structs.HostLayout
 	Port        uint32
-	Flags       uint32
+	Flags       uint16
+	Bucket      uint16
 	SeenJiffies uint64
 	Moved       uint64
 }
