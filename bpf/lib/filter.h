@@ -399,9 +399,10 @@ static __always_inline enum lfp_reason filter_l4(struct fw_pkt *p, __u8 proto, v
 /* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP (with LFP_FW_PRE_CT when a rule before
  * conntrack dropped it) or LFP_FW_LINUX. in_ifindex and
  * out_ifindex are the interfaces the rules see (for a bridged packet, the bridge both times);
- * rx_ifindex is the device the frame arrived on. */
+ * rx_mark_unsafe: the device the frame arrived on may hand it over with a mark
+ * (LFP_IF_MARK_UNSAFE). */
 __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, struct fw_pkt *p,
-						 __u32 in_ifindex, __u32 out_ifindex, __u32 rx_ifindex)
+						 __u32 in_ifindex, __u32 out_ifindex, __u32 rx_mark_unsafe)
 {
 	if (!cfg || !p)
 		return LFP_FW_LINUX;
@@ -412,11 +413,8 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	__u32 *leaf_idx;
 
 	/* Mark matches were folded assuming mark 0: not where a same-namespace peer may set one. */
-	if (cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) {
-		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &rx_ifindex);
-		if (!ifv || (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
-			return LFP_FW_LINUX;
-	}
+	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) && rx_mark_unsafe)
+		return LFP_FW_LINUX;
 	/* Rules test a conntrack state the fast path did not look up. */
 	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_CTSTATE6 : LFP_FW_HAS_CTSTATE4)) && !p->ctstate)
 		return LFP_FW_LINUX;
@@ -426,6 +424,11 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		return LFP_FW_LINUX;
 	if ((cfg->fw_flags & (fam ? LFP_FW_FIB_DST6 : LFP_FW_FIB_DST4)) && fw_local(cfg, p, 1))
 		return LFP_FW_LINUX;
+	/* No rule can match the packet's conntrack state: accepted, with no leaf looked up. Only
+	 * here, after the checks above: a mark, or an address that may be local, could make a rule
+	 * the compiler folded away match. */
+	if (p->ctstate & cfg->fw_ct_none[fam & 1])
+		return LFP_FW_ACCEPT;
 	if (cfg->fw_flags & (fam ? LFP_FW_HAS_IF6 : LFP_FW_HAS_IF4)) {
 		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
 		if (!ifv)
@@ -485,10 +488,16 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
  * (verified once, not per caller), and on the AMD VM its call costs ~10 ns (the return is
  * mispredicted under the safe-RET mitigation), as much as the rest of the filter in this case:
  * the usual one for a blacklist of hosts, and traffic to everything else. */
-static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p)
+static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p, __u32 mark_unsafe)
 {
 	__u32 fam = p->v6 ? 1 : 0;
 	const struct lfp_fw_leaf *l;
+
+	/* filter_classify's accept of a conntrack state no rule can match, where none of its
+	 * checks before it applies: no fib type local folded, no mark on this device. */
+	if ((p->ctstate & cfg->fw_ct_none[fam]) && !(cfg->fw_flags & ((LFP_FW_FIB_SRC4 | LFP_FW_FIB_DST4) << fam)) &&
+	    !(mark_unsafe && (cfg->fw_flags & (LFP_FW_HAS_MARK4 << fam))))
+		return 1;
 
 	if ((cfg->fw_flags & (LFP_FW_QUICK_MASK4 << fam)) != (LFP_FW_DEFAULT_LEAF4 << fam))
 		return 0;
@@ -500,16 +509,18 @@ static __always_inline int filter_quick_accept(const struct lfp_config *cfg, str
 	return l && !l->overflow && (!l->n || fw_leaf_guarded(cfg, l, p));
 }
 
-/* The forward and postrouting hooks of a packet the fast path would send: the filter's verdict,
- * then conntrack's deferred refresh (ct_refresh) as that verdict says. LFP_FORWARDED: accepted;
+/* The forward and postrouting hooks of a packet the fast path would send (rx: the data of the
+ * device it arrived on): the filter's verdict, then conntrack's deferred refresh (ct_refresh) as
+ * that verdict says. LFP_FORWARDED: accepted;
  * LFP_FILTER_DROPPED: dropped, as Linux would; LFP_PASS_FILTER: Linux must evaluate it. */
 static __always_inline enum lfp_reason filter_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct fw_pkt *p,
-						      struct ct_pkt *c, __u32 in_ifindex, __u32 out_ifindex)
+						      struct ct_pkt *c, const struct lfp_if *rx, __u32 in_ifindex,
+						      __u32 out_ifindex)
 {
-	__u32 v = LFP_FW_ACCEPT;
+	__u32 mark_unsafe = rx->flags & LFP_IF_MARK_UNSAFE, v = LFP_FW_ACCEPT;
 
-	if (!filter_quick_accept(cfg, p))
-		v = filter_classify(cfg, p, in_ifindex, out_ifindex, ctx_ingress_ifindex(ctx));
+	if (!filter_quick_accept(cfg, p, mark_unsafe))
+		v = filter_classify(cfg, p, in_ifindex, out_ifindex, mark_unsafe);
 
 	ct_refresh(ctx, c, v);
 	v &= 3;

@@ -46,6 +46,8 @@ type linuxfpLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwDefaultLeaf      [2]uint32
+	FwCtNone           [2]uint8
+	FwPad              [2]uint8
 	FwdUpdatePrio4     uint32
 	FibFlags           linuxfpLfpFibFlags
 }
@@ -180,17 +182,9 @@ type linuxfpLfpFwHostKey struct {
 }
 
 type linuxfpLfpFwIf struct {
-	_     structs.HostLayout
-	Bits  [2]uint64
-	Flags linuxfpLfpFwIfFlags
-	Pad   uint32
+	_    structs.HostLayout
+	Bits [2]uint64
 }
-
-type linuxfpLfpFwIfFlags uint32
-
-const (
-	linuxfpLfpFwIfFlagsLFP_FW_IF_MARK_UNSAFE linuxfpLfpFwIfFlags = 1
-)
 
 type linuxfpLfpFwLeaf struct {
 	_        structs.HostLayout
@@ -256,7 +250,8 @@ type linuxfpLfpIf struct {
 type linuxfpLfpIfFlags uint8
 
 const (
-	linuxfpLfpIfFlagsLFP_IF_VALID linuxfpLfpIfFlags = 1
+	linuxfpLfpIfFlagsLFP_IF_VALID       linuxfpLfpIfFlags = 1
+	linuxfpLfpIfFlagsLFP_IF_MARK_UNSAFE linuxfpLfpIfFlags = 2
 )
 
 type linuxfpLfpIn6 struct {

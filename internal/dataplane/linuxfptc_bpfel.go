@@ -46,6 +46,8 @@ type linuxfpTcLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwDefaultLeaf      [2]uint32
+	FwCtNone           [2]uint8
+	FwPad              [2]uint8
 	FwdUpdatePrio4     uint32
 	FibFlags           uint32
 }
@@ -133,10 +135,8 @@ type linuxfpTcLfpFwHostKey struct {
 }
 
 type linuxfpTcLfpFwIf struct {
-	_     structs.HostLayout
-	Bits  [2]uint64
-	Flags uint32
-	Pad   uint32
+	_    structs.HostLayout
+	Bits [2]uint64
 }
 
 type linuxfpTcLfpFwLeaf struct {
