@@ -401,7 +401,7 @@ type linuxfpLfpScratch struct {
 	Fc   struct {
 		_     structs.HostLayout
 		Key   linuxfpLfpFibKey
-		_     [4]byte
+		Word  uint32
 		Entry linuxfpLfpFibEntry
 		Probe [8]uint64
 	}
@@ -501,6 +501,7 @@ const (
 	linuxfpMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpMapLfpFibPerdst         = "lfp_fib_perdst"
 	linuxfpMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
@@ -606,6 +607,7 @@ type linuxfpMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.MapSpec `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -687,6 +689,7 @@ type linuxfpMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.Map `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -735,6 +738,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
+		m.LfpFibPerdst,
 		m.LfpFibSplit,
 		m.LfpFwHostFilter,
 		m.LfpFwHosts,

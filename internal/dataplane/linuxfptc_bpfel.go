@@ -325,7 +325,7 @@ type linuxfpTcLfpScratch struct {
 	Fc   struct {
 		_     structs.HostLayout
 		Key   linuxfpTcLfpFibKey
-		_     [4]byte
+		Word  uint32
 		Entry linuxfpTcLfpFibEntry
 		Probe [8]uint64
 	}
@@ -410,6 +410,7 @@ const (
 	linuxfpTcMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpTcMapLfpFibPerdst         = "lfp_fib_perdst"
 	linuxfpTcMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpTcMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
@@ -515,6 +516,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.MapSpec `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -596,6 +598,7 @@ type linuxfpTcMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.Map `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -644,6 +647,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
+		m.LfpFibPerdst,
 		m.LfpFibSplit,
 		m.LfpFwHostFilter,
 		m.LfpFwHosts,
