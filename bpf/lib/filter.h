@@ -166,6 +166,7 @@ struct fw_pkt {
 	 * live in, rather than on the stack, where the bridge path's tc program has no room left. */
 	__u32 key;
 	struct lfp_fw_set_key set_key;
+	struct lfp_fw_lpm_key lpm_key;
 };
 
 struct fw_scan {
@@ -259,6 +260,15 @@ static __always_inline int fw_leaf_guarded(const struct lfp_config *cfg, const s
 	if (t->kind != LFP_FW_TEST_SET || t->inv || !(t->b & LFP_FW_SET_HOSTS))
 		return 0;
 	return !fw_set_key(t, p) || !fw_set_hosts_maybe(p);
+}
+
+/* fw_leaf_guarded() for filter_classify: out of line there, where inlined its registers spill past
+ * the stack the bridge path's tc program has left. */
+__attribute__((noinline)) int fw_leaf_guarded_call(const struct lfp_config *cfg, const struct lfp_fw_leaf *l, struct fw_pkt *p)
+{
+	if (!cfg || !l || !p)
+		return 0;
+	return fw_leaf_guarded(cfg, l, p);
 }
 
 /* Global (not inlined) functions are verified once, not at every call: a rule's eight tests,
@@ -407,7 +417,7 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	if (!cfg || !p)
 		return LFP_FW_LINUX;
 	__u32 bank = cfg->fw_bank & 1, fam = p->v6 ? 1 : 0, key;
-	struct lfp_fw_lpm_key lk = {};
+	struct lfp_fw_lpm_key *lk = &p->lpm_key;
 	struct lfp_fw_if *ifv;
 	struct fw_scan s = {};
 	__u32 *leaf_idx;
@@ -440,25 +450,25 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		p->obits = ifv->bits[fam];
 	}
 
-	lk.prefixlen = 32 + (p->v6 ? 128 : 32);
-	lk.sel = (bank << 8) | fam;
+	lk->prefixlen = 32 + (p->v6 ? 128 : 32);
+	lk->sel = (bank << 8) | fam;
 	{
 		const __u32 *a = (cfg->fw_flags & (fam ? LFP_FW_CUT_SRC6 : LFP_FW_CUT_SRC4)) ? p->src : p->dst;
 
-		lk.addr[0] = a[0];
-		lk.addr[1] = a[1];
-		lk.addr[2] = a[2];
-		lk.addr[3] = a[3];
+		lk->addr[0] = a[0];
+		lk->addr[1] = a[1];
+		lk->addr[2] = a[2];
+		lk->addr[3] = a[3];
 	}
 	/* struct lfp_fw_host_key is lfp_fw_lpm_key without the prefix length. */
 	leaf_idx = NULL;
-	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk.addr, fam), &p->key))
-		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
+	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk->addr, fam), &p->key))
+		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk->sel);
 	if (leaf_idx)
 		key = *leaf_idx;
 	else if (cfg->fw_flags & (fam ? LFP_FW_DEFAULT_LEAF6 : LFP_FW_DEFAULT_LEAF4))
 		key = cfg->fw_default_leaf[fam];
-	else if ((leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk)))
+	else if ((leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, lk)))
 		key = *leaf_idx;
 	else
 		return LFP_FW_LINUX;
@@ -466,10 +476,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
 	if (!s.leaf || s.leaf->overflow)
 		return LFP_FW_LINUX;
-	/* No rule may match: accepted, without the loop's call. (The leaf's guard is for
-	 * filter_quick_accept: checked here, its registers spill past the stack the bridge path's
-	 * tc program has left.) */
-	if (!s.leaf->n)
+	/* No rule may match (there is none, or the leaf's guard says so): accepted, without the
+	 * loop and a call per rule and test. */
+	if (!s.leaf->n || (s.leaf->guard && fw_leaf_guarded_call(cfg, s.leaf, p)))
 		return LFP_FW_ACCEPT;
 	s.p = p;
 	s.base = cfg->fw_base;

@@ -335,6 +335,7 @@ type linuxfpLfpScratch struct {
 		SrcNotLocal uint32
 		Key         uint32
 		SetKey      linuxfpLfpFwSetKey
+		LpmKey      linuxfpLfpFwLpmKey
 	}
 	Ct struct {
 		_ structs.HostLayout

@@ -259,6 +259,7 @@ type linuxfpTcLfpScratch struct {
 		SrcNotLocal uint32
 		Key         uint32
 		SetKey      linuxfpTcLfpFwSetKey
+		LpmKey      linuxfpTcLfpFwLpmKey
 	}
 	Ct struct {
 		_ structs.HostLayout
