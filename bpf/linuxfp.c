@@ -72,7 +72,7 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *ifac
 	/* The filter once the output interface is known (filter.h); before the egress checks: a
 	 * packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
 	if (r == LFP_FORWARDED && p.fw)
-		r = filter_forward(ctx, p.cfg, &p.scr->fp, &p.scr->ct, p.in_ifindex, fib.ifindex);
+		r = filter_forward(ctx, p.cfg, &p.scr->fp, &p.scr->ct, iface, p.in_ifindex, fib.ifindex);
 	if (r == LFP_FORWARDED)
 		r = router_egress(ctx, &p);
 	if (r != LFP_FORWARDED)

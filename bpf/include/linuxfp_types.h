@@ -204,6 +204,10 @@ struct lfp_config {
 	__u32 fw_base;
 	/* Per family, with LFP_FW_DEFAULT_LEAF*: the leaf (bank-relative) of the cut's /0. */
 	__u32 fw_default_leaf[2];
+	/* Filter module, per family: the conntrack states (LFP_CT_STATE_* bits) no rule can match
+	 * (compile.Program.CtNoRule). */
+	__u8 fw_ct_none[2];
+	__u8 fw_pad[2];
 	/* net.ipv4.ip_forward_update_priority: ip_forward() sets the skb priority from the TOS
 	 * (tc: a redirected skb keeps it into the egress qdisc). */
 	__u32 fwd_update_prio4;
@@ -379,14 +383,8 @@ struct lfp_fw_set_key {
 	__u32 addr[4];
 };
 
-enum lfp_fw_if_flags {
-	LFP_FW_IF_MARK_UNSAFE = 1, /* packets may carry a mark (a veth peer in this namespace) */
-};
-
 struct lfp_fw_if {
 	__u64 bits[2]; /* the interface-pattern bits of the IPv4 and the IPv6 ruleset */
-	enum lfp_fw_if_flags flags;
-	__u32 pad;
 };
 
 /* Bridge module: the mirror of Linux's forwarding databases. Only VLAN 0 entries: on a bridge
@@ -450,6 +448,9 @@ struct lfp_tc_tx {
  * program has the same modules, so that one verified program serves all of them. */
 enum lfp_if_flags : __u8 {
 	LFP_IF_VALID = 1,
+	/* Packets may carry a mark (a veth whose peer is in this namespace: skbs of its stack);
+	 * elsewhere (a NIC, another namespace) the mark is 0 at XDP. */
+	LFP_IF_MARK_UNSAFE = 2,
 };
 
 struct lfp_if {

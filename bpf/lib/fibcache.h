@@ -65,6 +65,22 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } lfp_fib_split SEC(".maps");
 
+/* A bit array in front of the destinations' own entries: a block's bit (fib_cache_bucket()) is set
+ * once the block is marked "per destination", and a packet to a destination of a block whose bit
+ * is set looks its own entry up first: one lookup instead of the block's and then its own. The
+ * bits only choose an order: a destination's own entry is the kernel's answer for that
+ * destination under the generation it holds, whatever the block's entry says now (or whether it
+ * is still there), so a stale or shared bit costs a lookup that misses, nothing else. Set by
+ * the data plane, never cleared. 2^LFP_FIB_PERDST_SHIFT bits (8 KiB). */
+#define LFP_FIB_PERDST_SHIFT 16
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, (1 << LFP_FIB_PERDST_SHIFT) / 64);
+} lfp_fib_perdst SEC(".maps");
+
 #define FIB_MISS (-1) /* nothing kept under the generation: ask and keep */
 #define FIB_ASK (-2)  /* the cache is off: ask the kernel */
 
@@ -72,6 +88,7 @@ struct {
  * that vxlan.h, which state.h includes, can have one too). */
 struct fib_cache_scr {
 	struct lfp_fib_key key; /* the key fib_cache_get() left for fib_cache_fill() */
+	__u32 word;             /* the key of lfp_fib_perdst's word */
 	struct lfp_fib_entry entry;
 	__u64 probe[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
 };
@@ -114,26 +131,52 @@ static __always_inline void fib_cache_key(struct lfp_fib_key *k, const struct bp
 	}
 }
 
+/* The word of lfp_fib_perdst that holds block key k's bit (returned), left in fc->word. The key's
+ * block words (IPv4: dst[0]; IPv6: dst[0] and dst[1]) and device; other keys may share it. */
+static __always_inline __u64 fib_cache_bit(struct fib_cache_scr *fc, const struct lfp_fib_key *k)
+{
+	__u32 h = ((k->ifindex ^ k->dst[0]) * 0x9e3779b1u ^ k->dst[1]) * 0x9e3779b1u;
+
+	h >>= 32 - LFP_FIB_PERDST_SHIFT;
+	fc->word = h / 64;
+	return 1ull << (h % 64);
+}
+
 /* The cached answer for the lookup fib describes (its input, filled by the family's entry point
  * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
- * code returned; FIB_MISS when there is none under generation gen. The block's entry first;
- * where the block's answers are per destination, the destination's. The key of the entry to
+ * code returned; FIB_MISS when there is none under generation gen. The destination's own entry
+ * where the block's bit is set (lfp_fib_perdst); else, or where it has none, the block's entry,
+ * and where the block's answers are per destination, the destination's. The key of the entry to
  * fill is left in fc. */
 static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4, __u64 gen,
 					 __u32 mtulen)
 {
 	struct lfp_fib_key *k = &fc->key;
-	const struct lfp_fib_entry *e;
+	const struct lfp_fib_entry *e = NULL;
+	const __u64 *bits;
+	__u64 bit;
 
 	fib_cache_key(k, fib, v4, 0);
-	e = bpf_map_lookup_elem(&lfp_fib_cache, k);
-	if (!e || e->gen != gen)
-		return FIB_MISS;
-	if (e->per_dst) {
+	bit = fib_cache_bit(fc, k);
+	bits = bpf_map_lookup_elem(&lfp_fib_perdst, &fc->word);
+	if (bits && (*bits & bit)) {
 		fib_cache_key(k, fib, v4, 1);
+		e = bpf_map_lookup_elem(&lfp_fib_cache, k);
+		if (!e || e->gen != gen) {
+			e = NULL;
+			fib_cache_key(k, fib, v4, 0);
+		}
+	}
+	if (!e) {
 		e = bpf_map_lookup_elem(&lfp_fib_cache, k);
 		if (!e || e->gen != gen)
 			return FIB_MISS;
+		if (e->per_dst) {
+			fib_cache_key(k, fib, v4, 1);
+			e = bpf_map_lookup_elem(&lfp_fib_cache, k);
+			if (!e || e->gen != gen)
+				return FIB_MISS;
+		}
 	}
 	if (mtulen > e->mtu)
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
@@ -187,8 +230,13 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc
 		return rc;
 	e->gen = gen;
 	if (!fc->key.one && fib_cache_per_dst(fc, fib, probe, v4)) {
+		__u64 bit = fib_cache_bit(fc, &fc->key), *bits;
+
 		e->per_dst = 1;
 		bpf_map_update_elem(&lfp_fib_cache, &fc->key, e, BPF_ANY);
+		bits = bpf_map_lookup_elem(&lfp_fib_perdst, &fc->word);
+		if (bits && !(*bits & bit))
+			__sync_fetch_and_or(bits, bit);
 		fib_cache_key(&fc->key, probe, v4, 1);
 	}
 	e->per_dst = 0;

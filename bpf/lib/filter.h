@@ -166,6 +166,7 @@ struct fw_pkt {
 	 * live in, rather than on the stack, where the bridge path's tc program has no room left. */
 	__u32 key;
 	struct lfp_fw_set_key set_key;
+	struct lfp_fw_lpm_key lpm_key;
 };
 
 struct fw_scan {
@@ -259,6 +260,15 @@ static __always_inline int fw_leaf_guarded(const struct lfp_config *cfg, const s
 	if (t->kind != LFP_FW_TEST_SET || t->inv || !(t->b & LFP_FW_SET_HOSTS))
 		return 0;
 	return !fw_set_key(t, p) || !fw_set_hosts_maybe(p);
+}
+
+/* fw_leaf_guarded() for filter_classify: out of line there, where inlined its registers spill past
+ * the stack the bridge path's tc program has left. */
+__attribute__((noinline)) int fw_leaf_guarded_call(const struct lfp_config *cfg, const struct lfp_fw_leaf *l, struct fw_pkt *p)
+{
+	if (!cfg || !l || !p)
+		return 0;
+	return fw_leaf_guarded(cfg, l, p);
 }
 
 /* Global (not inlined) functions are verified once, not at every call: a rule's eight tests,
@@ -399,24 +409,22 @@ static __always_inline enum lfp_reason filter_l4(struct fw_pkt *p, __u8 proto, v
 /* Classify a forwarded packet: LFP_FW_ACCEPT, LFP_FW_DROP (with LFP_FW_PRE_CT when a rule before
  * conntrack dropped it) or LFP_FW_LINUX. in_ifindex and
  * out_ifindex are the interfaces the rules see (for a bridged packet, the bridge both times);
- * rx_ifindex is the device the frame arrived on. */
+ * rx_mark_unsafe: the device the frame arrived on may hand it over with a mark
+ * (LFP_IF_MARK_UNSAFE). */
 __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, struct fw_pkt *p,
-						 __u32 in_ifindex, __u32 out_ifindex, __u32 rx_ifindex)
+						 __u32 in_ifindex, __u32 out_ifindex, __u32 rx_mark_unsafe)
 {
 	if (!cfg || !p)
 		return LFP_FW_LINUX;
 	__u32 bank = cfg->fw_bank & 1, fam = p->v6 ? 1 : 0, key;
-	struct lfp_fw_lpm_key lk = {};
+	struct lfp_fw_lpm_key *lk = &p->lpm_key;
 	struct lfp_fw_if *ifv;
 	struct fw_scan s = {};
 	__u32 *leaf_idx;
 
 	/* Mark matches were folded assuming mark 0: not where a same-namespace peer may set one. */
-	if (cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) {
-		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &rx_ifindex);
-		if (!ifv || (ifv->flags & LFP_FW_IF_MARK_UNSAFE))
-			return LFP_FW_LINUX;
-	}
+	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_MARK6 : LFP_FW_HAS_MARK4)) && rx_mark_unsafe)
+		return LFP_FW_LINUX;
 	/* Rules test a conntrack state the fast path did not look up. */
 	if ((cfg->fw_flags & (fam ? LFP_FW_HAS_CTSTATE6 : LFP_FW_HAS_CTSTATE4)) && !p->ctstate)
 		return LFP_FW_LINUX;
@@ -426,6 +434,11 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		return LFP_FW_LINUX;
 	if ((cfg->fw_flags & (fam ? LFP_FW_FIB_DST6 : LFP_FW_FIB_DST4)) && fw_local(cfg, p, 1))
 		return LFP_FW_LINUX;
+	/* No rule can match the packet's conntrack state: accepted, with no leaf looked up. Only
+	 * here, after the checks above: a mark, or an address that may be local, could make a rule
+	 * the compiler folded away match. */
+	if (p->ctstate & cfg->fw_ct_none[fam & 1])
+		return LFP_FW_ACCEPT;
 	if (cfg->fw_flags & (fam ? LFP_FW_HAS_IF6 : LFP_FW_HAS_IF4)) {
 		ifv = bpf_map_lookup_elem(&lfp_fw_ifs, &in_ifindex);
 		if (!ifv)
@@ -437,25 +450,25 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		p->obits = ifv->bits[fam];
 	}
 
-	lk.prefixlen = 32 + (p->v6 ? 128 : 32);
-	lk.sel = (bank << 8) | fam;
+	lk->prefixlen = 32 + (p->v6 ? 128 : 32);
+	lk->sel = (bank << 8) | fam;
 	{
 		const __u32 *a = (cfg->fw_flags & (fam ? LFP_FW_CUT_SRC6 : LFP_FW_CUT_SRC4)) ? p->src : p->dst;
 
-		lk.addr[0] = a[0];
-		lk.addr[1] = a[1];
-		lk.addr[2] = a[2];
-		lk.addr[3] = a[3];
+		lk->addr[0] = a[0];
+		lk->addr[1] = a[1];
+		lk->addr[2] = a[2];
+		lk->addr[3] = a[3];
 	}
 	/* struct lfp_fw_host_key is lfp_fw_lpm_key without the prefix length. */
 	leaf_idx = NULL;
-	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk.addr, fam), &p->key))
-		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk.sel);
+	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(lk->addr, fam), &p->key))
+		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk->sel);
 	if (leaf_idx)
 		key = *leaf_idx;
 	else if (cfg->fw_flags & (fam ? LFP_FW_DEFAULT_LEAF6 : LFP_FW_DEFAULT_LEAF4))
 		key = cfg->fw_default_leaf[fam];
-	else if ((leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, &lk)))
+	else if ((leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, lk)))
 		key = *leaf_idx;
 	else
 		return LFP_FW_LINUX;
@@ -463,10 +476,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	s.leaf = bpf_map_lookup_elem(&lfp_fw_leaves, &key);
 	if (!s.leaf || s.leaf->overflow)
 		return LFP_FW_LINUX;
-	/* No rule may match: accepted, without the loop's call. (The leaf's guard is for
-	 * filter_quick_accept: checked here, its registers spill past the stack the bridge path's
-	 * tc program has left.) */
-	if (!s.leaf->n)
+	/* No rule may match (there is none, or the leaf's guard says so): accepted, without the
+	 * loop and a call per rule and test. */
+	if (!s.leaf->n || (s.leaf->guard && fw_leaf_guarded_call(cfg, s.leaf, p)))
 		return LFP_FW_ACCEPT;
 	s.p = p;
 	s.base = cfg->fw_base;
@@ -485,10 +497,16 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
  * (verified once, not per caller), and on the AMD VM its call costs ~10 ns (the return is
  * mispredicted under the safe-RET mitigation), as much as the rest of the filter in this case:
  * the usual one for a blacklist of hosts, and traffic to everything else. */
-static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p)
+static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p, __u32 mark_unsafe)
 {
 	__u32 fam = p->v6 ? 1 : 0;
 	const struct lfp_fw_leaf *l;
+
+	/* filter_classify's accept of a conntrack state no rule can match, where none of its
+	 * checks before it applies: no fib type local folded, no mark on this device. */
+	if ((p->ctstate & cfg->fw_ct_none[fam]) && !(cfg->fw_flags & ((LFP_FW_FIB_SRC4 | LFP_FW_FIB_DST4) << fam)) &&
+	    !(mark_unsafe && (cfg->fw_flags & (LFP_FW_HAS_MARK4 << fam))))
+		return 1;
 
 	if ((cfg->fw_flags & (LFP_FW_QUICK_MASK4 << fam)) != (LFP_FW_DEFAULT_LEAF4 << fam))
 		return 0;
@@ -500,16 +518,18 @@ static __always_inline int filter_quick_accept(const struct lfp_config *cfg, str
 	return l && !l->overflow && (!l->n || fw_leaf_guarded(cfg, l, p));
 }
 
-/* The forward and postrouting hooks of a packet the fast path would send: the filter's verdict,
- * then conntrack's deferred refresh (ct_refresh) as that verdict says. LFP_FORWARDED: accepted;
+/* The forward and postrouting hooks of a packet the fast path would send (rx: the data of the
+ * device it arrived on): the filter's verdict, then conntrack's deferred refresh (ct_refresh) as
+ * that verdict says. LFP_FORWARDED: accepted;
  * LFP_FILTER_DROPPED: dropped, as Linux would; LFP_PASS_FILTER: Linux must evaluate it. */
 static __always_inline enum lfp_reason filter_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct fw_pkt *p,
-						      struct ct_pkt *c, __u32 in_ifindex, __u32 out_ifindex)
+						      struct ct_pkt *c, const struct lfp_if *rx, __u32 in_ifindex,
+						      __u32 out_ifindex)
 {
-	__u32 v = LFP_FW_ACCEPT;
+	__u32 mark_unsafe = rx->flags & LFP_IF_MARK_UNSAFE, v = LFP_FW_ACCEPT;
 
-	if (!filter_quick_accept(cfg, p))
-		v = filter_classify(cfg, p, in_ifindex, out_ifindex, ctx_ingress_ifindex(ctx));
+	if (!filter_quick_accept(cfg, p, mark_unsafe))
+		v = filter_classify(cfg, p, in_ifindex, out_ifindex, mark_unsafe);
 
 	ct_refresh(ctx, c, v);
 	v &= 3;

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	lfpct "github.com/linuxfp/linuxfp/internal/conntrack"
+	"github.com/linuxfp/linuxfp/internal/filter/compile"
+	"github.com/linuxfp/linuxfp/internal/filter/model"
 	"github.com/linuxfp/linuxfp/internal/packet"
 )
 
@@ -408,6 +410,87 @@ func TestJiffyMs(t *testing.T) {
 	}{{1000, true, 1}, {250, true, 4}, {100, true, 10}, {300, true, 0}, {1024, true, 0}, {0, true, 0}, {250, false, 0}} {
 		if got := jiffyMsOf(c.hz, c.ok); got != c.want {
 			t.Errorf("HZ %d (known %v): %d ms per jiffy, want %d", c.hz, c.ok, got, c.want)
+		}
+	}
+}
+
+// The filter's checks before its rules, with conntrack's state: a packet whose state no rule
+// tests is accepted without its leaf (here an overflow leaf, which would otherwise hand it to
+// Linux), but only where the mark is 0 (the rules were compiled for mark 0: a veth whose peer
+// is in this namespace may set one, and its packets are Linux's); a rule that does test the
+// state still decides.
+func TestFilterCtStateNoRule(t *testing.T) {
+	env := newTestEnv(t)
+	var ct *conntrack.Conn
+	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
+	for _, dport := range []uint16{53, 54} {
+		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, src, dst, 2001, dport, 60, 0)
+		err := env.ns.Do(func() error {
+			if err := ct.Create(f); err != nil {
+				return err
+			}
+			f.Status = conntrack.StatusSeenReply | conntrack.StatusAssured | conntrack.StatusConfirmed
+			return ct.Update(f)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	invalidDrop := func(dport uint16) *model.Rule {
+		return &model.Rule{Matches: []model.Match{model.CtState{States: model.CtInvalid}, model.Proto{Proto: model.ProtoUDP},
+			model.Ports{Dir: model.Dst, Ranges: []model.PortRange{{From: dport, To: dport}}}}, Verdict: model.Verdict{Kind: model.Drop}}
+	}
+	// More rules than a leaf holds, all for INVALID packets, and a mark match folded away.
+	var rules []*model.Rule
+	for i := range compile.MaxLeaf + 1 {
+		rules = append(rules, invalidDrop(uint16(1000+i)))
+	}
+	rules = append(rules, &model.Rule{Matches: []model.Match{model.Mark{Value: 1, Mask: 1}}, Verdict: model.Verdict{Kind: model.Drop}})
+	overflow := forwardProgram(t, model.IPv4, nil, rules...)
+	if !overflow.HasMark || overflow.CtNoRule&model.CtEstablished == 0 || len(overflow.Leaves) != 1 || !overflow.Leaves[0].Overflow {
+		t.Fatalf("want one overflow leaf, mark folded, no rule for ESTABLISHED:\n%s", overflow)
+	}
+	// A rule for ESTABLISHED packets to port 53.
+	estDrop := invalidDrop(53)
+	estDrop.Matches[0] = model.CtState{States: model.CtEstablished}
+	established := forwardProgram(t, model.IPv4, nil, invalidDrop(1000), estDrop)
+	ctData := CT{Active4: true, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	udp := func(dport uint16) []byte {
+		s := v4(src.String(), dst.String())
+		s.SrcPort, s.DstPort = 2001, dport
+		return s.Bytes()
+	}
+	for _, c := range []struct {
+		name       string
+		prog       *compile.Program
+		markUnsafe bool
+		dport      uint16
+		want       Reason
+	}{
+		{"no rule for the state, overflow leaf", overflow, false, 53, Forwarded},
+		{"no rule for the state, mark unsafe", overflow, true, 53, PassFilter},
+		{"a rule for the state matches", established, false, 53, FilterDropped},
+		{"a rule for the state does not match", established, false, 54, Forwarded},
+	} {
+		err := env.ns.Do(func() error {
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: ctData, Filter: FilterData{Prog4: c.prog}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := env.dp.LoadProgram(Spec{Ifindex: env.in, Name: "in0", MAC: MACOf(macIn), Hook: HookXDP, Router4: true, Router6: true,
+			Conntrack4: true, Conntrack6: true, MarkUnsafe: c.markUnsafe}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, reason := env.run(t, prog, udp(c.dport))
+		prog.Close()
+		if reason != c.want {
+			t.Errorf("%s: %v, want %v", c.name, reason, c.want)
 		}
 	}
 }

@@ -79,6 +79,10 @@ type Spec struct {
 	// without it whose configuration says it must run hands the packet to Linux (reloading).
 	Conntrack4 bool
 	Conntrack6 bool
+	// MarkUnsafe: packets may arrive with a mark set (a veth whose peer is in this namespace
+	// carries skbs of this namespace's stack, marks included); the filter's rules were compiled
+	// for mark 0 (compile.Program.HasMark). Data, not the program's kind.
+	MarkUnsafe bool
 }
 
 // Modules lists the fast-path modules the program runs, in order.

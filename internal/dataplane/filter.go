@@ -26,8 +26,7 @@ type FilterData struct {
 type FilterIface struct {
 	Ifindex int
 	// Bits are the pattern bits (compile.Program.Patterns) its name matches, per family.
-	Bits       [2]uint64
-	MarkUnsafe bool // its packets may carry a mark (a veth whose peer is in this namespace)
+	Bits [2]uint64
 }
 
 // Filter flags in lfp_config.fw_flags (enum lfp_fw_flags), IPv4's: IPv6's is the next bit.
@@ -64,6 +63,8 @@ type filterState struct {
 	// defLeaf: per family, with LFP_FW_DEFAULT_LEAF*, the leaf of the cut's only prefix
 	// shorter than an address (/0), relative to the bank.
 	defLeaf [2]uint32
+	// ctNone: per family, the conntrack states no rule can match (compile.Program.CtNoRule).
+	ctNone [2]uint8
 	// sets: lfp_fw_sets' entries by set id; setEntries: the compiled entries each set id was
 	// last written from, so that a ruleset change does not rebuild and diff an unchanged set
 	// (a 1,000,000-entry one took 1.8 s).
@@ -155,11 +156,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	}
 	ifs := map[uint32]linuxfpLfpFwIf{}
 	for _, i := range f.Ifaces {
-		v := linuxfpLfpFwIf{Bits: i.Bits}
-		if i.MarkUnsafe {
-			v.Flags = linuxfpLfpFwIfFlagsLFP_FW_IF_MARK_UNSAFE
-		}
-		ifs[uint32(i.Ifindex)] = v
+		ifs[uint32(i.Ifindex)] = linuxfpLfpFwIf{Bits: i.Bits}
 	}
 	if err := syncMap(d.maps.LfpFwIfs, st.ifs, ifs); err != nil {
 		return st.flags, st.bank, err
@@ -186,6 +183,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	setsDone := map[uint16]bool{}
 	flags = 0
 	var defLeaf [2]uint32
+	var ctNone [2]uint8
 	for fam, p := range []*compile.Program{f.Prog4, f.Prog6} {
 		if p == nil || p.Empty {
 			continue
@@ -201,6 +199,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		if p.HasCtState {
 			flags |= fwHasCtState4 << fam
 		}
+		ctNone[fam] = p.CtNoRule
 		if p.PreCTDrop {
 			flags |= fwPreCTDrop4 << fam
 		}
@@ -363,7 +362,7 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	}
 	st.next = ids
 	st.prog4, st.prog6 = f.Prog4, f.Prog6
-	st.flags, st.bank, st.defLeaf = flags, next, defLeaf
+	st.flags, st.bank, st.defLeaf, st.ctNone = flags, next, defLeaf, ctNone
 	return flags, next, nil
 }
 
@@ -787,6 +786,6 @@ type filterModule struct{ flags, bank uint32 }
 
 func (f filterModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, after []func() error) {
 	cfg.FwFlags, cfg.FwBank, cfg.FwBase = linuxfpLfpFwFlags(f.flags), f.bank, f.bank*uint32(d.fwCap)
-	cfg.FwDefaultLeaf = d.fw.defLeaf
+	cfg.FwDefaultLeaf, cfg.FwCtNone = d.fw.defLeaf, d.fw.ctNone
 	return nil, []func() error{d.dropOldSets}
 }

@@ -26,6 +26,9 @@ func (m MAC) String() string { return net.HardwareAddr(m[:]).String() }
 // putIface writes an interface's data (lfp_ifs) for slot: before a program runs there.
 func (d *Dataplane) putIface(s Spec, slot int) error {
 	v := linuxfpLfpIf{Mac: s.MAC, Flags: linuxfpLfpIfFlagsLFP_IF_VALID, Slot: uint32(slot), L3Ifindex: uint32(s.L3Ifindex)}
+	if s.MarkUnsafe {
+		v.Flags |= linuxfpLfpIfFlagsLFP_IF_MARK_UNSAFE
+	}
 	if err := d.ifsMap(s.Ifindex).Put(uint32(s.Ifindex), v); err != nil {
 		return fmt.Errorf("interface data of %s: %w", s.Name, err)
 	}

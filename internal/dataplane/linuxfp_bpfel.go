@@ -46,6 +46,8 @@ type linuxfpLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwDefaultLeaf      [2]uint32
+	FwCtNone           [2]uint8
+	FwPad              [2]uint8
 	FwdUpdatePrio4     uint32
 	FibFlags           linuxfpLfpFibFlags
 }
@@ -181,17 +183,9 @@ type linuxfpLfpFwHostKey struct {
 }
 
 type linuxfpLfpFwIf struct {
-	_     structs.HostLayout
-	Bits  [2]uint64
-	Flags linuxfpLfpFwIfFlags
-	Pad   uint32
+	_    structs.HostLayout
+	Bits [2]uint64
 }
-
-type linuxfpLfpFwIfFlags uint32
-
-const (
-	linuxfpLfpFwIfFlagsLFP_FW_IF_MARK_UNSAFE linuxfpLfpFwIfFlags = 1
-)
 
 type linuxfpLfpFwLeaf struct {
 	_        structs.HostLayout
@@ -257,7 +251,8 @@ type linuxfpLfpIf struct {
 type linuxfpLfpIfFlags uint8
 
 const (
-	linuxfpLfpIfFlagsLFP_IF_VALID linuxfpLfpIfFlags = 1
+	linuxfpLfpIfFlagsLFP_IF_VALID       linuxfpLfpIfFlags = 1
+	linuxfpLfpIfFlagsLFP_IF_MARK_UNSAFE linuxfpLfpIfFlags = 2
 )
 
 type linuxfpLfpIn6 struct {
@@ -341,6 +336,7 @@ type linuxfpLfpScratch struct {
 		SrcNotLocal uint32
 		Key         uint32
 		SetKey      linuxfpLfpFwSetKey
+		LpmKey      linuxfpLfpFwLpmKey
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -407,7 +403,7 @@ type linuxfpLfpScratch struct {
 	Fc   struct {
 		_     structs.HostLayout
 		Key   linuxfpLfpFibKey
-		_     [4]byte
+		Word  uint32
 		Entry linuxfpLfpFibEntry
 		Probe [8]uint64
 	}
@@ -507,6 +503,7 @@ const (
 	linuxfpMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpMapLfpFibPerdst         = "lfp_fib_perdst"
 	linuxfpMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
@@ -612,6 +609,7 @@ type linuxfpMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.MapSpec `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -693,6 +691,7 @@ type linuxfpMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.Map `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -741,6 +740,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
+		m.LfpFibPerdst,
 		m.LfpFibSplit,
 		m.LfpFwHostFilter,
 		m.LfpFwHosts,

@@ -46,6 +46,8 @@ type linuxfpTcLfpConfig struct {
 	DefaultTtl         uint32
 	FwBase             uint32
 	FwDefaultLeaf      [2]uint32
+	FwCtNone           [2]uint8
+	FwPad              [2]uint8
 	FwdUpdatePrio4     uint32
 	FibFlags           uint32
 }
@@ -134,10 +136,8 @@ type linuxfpTcLfpFwHostKey struct {
 }
 
 type linuxfpTcLfpFwIf struct {
-	_     structs.HostLayout
-	Bits  [2]uint64
-	Flags uint32
-	Pad   uint32
+	_    structs.HostLayout
+	Bits [2]uint64
 }
 
 type linuxfpTcLfpFwLeaf struct {
@@ -260,6 +260,7 @@ type linuxfpTcLfpScratch struct {
 		SrcNotLocal uint32
 		Key         uint32
 		SetKey      linuxfpTcLfpFwSetKey
+		LpmKey      linuxfpTcLfpFwLpmKey
 	}
 	Ct struct {
 		_ structs.HostLayout
@@ -326,7 +327,7 @@ type linuxfpTcLfpScratch struct {
 	Fc   struct {
 		_     structs.HostLayout
 		Key   linuxfpTcLfpFibKey
-		_     [4]byte
+		Word  uint32
 		Entry linuxfpTcLfpFibEntry
 		Probe [8]uint64
 	}
@@ -411,6 +412,7 @@ const (
 	linuxfpTcMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
+	linuxfpTcMapLfpFibPerdst         = "lfp_fib_perdst"
 	linuxfpTcMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpTcMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
@@ -516,6 +518,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.MapSpec `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -597,6 +600,7 @@ type linuxfpTcMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
+	LfpFibPerdst     *ebpf.Map `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -645,6 +649,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
+		m.LfpFibPerdst,
 		m.LfpFibSplit,
 		m.LfpFwHostFilter,
 		m.LfpFwHosts,

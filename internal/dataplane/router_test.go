@@ -325,3 +325,31 @@ func TestNeighStaleByEvents(t *testing.T) {
 		})
 	}
 }
+
+// The FIB cache on a connected subnet keeps each destination's own answer (its neighbour's MAC),
+// looked up first once its block is marked per destination (lfp_fib_perdst): destinations of
+// one block, asked in turn and again, each get their own next hop, as bpf_fib_lookup() gives.
+func TestFibCachePerDestination(t *testing.T) {
+	env := newTestEnv(t)
+	macs := map[string]string{"198.18.1.8": "02:00:00:00:00:08", "198.18.1.9": "02:00:00:00:00:09", "198.18.1.10": "02:00:00:00:00:0a"}
+	for a, m := range macs {
+		if err := env.ns.Script("ip neigh replace " + a + " lladdr " + m + " dev out0 nud permanent"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), FibCacheData: FibCacheData{FibCache4: true}}) }); err != nil {
+		t.Fatal(err)
+	}
+	prog := env.prog(t, true, true)
+	for round := range 3 {
+		for _, a := range []string{"198.18.1.8", "198.18.1.9", "198.18.1.10"} {
+			ret, out, reason := env.run(t, prog, v4("198.18.0.2", a).Bytes())
+			if ret != xdpRedirect || reason != Forwarded {
+				t.Fatalf("round %d, to %s: verdict %d reason %v", round, a, ret, reason)
+			}
+			if got := net.HardwareAddr(out[0:6]).String(); got != macs[a] {
+				t.Errorf("round %d, to %s: destination MAC %s, want %s", round, a, got, macs[a])
+			}
+		}
+	}
+}

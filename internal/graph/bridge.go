@@ -41,7 +41,7 @@ func bridgePort(s *observe.Snapshot, lk, br *observe.Link, hook dataplane.Hook, 
 	return &dataplane.Spec{
 		Ifindex: lk.Index, Name: lk.Name, Hook: hook, Router4: r4, Router6: r6,
 		SkbSender: skbSender && hook == dataplane.HookXDP,
-		Bridge:    true, L3Ifindex: br.Index,
+		Bridge:    true, L3Ifindex: br.Index, MarkUnsafe: markUnsafe(lk),
 	}, notes
 }
 

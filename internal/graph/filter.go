@@ -123,13 +123,15 @@ func filterData(s *observe.Snapshot) dataplane.FilterData {
 				}
 			}
 		}
-		// A veth whose peer is in this namespace carries skbs from this namespace's stack,
-		// marks included; elsewhere (a NIC, another namespace) the mark is 0 at XDP.
-		fi.MarkUnsafe = lk.Kind == "veth" && lk.PeerNetnsID == -1
 		fd.Ifaces = append(fd.Ifaces, fi)
 	}
 	return fd
 }
+
+// markUnsafe: lk's packets may carry a mark: a veth whose peer is in this namespace carries skbs
+// of this namespace's stack, marks included; elsewhere (a NIC, another namespace) the mark is 0
+// at XDP.
+func markUnsafe(lk *observe.Link) bool { return lk.Kind == "veth" && lk.PeerNetnsID == -1 }
 
 // filterNotes are the filter module's notes for the families an interface routes.
 func filterNotes(s *observe.Snapshot, r4, r6 bool) []string {

@@ -378,7 +378,8 @@ func ingress(s *observe.Snapshot, o Options, lk *observe.Link, owned OwnedProgra
 	return &dataplane.Spec{
 		Ifindex: lk.Index, Name: lk.Name, MAC: dataplane.MACOf(lk.MAC), Hook: hook, Router4: r4, Router6: r6,
 		// Generic XDP keeps the skb, and its SCTP CRC offload state with it.
-		SkbSender: skbSender && hook == dataplane.HookXDP,
+		SkbSender:  skbSender && hook == dataplane.HookXDP,
+		MarkUnsafe: markUnsafe(lk),
 	}, notes
 }
 

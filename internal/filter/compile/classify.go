@@ -52,6 +52,9 @@ func (p *Program) Classify(in Input) Outcome {
 	if p.FibLocalSrc && in.SrcMaybeLocal || p.FibLocalDst && in.DstMaybeLocal {
 		return Outcome{Verdict: Linux, Rule: -1, Why: "fib type local: the address may be local"}
 	}
+	if in.CtState&p.CtNoRule != 0 {
+		return Outcome{Verdict: Accept, Rule: -1}
+	}
 	cut := in.Dst
 	if p.Cut == CutSrc {
 		cut = in.Src
@@ -97,6 +100,23 @@ func (p *Program) leafFor(a netip.Addr) *Leaf {
 		}
 	}
 	return leaf
+}
+
+// ctStates are the conntrack states a packet may be in for r to match: every state where r
+// tests none.
+func (r *Rule) ctStates() uint8 {
+	may := model.CtStates
+	for _, t := range r.Tests {
+		if t.Kind != TestCtState {
+			continue
+		}
+		if t.Invert {
+			may &^= uint8(t.A)
+		} else {
+			may &= uint8(t.A)
+		}
+	}
+	return may
 }
 
 func (p *Program) match(r *Rule, in Input) bool {

@@ -92,9 +92,12 @@ func Compile(rs *model.Ruleset, sets map[string]*model.IPSet) (*Program, error) 
 	p.FibLocalSrc, p.FibLocalDst = c.fibLocal[model.Src], c.fibLocal[model.Dst]
 	// Folded fib matches still need the check of the address.
 	p.Empty = len(p.Rules) == 0 && !p.FibLocalSrc && !p.FibLocalDst
+	may := uint8(0)
 	for _, r := range p.Rules {
 		p.PreCTDrop = p.PreCTDrop || (r.PreCT && r.Action == ActDrop)
+		may |= r.ctStates()
 	}
+	p.CtNoRule = model.CtStates &^ may
 	p.Cut, p.Prefixes, p.Leaves = selectCut(p.Rules, p.Family)
 	return p, nil
 }

@@ -120,6 +120,9 @@ func (p *Program) String() string {
 	if p.FibLocalSrc || p.FibLocalDst {
 		b.WriteString(", fib type local folded")
 	}
+	if p.HasCtState && p.CtNoRule != 0 {
+		fmt.Fprintf(&b, ", no rule for ctstate %s", model.CtStateNames(p.CtNoRule))
+	}
 	b.WriteString("\n")
 	for i, pt := range p.Patterns {
 		n := pt.Name

@@ -202,6 +202,10 @@ type Program struct {
 	// module's local-route maps cover it, or it is of a class they leave out). The source of a
 	// routed packet never is (the router hands Linux local and martian sources first).
 	FibLocalSrc, FibLocalDst bool
+	// CtNoRule: the conntrack states (model.Ct* bits) no rule can match, because each rule
+	// tests the state and none of its tests lets this one through. A packet in such a state is
+	// accepted once the checks before the rules (mark, fib type local) passed, without its leaf.
+	CtNoRule uint8
 	// PreCTDrop: some rule before conntrack drops: the data plane refreshes a connection's
 	// conntrack entry only once the classification says no such rule dropped the packet.
 	PreCTDrop bool
