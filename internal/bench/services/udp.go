@@ -62,7 +62,7 @@ func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 		}
 	} else {
 		for _, p := range r.topo.Pods {
-			if err := sinkAt(p.IP.String(), p.NS); err != nil {
+			if err := sinkAt(podAddr(c, p).String(), p.NS); err != nil {
 				return nil, err
 			}
 		}
@@ -95,7 +95,7 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 	// Pod 0 holds one generator at a time (its parking veth has a fixed name): the other
 	// pod case's goes first.
 	if c.podClients() {
-		for _, k := range []string{"masquerade", "pods"} {
+		for _, k := range []string{"masquerade", "pods", "pods6"} {
 			if g := r.gens[k]; g != nil && k != c.genKey() {
 				err := g.Close()
 				delete(r.gens, k)
@@ -116,6 +116,9 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 		pod := r.topo.Pods[0]
 		ns = pod.NS
 		f = harness.Flow{Src: r.podMAC, Dst: r.topo.BridgeMAC, SrcIP: pod.IP, DstIP: netip.IPv4Unspecified(), List: true, Ifindex: r.podIdx}
+		if c.IPv6 {
+			f.SrcIP, f.DstIP = testbed.PodIP6(pod.IP), netip.IPv6Unspecified()
+		}
 	case c.IPv6:
 		ns = r.topo.Client
 		f = harness.Flow{Src: r.topo.ClientMAC, Dst: r.topo.InMAC, SrcIP: testbed.ServicesClientIP6, DstIP: netip.IPv6Unspecified(),
@@ -145,17 +148,14 @@ func (r *svcRun) udp(c Case, rd *Round) error {
 	src := testbed.ServicesClientIP
 	switch {
 	case c.podClients():
-		src = r.topo.Pods[0].IP
+		src = podAddr(c, r.topo.Pods[0])
 	case c.IPv6:
 		src = testbed.ServicesClientIP6
 	}
 	if !c.Masquerade {
 		dsts := make([]netip.Addr, c.Services)
 		for i := range dsts {
-			dsts[i] = testbed.ServiceIP(i)
-			if c.IPv6 {
-				dsts[i] = testbed.ServiceIP6(i)
-			}
+			dsts[i] = serviceIP(c, i)
 		}
 		if err := g.SetDsts(dsts); err != nil {
 			return err
