@@ -34,7 +34,8 @@ import (
 func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	var undo []func() error
 	r.sinks = map[string]*harness.Sink{}
-	restore = func() error {
+	// A failure returns a nil restore: undoAll, not restore, undoes what was done.
+	undoAll := func() error {
 		var errs []error
 		for _, u := range slices.Backward(undo) {
 			errs = append(errs, u())
@@ -44,7 +45,7 @@ func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	}
 	defer func() {
 		if err != nil {
-			restore()
+			undoAll()
 		}
 	}()
 	sinkAt := func(name string, ns *nsutil.NS) error {
@@ -84,7 +85,7 @@ func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	if err := r.settle(); err != nil {
 		return nil, err
 	}
-	return restore, nil
+	return undoAll, nil
 }
 
 // generator is case c's generator, loaded on first use.
@@ -92,10 +93,10 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 	if g := r.gens[c.genKey()]; g != nil {
 		return g, nil
 	}
-	// Pod 0 holds one generator at a time (its parking veth has a fixed name): the other
-	// pod case's goes first.
-	if c.podClients() {
-		for _, k := range []string{"masquerade", "pods", "pods6"} {
+	// Pod 0 holds one IPv4 generator at a time (its parking veth has a fixed name; the IPv6
+	// one parks on a veth of its own): the other IPv4 pod case's goes first.
+	if c.podClients() && !c.IPv6 {
+		for _, k := range []string{"masquerade", "pods"} {
 			if g := r.gens[k]; g != nil && k != c.genKey() {
 				err := g.Close()
 				delete(r.gens, k)
