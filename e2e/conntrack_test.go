@@ -398,8 +398,8 @@ func TestConntrackHalfClosed(t *testing.T) {
 		second       = 20 << 20
 	)
 	paths := []struct{ name, listen, dial string }{
-		{"tracked", "198.19.0.1", ""},
-		{"dnat", "198.19.0.1", "198.19.0.99"},
+		{"tracked", "198.19.0.1:0", "198.19.0.1:0"},
+		{"dnat", "198.19.0.1:0", "198.19.0.99:0"},
 	}
 	type entry struct{ state, timeout uint32 }
 	for _, h := range hookTestbeds {
@@ -422,7 +422,7 @@ func TestConntrackHalfClosed(t *testing.T) {
 			// Linux alone.
 			var alone [2][2]entry // path, mid-transfer / closed
 			for i, p := range paths {
-				hc := startHalfClosed(t, tb, p.listen, p.dial)
+				hc := startHalfClosed(t, tb.Sink, tb.Gen, p.listen, p.dial, true)
 				hc.transfer(t, first)
 				time.Sleep(pause)
 				hc.transfer(t, second)
@@ -447,7 +447,7 @@ func TestConntrackHalfClosed(t *testing.T) {
 				}
 				in0, out0 := readCounters(t, l, "in0"), readCounters(t, l, "out0")
 				fwd0, passed0 := byteCounts(t, l, "in0", "out0")
-				hc := startHalfClosed(t, tb, p.listen, p.dial)
+				hc := startHalfClosed(t, tb.Sink, tb.Gen, p.listen, p.dial, true)
 				hc.transfer(t, first)
 				eventually(t, 3*time.Second, p.name+" connection marked liberal", func() error {
 					if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
@@ -489,8 +489,8 @@ func TestConntrackHalfClosed(t *testing.T) {
 	}
 }
 
-// byteCounts sums what the fast path forwarded and handed to Linux on ifaces, in bytes (for
-// reasons a unicast connection's packets can have: see ownOnly).
+// byteCounts sums what the fast path forwarded (routed or bridged) and handed to Linux on
+// ifaces, in bytes (for reasons a unicast connection's packets can have: see ownOnly).
 func byteCounts(t *testing.T, l *testbed.Linuxfp, ifaces ...string) (fwd, passed uint64) {
 	t.Helper()
 	for _, name := range ifaces {
@@ -498,7 +498,7 @@ func byteCounts(t *testing.T, l *testbed.Linuxfp, ifaces ...string) (fwd, passed
 		if err != nil {
 			t.Fatal(err)
 		}
-		fwd += it.Forwarded.Bytes
+		fwd += it.Forwarded.Bytes + it.Bridged.Bytes
 		for r, v := range it.Passed {
 			if r != "not_for_us" && r != "not_ip" {
 				passed += v.Bytes
@@ -508,9 +508,9 @@ func byteCounts(t *testing.T, l *testbed.Linuxfp, ifaces ...string) (fwd, passed
 	return fwd, passed
 }
 
-// halfClosed is a TCP connection from gen to a server in the sink whose client sent a request
-// and shut its sending side down; the server then sends what transfer asks for, a stream of
-// pseudo-random bytes the client checks.
+// halfClosed is a TCP connection from a client namespace to a server in another whose client
+// sent a request and shut its sending side down (or, not half-closed, kept it open); the server
+// then sends what transfer asks for, a stream of pseudo-random bytes the client checks.
 type halfClosed struct {
 	ln     net.Listener
 	c      *net.TCPConn
@@ -521,13 +521,19 @@ type halfClosed struct {
 	stream *rand.ChaCha8 // what the client expects next
 }
 
-func startHalfClosed(t *testing.T, tb *testbed.Testbed, addr, dial string) *halfClosed {
+// startHalfClosed listens on listen (host:port, port 0 for any) in server and connects from
+// client to dial (host:port, port 0 for the listener's), which the node's DNAT may take to listen.
+func startHalfClosed(t *testing.T, server, client *nsutil.NS, listen, dial string, halfClose bool) *halfClosed {
 	t.Helper()
 	hc := &halfClosed{send: make(chan int), done: make(chan error, 1), stream: rand.NewChaCha8([32]byte{1})}
-	if err := tb.Sink.Do(func() (err error) { hc.ln, err = net.Listen("tcp", net.JoinHostPort(addr, "0")); return err }); err != nil {
+	if err := server.Do(func() (err error) { hc.ln, err = net.Listen("tcp", listen); return err }); err != nil {
 		t.Fatal(err)
 	}
-	hc.port = uint16(hc.ln.Addr().(*net.TCPAddr).Port)
+	to := netip.MustParseAddrPort(dial)
+	if to.Port() == 0 {
+		to = netip.AddrPortFrom(to.Addr(), uint16(hc.ln.Addr().(*net.TCPAddr).Port))
+	}
+	hc.dst, hc.port = to.Addr().String(), to.Port()
 	go func() {
 		c, err := hc.ln.Accept()
 		hc.ln.Close()
@@ -536,8 +542,15 @@ func startHalfClosed(t *testing.T, tb *testbed.Testbed, addr, dial string) *half
 			return
 		}
 		defer c.Close()
-		// The request, up to the client's FIN.
-		if req, err := io.ReadAll(c); err != nil || string(req) != "GET /\n" {
+		// The request, up to the client's FIN if it half-closes.
+		req := make([]byte, len(hcRequest))
+		_, err = io.ReadFull(c, req)
+		if err == nil && halfClose {
+			var rest []byte
+			rest, err = io.ReadAll(c)
+			req = append(req, rest...)
+		}
+		if err != nil || string(req) != hcRequest {
 			hc.done <- fmt.Errorf("request %q: %v", req, err)
 			return
 		}
@@ -556,13 +569,8 @@ func startHalfClosed(t *testing.T, tb *testbed.Testbed, addr, dial string) *half
 		}
 		hc.done <- nil // and the FIN
 	}()
-	hc.dst = addr
-	if dial != "" {
-		hc.dst = dial
-	}
-	to := net.JoinHostPort(hc.dst, fmt.Sprint(hc.port))
-	err := tb.Gen.Do(func() error {
-		c, err := net.DialTimeout("tcp", to, 3*time.Second)
+	err := client.Do(func() error {
+		c, err := net.DialTimeout("tcp", to.String(), 3*time.Second)
 		if err != nil {
 			return err
 		}
@@ -571,17 +579,21 @@ func startHalfClosed(t *testing.T, tb *testbed.Testbed, addr, dial string) *half
 	})
 	if err != nil {
 		hc.ln.Close()
-		t.Fatalf("tcp connect through the DUT: %v", err)
+		t.Fatalf("tcp connect to %s: %v", to, err)
 	}
 	t.Cleanup(func() { hc.c.Close(); hc.ln.Close() })
-	if _, err := hc.c.Write([]byte("GET /\n")); err != nil {
+	if _, err := hc.c.Write([]byte(hcRequest)); err != nil {
 		t.Fatal(err)
 	}
-	if err := hc.c.CloseWrite(); err != nil {
-		t.Fatal(err)
+	if halfClose {
+		if err := hc.c.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return hc
 }
+
+const hcRequest = "GET /\n"
 
 // transfer has the server send n bytes, and checks the client receives them unaltered.
 func (hc *halfClosed) transfer(t *testing.T, n int) {
@@ -614,7 +626,7 @@ func (hc *halfClosed) finish(t *testing.T) {
 		t.Fatalf("after the download: %d more bytes, %v; want the server's FIN", len(rest), err)
 	}
 	hc.c.Close()
-	time.Sleep(50 * time.Millisecond) // the last ACK through the DUT
+	time.Sleep(50 * time.Millisecond) // the last ACK through the node
 }
 
 // Entries whose every packet Linux must see: with accounting on (nf_conntrack_acct), Linux

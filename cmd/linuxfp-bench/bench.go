@@ -328,8 +328,10 @@ exit, including on Ctrl-C.
 
 IPv6 (--families ipv4,ipv6): the node is dual-stack (the client 2001:2::2, the pods
 2001:2:0:101::k, kube-proxy's IPv6 rules for the same services at cluster IPs 2001:2:0:80::N:
-loaded by ip6tables-restore, or with --proxy-mode nftables its table ip6 kube-proxy), and after
-each service count an IPv6 case measures the udp workload to the IPv6 cluster IPs.
+loaded by ip6tables-restore, or with --proxy-mode nftables its table ip6 kube-proxy): after each
+service count an IPv6 case measures the same workloads from the client to the IPv6 cluster IPs,
+and after the pods' case an IPv6 one from the pods' IPv6 addresses (br_netfilter's IPv6 hooks
+translate what the bridge carries). The masquerade case stays IPv4's.
 
 Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 		Args: cobra.NoArgs,
@@ -359,7 +361,7 @@ Quick run: linuxfp bench services --rounds 1 --duration 1s --services 1,100`,
 	f.IntVar(&sc.Streams, "streams", 4, "connections of the upload and download workloads")
 	f.IntVar(&sc.GenCores, "gen-cores", 1, "generator cores of the udp workload")
 	f.IntVar(&sc.FrameSize, "frame-size", 64, "frame size of the udp workload in bytes, FCS included (IPv6: at least 66)")
-	f.StringSliceVar(&families, "families", []string{"ipv4"}, "address families: ipv4, ipv6 (a dual-stack node; its IPv6 cases measure udp only)")
+	f.StringSliceVar(&families, "families", []string{"ipv4"}, "address families: ipv4, ipv6 (a dual-stack node; the masquerade case is IPv4's only)")
 	bf.addRun(cmd, "modes: linux, linuxfp, linuxfp-tc (default all)", timing{
 		duration: 2 * time.Second, durationUsage: "measured time per round, mode, case and workload",
 		warmup: 500 * time.Millisecond, warmupUsage: "traffic before each measurement, not counted"})

@@ -159,8 +159,9 @@ func (r *Result) WriteTable(w io.Writer) {
 		if c.ProxyMode == string(testbed.ProxyNFTables) {
 			rules6 = "table ip6 kube-proxy"
 		}
-		fmt.Fprintf(w, "IPv6: a dual-stack node (kube-proxy's IPv6 rules, %s); udp from the client 2001:2::2 to the services'\n"+
-			"IPv6 cluster IPs 2001:2:0:80::N, DNAT'd to the pods' 2001:2:0:101::k, in %d-byte frames\n", rules6, max(c.FrameSize, harness.MinFrame(true)))
+		fmt.Fprintf(w, "IPv6: a dual-stack node (kube-proxy's IPv6 rules, %s); the same workloads from the client 2001:2::2\n"+
+			"(and from the pods' 2001:2:0:101::k) to the services' IPv6 cluster IPs 2001:2:0:80::N, DNAT'd to the pods'\n"+
+			"2001:2:0:101::k; udp in %d-byte frames\n", rules6, max(c.FrameSize, harness.MinFrame(true)))
 	}
 	fmt.Fprintln(w, r.Machine)
 	fmt.Fprint(w, c.MedianLine(r.Elapsed))

@@ -19,8 +19,10 @@ package services
 //     endpoints is counted by an XDP sink on every pod's eth0 (Mpps).
 // In the masquerade case the clients are the pods and the server the outside host (TCP to port
 // 8080, UDP to port 9 from one pod's generator). With IPv6 among the families the node is
-// dual-stack (kube-proxy's IPv6 rules beside the IPv4 ones, in the same mode) and, after each service count's
-// IPv4 case, an IPv6 case measures the udp workload to the services' IPv6 cluster IPs.
+// dual-stack (kube-proxy's IPv6 rules beside the IPv4 ones, in the same mode): after each service
+// count's IPv4 case, an IPv6 case measures every workload from the client to the services' IPv6
+// cluster IPs, and after the IPv4 from-pods case an IPv6 one from the pods' IPv6 addresses (the
+// masquerade case stays IPv4's: the outside host has no IPv6 address).
 
 import (
 	"context"
@@ -93,7 +95,8 @@ type Case struct {
 	// an endpoint on another pod is reached through the bridge (br_netfilter bridges the DNAT'd
 	// packets), one on the client pod itself back out of its own port.
 	FromPods bool `json:"from_pods,omitempty"`
-	// IPv6: the client -> services' IPv6 cluster IPs (udp only).
+	// IPv6: to the services' IPv6 cluster IPs, from the client's or (FromPods) the pods' IPv6
+	// addresses.
 	IPv6 bool `json:"ipv6,omitempty"`
 }
 
@@ -105,6 +108,8 @@ func (c Case) genKey() string {
 	switch {
 	case c.Masquerade:
 		return "masquerade"
+	case c.FromPods && c.IPv6:
+		return "pods6"
 	case c.FromPods:
 		return "pods"
 	case c.IPv6:
@@ -116,6 +121,9 @@ func (c Case) genKey() string {
 func (c Case) String() string {
 	if c.Masquerade {
 		return "masquerade"
+	}
+	if c.FromPods && c.IPv6 {
+		return "from pods, IPv6"
 	}
 	if c.FromPods {
 		return "from pods"
@@ -147,8 +155,8 @@ type Config struct {
 	FrameSize  int // udp frames, FCS included (default 64)
 	// Prefix starts the names of the namespaces the benchmark creates (default "lfp-svc").
 	Prefix string
-	// Families: IPv4 (the default) and with IPv6 a dual-stack node and the IPv6 cases (udp
-	// only; kube-proxy's IPv6 rules in ProxyMode).
+	// Families: IPv4 (the default) and with IPv6 a dual-stack node and the IPv6 cases
+	// (kube-proxy's IPv6 rules in ProxyMode).
 	Families []harness.Family
 }
 
@@ -175,11 +183,6 @@ func (c *Config) defaults() error {
 	if len(c.Families) == 0 {
 		c.Families = []harness.Family{harness.IPv4}
 	}
-	if c.ipv6() {
-		if !slices.Contains(c.Workloads, UDP) {
-			return errors.New("--families ipv6: the IPv6 cases measure the udp workload only, which --workloads leaves out")
-		}
-	}
 	// No service count at all (not nil) leaves only the masquerade case.
 	if c.Services == nil {
 		c.Services = []int{1, 100, 1000}
@@ -187,8 +190,8 @@ func (c *Config) defaults() error {
 	if err := harness.Counts(&c.Services, nil, 1, testbed.MaxServices, "services"); err != nil {
 		return err
 	}
-	if len(c.Services) == 0 && c.NoMasquerade {
-		return errors.New("nothing to measure: no service count and no masquerade case")
+	if len(c.cases()) == 0 {
+		return errors.New("nothing to measure: no service count, and no masquerade case (IPv4's only)")
 	}
 	if c.Pods == 0 {
 		c.Pods = 6
@@ -235,17 +238,19 @@ func (c *Config) cases() []Case {
 			out = append(out, Case{Services: n, IPv6: true})
 		}
 	}
-	if !c.ipv4() {
-		return out // the pod cases are IPv4's
-	}
 	last := 0
 	if len(c.Services) > 0 {
 		last = c.Services[len(c.Services)-1]
 	}
 	if !c.NoFromPods && last > 0 {
-		out = append(out, Case{Services: last, FromPods: true})
+		if c.ipv4() {
+			out = append(out, Case{Services: last, FromPods: true})
+		}
+		if c.ipv6() {
+			out = append(out, Case{Services: last, FromPods: true, IPv6: true})
+		}
 	}
-	if !c.NoMasquerade {
+	if !c.NoMasquerade && c.ipv4() { // the outside host is IPv4's only
 		out = append(out, Case{Services: last, Masquerade: true})
 	}
 	return out
@@ -318,7 +323,8 @@ type svcRun struct {
 }
 
 // setup resolves the neighbours and starts the servers: in every pod, one per TCP endpoint of the
-// most services measured; in the outside host, one on outsidePort.
+// most services measured (of both families' services on a dual-stack node); in the outside host,
+// one on outsidePort.
 func (r *svcRun) setup() error {
 	if err := r.topo.ResolveNeighbours(); err != nil {
 		return fmt.Errorf("resolve neighbours: %w", err)
@@ -342,6 +348,13 @@ func (r *svcRun) setup() error {
 	if err != nil {
 		return err
 	}
+	if r.topo.IPv6 {
+		svcs6, err := testbed.ServicesFor6(most, r.topo.PodIPs())
+		if err != nil {
+			return err
+		}
+		svcs = append(svcs, svcs6...)
+	}
 	eps := map[netip.Addr][]netip.AddrPort{}
 	for _, s := range svcs {
 		if s.Proto == "tcp" {
@@ -351,7 +364,7 @@ func (r *svcRun) setup() error {
 		}
 	}
 	for _, pod := range r.topo.Pods {
-		s, err := listenSvc(pod.NS, eps[pod.IP])
+		s, err := listenSvc(pod.NS, append(eps[pod.IP], eps[testbed.PodIP6(pod.IP)]...))
 		if err != nil {
 			return err
 		}
@@ -439,9 +452,6 @@ func (r *svcRun) measureAll(c Case, round int, m harness.Mode) error {
 	for _, w := range r.cfg.Workloads {
 		if err := r.ctx.Err(); err != nil {
 			return err
-		}
-		if c.IPv6 && w != UDP {
-			continue // the IPv6 cases measure udp only
 		}
 		rd, err := r.measure(c, w)
 		if err != nil {
@@ -593,9 +603,25 @@ func (r *svcRun) backends(c Case, w Workload) map[string]uint64 {
 		return out
 	}
 	for i, s := range r.servers {
-		out[r.topo.Pods[i].IP.String()] = s.accepted.Load()
+		out[podAddr(c, r.topo.Pods[i]).String()] = s.accepted.Load()
 	}
 	return out
+}
+
+// podAddr is pod's address in case c's family.
+func podAddr(c Case, pod *testbed.Pod) netip.Addr {
+	if c.IPv6 {
+		return testbed.PodIP6(pod.IP)
+	}
+	return pod.IP
+}
+
+// serviceIP is service i's cluster IP in case c's family.
+func serviceIP(c Case, i int) netip.Addr {
+	if c.IPv6 {
+		return testbed.ServiceIP6(i)
+	}
+	return testbed.ServiceIP(i)
 }
 
 // tcp runs one TCP workload: from the client to the services' cluster IPs, or from the pods to
@@ -611,7 +637,7 @@ func (r *svcRun) tcp(c Case, w Workload, rd *Round) error {
 		targets = []netip.AddrPort{netip.AddrPortFrom(testbed.ServicesOutsideIP, outsidePort)}
 	} else {
 		for i := range c.Services {
-			targets = append(targets, netip.AddrPortFrom(testbed.ServiceIP(i), testbed.ServiceTCPPort))
+			targets = append(targets, netip.AddrPortFrom(serviceIP(c, i), testbed.ServiceTCPPort))
 		}
 	}
 	// Connection k: from client k, to target k (modulo their numbers): distinct services and

@@ -34,7 +34,8 @@ import (
 func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	var undo []func() error
 	r.sinks = map[string]*harness.Sink{}
-	restore = func() error {
+	// A failure returns a nil restore: undoAll, not restore, undoes what was done.
+	undoAll := func() error {
 		var errs []error
 		for _, u := range slices.Backward(undo) {
 			errs = append(errs, u())
@@ -44,7 +45,7 @@ func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	}
 	defer func() {
 		if err != nil {
-			restore()
+			undoAll()
 		}
 	}()
 	sinkAt := func(name string, ns *nsutil.NS) error {
@@ -62,7 +63,7 @@ func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 		}
 	} else {
 		for _, p := range r.topo.Pods {
-			if err := sinkAt(p.IP.String(), p.NS); err != nil {
+			if err := sinkAt(podAddr(c, p).String(), p.NS); err != nil {
 				return nil, err
 			}
 		}
@@ -84,7 +85,7 @@ func (r *svcRun) prepareUDP(c Case) (restore func() error, err error) {
 	if err := r.settle(); err != nil {
 		return nil, err
 	}
-	return restore, nil
+	return undoAll, nil
 }
 
 // generator is case c's generator, loaded on first use.
@@ -92,9 +93,9 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 	if g := r.gens[c.genKey()]; g != nil {
 		return g, nil
 	}
-	// Pod 0 holds one generator at a time (its parking veth has a fixed name): the other
-	// pod case's goes first.
-	if c.podClients() {
+	// Pod 0 holds one IPv4 generator at a time (its parking veth has a fixed name; the IPv6
+	// one parks on a veth of its own): the other IPv4 pod case's goes first.
+	if c.podClients() && !c.IPv6 {
 		for _, k := range []string{"masquerade", "pods"} {
 			if g := r.gens[k]; g != nil && k != c.genKey() {
 				err := g.Close()
@@ -116,6 +117,9 @@ func (r *svcRun) generator(c Case) (*harness.Generator, error) {
 		pod := r.topo.Pods[0]
 		ns = pod.NS
 		f = harness.Flow{Src: r.podMAC, Dst: r.topo.BridgeMAC, SrcIP: pod.IP, DstIP: netip.IPv4Unspecified(), List: true, Ifindex: r.podIdx}
+		if c.IPv6 {
+			f.SrcIP, f.DstIP = testbed.PodIP6(pod.IP), netip.IPv6Unspecified()
+		}
 	case c.IPv6:
 		ns = r.topo.Client
 		f = harness.Flow{Src: r.topo.ClientMAC, Dst: r.topo.InMAC, SrcIP: testbed.ServicesClientIP6, DstIP: netip.IPv6Unspecified(),
@@ -145,17 +149,14 @@ func (r *svcRun) udp(c Case, rd *Round) error {
 	src := testbed.ServicesClientIP
 	switch {
 	case c.podClients():
-		src = r.topo.Pods[0].IP
+		src = podAddr(c, r.topo.Pods[0])
 	case c.IPv6:
 		src = testbed.ServicesClientIP6
 	}
 	if !c.Masquerade {
 		dsts := make([]netip.Addr, c.Services)
 		for i := range dsts {
-			dsts[i] = testbed.ServiceIP(i)
-			if c.IPv6 {
-				dsts[i] = testbed.ServiceIP6(i)
-			}
+			dsts[i] = serviceIP(c, i)
 		}
 		if err := g.SetDsts(dsts); err != nil {
 			return err
