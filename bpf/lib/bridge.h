@@ -253,7 +253,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 	/* br_netfilter's forward hook (br_nf_forward_ip()), then its postrouting: the filter module,
 	 * with the bridge as input and output device. */
 	if (nf_ip && nf.fw && nf.scr) {
-		r = filter_forward(ctx, nf.cfg, &nf.scr->fp, &nf.scr->ct, bridge, bridge);
+		r = filter_forward(ctx, nf.cfg, &nf.scr->fp, &nf.scr->ct, bridge, bridge, in);
 		if (r == LFP_FILTER_DROPPED)
 			return lfp_drop(ctx, r);
 		if (r != LFP_FORWARDED)

@@ -502,14 +502,16 @@ static __always_inline int filter_quick_accept(const struct lfp_config *cfg, str
 
 /* The forward and postrouting hooks of a packet the fast path would send: the filter's verdict,
  * then conntrack's deferred refresh (ct_refresh) as that verdict says. LFP_FORWARDED: accepted;
- * LFP_FILTER_DROPPED: dropped, as Linux would; LFP_PASS_FILTER: Linux must evaluate it. */
+ * LFP_FILTER_DROPPED: dropped, as Linux would; LFP_PASS_FILTER: Linux must evaluate it.
+ * rx_ifindex: the device Linux received the packet on (filter_classify). */
 static __always_inline enum lfp_reason filter_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct fw_pkt *p,
-						      struct ct_pkt *c, __u32 in_ifindex, __u32 out_ifindex)
+						      struct ct_pkt *c, __u32 in_ifindex, __u32 out_ifindex,
+						      __u32 rx_ifindex)
 {
 	__u32 v = LFP_FW_ACCEPT;
 
 	if (!filter_quick_accept(cfg, p))
-		v = filter_classify(cfg, p, in_ifindex, out_ifindex, ctx_ingress_ifindex(ctx));
+		v = filter_classify(cfg, p, in_ifindex, out_ifindex, rx_ifindex);
 
 	ct_refresh(ctx, c, v);
 	v &= 3;

@@ -79,6 +79,10 @@ type Spec struct {
 	// without it whose configuration says it must run hands the packet to Linux (reloading).
 	Conntrack4 bool
 	Conntrack6 bool
+	// VXLANRxRoute: a frame the program decapsulates (tc) is routed by it as its vxlan
+	// device's own program would route it, not handed to the device's receive path first
+	// (bpf/lib/vxlan.h, cfg_vxlan_rx_route; the graph decides where that is exact).
+	VXLANRxRoute bool
 }
 
 // Modules lists the fast-path modules the program runs, in order.

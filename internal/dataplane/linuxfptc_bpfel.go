@@ -456,6 +456,7 @@ const (
 	linuxfpTcVarCfgSkbSender         = "cfg_skb_sender"
 	linuxfpTcVarCfgTcAfter           = "cfg_tc_after"
 	linuxfpTcVarCfgTcCompanion       = "cfg_tc_companion"
+	linuxfpTcVarCfgVxlanRxRoute      = "cfg_vxlan_rx_route"
 )
 
 // loadLinuxfpTc returns the embedded CollectionSpec for linuxfpTc.
@@ -566,6 +567,7 @@ type linuxfpTcVariableSpecs struct {
 	CfgSkbSender         *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
 	CfgTcAfter           *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
 	CfgTcCompanion       *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
+	CfgVxlanRxRoute      *ebpf.VariableSpec `ebpf:"cfg_vxlan_rx_route"`
 }
 
 // linuxfpTcObjects contains all objects after they have been loaded into the kernel.
@@ -696,6 +698,7 @@ type linuxfpTcVariables struct {
 	CfgSkbSender         *ebpf.Variable `ebpf:"cfg_skb_sender"`
 	CfgTcAfter           *ebpf.Variable `ebpf:"cfg_tc_after"`
 	CfgTcCompanion       *ebpf.Variable `ebpf:"cfg_tc_companion"`
+	CfgVxlanRxRoute      *ebpf.Variable `ebpf:"cfg_vxlan_rx_route"`
 }
 
 // linuxfpTcPrograms contains all programs after they have been loaded into the kernel.
