@@ -34,19 +34,30 @@ static __always_inline int linuxfp_verdict(lfp_ctx *ctx, enum lfp_reason r)
 	return lfp_pass(ctx, r);
 }
 
+/* A step's reason as the routed path's verdict: for a packet the underlay's program routes as
+ * a vxlan device would (inner, linuxfp_decap_route), whatever that device's program would not
+ * forward is handed to the device's receive path, where that program decides it, as before. */
+static __always_inline int linuxfp_route_verdict(lfp_ctx *ctx, enum lfp_reason r, __u32 in, const int inner)
+{
+	if (inner)
+		return ctx_redirect_ingress(ctx, in);
+	return linuxfp_verdict(ctx, r);
+}
+
 /* The routed path, in Linux's order: the family's input checks, conntrack (prerouting), VXLAN
  * for this host, the filter's view of the packet and prerouting's translation, the routing
  * decision, the forward and postrouting rules, the checks on the way out, and the rewrite. Each
- * step goes on (LFP_FORWARDED) or says why not. v4 is a constant: each family gets its own
- * inlined copy. */
-static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, const int v4)
+ * step goes on (LFP_FORWARDED) or says why not. v4 and inner are constants: each family, and
+ * the inner packets of the VXLAN module, get their own inlined copy. */
+static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, const int v4,
+					 const int inner)
 {
 	struct bpf_fib_lookup fib;
-	struct router_pkt p = { .fib = &fib, .iface = iface, .in_ifindex = in, .v4 = v4 };
+	struct router_pkt p = { .fib = &fib, .iface = iface, .in_ifindex = in, .v4 = v4, .inner = inner };
 	enum lfp_reason r;
 	int v;
 
-	if (cfg_bridge && iface->l3_ifindex)
+	if (cfg_bridge && !inner && iface->l3_ifindex)
 		p.in_ifindex = iface->l3_ifindex;
 	r = v4 ? router_ipv4(ctx, &p) : router_ipv6(ctx, &p);
 	if (r == LFP_FORWARDED)
@@ -54,13 +65,15 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *ifac
 	if (r == LFP_FORWARDED)
 		r = router_conntrack(ctx, &p);
 	if (r != LFP_FORWARDED)
-		return linuxfp_verdict(ctx, r);
-	if (router_vxlan_rx(ctx, &p, &v))
+		return linuxfp_route_verdict(ctx, r, in, inner);
+	/* Inside an inner packet: the device's program decapsulates it (the route below finds the
+	 * address local and hands it there). */
+	if (!inner && router_vxlan_rx(ctx, &p, &v))
 		return v;
 	if (p.fw) {
 		r = filter_l4(&p.scr->fp, p.proto, p.l4, p.data_end, p.l4len, p.tot);
 		if (r != LFP_FORWARDED)
-			return linuxfp_verdict(ctx, r);
+			return linuxfp_route_verdict(ctx, r, in, inner);
 	}
 	r = router_dnat(&p);
 	if (r == LFP_FORWARDED)
@@ -76,7 +89,7 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *ifac
 	if (r == LFP_FORWARDED)
 		r = router_egress(ctx, &p);
 	if (r != LFP_FORWARDED)
-		return linuxfp_verdict(ctx, r);
+		return linuxfp_route_verdict(ctx, r, in, inner);
 	return router_xmit(ctx, &p);
 }
 
@@ -85,9 +98,9 @@ static __always_inline int linuxfp_router(lfp_ctx *ctx, const struct lfp_if *ifa
 {
 	switch (proto) {
 	case bpf_htons(ETH_P_IP):
-		return linuxfp_route(ctx, iface, in, 1);
+		return linuxfp_route(ctx, iface, in, 1, 0);
 	case bpf_htons(ETH_P_IPV6):
-		return linuxfp_route(ctx, iface, in, 0);
+		return linuxfp_route(ctx, iface, in, 0, 0);
 	}
 	/* ARP, VLAN tags (802.1Q is not even built here), LLDP ...: Linux's. */
 	return lfp_pass(ctx, LFP_PASS_NOT_IP);
@@ -146,14 +159,57 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 }
 
 #if LFP_TC
+/* The inner frame of a VXLAN packet the underlay's program decapsulated for vxlan device dev
+ * (vxlan.h, cfg_vxlan_rx_route), routed as dev's own program would route it after receiving it
+ * (linuxfp_rx: the gate for dev, its data, a frame to its MAC, its IPv4 routing), without the
+ * backlog queue and second receive round a redirect into dev costs. What is left of dev's
+ * receive path is ____dev_forward_skb()'s zeroed priority, done here; the controller made sure
+ * nothing else is on that path (taps aside: see the graph), and everything not forwarded goes
+ * to dev's receive path as before (linuxfp_route_verdict). A global function: verified once,
+ * on its own, and with a stack frame of its own after the underlay's program has left its
+ * pipeline (linuxfp_tc). */
+__attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 dev)
+{
+	const struct lfp_if *iface;
+	struct ethhdr *eth;
+
+	if (!ctx)
+		return CTX_DROP;
+	ctx_set_priority(ctx, 0);
+	ctx_pull(ctx, LFP_PULL_LEN4);
+	eth = ctx_data(ctx);
+	if ((void *)(eth + 1) > ctx_data_end(ctx) || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    gate_check(eth->h_proto, dev) != LFP_FORWARDED)
+		return ctx_redirect_ingress(ctx, dev);
+	iface = lfp_iface_of(dev);
+	if (!iface || !mac_equal(eth->h_dest, iface->mac))
+		return ctx_redirect_ingress(ctx, dev);
+	return linuxfp_route(ctx, iface, dev, 1, 1);
+}
+
+/* linuxfp_rx in a frame of its own, for programs that may route an inner frame after it
+ * (linuxfp_decap_route): the two frames are never on the stack together, and each is within
+ * the verifier's limit alone, not summed. Removed from programs without that setting. */
+static __attribute__((noinline)) int linuxfp_rx_framed(struct __sk_buff *ctx)
+{
+	return linuxfp_rx(ctx);
+}
+
 SEC("tc")
 int linuxfp_tc(struct __sk_buff *ctx)
 {
+	int v;
+
 	/* After the interface's XDP program: only what it marked for tc (see cfg_tc_after); the
 	 * rest it has counted and handed to Linux already. */
 	if (cfg_tc_companion && !lfp_marked_for_tc(ctx))
 		return CTX_PASS;
-	return linuxfp_rx(ctx);
+	if (!cfg_vxlan_rx_route)
+		return linuxfp_rx(ctx);
+	v = linuxfp_rx_framed(ctx);
+	if (v >= LFP_VX_ROUTE)
+		return linuxfp_decap_route(ctx, v & (LFP_VX_ROUTE - 1));
+	return v;
 }
 #else
 /* Frags-aware: see ctx_multi_buffer(). */

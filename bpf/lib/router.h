@@ -148,6 +148,10 @@ struct router_pkt {
 	__u8 proto;
 	__u8 v4;
 	__u8 fw;      /* the filter module runs for this family */
+	/* Routed as the vxlan device it was decapsulated for would route it, in the underlay's
+	 * program (linuxfp_decap_route): every step that would not forward it sends it to that
+	 * device instead. A constant, like v4. */
+	__u8 inner;
 };
 
 /* A GSO train (TC only: a TCP stack's super-packet, or GRO's) leaves as segments of
@@ -354,7 +358,8 @@ static __always_inline enum lfp_reason router_prepare(lfp_ctx *ctx, struct route
 			return LFP_PASS_GSO;
 	}
 
-	if (cfg_skb_sender && p->proto == IPPROTO_SCTP)
+	/* (A vxlan device is no skb sender: not for an inner packet.) */
+	if (cfg_skb_sender && !p->inner && p->proto == IPPROTO_SCTP)
 		return LFP_PASS_SCTP_OFFLOAD;
 
 	/* The same L4 "ports" the flow dissector gives fib rules (ipproto/sport/dport) and the L4
@@ -487,7 +492,7 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	/* Out the device it came in on: Linux may send an ICMP redirect (send_redirects) and does
 	 * the full source validation for this case. */
 	if (fib->ifindex == p->in_ifindex) {
-		if ((p->v4 ? cfg_ct4 : cfg_ct6) && cfg_bridge)
+		if ((p->v4 ? cfg_ct4 : cfg_ct6) && cfg_bridge && !p->inner)
 			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen, p->v4);
 		else
 			r = LFP_PASS_HAIRPIN;
@@ -525,7 +530,7 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 
 	/* Into a vxlan device: encapsulated here when everything the driver would do is
 	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
-	if (CTX_TUNNEL && p->v4 && cfg->vxlans && out == fib->ifindex) {
+	if (CTX_TUNNEL && p->v4 && cfg->vxlans && out == fib->ifindex && !p->inner) {
 		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
 		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
 
@@ -538,6 +543,18 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 			r = LFP_FORWARDED;
 			goto trim;
 		}
+	}
+
+	/* An inner packet routed in the underlay's program leaves with the underlay as its skb's
+	 * skb_iif, where the device's program would have left the vxlan device: only into a
+	 * container (a veth peer in another namespace, whose transmit path is empty), whose
+	 * receive path sets skb_iif anew, can nothing tell the two apart (a qdisc's classifier, a
+	 * tc egress filter could: cls_flow keys on it). */
+	if (CTX_TUNNEL && p->inner) {
+		const struct lfp_tc_tx *tx = tc_tx(out);
+
+		if (!tx || !(tx->flags & LFP_TX_PEER))
+			return LFP_PASS_EGRESS_NOT_READY;
 	}
 
 	/* Last: only devices whose changes are followed (gate.h) and that take the packet as

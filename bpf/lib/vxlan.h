@@ -286,10 +286,29 @@ struct {
 #define BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
 #endif
 
+/* Where the inner frame goes once decapsulated. Handed to the device's receive path
+ * (bpf_redirect(BPF_F_INGRESS): ____dev_forward_skb(), eth_type_trans(), a backlog queue and a
+ * second receive round), where the device's own tc program routes it; or, with this setting,
+ * routed by this program at once, as that program would route it (linuxfp.c,
+ * linuxfp_decap_route). The controller sets it only where the device's graph is one this
+ * program can stand in for (internal/graph, vxlanRxRoute: the device runs linuxfp's tc program
+ * routing IPv4 and nothing else is on its receive path), and the inline route hands to the
+ * device's receive path, as before, every packet it would not forward itself. */
+LFP_SETTING(__u32, vxlan_rx_route, 0, "a frame decapsulated here is routed by this program as its vxlan device's program would route it");
+
+/* The verdict that asks the entry point for that route (tc verdicts are small: never this). */
+#define LFP_VX_ROUTE 0x10000000
+
+static __always_inline int vxlan_rx_deliver(lfp_ctx *ctx, __u32 dev)
+{
+	if (CTX_TUNNEL && cfg_vxlan_rx_route && dev < LFP_VX_ROUTE)
+		return LFP_VX_ROUTE | dev;
+	return ctx_redirect_ingress(ctx, dev);
+}
+
 /* A UDP packet to this host: if it is VXLAN for a device the fast path decapsulates for, do what
- * udp_rcv() and vxlan_rcv() would (strip the outer headers) and hand the inner frame to the
- * device's receive path (bpf_redirect(BPF_F_INGRESS), where the tc program on the device routes
- * it). Returns 1 with *verdict set, or 0 when it is not such a packet (the router goes on).
+ * udp_rcv() and vxlan_rcv() would (strip the outer headers) and hand the inner frame on
+ * (vxlan_rx_deliver). Returns 1 with *verdict set, or 0 when it is not such a packet (the router goes on).
  * Called after the conntrack step, which took the outer flow's entry as Linux's input path
  * would; iph is a whole, valid, unfragmented IPv4 header of length tot. */
 static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
@@ -376,7 +395,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 		*verdict = CTX_DROP; /* cannot happen: the room was just shrunk */
 	else {
 		lfp_count(ctx, LFP_DECAPSULATED);
-		*verdict = ctx_redirect_ingress(ctx, rx->dev);
+		*verdict = vxlan_rx_deliver(ctx, rx->dev);
 	}
 	return 1;
 linux:

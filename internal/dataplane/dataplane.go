@@ -83,6 +83,10 @@ type Spec struct {
 	// carries skbs of this namespace's stack, marks included); the filter's rules were compiled
 	// for mark 0 (compile.Program.HasMark). Data, not the program's kind.
 	MarkUnsafe bool
+	// VXLANRxRoute: a frame the program decapsulates (tc) is routed by it as its vxlan
+	// device's own program would route it, not handed to the device's receive path first
+	// (bpf/lib/vxlan.h, cfg_vxlan_rx_route; the graph decides where that is exact).
+	VXLANRxRoute bool
 }
 
 // Modules lists the fast-path modules the program runs, in order.

@@ -550,6 +550,7 @@ const (
 	linuxfpVarCfgSkbSender         = "cfg_skb_sender"
 	linuxfpVarCfgTcAfter           = "cfg_tc_after"
 	linuxfpVarCfgTcCompanion       = "cfg_tc_companion"
+	linuxfpVarCfgVxlanRxRoute      = "cfg_vxlan_rx_route"
 )
 
 // loadLinuxfp returns the embedded CollectionSpec for linuxfp.
@@ -661,6 +662,7 @@ type linuxfpVariableSpecs struct {
 	CfgSkbSender         *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
 	CfgTcAfter           *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
 	CfgTcCompanion       *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
+	CfgVxlanRxRoute      *ebpf.VariableSpec `ebpf:"cfg_vxlan_rx_route"`
 }
 
 // linuxfpObjects contains all objects after they have been loaded into the kernel.
@@ -793,6 +795,7 @@ type linuxfpVariables struct {
 	CfgSkbSender         *ebpf.Variable `ebpf:"cfg_skb_sender"`
 	CfgTcAfter           *ebpf.Variable `ebpf:"cfg_tc_after"`
 	CfgTcCompanion       *ebpf.Variable `ebpf:"cfg_tc_companion"`
+	CfgVxlanRxRoute      *ebpf.Variable `ebpf:"cfg_vxlan_rx_route"`
 }
 
 // linuxfpPrograms contains all programs after they have been loaded into the kernel.

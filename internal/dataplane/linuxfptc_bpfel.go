@@ -459,6 +459,7 @@ const (
 	linuxfpTcVarCfgSkbSender         = "cfg_skb_sender"
 	linuxfpTcVarCfgTcAfter           = "cfg_tc_after"
 	linuxfpTcVarCfgTcCompanion       = "cfg_tc_companion"
+	linuxfpTcVarCfgVxlanRxRoute      = "cfg_vxlan_rx_route"
 )
 
 // loadLinuxfpTc returns the embedded CollectionSpec for linuxfpTc.
@@ -570,6 +571,7 @@ type linuxfpTcVariableSpecs struct {
 	CfgSkbSender         *ebpf.VariableSpec `ebpf:"cfg_skb_sender"`
 	CfgTcAfter           *ebpf.VariableSpec `ebpf:"cfg_tc_after"`
 	CfgTcCompanion       *ebpf.VariableSpec `ebpf:"cfg_tc_companion"`
+	CfgVxlanRxRoute      *ebpf.VariableSpec `ebpf:"cfg_vxlan_rx_route"`
 }
 
 // linuxfpTcObjects contains all objects after they have been loaded into the kernel.
@@ -702,6 +704,7 @@ type linuxfpTcVariables struct {
 	CfgSkbSender         *ebpf.Variable `ebpf:"cfg_skb_sender"`
 	CfgTcAfter           *ebpf.Variable `ebpf:"cfg_tc_after"`
 	CfgTcCompanion       *ebpf.Variable `ebpf:"cfg_tc_companion"`
+	CfgVxlanRxRoute      *ebpf.Variable `ebpf:"cfg_vxlan_rx_route"`
 }
 
 // linuxfpTcPrograms contains all programs after they have been loaded into the kernel.

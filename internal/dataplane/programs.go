@@ -23,7 +23,7 @@ type progKind struct {
 // moduleSettings set each module's settings (settings_gen.go) for an interface's program;
 // companion: the tc program after its XDP one. Each lives in its module's file.
 var moduleSettings = []func(k *settings, s Spec, companion bool){
-	routerSettings, bridgeSettings, ctSettings, companionSettings,
+	routerSettings, bridgeSettings, ctSettings, companionSettings, vxlanSettings,
 }
 
 func keyOf(s Spec, companion bool) progKind {

@@ -23,6 +23,8 @@ type settings struct {
 	TcAfter uint32
 	// TcCompanion: tc: the program after XDP (runs on the packets XDP marked only).
 	TcCompanion uint32
+	// VxlanRxRoute: a frame decapsulated here is routed by this program as its vxlan device's program would route it.
+	VxlanRxRoute uint32
 }
 
 // variables are the settings by the names of their .rodata variables.
@@ -43,5 +45,6 @@ func (s *settings) variables() []struct {
 		{"cfg_skb_sender", s.SkbSender},
 		{"cfg_tc_after", s.TcAfter},
 		{"cfg_tc_companion", s.TcCompanion},
+		{"cfg_vxlan_rx_route", s.VxlanRxRoute},
 	}
 }

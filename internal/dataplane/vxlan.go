@@ -114,3 +114,8 @@ func (x *vxlanMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befor
 		func() error { return syncMap(d.maps.LfpVxlanRxMap, x.vxrx, vxrx) },
 	}
 }
+
+// vxlanSettings: whether the tc program routes what it decapsulates itself (Spec.VXLANRxRoute).
+func vxlanSettings(k *settings, s Spec, companion bool) {
+	k.VxlanRxRoute = boolU32(s.VXLANRxRoute && (s.Hook == HookTC || companion))
+}

@@ -67,14 +67,7 @@ func newVXLANEnv(t *testing.T) *testEnv {
 		idx := func(n string) int { l, _ := netlink.LinkByName(n); return l.Attrs().Index }
 		in, out, vx = idx("in0"), idx("out0"), idx("flannel.1")
 		env.in, env.out = in, out
-		return dp.Sync(Data{
-			TxData: TxData{TCTx: tcTx(in, out, vx)},
-			VXLANData: VXLANData{VXLAN: []VXLANDev{{Ifindex: vx, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), Port: 8472, PortMin: 32768, PortMax: 60999}},
-				VXLANFDB: []VXLANFDBEntry{{Dev: vx, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, Dst: netip.MustParseAddr("198.18.1.2"), VNI: 7}},
-				VXLANRx:  []VXLANRx{{Dev: vx, Port: 8472, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), MAC: macVX}},
-				VX:       VXHost{LocalOut4: true, LocalIn4: true, DefaultTTL: 64},
-			},
-		})
+		return dp.Sync(vxlanData(in, out, vx, false))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +81,21 @@ func newVXLANEnv(t *testing.T) *testEnv {
 }
 
 var macVX = net.HardwareAddr{2, 0, 0, 0, 0, 0x0a} // flannel.1
+
+// vxlanData is the vxlan tests' data; inPeer: in0 as a container's veth (delivery with
+// bpf_redirect_peer), where a frame decapsulated on out0 may be routed by out0's program.
+func vxlanData(in, out, vx int, inPeer bool) Data {
+	tx := tcTx(in, out, vx)
+	tx[0].Peer, tx[0].PeerMTU = inPeer, 1500
+	return Data{
+		TxData: TxData{TCTx: tx},
+		VXLANData: VXLANData{VXLAN: []VXLANDev{{Ifindex: vx, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), Port: 8472, PortMin: 32768, PortMax: 60999}},
+			VXLANFDB: []VXLANFDBEntry{{Dev: vx, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, Dst: netip.MustParseAddr("198.18.1.2"), VNI: 7}},
+			VXLANRx:  []VXLANRx{{Dev: vx, Port: 8472, VNI: 7, Local: netip.MustParseAddr("198.18.1.1"), MAC: macVX}},
+			VX:       VXHost{LocalOut4: true, LocalIn4: true, DefaultTTL: 64},
+		},
+	}
+}
 
 func TestVXLANEncapMatchesDriver(t *testing.T) {
 	env := newVXLANEnv(t)
@@ -158,17 +166,19 @@ func TestVXLANEncapMatchesDriver(t *testing.T) {
 // the same bytes; what the fast path does not do exactly goes to Linux.
 func TestVXLANDecapMatchesDriver(t *testing.T) {
 	env := newVXLANEnv(t)
-	load := func(s Spec) *ebpf.Program {
+	load := func(s Spec, slot int) *ebpf.Program {
 		s.Hook, s.Router4, s.Router6, s.Conntrack4, s.Conntrack6 = HookTC, true, true, true, true
-		p, err := env.dp.LoadProgram(s, 0)
+		p, err := env.dp.LoadProgram(s, slot)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
-	outProg := load(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut)})
-	vxProg := load(Spec{Ifindex: env.vx, Name: "flannel.1", MAC: MACOf(macVX)})
+	outProg := load(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut)}, 0)
+	vxProg := load(Spec{Ifindex: env.vx, Name: "flannel.1", MAC: MACOf(macVX)}, 1)
+	// out0's program as the graph specialises it where flannel.1's program qualifies.
+	inlineProg := load(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), VXLANRxRoute: true}, 0)
 	remote := net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}
 	outer := func(inner []byte, f func(b []byte)) []byte {
 		s := packet.Spec{SrcMAC: macNext, DstMAC: macOut, Src: netip.MustParseAddr("198.18.1.2"), Dst: netip.MustParseAddr("198.18.1.1"),
@@ -221,9 +231,10 @@ func TestVXLANDecapMatchesDriver(t *testing.T) {
 			if !bytes.Equal(innerFrame, c.pkt[50:]) {
 				t.Fatalf("decapsulated frame:\n got %s\nwant %s", hex.EncodeToString(innerFrame), hex.EncodeToString(c.pkt[50:]))
 			}
-			ret, fwd, reason := env.runOn(t, vxProg, innerFrame, env.vx)
-			if reason != Forwarded || ret != xdpRedirect {
-				t.Fatalf("flannel.1's program: reason %v verdict %d", reason, ret)
+			fwdBefore := env.slotCounters(t, 1)[Forwarded].Packets
+			ret, fwd, _ := env.runOn(t, vxProg, innerFrame, env.vx)
+			if fwdAfter := env.slotCounters(t, 1)[Forwarded].Packets; fwdAfter != fwdBefore+1 || ret != xdpRedirect {
+				t.Fatalf("flannel.1's program: forwarded %d -> %d, verdict %d", fwdBefore, fwdAfter, ret)
 			}
 			fwd = fwd[:len(innerFrame)]
 			capt, err := difftest.Run(difftest.Options{
@@ -243,6 +254,49 @@ func TestVXLANDecapMatchesDriver(t *testing.T) {
 			if !bytes.Equal(fwd, linux) {
 				t.Fatalf("leaving in0:\n Linux   %s\n linuxfp %s", hex.EncodeToString(linux), hex.EncodeToString(fwd))
 			}
+
+			// Routed in out0's program: in0 is no container's veth here, so the inner
+			// frame goes to flannel.1's receive path as before, untouched.
+			ret, got, _ = env.runOn(t, inlineProg, c.pkt, env.out)
+			if ret != xdpRedirect || !bytes.Equal(got[:len(innerFrame)], innerFrame) {
+				t.Fatalf("out0's program routing inline towards a plain veth: verdict %d, frame %s, want flannel.1's receive path",
+					ret, hex.EncodeToString(got[:len(innerFrame)]))
+			}
+			// As a container's veth: the same frame flannel.1's program sends, counted as
+			// flannel.1's, with the priority a redirect into flannel.1 leaves (zero).
+			env.syncVXLAN(t, true)
+			defer env.syncVXLAN(t, false)
+			_, want, _ := env.runOn(t, vxProg, innerFrame, env.vx)
+			want = want[:len(innerFrame)]
+			before := env.slotCounters(t, 1)
+			ret, got, _ = env.runSkb(t, inlineProg, c.pkt, skbMD{Ifindex: uint32(env.out), Priority: 6})
+			after := env.slotCounters(t, 1)
+			if ret != xdpRedirect || !bytes.Equal(got[:len(want)], want) {
+				t.Fatalf("out0's program routing inline: verdict %d\n got  %s\n want %s", ret,
+					hex.EncodeToString(got[:len(want)]), hex.EncodeToString(want))
+			}
+			if after[Forwarded].Packets != before[Forwarded].Packets+1 {
+				t.Fatalf("flannel.1's forwarded counter %d -> %d, want one more", before[Forwarded].Packets, after[Forwarded].Packets)
+			}
+			if env.ctxOut.Priority != 0 {
+				t.Fatalf("priority %d after the inline route, want 0 (____dev_forward_skb)", env.ctxOut.Priority)
+			}
 		})
 	}
+}
+
+func (e *testEnv) syncVXLAN(t *testing.T, inPeer bool) {
+	t.Helper()
+	if err := e.ns.Do(func() error { return e.dp.Sync(vxlanData(e.in, e.out, e.vx, inPeer)) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *testEnv) slotCounters(t *testing.T, slot int) []Counter {
+	t.Helper()
+	c, err := e.dp.Counters(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -185,6 +185,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 			it.Spec.Conntrack4, it.Spec.Conntrack6 = p.Data.CT.Active4, p.Data.CT.Active6
 		}
 	}
+	vxlanRxRoute(s, p)
 	return p
 }
 

@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/linuxfp/linuxfp/internal/dataplane"
 	"github.com/linuxfp/linuxfp/internal/observe"
@@ -126,4 +127,75 @@ func vxlanDecap(s *observe.Snapshot, lk *observe.Link) (*dataplane.VXLANRx, []st
 		return nil, why
 	}
 	return &dataplane.VXLANRx{Dev: lk.Index, Port: v.Port, VNI: v.VNI, Local: v.Local, MAC: lk.MAC}, nil
+}
+
+// vxlanRxRoute decides whether the tc programs route the frames they decapsulate themselves, as
+// the vxlan device's own program would after receiving them (bpf/lib/vxlan.h,
+// cfg_vxlan_rx_route), instead of handing them to the device's receive path, where that program
+// runs: one backlog queue, one receive round and one program run less per packet. The underlay's
+// program routes with its own settings, for the device's address, MAC, counters, gate and rules,
+// and sends whatever it would not forward into the device's receive path as before: exact only
+// where that receive path holds nothing but the device's program (a device without one, with
+// tc filters, a netfilter ingress hook or someone else's program was given none by ingress())
+// and that program routes IPv4 with what the underlay's program has too: the conntrack module
+// (the same in every program), and neither the bridge module nor the veth's skb-sender check
+// (a vxlan device is neither a bridge port, it would not route, nor a veth). The inner
+// copy leaves only into containers (router.h says why). Every device decapsulated for must
+// qualify, or no program routes inline: the setting is the program's, not the device's. A
+// packet socket tapping the device (tcpdump -i flannel.1, or -i any) keeps the redirect too:
+// the device's receive path shows it the frames. Nothing announces such a socket, so that is
+// followed by polling (observe.readPacketTaps): a capture started meanwhile misses frames
+// routed inline until the programs are replaced (a few hundred ms). A
+// bridge port's program is left without it: its stack is at the verifier's limit, and VXLAN
+// arrives at a host's underlay, which is no bridge port where Flannel configures it.
+func vxlanRxRoute(s *observe.Snapshot, p *Plan) {
+	if len(p.Data.VXLANRx) == 0 {
+		return
+	}
+	whyNot := map[int][]string{}
+	for _, rx := range p.Data.VXLANRx {
+		it := p.Interfaces[rx.Dev]
+		var why []string
+		switch {
+		case it == nil || it.Spec == nil:
+			why = append(why, "no fast-path program of its own")
+		case it.Spec.Hook != dataplane.HookTC || it.Spec.TCAfterXDP:
+			why = append(why, "its program is not a tc one")
+		case !it.Spec.Router4:
+			why = append(why, "its program does not route IPv4")
+		case it.Spec.Bridge || it.Spec.SkbSender:
+			why = append(why, "its program runs the bridge module or the veth checks")
+		case s.PacketTaps[rx.Dev] || s.PacketTaps[0]:
+			// Its receive path shows every frame to such a socket before tc ingress.
+			why = append(why, "a packet socket (tcpdump) receives every frame on it")
+		}
+		if len(why) > 0 {
+			whyNot[rx.Dev] = why
+		}
+	}
+	inline := len(whyNot) == 0
+	for _, rx := range p.Data.VXLANRx {
+		it := p.Interfaces[rx.Dev]
+		if it == nil {
+			continue
+		}
+		if inline {
+			it.Notes = append(it.Notes, "vxlan: the frames decapsulated for it in the fast path are routed by the underlay's program as its own program would route them "+
+				"(what that program would not forward is handed to its receive path)")
+			continue
+		}
+		why := whyNot[rx.Dev]
+		if len(why) == 0 {
+			why = []string{"another vxlan device decapsulated for does not qualify"}
+		}
+		it.Notes = append(it.Notes, "vxlan: the frames decapsulated for it in the fast path go through its receive path: "+strings.Join(why, "; "))
+	}
+	if !inline {
+		return
+	}
+	for _, it := range p.Interfaces {
+		if sp := it.Spec; sp != nil && sp.Router4 && !sp.Bridge && (sp.Hook == dataplane.HookTC || sp.TCAfterXDP) {
+			sp.VXLANRxRoute = true
+		}
+	}
 }

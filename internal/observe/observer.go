@@ -105,6 +105,7 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		}
 		o.peers.readPeers(links, needs(DirtyLinks))
 		s.Links = links
+		s.PacketTaps = readPacketTaps()
 	}
 	if d&DirtyXDP != 0 {
 		// One dump: a veth's features change with its peer's XDP program, announced only by

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -78,6 +79,25 @@ func (w *Watcher) pollLegacy(ctx context.Context) {
 			if !slices.Equal(v4, last4) || !slices.Equal(v6, last6) {
 				last4, last6 = v4, v6
 				w.send(ctx, DirtyNetfilter)
+			}
+		}
+	}
+}
+
+// pollTaps: a packet socket is opened and bound without any event (readPacketTaps); the list is
+// cheap to read. A change reads the links again, with the taps.
+func (w *Watcher) pollTaps(ctx context.Context) {
+	last := readPacketTaps()
+	t := time.NewTicker(w.LegacyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if now := readPacketTaps(); !maps.Equal(now, last) {
+				last = now
+				w.send(ctx, DirtyLinks)
 			}
 		}
 	}
