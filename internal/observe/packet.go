@@ -12,7 +12,7 @@ import (
 // tc ingress hook runs (ptype_all). Key 0: a socket of every device in the namespace. Sockets
 // of one protocol (ptype_base) see a frame only after tc has let it through, and are not
 // listed. /proc/net/packet shows this namespace's packet sockets; nothing announces a new one
-// (no netlink event, no tracepoint), so the watcher polls it (pollTaps).
+// (no netlink event, no tracepoint), so the watcher polls it (pollLegacy).
 func readPacketTaps() map[int]bool {
 	f, err := os.Open("/proc/net/packet")
 	if err != nil {

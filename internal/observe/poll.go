@@ -65,9 +65,12 @@ func (w *Watcher) pollSets(ctx context.Context) {
 	}
 }
 
-// pollLegacy: iptables-legacy tables appear without any event; their names are cheap to read.
+// pollLegacy: iptables-legacy tables appear without any event, and a packet socket is opened
+// and bound without any (readPacketTaps); both are cheap to read, on one ticker. New legacy
+// tables re-read netfilter; a change of the taps re-reads the links, which carry them.
 func (w *Watcher) pollLegacy(ctx context.Context) {
 	last4, last6 := legacyTables()
+	lastTaps := readPacketTaps()
 	t := time.NewTicker(w.LegacyPoll)
 	defer t.Stop()
 	for {
@@ -80,23 +83,8 @@ func (w *Watcher) pollLegacy(ctx context.Context) {
 				last4, last6 = v4, v6
 				w.send(ctx, DirtyNetfilter)
 			}
-		}
-	}
-}
-
-// pollTaps: a packet socket is opened and bound without any event (readPacketTaps); the list is
-// cheap to read. A change reads the links again, with the taps.
-func (w *Watcher) pollTaps(ctx context.Context) {
-	last := readPacketTaps()
-	t := time.NewTicker(w.LegacyPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if now := readPacketTaps(); !maps.Equal(now, last) {
-				last = now
+			if taps := readPacketTaps(); !maps.Equal(taps, lastTaps) {
+				lastTaps = taps
 				w.send(ctx, DirtyLinks)
 			}
 		}

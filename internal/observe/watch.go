@@ -307,7 +307,6 @@ func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.M
 		w.IPSetMethod = "event: tp_btf/consume_skb sees each ipset command before it returns"
 	}
 	go w.pollLegacy(ctx)
-	go w.pollTaps(ctx)
 	if !w.IPSetEvents {
 		go w.pollSets(ctx)
 	}
