@@ -165,9 +165,11 @@ func vxlanRxRoute(s *observe.Snapshot, p *Plan) {
 			why = append(why, "its program does not route IPv4")
 		case it.Spec.Bridge || it.Spec.SkbSender:
 			why = append(why, "its program runs the bridge module or the veth checks")
-		case s.PacketTaps[rx.Dev] || s.PacketTaps[0]:
+		case s.PacketTaps[rx.Dev]:
 			// Its receive path shows every frame to such a socket before tc ingress.
 			why = append(why, "a packet socket (tcpdump) receives every frame on it")
+		case s.PacketTaps[0]:
+			why = append(why, "a packet socket (tcpdump -i any) receives every frame on every device, or the list of packet sockets could not be read")
 		}
 		if len(why) > 0 {
 			whyNot[rx.Dev] = why

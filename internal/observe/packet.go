@@ -12,11 +12,13 @@ import (
 // tc ingress hook runs (ptype_all). Key 0: a socket of every device in the namespace. Sockets
 // of one protocol (ptype_base) see a frame only after tc has let it through, and are not
 // listed. /proc/net/packet shows this namespace's packet sockets; nothing announces a new one
-// (no netlink event, no tracepoint), so the watcher polls it (pollLegacy).
+// (no netlink event, no tracepoint), so the watcher polls it (pollLegacy). A list that cannot be
+// read counts as a socket on every device: the frames keep the device's receive path.
 func readPacketTaps() map[int]bool {
+	unknown := map[int]bool{0: true}
 	f, err := os.Open("/proc/net/packet")
 	if err != nil {
-		return nil
+		return unknown
 	}
 	defer f.Close()
 	var taps map[int]bool
@@ -36,6 +38,9 @@ func readPacketTaps() map[int]bool {
 			taps = map[int]bool{}
 		}
 		taps[iface] = true
+	}
+	if sc.Err() != nil {
+		return unknown
 	}
 	return taps
 }
