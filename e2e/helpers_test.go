@@ -405,3 +405,19 @@ func countFrames(fd int, marker string) int {
 		}
 	}
 }
+
+// newServices builds a kube-proxy node (testbed.NewServices) and removes it at the end of the
+// test.
+func newServices(t *testing.T, name string, o testbed.ServicesOptions) *testbed.Services {
+	t.Helper()
+	s, err := testbed.NewServices(name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}

@@ -37,15 +37,7 @@ import (
 // to Linux as ct_nat or hairpin), translated as br_netfilter translates them.
 func TestKubeProxyBridgedNAT6(t *testing.T) {
 	requireTool(t, "ip6tables")
-	s, err := testbed.NewServices("lfp-e2e-brnat6", testbed.ServicesOptions{Pods: 3, IPv6: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	s := newServices(t, "lfp-e2e-brnat6", testbed.ServicesOptions{Pods: 3, IPv6: true})
 	backend, client := s.Pods[0], s.Pods[1]
 	bIP, cIP := testbed.PodIP6(backend.IP), testbed.PodIP6(client.IP)
 	svc := testbed.ServiceIP6(0)

@@ -40,15 +40,7 @@ func kubeLongDownload(t *testing.T, mode testbed.ProxyMode) {
 		tcpEstab    = 3
 		tcpCloseW   = 5
 	)
-	s, err := testbed.NewServices(nsPrefix+"-dl", testbed.ServicesOptions{Pods: 3, ProxyMode: mode, IPv6: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	s := newServices(t, nsPrefix+"-dl", testbed.ServicesOptions{Pods: 3, ProxyMode: mode, IPv6: true})
 	backend, client := s.Pods[0], s.Pods[1]
 	families := []struct {
 		name              string
