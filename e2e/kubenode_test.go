@@ -119,6 +119,8 @@ type kubeNode struct {
 	mu     sync.Mutex
 	kube   testbed.KubeProxy // what the last sync loaded
 	synced bool
+	// ctLog, when set, also records the syncs' conntrack deletions.
+	ctLog *ctEventLog
 }
 
 // kubePod is a pod on the node, plugged into cni0.
@@ -429,7 +431,7 @@ func (k *kubeNode) sync(t *testing.T, kp testbed.KubeProxy) {
 		}
 	}
 	if len(gone) > 0 {
-		if err := conntrackDeleteUDP(k.Node, gone); err != nil {
+		if err := conntrackDeleteUDP(k.Node, gone, k.ctLog); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -493,7 +495,7 @@ type conntrackMatch struct {
 	dstNAT    netip.Addr
 }
 
-func conntrackDeleteUDP(ns *nsutil.NS, ms []conntrackMatch) error {
+func conntrackDeleteUDP(ns *nsutil.NS, ms []conntrackMatch, log *ctEventLog) error {
 	return ns.Do(func() error {
 		c, err := conntrack.Dial(nil)
 		if err != nil {
@@ -515,7 +517,9 @@ func conntrackDeleteUDP(ns *nsutil.NS, ms []conntrackMatch) error {
 					continue
 				}
 				// ENOENT: it went meanwhile.
-				if err := c.Delete(f); err != nil && !errors.Is(err, unix.ENOENT) {
+				err := c.Delete(f)
+				log.add(fmt.Sprintf("deleted by the sync (%v)", err), f)
+				if err != nil && !errors.Is(err, unix.ENOENT) {
 					return fmt.Errorf("conntrack -D %v: %w", f.TupleOrig, err)
 				}
 				break

@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"net/netip"
 	"os"
@@ -101,6 +102,13 @@ func (h *churnHistory) removed(b netip.Addr) int {
 	return h.removals[b]
 }
 
+// syncedAll is every backend's removals synced so far.
+func (h *churnHistory) syncedAll() map[netip.Addr]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.synced)
+}
+
 func (h *churnHistory) removalsSynced(b netip.Addr) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -126,6 +134,7 @@ func kubeChurn(t *testing.T, hook string, withLinuxfp bool) *churnResult {
 	current := slices.Clone(pool[:4])
 	hist := &churnHistory{sets: [][]netip.Addr{slices.Clone(current)}, removals: map[netip.Addr]int{}, synced: map[netip.Addr]int{}}
 	k.sync(t, kube(current))
+	k.ctLog = listenCTEvents(t, k.Node)
 	var l *testbed.Linuxfp
 	if withLinuxfp {
 		l = k.startLinuxfp(t)
@@ -248,6 +257,8 @@ func kubeChurn(t *testing.T, hook string, withLinuxfp bool) *churnResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// removed: the backend's removals synced before the flow's entry was made; one
+			// counted since then explains a move.
 			removed := hist.removed(c.sc.backend)
 			for {
 				select {
@@ -255,7 +266,9 @@ func kubeChurn(t *testing.T, hook string, withLinuxfp bool) *churnResult {
 					return
 				default:
 				}
-				g1, r1 := hist.gen(), hist.removalsSynced(c.sc.backend)
+				// The removals synced before the datagram is sent: the entry it makes can be
+				// deleted by any later sync, even of a removal counted before it was sent.
+				g1, r1, r0 := hist.gen(), hist.removalsSynced(c.sc.backend), hist.syncedAll()
 				b, p, err := c.sc.roundTrip(1400, 2*time.Second)
 				g2 := hist.gen()
 				switch {
@@ -270,7 +283,7 @@ func kubeChurn(t *testing.T, hook string, withLinuxfp bool) *churnResult {
 					violation("%s (to %s): %v", c.sc, c.sc.backend, err)
 					return
 				case (b != c.sc.backend || p != c.sc.peer) && hist.removed(c.sc.backend) == removed:
-					violation("%s: answered by %s seeing %s, then by %s seeing %s, and %s was not removed", c.sc, c.sc.backend, c.sc.peer, b, p, c.sc.backend)
+					violation("%s: answered by %s seeing %s, then by %s seeing %s, and %s was not removed; its entries:%s", c.sc, c.sc.backend, c.sc.peer, b, p, c.sc.backend, k.ctLog.of(c.sc.local().String()))
 					return
 				case b != c.sc.backend && !hist.allowed(g1, g2, b):
 					violation("%s: moved from %s to %s, not an endpoint then", c.sc, c.sc.backend, b)
@@ -282,7 +295,7 @@ func kubeChurn(t *testing.T, hook string, withLinuxfp bool) *churnResult {
 					// an entry with its tuple).
 					moves.Add(1)
 					c.sc.backend, c.sc.peer = b, p
-					removed = hist.removed(b)
+					removed = r0[b]
 				}
 				c.n.Add(1)
 				time.Sleep(3 * time.Millisecond)
