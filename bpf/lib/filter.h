@@ -82,6 +82,27 @@ struct {
 	__uint(max_entries, LFP_FW_FILTER_WORDS);
 } lfp_fw_set_filter SEC(".maps");
 
+/* The same in front of lfp_fw_lpm for the cut's prefixes shorter than an address other than /0:
+ * by family and the address's first 16 bits (fw_short_bucket()), the bit of every block a prefix
+ * of either bank overlaps is set (a /12 sets 16 bits, a /17 one), so an address whose bit is
+ * clear is in no such prefix, and /0's leaf is its leaf without a walk down the trie (the usual
+ * case for kube-proxy's nftables ruleset: its service CIDR beside /0, and traffic to pods). Set
+ * and cleared as lfp_fw_host_filter is. */
+#define LFP_FW_SHORT_WORDS (2 * 65536 / 64)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LFP_FW_SHORT_WORDS);
+} lfp_fw_short_filter SEC(".maps");
+
+/* The bucket of a cut address of family v6 in lfp_fw_short_filter (dataplane.fwShortBucket). */
+static __always_inline __u32 fw_short_bucket(const __u32 *a, __u32 v6)
+{
+	return (v6 << 16) | (bpf_ntohl(a[0]) >> 16);
+}
+
 /* One step of the buckets' hash (multiplicative: the top bits depend on every bit fed in). The
  * controller computes the same (dataplane.fwMix). */
 static __always_inline __u32 fw_mix(__u32 h, __u32 w)
@@ -466,7 +487,9 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 		leaf_idx = bpf_map_lookup_elem(&lfp_fw_hosts, &lk->sel);
 	if (leaf_idx)
 		key = *leaf_idx;
-	else if (cfg->fw_flags & (fam ? LFP_FW_DEFAULT_LEAF6 : LFP_FW_DEFAULT_LEAF4))
+	else if ((cfg->fw_flags & (LFP_FW_DEFAULT_LEAF4 << fam)) &&
+		 !((cfg->fw_flags & (LFP_FW_SHORT4 << fam)) &&
+		   fw_filter_maybe(&lfp_fw_short_filter, fw_short_bucket(lk->addr, fam), &p->key)))
 		key = cfg->fw_default_leaf[fam];
 	else if ((leaf_idx = bpf_map_lookup_elem(&lfp_fw_lpm, lk)))
 		key = *leaf_idx;
@@ -487,20 +510,22 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 	return s.verdict;
 }
 
-/* The flags under which filter_classify does more before the leaf than the host filter and the
- * /0 leaf (LFP_FW_DEFAULT_LEAF4 aside), IPv4's: IPv6's are the next bits. */
-#define LFP_FW_QUICK_MASK4 (LFP_FW_HAS_MARK4 | LFP_FW_HAS_CTSTATE4 | LFP_FW_FIB_SRC4 | LFP_FW_FIB_DST4 | \
-			    LFP_FW_HAS_IF4 | LFP_FW_DEFAULT_LEAF4)
+/* The flags under which filter_classify does more before the leaf than filter_quick_accept can
+ * (a call to fw_local(), the interfaces' bits), and LFP_FW_DEFAULT_LEAF4 that it needs, IPv4's:
+ * IPv6's are the next bits. */
+#define LFP_FW_QUICK_MASK4 (LFP_FW_FIB_SRC4 | LFP_FW_FIB_DST4 | LFP_FW_HAS_IF4 | LFP_FW_DEFAULT_LEAF4)
 
 /* 1 when filter_classify would accept the packet because its cut address is no host entry and
- * no rule of the /0 leaf can match (it has none, or its guard says so); 0 when it must be asked. Inlined: filter_classify is a global function
- * (verified once, not per caller), and on the AMD VM its call costs ~10 ns (the return is
- * mispredicted under the safe-RET mitigation), as much as the rest of the filter in this case:
- * the usual one for a blacklist of hosts, and traffic to everything else. */
+ * in no other short prefix, and no rule of the /0 leaf can match (it has none, or its guard
+ * says so); 0 when it must be asked. Inlined: filter_classify is a global function (verified
+ * once, not per caller), and on the AMD VM its call costs ~10 ns (the return is mispredicted
+ * under the safe-RET mitigation), as much as the rest of the filter in this case: the usual one
+ * for a blacklist of hosts, and traffic to everything else. */
 static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p, __u32 mark_unsafe)
 {
 	__u32 fam = p->v6 ? 1 : 0;
 	const struct lfp_fw_leaf *l;
+	const __u32 *a;
 
 	/* filter_classify's accept of a conntrack state no rule can match, where none of its
 	 * checks before it applies: no fib type local folded, no mark on this device. */
@@ -510,8 +535,15 @@ static __always_inline int filter_quick_accept(const struct lfp_config *cfg, str
 
 	if ((cfg->fw_flags & (LFP_FW_QUICK_MASK4 << fam)) != (LFP_FW_DEFAULT_LEAF4 << fam))
 		return 0;
-	if (fw_filter_maybe(&lfp_fw_host_filter,
-			    fw_host_bucket((cfg->fw_flags & (LFP_FW_CUT_SRC4 << fam)) ? p->src : p->dst, fam), &p->key))
+	/* filter_classify's first checks: a device that may hand over a mark where mark matches
+	 * were folded, no conntrack state where rules test it. */
+	if ((mark_unsafe && (cfg->fw_flags & (LFP_FW_HAS_MARK4 << fam))) ||
+	    ((cfg->fw_flags & (LFP_FW_HAS_CTSTATE4 << fam)) && !p->ctstate))
+		return 0;
+	a = (cfg->fw_flags & (LFP_FW_CUT_SRC4 << fam)) ? p->src : p->dst;
+	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(a, fam), &p->key))
+		return 0;
+	if ((cfg->fw_flags & (LFP_FW_SHORT4 << fam)) && fw_filter_maybe(&lfp_fw_short_filter, fw_short_bucket(a, fam), &p->key))
 		return 0;
 	p->key = cfg->fw_base + cfg->fw_default_leaf[fam];
 	l = bpf_map_lookup_elem(&lfp_fw_leaves, &p->key);

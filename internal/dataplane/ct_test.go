@@ -458,6 +458,15 @@ func TestFilterCtStateNoRule(t *testing.T) {
 	estDrop := invalidDrop(53)
 	estDrop.Matches[0] = model.CtState{States: model.CtEstablished}
 	established := forwardProgram(t, model.IPv4, nil, invalidDrop(1000), estDrop)
+	// A rule for ESTABLISHED packets to one host, and a mark match folded away: /0's leaf has
+	// no rule, and the filter's quick accept takes it only where the mark is safe.
+	hostEst := invalidDrop(53)
+	hostEst.Matches = append(hostEst.Matches, model.Addr{Dir: model.Dst, Prefix: netip.MustParsePrefix("203.0.113.9/32")})
+	hostEst.Matches[0] = model.CtState{States: model.CtEstablished}
+	hostMark := forwardProgram(t, model.IPv4, nil, hostEst, &model.Rule{Matches: []model.Match{model.Mark{Value: 1, Mask: 1}}, Verdict: model.Verdict{Kind: model.Drop}})
+	if !hostMark.HasMark || hostMark.CtNoRule&model.CtEstablished != 0 {
+		t.Fatalf("want a mark folded and a rule for ESTABLISHED:\n%s", hostMark)
+	}
 	ctData := CT{Active4: true, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
 	udp := func(dport uint16) []byte {
 		s := v4(src.String(), dst.String())
@@ -475,6 +484,8 @@ func TestFilterCtStateNoRule(t *testing.T) {
 		{"no rule for the state, mark unsafe", overflow, true, 53, PassFilter},
 		{"a rule for the state matches", established, false, 53, FilterDropped},
 		{"a rule for the state does not match", established, false, 54, Forwarded},
+		{"/0 leaf without rules, mark safe", hostMark, false, 53, Forwarded},
+		{"/0 leaf without rules, mark unsafe", hostMark, true, 53, PassFilter},
 	} {
 		err := env.ns.Do(func() error {
 			return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: ctData, Filter: FilterData{Prog4: c.prog}})

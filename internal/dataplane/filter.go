@@ -40,6 +40,7 @@ const (
 	fwFibDst4     = uint32(linuxfpLfpFwFlagsLFP_FW_FIB_DST4)
 	fwHasIf4      = uint32(linuxfpLfpFwFlagsLFP_FW_HAS_IF4)
 	fwDefLeaf4    = uint32(linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4)
+	fwShort4      = uint32(linuxfpLfpFwFlagsLFP_FW_SHORT4)
 
 	// DefaultFilterRules is the most flat rules the filter takes when Options say nothing: as
 	// many as a ruleset may compile to.
@@ -60,21 +61,22 @@ type filterState struct {
 	lpm          [2][]linuxfpLfpFwLpmKey  // LPM keys written per bank
 	hosts        [2][]linuxfpLfpFwHostKey // full-length cut prefixes written per bank
 	ruleBase     [2]uint32                // where each family's rules start in the bank
-	// defLeaf: per family, with LFP_FW_DEFAULT_LEAF*, the leaf of the cut's only prefix
-	// shorter than an address (/0), relative to the bank.
+	// defLeaf: per family, with LFP_FW_DEFAULT_LEAF*, the leaf of the cut's /0, relative to
+	// the bank.
 	defLeaf [2]uint32
 	// ctNone: per family, the conntrack states no rule can match (compile.Program.CtNoRule).
 	ctNone [2]uint8
 	// sets: lfp_fw_sets' entries by set id; setEntries: the compiled entries each set id was
 	// last written from, so that a ruleset change does not rebuild and diff an unchanged set
 	// (a 1,000,000-entry one took 1.8 s).
-	// hostFilter, setFilter: lfp_fw_host_filter's and lfp_fw_set_filter's words that have a
-	// bit set; setBuckets: how many full-length keys lfp_fw_sets holds in each bucket.
-	hostFilter, setFilter map[uint32]uint64
-	setBuckets            map[uint32]int
-	sets                  map[uint16]map[linuxfpLfpFwSetKey]uint8
-	setEntries            map[uint16][]model.SetEntry
-	ifs                   map[uint32]linuxfpLfpFwIf
+	// hostFilter, shortFilter, setFilter: lfp_fw_host_filter's, lfp_fw_short_filter's and
+	// lfp_fw_set_filter's words that have a bit set; setBuckets: how many full-length keys
+	// lfp_fw_sets holds in each bucket.
+	hostFilter, shortFilter, setFilter map[uint32]uint64
+	setBuckets                         map[uint32]int
+	sets                               map[uint16]map[linuxfpLfpFwSetKey]uint8
+	setEntries                         map[uint16][]model.SetEntry
+	ifs                                map[uint32]linuxfpLfpFwIf
 	// setIDs name the sets in lfp_fw_sets, by family and ipset name, for as long as a ruleset
 	// written uses them; next: those of the ruleset written last (in use after the flip).
 	setIDs, next map[setName]uint16
@@ -152,7 +154,8 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		st.setEntries = map[uint16][]model.SetEntry{}
 		st.setIDs = map[setName]uint16{}
 		st.ifs = map[uint32]linuxfpLfpFwIf{}
-		st.hostFilter, st.setFilter, st.setBuckets = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]int{}
+		st.hostFilter, st.shortFilter, st.setFilter = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]uint64{}
+		st.setBuckets = map[uint32]int{}
 	}
 	ifs := map[uint32]linuxfpLfpFwIf{}
 	for _, i := range f.Ifaces {
@@ -297,10 +300,15 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			lpm = append(lpm, linuxfpLfpFwLpmKey{Prefixlen: 32 + uint32(pf.Bits()), Sel: next<<8 | uint32(fam), Addr: wordsOf(pf.Addr())})
 			lpmVals = append(lpmVals, leafBase+uint32(lp.Leaf))
 		}
-		// Only /0 besides full-length addresses: its leaf is taken without the LPM lookup (it
-		// is written to the trie all the same).
-		if short == 1 && zero {
+		// /0's leaf is taken without the LPM lookup (it is written to the trie all the same)
+		// for an address that is no host entry and, where there are other short prefixes, in
+		// none of them by lfp_fw_short_filter.
+		if zero {
 			flags |= fwDefLeaf4 << fam
+			short--
+		}
+		if short > 0 {
+			flags |= fwShort4 << fam
 		}
 		for _, s := range p.Sets {
 			id := ids[setName{fam, s.Name}]
@@ -324,6 +332,11 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 	if err := putArray(d.maps.LfpFwLeaves, next*uint32(d.fwCap), leaves); err != nil {
 		return st.flags, st.bank, err
 	}
+	// The short prefixes' bits as the host filter's below: the new keys' before they go in,
+	// the inactive bank's old keys' cleared only once they are out.
+	if err := syncFilter(d.maps.LfpFwShortFilter, st.shortFilter, shortFilterWords(st.lpm[0], st.lpm[1], lpm)); err != nil {
+		return st.flags, st.bank, err
+	}
 	for _, k := range st.lpm[next] {
 		if err := d.maps.LfpFwLpm.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return st.flags, st.bank, fmt.Errorf("filter lpm: %w", err)
@@ -335,6 +348,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			return st.flags, st.bank, fmt.Errorf("filter lpm: %w", err)
 		}
 		st.lpm[next] = append(st.lpm[next], k)
+	}
+	if err := syncFilter(d.maps.LfpFwShortFilter, st.shortFilter, shortFilterWords(st.lpm[0], st.lpm[1])); err != nil {
+		return st.flags, st.bank, err
 	}
 	// The host filter's bits: those of the new keys before they go in, those of the inactive
 	// bank's old keys cleared only once they are out.
@@ -425,6 +441,42 @@ func fwHostBucket(k linuxfpLfpFwHostKey) uint32 {
 func fwSetBucket(k linuxfpLfpFwSetKey) uint32 {
 	h := fwMix(k.Set, uint32(k.Proto)<<16|uint32(k.Port))
 	return fwMixAddr(h, k.Addr, k.Prefixlen == 64+128) >> (32 - fwFilterShift)
+}
+
+// fwShortBucket is fw_short_bucket(): the bucket in lfp_fw_short_filter of the addresses of
+// family v6 whose first 16 bits are top.
+func fwShortBucket(top uint16, v6 bool) uint32 {
+	if v6 {
+		return 1<<16 | uint32(top)
+	}
+	return uint32(top)
+}
+
+// shortFilterWords are lfp_fw_short_filter's words with the bits of the blocks the keys' prefixes
+// overlap (/0 aside: its leaf is the one the filter stands for).
+func shortFilterWords(keys ...[]linuxfpLfpFwLpmKey) map[uint32]uint64 {
+	w := map[uint32]uint64{}
+	for _, ks := range keys {
+		for _, k := range ks {
+			bits := int(k.Prefixlen) - 32
+			if bits <= 0 {
+				continue
+			}
+			var b [4]byte
+			binary.NativeEndian.PutUint32(b[:], k.Addr[0])
+			top := binary.BigEndian.Uint16(b[:2])
+			n := 1
+			if bits < 16 {
+				n = 1 << (16 - bits)
+				top &^= uint16(n - 1)
+			}
+			for i := range n {
+				bk := fwShortBucket(top+uint16(i), k.Sel&0xff == 1)
+				w[bk/64] |= 1 << (bk % 64)
+			}
+		}
+	}
+	return w
 }
 
 // hostFilterWords are lfp_fw_host_filter's words with the bits of the keys.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
@@ -342,4 +343,70 @@ func blacklistProgram(t testing.TB, fam model.Family, addrs []netip.Addr, set bo
 			Verdict: model.Verdict{Kind: model.Drop}})
 	}
 	return forwardProgram(t, fam, nil, rules...)
+}
+
+// The bit array in front of the LPM trie (lfp_fw_short_filter) must never hide a prefix: DROP
+// rules for prefixes shorter and longer than its 16-bit blocks, in both families, each set
+// replaced by an overlapping one (a new bank); every address must be dropped exactly while a
+// listed prefix holds it, and forwarded through /0's leaf otherwise. Where the controller's
+// blocks differed from the data plane's, listed addresses would take /0's leaf and be forwarded.
+func TestFilterShortPrefixes(t *testing.T) {
+	env := newTestEnv(t)
+	// The routed destinations (198.19.0.0/24, 2001:2:0:f100::/64) lie in one block each; the
+	// lists put that block's bit clear, set by a longer or a shorter prefix that holds them or
+	// not, and set by another prefix of the block.
+	lists := [][]string{
+		{"198.19.0.128/25", "198.18.0.0/16", "fd00::/8"},
+		{"198.18.0.0/16", "2001:2:0:f100::8000/113"},
+		{"198.16.0.0/14", "2000::/12"},
+		{"198.20.0.0/14", "198.18.0.0/17", "fd00::/8"},
+		{"198.19.0.0/16", "2001:2:0:f100::/64"},
+		{"198.19.0.0/24", "2001::/16"},
+		{"198.18.0.0/15"},
+	}
+	dsts := []string{"198.19.0.1", "198.19.0.130", "2001:2:0:f100::1", "2001:2:0:f100::8001"}
+	for _, l := range lists {
+		var pfs []netip.Prefix
+		var progs [2]*compile.Program
+		for fam, f := range []model.Family{model.IPv4, model.IPv6} {
+			var rules []*model.Rule
+			for _, s := range l {
+				pf := netip.MustParsePrefix(s)
+				if pf.Addr().Is4() == (fam == 0) {
+					pfs = append(pfs, pf)
+					rules = append(rules, &model.Rule{Matches: []model.Match{model.Addr{Dir: model.Dst, Prefix: pf}},
+						Verdict: model.Verdict{Kind: model.Drop}})
+				}
+			}
+			// A rule for an address outside every list: the family's ruleset is never empty.
+			other := []string{"203.0.113.9/32", "3fff::9/128"}[fam]
+			rules = append(rules, &model.Rule{Matches: []model.Match{model.Addr{Dir: model.Dst, Prefix: netip.MustParsePrefix(other)}},
+				Verdict: model.Verdict{Kind: model.Drop}})
+			progs[fam] = forwardProgram(t, f, nil, rules...)
+		}
+		err := env.ns.Do(func() error {
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in), Filter: FilterData{Prog4: progs[0], Prog6: progs[1]}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, hook := range hooks {
+			env.hook = hook
+			prog := env.prog(t, true, true)
+			for _, d := range dsts {
+				a := netip.MustParseAddr(d)
+				want := Forwarded
+				if slices.ContainsFunc(pfs, func(pf netip.Prefix) bool { return pf.Contains(a) }) {
+					want = FilterDropped
+				}
+				spec := v4("198.18.0.2", d)
+				if a.Is6() {
+					spec = v6("2001:2::2", d)
+				}
+				if _, _, reason := env.run(t, prog, spec.Bytes()); reason != want {
+					t.Fatalf("list %v, %s: udp to %s: %v, want %v", l, hook, d, reason, want)
+				}
+			}
+		}
+	}
 }

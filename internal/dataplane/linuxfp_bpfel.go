@@ -174,6 +174,8 @@ const (
 	linuxfpLfpFwFlagsLFP_FW_HAS_IF6       linuxfpLfpFwFlags = 32768
 	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF4 linuxfpLfpFwFlags = 65536
 	linuxfpLfpFwFlagsLFP_FW_DEFAULT_LEAF6 linuxfpLfpFwFlags = 131072
+	linuxfpLfpFwFlagsLFP_FW_SHORT4        linuxfpLfpFwFlags = 262144
+	linuxfpLfpFwFlagsLFP_FW_SHORT6        linuxfpLfpFwFlags = 524288
 )
 
 type linuxfpLfpFwHostKey struct {
@@ -513,6 +515,7 @@ const (
 	linuxfpMapLfpFwRules           = "lfp_fw_rules"
 	linuxfpMapLfpFwSetFilter       = "lfp_fw_set_filter"
 	linuxfpMapLfpFwSets            = "lfp_fw_sets"
+	linuxfpMapLfpFwShortFilter     = "lfp_fw_short_filter"
 	linuxfpMapLfpFwStats           = "lfp_fw_stats"
 	linuxfpMapLfpGateMap           = "lfp_gate_map"
 	linuxfpMapLfpIfFence           = "lfp_if_fence"
@@ -620,6 +623,7 @@ type linuxfpMapSpecs struct {
 	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
 	LfpFwSetFilter   *ebpf.MapSpec `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwShortFilter *ebpf.MapSpec `ebpf:"lfp_fw_short_filter"`
 	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
 	LfpIfFence       *ebpf.MapSpec `ebpf:"lfp_if_fence"`
@@ -703,6 +707,7 @@ type linuxfpMaps struct {
 	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
 	LfpFwSetFilter   *ebpf.Map `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwShortFilter *ebpf.Map `ebpf:"lfp_fw_short_filter"`
 	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
 	LfpIfFence       *ebpf.Map `ebpf:"lfp_if_fence"`
@@ -752,6 +757,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFwRules,
 		m.LfpFwSetFilter,
 		m.LfpFwSets,
+		m.LfpFwShortFilter,
 		m.LfpFwStats,
 		m.LfpGateMap,
 		m.LfpIfFence,

@@ -422,6 +422,7 @@ const (
 	linuxfpTcMapLfpFwRules           = "lfp_fw_rules"
 	linuxfpTcMapLfpFwSetFilter       = "lfp_fw_set_filter"
 	linuxfpTcMapLfpFwSets            = "lfp_fw_sets"
+	linuxfpTcMapLfpFwShortFilter     = "lfp_fw_short_filter"
 	linuxfpTcMapLfpFwStats           = "lfp_fw_stats"
 	linuxfpTcMapLfpGateMap           = "lfp_gate_map"
 	linuxfpTcMapLfpIfFence           = "lfp_if_fence"
@@ -529,6 +530,7 @@ type linuxfpTcMapSpecs struct {
 	LfpFwRules       *ebpf.MapSpec `ebpf:"lfp_fw_rules"`
 	LfpFwSetFilter   *ebpf.MapSpec `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.MapSpec `ebpf:"lfp_fw_sets"`
+	LfpFwShortFilter *ebpf.MapSpec `ebpf:"lfp_fw_short_filter"`
 	LfpFwStats       *ebpf.MapSpec `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.MapSpec `ebpf:"lfp_gate_map"`
 	LfpIfFence       *ebpf.MapSpec `ebpf:"lfp_if_fence"`
@@ -612,6 +614,7 @@ type linuxfpTcMaps struct {
 	LfpFwRules       *ebpf.Map `ebpf:"lfp_fw_rules"`
 	LfpFwSetFilter   *ebpf.Map `ebpf:"lfp_fw_set_filter"`
 	LfpFwSets        *ebpf.Map `ebpf:"lfp_fw_sets"`
+	LfpFwShortFilter *ebpf.Map `ebpf:"lfp_fw_short_filter"`
 	LfpFwStats       *ebpf.Map `ebpf:"lfp_fw_stats"`
 	LfpGateMap       *ebpf.Map `ebpf:"lfp_gate_map"`
 	LfpIfFence       *ebpf.Map `ebpf:"lfp_if_fence"`
@@ -661,6 +664,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFwRules,
 		m.LfpFwSetFilter,
 		m.LfpFwSets,
+		m.LfpFwShortFilter,
 		m.LfpFwStats,
 		m.LfpGateMap,
 		m.LfpIfFence,
