@@ -275,12 +275,7 @@ func TestFilterBitFilters(t *testing.T) {
 					}
 				}
 			}
-			err := env.ns.Do(func() error {
-				return env.dp.Sync(Data{TxData: txTo(env.out, env.in), Filter: FilterData{Prog4: progs[0], Prog6: progs[1]}})
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			env.syncFilter(t, progs)
 			for _, hook := range hooks {
 				env.hook = hook
 				prog := env.prog(t, true, true)
@@ -297,6 +292,17 @@ func TestFilterBitFilters(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// syncFilter writes the IPv4 and IPv6 programs progs as the filter's, routing from in0 to out0.
+func (e *testEnv) syncFilter(t testing.TB, progs [2]*compile.Program) {
+	t.Helper()
+	err := e.ns.Do(func() error {
+		return e.dp.Sync(Data{TxData: txTo(e.out, e.in), Filter: FilterData{Prog4: progs[0], Prog6: progs[1]}})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -384,12 +390,7 @@ func TestFilterShortPrefixes(t *testing.T) {
 				Verdict: model.Verdict{Kind: model.Drop}})
 			progs[fam] = forwardProgram(t, f, nil, rules...)
 		}
-		err := env.ns.Do(func() error {
-			return env.dp.Sync(Data{TxData: txTo(env.out, env.in), Filter: FilterData{Prog4: progs[0], Prog6: progs[1]}})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		env.syncFilter(t, progs)
 		for _, hook := range hooks {
 			env.hook = hook
 			prog := env.prog(t, true, true)
