@@ -32,9 +32,8 @@ struct {
 	__uint(map_flags, BPF_F_MMAPABLE);
 } lfp_fdb_moves SEC(".maps");
 
-/* The hash of (bridge, mac) that picks its bucket (its low bits) and its slot of the data
- * plane's direct-mapped FDB (lib/fdb.h). The controller computes the same (dataplane.fdbHash). */
-static __always_inline __u32 fdb_hash(__u32 bridge, const __u8 *mac)
+/* The bucket of (bridge, mac). The controller computes the same (dataplane.fdbBucket). */
+static __always_inline __u32 fdb_bucket(__u32 bridge, const __u8 *mac)
 {
 	__u32 h = bridge * 0x9e3779b1u;
 
@@ -43,13 +42,7 @@ static __always_inline __u32 fdb_hash(__u32 bridge, const __u8 *mac)
 	h ^= mac[4] | (__u32)mac[5] << 8;
 	h *= 0xc2b2ae35u;
 	h ^= h >> 16;
-	return h;
-}
-
-/* The bucket of (bridge, mac). */
-static __always_inline __u32 fdb_bucket(__u32 bridge, const __u8 *mac)
-{
-	return fdb_hash(bridge, mac) & (LFP_FDB_MOVE_BUCKETS - 1);
+	return h & (LFP_FDB_MOVE_BUCKETS - 1);
 }
 
 /* The count of bucket b now; all ones if it cannot be read (no entry written by the controller

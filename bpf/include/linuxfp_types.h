@@ -411,7 +411,7 @@ struct lfp_fdb_val {
 };
 
 /* One slot of the FDB mirror's direct-mapped copy (lib/fdb.h, fdb_slot_get): the entry of
- * (bridge, mac) whose fdb_hash() selects the slot, if the controller put it there. The controller
+ * (bridge, mac) whose fdb_slot_of() is the slot, if the controller put it there. The controller
  * rewrites a slot in place through a shared mapping, one 8-byte word at a time, and each word
  * carries the slot's generation in its low 16 bits: a reader that finds the same generation in
  * all four has read one write's entry, on any CPU's memory ordering (an aligned 8-byte load is
@@ -419,7 +419,7 @@ struct lfp_fdb_val {
 struct lfp_fdb_slot {
 	__u64 mac;    /* the MAC (byte 0 lowest) << 16 | generation */
 	__u64 bridge; /* bridge ifindex << 32 | enum lfp_fdb_flags << 16 | generation (bridge 0: empty) */
-	__u64 port;   /* port ifindex << 32 | generation */
+	__u64 port;   /* port ifindex << 32 | fdb_bucket() of the key << 16 | generation */
 	__u64 moved;  /* lfp_fdb_val.moved's low 48 bits << 16 | generation */
 	__u64 seen;   /* written by the data plane: jiffies of its last refresh << 16 | the generation refreshed */
 };

@@ -52,7 +52,7 @@ LFP_SETTING(__u64, fdb_refresh_jiffies, 100, "the least time between two refresh
 /* The mirror's entry for mac on bridge, or NULL: none, or one the bridge may have moved or
  * deleted since the controller read it (include/fdb_map.h); Linux knows where it is. The entry
  * names its bucket of moves: the controller wrote it with the key, as fdb_bucket() of that key
- * (dataplane.fdbHash, the function the watcher counts moves with), and nothing else writes it,
+ * (dataplane.fdbBucket, the function the watcher counts moves with), and nothing else writes it,
  * so the count read is the one of (bridge, mac)'s bucket, without hashing the MAC again. The
  * hash map holds every entry; fdb_get() reads most of them from lfp_fdb_slots instead. */
 static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *mac)
@@ -68,16 +68,17 @@ static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *
 	return v;
 }
 
-/* The mirror's entries again, direct-mapped: (bridge, mac)'s entry is in slot fdb_hash() mod
- * LFP_FDB_SLOTS unless the controller gave that slot to another entry, which then holds its own
- * key there (dataplane.syncSlots). A bridged frame looks up two MACs; reading a slot is inlined,
+/* The mirror's entries again, direct-mapped: (bridge, mac)'s entry is in slot fdb_slot_of()
+ * unless the controller gave that slot to another entry, which then holds its own key there
+ * (dataplane.syncSlots). A bridged frame looks up two MACs; reading a slot is inlined,
  * where a hash map lookup is a call that hashes and compares the key in the kernel (on CPUs whose
  * kernel returns through a safe-RET thunk, AMD with SRSO, each return is mispredicted): the two
  * hash lookups and their returns were about a third of a bridged frame's program time. The
  * controller writes a slot in place (BPF_F_MMAPABLE), word by word, with a new generation in
  * each word (struct lfp_fdb_slot): a slot whose words do not all have the same generation is
  * being written, and the frame looks in the hash map, which is written before it. */
-#define LFP_FDB_SLOTS 65536
+#define LFP_FDB_SLOT_BITS 16
+#define LFP_FDB_SLOTS (1 << LFP_FDB_SLOT_BITS)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -105,12 +106,24 @@ static __always_inline __u64 fdb_mac48(const __u8 *mac)
 	       (__u64)mac[5] << 40;
 }
 
+/* The slot of (bridge, mac): one multiplication (Fibonacci hashing) of the MAC's last four
+ * bytes, where addresses differ (the first ones are often a vendor's), mixed with the bridge.
+ * The bucket of moves the check needs is in the slot, written by the controller with the key
+ * (fdb_bucket() of it, as for the hash map's entries), so the frame hashes the MAC once.
+ * dataplane.fdbSlotOf computes the same. */
+static __always_inline __u32 fdb_slot_of(__u32 bridge, const __u8 *mac)
+{
+	__u32 x = (mac[2] | (__u32)mac[3] << 8 | (__u32)mac[4] << 16 | (__u32)mac[5] << 24) ^ bridge;
+
+	return (x * 0x9e3779b1u) >> (32 - LFP_FDB_SLOT_BITS);
+}
+
 /* The mirror's entry for mac on bridge into *e: 1, or 0 for none (as fdb_lookup()'s NULL: none,
  * or one the bridge may have moved or deleted since the controller read it). From its slot,
  * else from the hash map: the slot holds another key, none, or is being rewritten. */
 static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent *e)
 {
-	__u32 h = fdb_hash(bridge, mac), i = h & (LFP_FDB_SLOTS - 1), b = h & (LFP_FDB_MOVE_BUCKETS - 1);
+	__u32 i = fdb_slot_of(bridge, mac), b;
 	struct lfp_fdb_slot *s = bpf_map_lookup_elem(&lfp_fdb_slots, &i);
 	struct lfp_fdb_val *v;
 
@@ -121,8 +134,10 @@ static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent
 
 		if ((__u16)wb == gen && (__u16)wp == gen && (__u16)wv == gen && wm >> 16 == fdb_mac48(mac) &&
 		    wb >> 32 == bridge) {
-			__u64 *n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
+			__u64 *n;
 
+			b = (wp >> 16) & (LFP_FDB_MOVE_BUCKETS - 1);
+			n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
 			e->port = wp >> 32;
 			e->flags = (__u16)(wb >> 16);
 			e->gen = gen;

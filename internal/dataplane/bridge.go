@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"os"
 	"strconv"
@@ -72,10 +73,11 @@ type bridgeMaps struct {
 	fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
 	l2  map[uint32]linuxfpLfpL2Dev
 	// slots: what lfp_fdb_slots holds, by slot; words: lfp_fdb_slots mapped (mapSlots), until
-	// unmapSlots.
-	slots map[uint32]fdbSlot
-	words []uint64
-	unmap func()
+	// unmapSlots; it has 1<<slotBits slots.
+	slots    map[uint32]fdbSlot
+	words    []uint64
+	slotBits int
+	unmap    func()
 }
 
 // fdbSlot is one slot's entry of the FDB's direct-mapped copy (struct lfp_fdb_slot, bpf/lib/fdb.h).
@@ -106,7 +108,7 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 	for _, e := range data.FDB {
 		k := linuxfpLfpFdbKey{Bridge: uint32(e.Bridge)}
 		copy(k.Mac[:], e.MAC)
-		b := int(fdbHash(k) & (fdbMoveBuckets - 1))
+		b := fdbBucket(k)
 		v := linuxfpLfpFdbVal{Port: uint32(e.Port), Bucket: uint16(b)}
 		if b < len(data.FDBMoves) {
 			v.Moved = data.FDBMoves[b]
@@ -130,11 +132,11 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 // fdbMoveBuckets is LFP_FDB_MOVE_BUCKETS (bpf/include/fdb_map.h).
 const fdbMoveBuckets = 4096
 
-// fdbHash is fdb_hash() of bpf/include/fdb_map.h: its low bits are the bucket of moves k's entry
-// is in, and its slot in lfp_fdb_slots. The data plane reads the bucket from a hash map entry
-// (lfp_fdb_val.bucket) and finds a slot's entry by its key, the watcher computes the bucket: the
-// two must agree, or a move would leave the entry in use (e2e TestBridgeMoveFollowedAtOnce).
-func fdbHash(k linuxfpLfpFdbKey) uint32 {
+// fdbBucket is fdb_bucket() of bpf/include/fdb_map.h: the bucket of moves k's entry is in. The
+// data plane reads it from the entry (lfp_fdb_val.bucket, and its slot's), the watcher computes
+// it: the two must agree, or a move would leave the entry in use (e2e
+// TestBridgeMoveFollowedAtOnce).
+func fdbBucket(k linuxfpLfpFdbKey) int {
 	m := k.Mac
 	h := k.Bridge * 0x9e3779b1
 	h ^= uint32(m[0]) | uint32(m[1])<<8 | uint32(m[2])<<16 | uint32(m[3])<<24
@@ -142,7 +144,15 @@ func fdbHash(k linuxfpLfpFdbKey) uint32 {
 	h ^= uint32(m[4]) | uint32(m[5])<<8
 	h *= 0xc2b2ae35
 	h ^= h >> 16
-	return h
+	return int(h & (fdbMoveBuckets - 1))
+}
+
+// fdbSlotOf is fdb_slot_of() of bpf/lib/fdb.h: the slot of lfp_fdb_slots (of 1<<bits) k's entry
+// is written to, where the data plane looks for it.
+func fdbSlotOf(k linuxfpLfpFdbKey, bits int) uint32 {
+	m := k.Mac
+	x := (uint32(m[2]) | uint32(m[3])<<8 | uint32(m[4])<<16 | uint32(m[5])<<24) ^ k.Bridge
+	return x * 0x9e3779b1 >> (32 - bits)
 }
 
 // fdbSlotWords is struct lfp_fdb_slot's size in 8-byte words: mac, bridge, port, moved, seen.
@@ -165,6 +175,7 @@ func (b *bridgeMaps) mapSlots(m *ebpf.Map) error {
 		return fmt.Errorf("map lfp_fdb_slots: %w", err)
 	}
 	b.words = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n/8)
+	b.slotBits = bits.Len32(m.MaxEntries()) - 1
 	b.unmap = func() { unix.Munmap(mem) }
 	return nil
 }
@@ -182,7 +193,6 @@ func (b *bridgeMaps) unmapSlots() {
 // new generation makes the entry's next frame a refresh (fdb_refresh_due), as a new hash map
 // entry's seen of 0 does.
 func (b *bridgeMaps) syncSlots(fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal) {
-	n := uint32(len(b.words) / fdbSlotWords)
 	want := make(map[uint32]fdbSlot, len(fdb))
 	// before: slot i goes to x rather than y.
 	before := func(i uint32, x, y linuxfpLfpFdbKey) bool {
@@ -192,7 +202,7 @@ func (b *bridgeMaps) syncSlots(fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal) {
 		return fdbKeyCompare(x, y) < 0
 	}
 	for k, v := range fdb {
-		i := fdbHash(k) & (n - 1)
+		i := fdbSlotOf(k, b.slotBits)
 		if o, ok := want[i]; ok && before(i, o.key, k) {
 			continue
 		}
@@ -223,7 +233,7 @@ func (b *bridgeMaps) writeSlot(i uint32, s *fdbSlot) {
 			mac |= uint64(c) << (8 * j)
 		}
 		bridge = uint64(s.key.Bridge)<<32 | uint64(s.val.Flags)<<16
-		port = uint64(s.val.Port) << 32
+		port = uint64(s.val.Port)<<32 | uint64(s.val.Bucket)<<16
 		moved = (s.val.Moved & fdbMovedMask) << 16
 	}
 	atomic.StoreUint64(&w[0], mac<<16|gen)

@@ -477,7 +477,7 @@ func TestBridgeMoves(t *testing.T) {
 	move := func(mac net.HardwareAddr) {
 		k := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
 		copy(k.Mac[:], mac)
-		b := fdbHash(k) & (fdbMoveBuckets - 1)
+		b := fdbBucket(k)
 		counts[b]++
 		if err := e.dp.maps.LfpFdbMoves.Put(uint32(b), counts[b]); err != nil {
 			t.Fatal(err)
@@ -523,7 +523,7 @@ func TestBridgeFDBSlots(t *testing.T) {
 	slotOf := func(mac net.HardwareAddr) uint32 {
 		k := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
 		copy(k.Mac[:], mac)
-		return fdbHash(k) & uint32(len(e.dp.bridgeMaps.words)/fdbSlotWords-1)
+		return fdbSlotOf(k, e.dp.bridgeMaps.slotBits)
 	}
 	// collide is a MAC of slot mac's slot.
 	collide := func(mac net.HardwareAddr) net.HardwareAddr {
@@ -580,7 +580,10 @@ func TestBridgeFDBSlots(t *testing.T) {
 			check()
 			// The other way round: x and y there first.
 			e.sync(t, withoutB)
-			e.sync(t, func(d *Data) { withoutB(d); d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macA) }) })
+			e.sync(t, func(d *Data) {
+				withoutB(d)
+				d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macA) })
+			})
 			expect(frame(macA, x, 60), PassBridgeSrcUnknown)
 			e.sync(t, withX)
 			if holds(macB) || holds(macA) || !holds(x) || !holds(y) {
@@ -592,7 +595,9 @@ func TestBridgeFDBSlots(t *testing.T) {
 			if !holds(macB) {
 				t.Fatal("macB not in its slot")
 			}
-			e.sync(t, func(d *Data) { d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macB) }) })
+			e.sync(t, func(d *Data) {
+				d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macB) })
+			})
 			e.refreshed(t)
 			expect(frame(macA, macB, 60), PassBridgeDstUnknown)
 
