@@ -124,7 +124,7 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 	return []func() error{
 		// The hash map first: a frame that finds a slot being written looks there.
 		func() error { return syncMap(d.maps.LfpFdb, b.fdb, fdb) },
-		func() error { b.syncSlots(fdb); return nil },
+		func() error { return b.syncSlots(fdb) },
 		func() error { return syncSplitMap(d.maps.LfpL2, d.maps.LfpL2Hi, b.l2, l2) },
 	}, nil
 }
@@ -184,7 +184,7 @@ func (b *bridgeMaps) unmapSlots() {
 	if b.unmap != nil {
 		b.unmap()
 	}
-	b.words, b.unmap = nil, nil
+	b.words, b.unmap, b.slots = nil, nil, map[uint32]fdbSlot{}
 }
 
 // syncSlots brings lfp_fdb_slots to the FDB fdb (the hash map's new contents): each entry in
@@ -192,7 +192,10 @@ func (b *bridgeMaps) unmapSlots() {
 // key (the other is found in the hash map). A slot is written only when its entry changes: the
 // new generation makes the entry's next frame a refresh (fdb_refresh_due), as a new hash map
 // entry's seen of 0 does.
-func (b *bridgeMaps) syncSlots(fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal) {
+func (b *bridgeMaps) syncSlots(fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal) error {
+	if b.words == nil {
+		return errors.New("lfp_fdb_slots: not mapped (data plane closed)")
+	}
 	want := make(map[uint32]fdbSlot, len(fdb))
 	// before: slot i goes to x rather than y.
 	before := func(i uint32, x, y linuxfpLfpFdbKey) bool {
@@ -221,6 +224,7 @@ func (b *bridgeMaps) syncSlots(fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal) {
 		b.writeSlot(i, &s)
 		b.slots[i] = s
 	}
+	return nil
 }
 
 // writeSlot writes slot i's entry (nil: none) with the slot's next generation.
