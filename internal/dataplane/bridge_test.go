@@ -601,6 +601,27 @@ func TestBridgeFDBSlots(t *testing.T) {
 			e.refreshed(t)
 			expect(frame(macA, macB, 60), PassBridgeDstUnknown)
 
+			// The key's bridge counts: macZ's entry on another bridge whose (bridge, macZ) has the
+			// slot br0's would have is not br0's.
+			other := func() uint32 {
+				z := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
+				copy(z.Mac[:], macZ)
+				for b := uint32(e.br) + 1; b < 1<<24; b++ {
+					o := linuxfpLfpFdbKey{Bridge: b, Mac: z.Mac}
+					if fdbSlotOf(o, e.dp.bridgeMaps.slotBits) == fdbSlotOf(z, e.dp.bridgeMaps.slotBits) {
+						return b
+					}
+				}
+				t.Fatal("no bridge of the same slot")
+				return 0
+			}()
+			e.sync(t, func(d *Data) { d.FDB = append(d.FDB, FDBEntry{Bridge: int(other), MAC: macZ, Port: e.bp2}) })
+			if !holds(macZ) {
+				t.Fatal("macZ of the other bridge not in the slot")
+			}
+			e.refreshed(t)
+			expect(frame(macA, macZ, 60), PassBridgeDstUnknown)
+
 			// The slot is what the frame reads: macB's slot rewritten whole, by hand, with bp1 as
 			// its port, sends the frame back out of its ingress port (Linux's).
 			e.sync(t, nil)
