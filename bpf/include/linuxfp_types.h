@@ -406,8 +406,22 @@ struct lfp_fdb_val {
 	__u32 port;    /* ifindex of the port (the bridge itself for some local entries) */
 	enum lfp_fdb_flags flags; /* two bytes: a fixed underlying type, as lfp_if_flags */
 	__u16 bucket;  /* fdb_bucket() of its key, computed by the controller (fdb_map.h) */
-	__u64 seen_jiffies; /* written by the data plane: its last frame handed to Linux to refresh the entry (fdb_refresh_due) */
+	__u64 seen;    /* written by the data plane: its last refresh, as lfp_fdb_slot.seen (generation 0) */
 	__u64 moved;   /* its bucket's count of moves when the controller read it (fdb_map.h) */
+};
+
+/* One slot of the FDB mirror's direct-mapped copy (lib/fdb.h, fdb_slot_get): the entry of
+ * (bridge, mac) whose fdb_slot_of() is the slot, if the controller put it there. The controller
+ * rewrites a slot in place through a shared mapping, one 8-byte word at a time, and each word
+ * carries the slot's generation in its low 16 bits: a reader that finds the same generation in
+ * all four has read one write's entry, on any CPU's memory ordering (an aligned 8-byte load is
+ * never torn). */
+struct lfp_fdb_slot {
+	__u64 mac;    /* the MAC (byte 0 lowest) << 16 | generation */
+	__u64 bridge; /* bridge ifindex << 32 | enum lfp_fdb_flags << 16 | generation (bridge 0: empty) */
+	__u64 port;   /* port ifindex << 32 | fdb_bucket() of the key << 16 | generation */
+	__u64 moved;  /* lfp_fdb_val.moved's low 48 bits << 16 | generation */
+	__u64 seen;   /* written by the data plane: jiffies of its last refresh << 16 | the generation refreshed */
 };
 
 enum lfp_l2_flags {

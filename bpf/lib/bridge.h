@@ -168,13 +168,13 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
 	__u32 bridge = iface->l3_ifindex, out = 0, l3len;
-	struct lfp_fdb_val *src, *dst;
+	struct fdb_ent src, dst;
 	struct ethhdr *eth = data;
 	struct lfp_l2_dev *port;
 	struct bridge_nf nf = {};
 	enum lfp_reason r;
 	__u16 proto;
-	int nf_ip;
+	int nf_ip, dst_found;
 
 	up->route = 0;
 	if ((void *)(eth + 1) > data_end)
@@ -206,15 +206,14 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 
 	/* br_fdb_update() learns the source first: unknown here, on another port (a move), or one of
 	 * the bridge's own addresses (Linux warns) are Linux's to handle. */
-	src = fdb_lookup(bridge, eth->h_source);
-	if (!src || src->port != in || (src->flags & LFP_FDB_LOCAL))
+	if (!fdb_get(bridge, eth->h_source, &src) || src.port != in || (src.flags & LFP_FDB_LOCAL))
 		return lfp_pass(ctx, LFP_PASS_BR_SRC_UNKNOWN);
 	/* Learning keeps the entry alive in Linux: one frame per interval is Linux's (fdb.h). */
-	if ((port->flags & LFP_L2_LEARNING) && fdb_refresh_due(src))
+	if ((port->flags & LFP_L2_LEARNING) && fdb_refresh_due(&src))
 		return lfp_pass(ctx, LFP_PASS_BR_REFRESH);
 
-	dst = fdb_lookup(bridge, eth->h_dest);
-	if (dst && (dst->flags & LFP_FDB_LOCAL)) {
+	dst_found = fdb_get(bridge, eth->h_dest, &dst);
+	if (dst_found && (dst.flags & LFP_FDB_LOCAL)) {
 		/* br_pass_frame_up(): only frames to the bridge device's own MAC become PACKET_HOST
 		 * there; other local entries (ports' addresses, `bridge fdb add ... permanent`) are
 		 * delivered as PACKET_OTHERHOST or HOST depending on the port: Linux's. */
@@ -247,7 +246,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 	}
 
 	/* br_dev_queue_push_xmit() lets every GSO train through (is_skb_forwardable()). */
-	r = bridge_out_entry(bridge, dst, in, port->flags, ctx_gso_size(ctx) ? 0 : l3len, &out);
+	r = bridge_out(bridge, dst_found ? &dst : NULL, in, port->flags, ctx_gso_size(ctx) ? 0 : l3len, &out);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	/* br_netfilter's forward hook (br_nf_forward_ip()), then its postrouting: the filter module,

@@ -53,8 +53,8 @@ LFP_SETTING(__u64, fdb_refresh_jiffies, 100, "the least time between two refresh
  * deleted since the controller read it (include/fdb_map.h); Linux knows where it is. The entry
  * names its bucket of moves: the controller wrote it with the key, as fdb_bucket() of that key
  * (dataplane.fdbBucket, the function the watcher counts moves with), and nothing else writes it,
- * so the count read is the one of (bridge, mac)'s bucket, without hashing the MAC per frame (a
- * quarter of a bridged frame's program time went to that hash and the lookup before it). */
+ * so the count read is the one of (bridge, mac)'s bucket, without hashing the MAC again. The
+ * hash map holds every entry; fdb_get() reads most of them from lfp_fdb_slots instead. */
 static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *mac)
 {
 	struct lfp_fdb_key k = {};
@@ -66,6 +66,93 @@ static __always_inline struct lfp_fdb_val *fdb_lookup(__u32 bridge, const __u8 *
 	if (v && v->moved != fdb_moves(v->bucket))
 		return NULL;
 	return v;
+}
+
+/* The mirror's entries again, direct-mapped: (bridge, mac)'s entry is in slot fdb_slot_of()
+ * unless the controller gave that slot to another entry, which then holds its own key there
+ * (dataplane.syncSlots). A bridged frame looks up two MACs; reading a slot is inlined,
+ * where a hash map lookup is a call that hashes and compares the key in the kernel (on CPUs whose
+ * kernel returns through a safe-RET thunk, AMD with SRSO, each return is mispredicted): the two
+ * hash lookups and their returns were about a third of a bridged frame's program time. The
+ * controller writes a slot in place (BPF_F_MMAPABLE), word by word, with a new generation in
+ * each word (struct lfp_fdb_slot): a slot whose words do not all have the same generation is
+ * being written, and the frame looks in the hash map, which is written before it. */
+#define LFP_FDB_SLOT_BITS 16
+#define LFP_FDB_SLOTS (1 << LFP_FDB_SLOT_BITS)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_fdb_slot);
+	__uint(max_entries, LFP_FDB_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} lfp_fdb_slots SEC(".maps");
+
+/* lfp_fdb_slot.moved keeps the low 48 bits of a count: equal there and not in full, the count
+ * would have grown by 2^48 since the controller read it. */
+#define LFP_FDB_MOVED_MASK ((1ULL << 48) - 1)
+
+/* What the fast path uses of one FDB entry (fdb_get). */
+struct fdb_ent {
+	__u32 port;
+	__u16 flags; /* enum lfp_fdb_flags */
+	__u16 gen;   /* the slot's generation, 0 for an entry of the hash map */
+	__u64 *seen; /* where its last refresh is kept (fdb_refresh_due) */
+};
+
+static __always_inline __u64 fdb_mac48(const __u8 *mac)
+{
+	return mac[0] | (__u64)mac[1] << 8 | (__u64)mac[2] << 16 | (__u64)mac[3] << 24 | (__u64)mac[4] << 32 |
+	       (__u64)mac[5] << 40;
+}
+
+/* The slot of (bridge, mac): one multiplication (Fibonacci hashing) of the MAC's last four
+ * bytes, where addresses differ (the first ones are often a vendor's), mixed with the bridge.
+ * The bucket of moves the check needs is in the slot, written by the controller with the key
+ * (fdb_bucket() of it, as for the hash map's entries), so the frame hashes the MAC once.
+ * dataplane.fdbSlotOf computes the same. */
+static __always_inline __u32 fdb_slot_of(__u32 bridge, const __u8 *mac)
+{
+	__u32 x = (mac[2] | (__u32)mac[3] << 8 | (__u32)mac[4] << 16 | (__u32)mac[5] << 24) ^ bridge;
+
+	return (x * 0x9e3779b1u) >> (32 - LFP_FDB_SLOT_BITS);
+}
+
+/* The mirror's entry for mac on bridge into *e: 1, or 0 for none (as fdb_lookup()'s NULL: none,
+ * or one the bridge may have moved or deleted since the controller read it). From its slot,
+ * else from the hash map: the slot holds another key, none, or is being rewritten. */
+static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent *e)
+{
+	__u32 i = fdb_slot_of(bridge, mac), b;
+	struct lfp_fdb_slot *s = bpf_map_lookup_elem(&lfp_fdb_slots, &i);
+	struct lfp_fdb_val *v;
+
+	if (s) {
+		__u64 wm = *(volatile __u64 *)&s->mac, wb = *(volatile __u64 *)&s->bridge;
+		__u64 wp = *(volatile __u64 *)&s->port, wv = *(volatile __u64 *)&s->moved;
+		__u16 gen = (__u16)wm;
+
+		if ((__u16)wb == gen && (__u16)wp == gen && (__u16)wv == gen && wm >> 16 == fdb_mac48(mac) &&
+		    wb >> 32 == bridge) {
+			__u64 *n;
+
+			b = (wp >> 16) & (LFP_FDB_MOVE_BUCKETS - 1);
+			n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
+			e->port = wp >> 32;
+			e->flags = (__u16)(wb >> 16);
+			e->gen = gen;
+			e->seen = &s->seen;
+			return n && wv >> 16 == (*(volatile __u64 *)n & LFP_FDB_MOVED_MASK);
+		}
+	}
+	v = fdb_lookup(bridge, mac);
+	if (!v)
+		return 0;
+	e->port = v->port;
+	e->flags = v->flags;
+	e->gen = 0;
+	e->seen = &v->seen;
+	return 1;
 }
 
 static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
@@ -86,30 +173,31 @@ static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
  * to Linux, whose bridge refreshes the entry from a real frame on its real port and then forwards
  * it as the fast path would have. (Asking Linux to refresh the entry instead, with NTF_USE, moved
  * it to the port given in the request, which the bridge may just have moved it away from.) The
- * entry's last refresh is kept in the mirror's entry (seen_jiffies, written here only); a new
- * entry from the controller has 0: its first frame goes to Linux. Returns 1 for the frame to hand
- * over. The clock is jiffies: the verifier inlines bpf_jiffies64() as a load of jiffies_64, where
- * bpf_ktime_get_coarse_ns(), of the same tick's resolution, is a helper call for every bridged
- * frame (~10 ns here, where every return is mispredicted). */
-static __always_inline int fdb_refresh_due(struct lfp_fdb_val *src)
+ * entry's last refresh is kept beside it (e->seen, written here only) with the generation of
+ * the slot it was read from (0 in the hash map): an entry the controller writes anew has 0 there,
+ * or a slot's older generation, and its first frame goes to Linux. Returns 1 for the frame to
+ * hand over. The clock is jiffies: the verifier inlines bpf_jiffies64() as a load of jiffies_64,
+ * where bpf_ktime_get_coarse_ns(), of the same tick's resolution, is a helper call for every
+ * bridged frame (~10 ns here, where every return is mispredicted). */
+static __always_inline int fdb_refresh_due(const struct fdb_ent *e)
 {
-	__u64 now = bpf_jiffies64();
+	__u64 now = bpf_jiffies64(), seen = *(volatile __u64 *)e->seen;
 
-	if (now - src->seen_jiffies < cfg_fdb_refresh_jiffies)
+	if ((__u16)seen == e->gen && now - (seen >> 16) < cfg_fdb_refresh_jiffies)
 		return 0;
-	src->seen_jiffies = now;
+	*e->seen = now << 16 | e->gen;
 	return 1;
 }
 
 /* br_forward()'s choice of port for a unicast frame on `bridge` whose destination MAC has the
- * mirror's entry dst (fdb_lookup(); NULL: none), and should_deliver()'s checks on it. in_port is
+ * mirror's entry dst (fdb_get(); NULL: none), and should_deliver()'s checks on it. in_port is
  * the ingress port (0 for a packet the bridge device transmits, as br_dev_xmit() does for routed
  * packets), in_flags its LFP_L2_* flags. l3len is the size of the packet after the Ethernet
  * header, as it will leave. On success *out is the port's ifindex. A caller that has looked the
  * destination up already passes its entry: Linux looks it up once per frame
  * (br_handle_frame_finish()), and a second lookup cost a hash lookup per bridged frame. */
-static __always_inline enum lfp_reason bridge_out_entry(__u32 bridge, const struct lfp_fdb_val *dst,
-							__u32 in_port, __u32 in_flags, __u32 l3len, __u32 *out)
+static __always_inline enum lfp_reason bridge_out(__u32 bridge, const struct fdb_ent *dst, __u32 in_port,
+						  __u32 in_flags, __u32 l3len, __u32 *out)
 {
 	struct lfp_l2_dev *op;
 	enum lfp_reason r;
@@ -147,11 +235,28 @@ static __always_inline enum lfp_reason bridge_out_entry(__u32 bridge, const stru
 	return LFP_FORWARDED;
 }
 
-/* bridge_out_entry() for the destination MAC dmac. */
+/* bridge_out() for a caller holding the hash map's entry (fdb_lookup()). */
+static __always_inline enum lfp_reason bridge_out_entry(__u32 bridge, const struct lfp_fdb_val *dst,
+							__u32 in_port, __u32 in_flags, __u32 l3len, __u32 *out)
+{
+	struct fdb_ent e = {};
+
+	if (!dst)
+		return bridge_out(bridge, NULL, in_port, in_flags, l3len, out);
+	e.port = dst->port;
+	e.flags = dst->flags;
+	return bridge_out(bridge, &e, in_port, in_flags, l3len, out);
+}
+
+/* bridge_out() for the destination MAC dmac. */
 static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 *dmac, __u32 in_port,
 						       __u32 in_flags, __u32 l3len, __u32 *out)
 {
-	return bridge_out_entry(bridge, fdb_lookup(bridge, dmac), in_port, in_flags, l3len, out);
+	struct fdb_ent dst;
+
+	if (!fdb_get(bridge, dmac, &dst))
+		return bridge_out(bridge, NULL, in_port, in_flags, l3len, out);
+	return bridge_out(bridge, &dst, in_port, in_flags, l3len, out);
 }
 
 #endif

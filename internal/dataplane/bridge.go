@@ -2,10 +2,13 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"os"
 	"strconv"
@@ -69,10 +72,23 @@ type FDBEntry struct {
 type bridgeMaps struct {
 	fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal
 	l2  map[uint32]linuxfpLfpL2Dev
+	// slots: what lfp_fdb_slots holds, by slot; words: lfp_fdb_slots mapped (mapSlots), until
+	// unmapSlots; it has 1<<slotBits slots.
+	slots    map[uint32]fdbSlot
+	words    []uint64
+	slotBits int
+	unmap    func()
+}
+
+// fdbSlot is one slot's entry of the FDB's direct-mapped copy (struct lfp_fdb_slot, bpf/lib/fdb.h).
+type fdbSlot struct {
+	key linuxfpLfpFdbKey
+	val linuxfpLfpFdbVal
 }
 
 func newBridgeMaps() bridgeMaps {
-	return bridgeMaps{fdb: map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{}, l2: map[uint32]linuxfpLfpL2Dev{}}
+	return bridgeMaps{fdb: map[linuxfpLfpFdbKey]linuxfpLfpFdbVal{}, l2: map[uint32]linuxfpLfpL2Dev{},
+		slots: map[uint32]fdbSlot{}}
 }
 
 // The FDB goes in before the ports and bridges that make the data plane use it, and both
@@ -100,13 +116,15 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 		if e.Local {
 			v.Flags = linuxfpLfpFdbFlagsLFP_FDB_LOCAL
 		}
-		// seen_jiffies is the data plane's: an entry that did not change is not rewritten (syncMap
+		// seen is the data plane's: an entry that did not change is not rewritten (syncMap
 		// compares with what it wrote), so its refresh timestamp survives. An entry whose
 		// bucket counted a move since it was written is (with the count it was read with).
 		fdb[k] = v
 	}
 	return []func() error{
+		// The hash map first: a frame that finds a slot being written looks there.
 		func() error { return syncMap(d.maps.LfpFdb, b.fdb, fdb) },
+		func() error { return b.syncSlots(fdb) },
 		func() error { return syncSplitMap(d.maps.LfpL2, d.maps.LfpL2Hi, b.l2, l2) },
 	}, nil
 }
@@ -115,8 +133,9 @@ func (b *bridgeMaps) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (befo
 const fdbMoveBuckets = 4096
 
 // fdbBucket is fdb_bucket() of bpf/include/fdb_map.h: the bucket of moves k's entry is in. The
-// data plane reads it from the entry (lfp_fdb_val.bucket), the watcher computes it: the two
-// must agree, or a move would leave the entry in use (e2e TestBridgeMoveFollowedAtOnce).
+// data plane reads it from the entry (lfp_fdb_val.bucket, and its slot's), the watcher computes
+// it: the two must agree, or a move would leave the entry in use (e2e
+// TestBridgeMoveFollowedAtOnce).
 func fdbBucket(k linuxfpLfpFdbKey) int {
 	m := k.Mac
 	h := k.Bridge * 0x9e3779b1
@@ -126,6 +145,113 @@ func fdbBucket(k linuxfpLfpFdbKey) int {
 	h *= 0xc2b2ae35
 	h ^= h >> 16
 	return int(h & (fdbMoveBuckets - 1))
+}
+
+// fdbSlotOf is fdb_slot_of() of bpf/lib/fdb.h: the slot of lfp_fdb_slots (of 1<<bits) k's entry
+// is written to, where the data plane looks for it.
+func fdbSlotOf(k linuxfpLfpFdbKey, bits int) uint32 {
+	m := k.Mac
+	x := (uint32(m[2]) | uint32(m[3])<<8 | uint32(m[4])<<16 | uint32(m[5])<<24) ^ k.Bridge
+	return x * 0x9e3779b1 >> (32 - bits)
+}
+
+// fdbSlotWords is struct lfp_fdb_slot's size in 8-byte words: mac, bridge, port, moved, seen.
+const fdbSlotWords = 5
+
+// fdbMovedMask is LFP_FDB_MOVED_MASK: a slot keeps a count's low 48 bits.
+const fdbMovedMask = 1<<48 - 1
+
+// mapSlots maps lfp_fdb_slots (BPF_F_MMAPABLE) for writing: a slot is rewritten in place while
+// frames read it, one atomic 8-byte store per word, each with the slot's new generation (struct
+// lfp_fdb_slot). An update through the bpf() syscall copies the value with memcpy, whose
+// stores may be of any width.
+func (b *bridgeMaps) mapSlots(m *ebpf.Map) error {
+	if m.ValueSize() != fdbSlotWords*8 || m.MaxEntries()&(m.MaxEntries()-1) != 0 {
+		return fmt.Errorf("lfp_fdb_slots: %d entries of %d bytes, want a power of 2 of %d", m.MaxEntries(), m.ValueSize(), fdbSlotWords*8)
+	}
+	n := int(m.MaxEntries()) * fdbSlotWords * 8
+	mem, err := unix.Mmap(m.FD(), 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map lfp_fdb_slots: %w", err)
+	}
+	b.words = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n/8)
+	b.slotBits = bits.Len32(m.MaxEntries()) - 1
+	b.unmap = func() { unix.Munmap(mem) }
+	return nil
+}
+
+func (b *bridgeMaps) unmapSlots() {
+	if b.unmap != nil {
+		b.unmap()
+	}
+	b.words, b.unmap, b.slots = nil, nil, map[uint32]fdbSlot{}
+}
+
+// syncSlots brings lfp_fdb_slots to the FDB fdb (the hash map's new contents): each entry in
+// the slot its hash names, where two entries name one slot the one already there, else the lower
+// key (the other is found in the hash map). A slot is written only when its entry changes: the
+// new generation makes the entry's next frame a refresh (fdb_refresh_due), as a new hash map
+// entry's seen of 0 does.
+func (b *bridgeMaps) syncSlots(fdb map[linuxfpLfpFdbKey]linuxfpLfpFdbVal) error {
+	if b.words == nil {
+		return errors.New("lfp_fdb_slots: not mapped (data plane closed)")
+	}
+	want := make(map[uint32]fdbSlot, len(fdb))
+	// before: slot i goes to x rather than y.
+	before := func(i uint32, x, y linuxfpLfpFdbKey) bool {
+		if cur, ok := b.slots[i]; ok && (cur.key == x || cur.key == y) {
+			return cur.key == x
+		}
+		return fdbKeyCompare(x, y) < 0
+	}
+	for k, v := range fdb {
+		i := fdbSlotOf(k, b.slotBits)
+		if o, ok := want[i]; ok && before(i, o.key, k) {
+			continue
+		}
+		want[i] = fdbSlot{key: k, val: v}
+	}
+	for i := range b.slots {
+		if _, ok := want[i]; !ok {
+			b.writeSlot(i, nil)
+			delete(b.slots, i)
+		}
+	}
+	for i, s := range want {
+		if cur, ok := b.slots[i]; ok && cur == s {
+			continue
+		}
+		b.writeSlot(i, &s)
+		b.slots[i] = s
+	}
+	return nil
+}
+
+// writeSlot writes slot i's entry (nil: none) with the slot's next generation.
+func (b *bridgeMaps) writeSlot(i uint32, s *fdbSlot) {
+	w := b.words[i*fdbSlotWords : (i+1)*fdbSlotWords]
+	gen := uint64(uint16(atomic.LoadUint64(&w[0]) + 1))
+	var mac, bridge, port, moved uint64
+	if s != nil {
+		for j, c := range s.key.Mac {
+			mac |= uint64(c) << (8 * j)
+		}
+		bridge = uint64(s.key.Bridge)<<32 | uint64(s.val.Flags)<<16
+		port = uint64(s.val.Port)<<32 | uint64(s.val.Bucket)<<16
+		moved = (s.val.Moved & fdbMovedMask) << 16
+	}
+	atomic.StoreUint64(&w[0], mac<<16|gen)
+	atomic.StoreUint64(&w[1], bridge|gen)
+	atomic.StoreUint64(&w[2], port|gen)
+	atomic.StoreUint64(&w[3], moved|gen)
+}
+
+// fdbKeyCompare orders FDB keys by bridge, then MAC.
+func fdbKeyCompare(a, b linuxfpLfpFdbKey) int {
+	if c := cmp.Compare(a.Bridge, b.Bridge); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.Mac[:], b.Mac[:])
 }
 
 // mapFDBMoves maps lfp_fdb_moves (BPF_F_MMAPABLE) read-only: the watcher adds to its counts

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,13 +122,19 @@ func (e *bridgeEnv) refreshed(t testing.TB) {
 	var keys []linuxfpLfpFdbKey
 	var vals []linuxfpLfpFdbVal
 	for it := e.dp.maps.LfpFdb.Iterate(); it.Next(&k, &v); {
-		v.SeenJiffies = now
+		v.Seen = now << 16
 		keys, vals = append(keys, k), append(vals, v)
 	}
 	for i := range keys {
 		if err := e.dp.maps.LfpFdb.Put(keys[i], vals[i]); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The slots' entries, under their generations (struct lfp_fdb_slot).
+	w := e.dp.bridgeMaps.words
+	for i := range e.dp.bridgeMaps.slots {
+		gen := atomic.LoadUint64(&w[i*fdbSlotWords]) & 0xffff
+		atomic.StoreUint64(&w[i*fdbSlotWords+4], now<<16|gen)
 	}
 }
 
@@ -507,4 +514,131 @@ func TestBridgeMoves(t *testing.T) {
 	e.sync(t, withMoves(read()))
 	expect(frame(macA, macB), PassBridgeRefresh)
 	expect(frame(macA, macB), Bridged)
+}
+
+// The FDB's direct-mapped copy (lfp_fdb_slots, bpf/lib/fdb.h): a frame finds an entry in its
+// slot when the slot holds its key and was written whole, and in the hash map otherwise.
+func TestBridgeFDBSlots(t *testing.T) {
+	e := newBridgeEnv(t)
+	slotOf := func(mac net.HardwareAddr) uint32 {
+		k := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
+		copy(k.Mac[:], mac)
+		return fdbSlotOf(k, e.dp.bridgeMaps.slotBits)
+	}
+	// collide is a MAC of slot mac's slot.
+	collide := func(mac net.HardwareAddr) net.HardwareAddr {
+		for i := 1; i < 1<<24; i++ {
+			c := net.HardwareAddr{0x02, 0x01, byte(i >> 16), byte(i >> 8), byte(i), mac[5]}
+			if slotOf(c) == slotOf(mac) {
+				return c
+			}
+		}
+		t.Fatal("no MAC of the same slot")
+		return nil
+	}
+	holds := func(mac net.HardwareAddr) bool {
+		s, ok := e.dp.bridgeMaps.slots[slotOf(mac)]
+		return ok && bytes.Equal(s.key.Mac[:], mac)
+	}
+	frame := func(src, dst net.HardwareAddr, size int) []byte {
+		return packet.Spec{SrcMAC: src, DstMAC: dst, Src: netip.MustParseAddr("198.18.4.10"),
+			Dst: netip.MustParseAddr("198.18.4.11"), SrcPort: 1, DstPort: 2, Size: size}.Bytes()
+	}
+	// x shares macB's slot and is behind the ingress port: a frame to x that took macB's entry
+	// would be bridged to bp2. y shares macA's slot and is behind bp1, a source.
+	x, y := collide(macB), collide(macA)
+	withX := func(d *Data) {
+		d.FDB = append(d.FDB, FDBEntry{Bridge: e.br, MAC: x, Port: e.bp1}, FDBEntry{Bridge: e.br, MAC: y, Port: e.bp1})
+	}
+	withoutB := func(d *Data) {
+		withX(d)
+		d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macB) })
+	}
+	for _, hook := range hooks {
+		e.hook = hook
+		prog := e.portProg(t, true)
+		t.Run(string(hook), func(t *testing.T) {
+			expect := func(pkt []byte, want Reason) {
+				t.Helper()
+				if _, _, r := e.runOn(t, prog, pkt, e.bp1); r != want {
+					t.Fatalf("reason %v, want %v", r, want)
+				}
+			}
+			check := func() {
+				t.Helper()
+				e.refreshed(t)
+				expect(frame(macA, macB, 60), Bridged)
+				expect(frame(macA, x, 60), PassBridgeEgress)
+				expect(frame(y, macB, 60), Bridged)
+			}
+			// macB and macA in their slots (there first), x and y in the hash map alone.
+			e.sync(t, nil)
+			e.sync(t, withX)
+			if !holds(macB) || !holds(macA) || holds(x) || holds(y) {
+				t.Fatal("macB and macA not in their slots")
+			}
+			check()
+			// The other way round: x and y there first.
+			e.sync(t, withoutB)
+			e.sync(t, func(d *Data) {
+				withoutB(d)
+				d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macA) })
+			})
+			expect(frame(macA, x, 60), PassBridgeSrcUnknown)
+			e.sync(t, withX)
+			if holds(macB) || holds(macA) || !holds(x) || !holds(y) {
+				t.Fatal("x and y not in their slots")
+			}
+			check()
+			// An entry removed is gone from its slot too.
+			e.sync(t, nil)
+			if !holds(macB) {
+				t.Fatal("macB not in its slot")
+			}
+			e.sync(t, func(d *Data) {
+				d.FDB = slices.DeleteFunc(d.FDB, func(f FDBEntry) bool { return bytes.Equal(f.MAC, macB) })
+			})
+			e.refreshed(t)
+			expect(frame(macA, macB, 60), PassBridgeDstUnknown)
+
+			// The key's bridge counts: macZ's entry on another bridge whose (bridge, macZ) has the
+			// slot br0's would have is not br0's.
+			other := func() uint32 {
+				z := linuxfpLfpFdbKey{Bridge: uint32(e.br)}
+				copy(z.Mac[:], macZ)
+				for b := uint32(e.br) + 1; b < 1<<24; b++ {
+					o := linuxfpLfpFdbKey{Bridge: b, Mac: z.Mac}
+					if fdbSlotOf(o, e.dp.bridgeMaps.slotBits) == fdbSlotOf(z, e.dp.bridgeMaps.slotBits) {
+						return b
+					}
+				}
+				t.Fatal("no bridge of the same slot")
+				return 0
+			}()
+			e.sync(t, func(d *Data) { d.FDB = append(d.FDB, FDBEntry{Bridge: int(other), MAC: macZ, Port: e.bp2}) })
+			if !holds(macZ) {
+				t.Fatal("macZ of the other bridge not in the slot")
+			}
+			e.refreshed(t)
+			expect(frame(macA, macZ, 60), PassBridgeDstUnknown)
+
+			// The slot is what the frame reads: macB's slot rewritten whole, by hand, with bp1 as
+			// its port, sends the frame back out of its ingress port (Linux's).
+			e.sync(t, nil)
+			e.refreshed(t)
+			expect(frame(macA, macB, 60), Bridged)
+			w := e.dp.bridgeMaps.words[slotOf(macB)*fdbSlotWords:]
+			gen := atomic.LoadUint64(&w[0]) & 0xffff
+			set := func(word int, v uint64) { atomic.StoreUint64(&w[word], v&^0xffff|gen) }
+			port := atomic.LoadUint64(&w[2])
+			set(2, uint64(e.bp1)<<32)
+			expect(frame(macA, macB, 60), PassBridgeEgress)
+			// A slot being written: its words of two generations, the new port with the next one.
+			// The frame takes the hash map's entry.
+			atomic.StoreUint64(&w[2], uint64(e.bp1)<<32|(gen+1)&0xffff)
+			expect(frame(macA, macB, 60), Bridged)
+			set(2, port)
+			expect(frame(macA, macB, 60), Bridged)
+		})
+	}
 }

@@ -220,6 +220,11 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 		return nil, err
 	}
 	d.fdbMoves, d.unmapFDBMoves = moves, unmap
+	if err := d.bridgeMaps.mapSlots(d.maps.LfpFdbSlots); err != nil {
+		d.unmapFDBMoves()
+		d.maps.Close()
+		return nil, err
+	}
 	// Every map of the object is shared by all programs (not .rodata: that is each program's
 	// own). Listed from the generated struct, so a map added to the C code cannot be missed
 	// (a program with a private copy of, say, a ring buffer would write where nobody reads).
@@ -248,6 +253,7 @@ func (d *Dataplane) Close() error {
 	errs = append(errs, d.maps.Close())
 	d.unmapFDBMoves()
 	d.fdbMoves = nil
+	d.bridgeMaps.unmapSlots()
 	return errors.Join(errs...)
 }
 

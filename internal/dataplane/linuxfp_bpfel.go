@@ -101,13 +101,22 @@ type linuxfpLfpFdbKey struct {
 	Pad    uint16
 }
 
+type linuxfpLfpFdbSlot struct {
+	_      structs.HostLayout
+	Mac    uint64
+	Bridge uint64
+	Port   uint64
+	Moved  uint64
+	Seen   uint64
+}
+
 type linuxfpLfpFdbVal struct {
-	_           structs.HostLayout
-	Port        uint32
-	Flags       linuxfpLfpFdbFlags
-	Bucket      uint16
-	SeenJiffies uint64
-	Moved       uint64
+	_      structs.HostLayout
+	Port   uint32
+	Flags  linuxfpLfpFdbFlags
+	Bucket uint16
+	Seen   uint64
+	Moved  uint64
 }
 
 type linuxfpLfpFence struct {
@@ -502,6 +511,7 @@ const (
 	linuxfpMapLfpCtRequests        = "lfp_ct_requests"
 	linuxfpMapLfpFdb               = "lfp_fdb"
 	linuxfpMapLfpFdbMoves          = "lfp_fdb_moves"
+	linuxfpMapLfpFdbSlots          = "lfp_fdb_slots"
 	linuxfpMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
@@ -610,6 +620,7 @@ type linuxfpMapSpecs struct {
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
+	LfpFdbSlots      *ebpf.MapSpec `ebpf:"lfp_fdb_slots"`
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
@@ -694,6 +705,7 @@ type linuxfpMaps struct {
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
+	LfpFdbSlots      *ebpf.Map `ebpf:"lfp_fdb_slots"`
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
@@ -744,6 +756,7 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbMoves,
+		m.LfpFdbSlots,
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,

@@ -84,13 +84,22 @@ type linuxfpTcLfpFdbKey struct {
 	Pad    uint16
 }
 
+type linuxfpTcLfpFdbSlot struct {
+	_      structs.HostLayout
+	Mac    uint64
+	Bridge uint64
+	Port   uint64
+	Moved  uint64
+	Seen   uint64
+}
+
 type linuxfpTcLfpFdbVal struct {
-	_           structs.HostLayout
-	Port        uint32
-	Flags       uint16
-	Bucket      uint16
-	SeenJiffies uint64
-	Moved       uint64
+	_      structs.HostLayout
+	Port   uint32
+	Flags  uint16
+	Bucket uint16
+	Seen   uint64
+	Moved  uint64
 }
 
 type linuxfpTcLfpFence struct {
@@ -409,6 +418,7 @@ const (
 	linuxfpTcMapLfpCtRequests        = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb               = "lfp_fdb"
 	linuxfpTcMapLfpFdbMoves          = "lfp_fdb_moves"
+	linuxfpTcMapLfpFdbSlots          = "lfp_fdb_slots"
 	linuxfpTcMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
@@ -517,6 +527,7 @@ type linuxfpTcMapSpecs struct {
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
+	LfpFdbSlots      *ebpf.MapSpec `ebpf:"lfp_fdb_slots"`
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
@@ -601,6 +612,7 @@ type linuxfpTcMaps struct {
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
 	LfpFdbMoves      *ebpf.Map `ebpf:"lfp_fdb_moves"`
+	LfpFdbSlots      *ebpf.Map `ebpf:"lfp_fdb_slots"`
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
@@ -651,6 +663,7 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpCtRequests,
 		m.LfpFdb,
 		m.LfpFdbMoves,
+		m.LfpFdbSlots,
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
