@@ -390,15 +390,20 @@ static __always_inline enum lfp_reason router_prepare(lfp_ctx *ctx, struct route
 	p->scr = scr;
 	scr->vx_on = 0;
 	scr->br_dnat = 0;
-	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
-	scr->fp.src_not_local = 1;
+	/* The filter's view of the packet is read whole by the filter alone (filter_l4 and
+	 * filter_forward, both only with p->fw); without it only its addresses are (conntrack:
+	 * router_conntrack, router_dnat), and its ~100 bytes are not cleared. */
+	if (p->fw) {
+		__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
+		scr->fp.src_not_local = 1;
+		scr->fp.v6 = !p->v4;
+	}
 	if (p->v4) {
 		scr->fp.src[0] = fib->ipv4_src;
 		scr->fp.dst[0] = fib->ipv4_dst;
 	} else {
 		__builtin_memcpy(scr->fp.src, fib->ipv6_src, sizeof(fib->ipv6_src));
 		__builtin_memcpy(scr->fp.dst, fib->ipv6_dst, sizeof(fib->ipv6_dst));
-		scr->fp.v6 = 1;
 	}
 	scr->ct.nat = 0;
 	scr->ct.refresh = 0;
