@@ -88,21 +88,28 @@ struct fib_cache_scr {
 	__u64 probe[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
 };
 
-/* The generation an answer for family v4 is filled under, or 0 where the cache is off. */
-static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
+/* The generation an answer for family v4 is filled under, or 0 where the cache is off (gt: the
+ * gate's value, gate_lookup()'s). */
+static __always_inline __u64 fib_cache_gen_in(const struct lfp_config *cfg, const struct lfp_gate *gt, int v4)
 {
 	const struct lfp_fib_gen *g;
-	const struct lfp_gate *gt;
 	__u32 key = 0;
 
 	if (!(cfg->fib_flags & (v4 ? LFP_FIB_CACHE4 : LFP_FIB_CACHE6)))
 		return 0;
 	g = bpf_map_lookup_elem(&lfp_fib_gen, &key);
-	gt = bpf_map_lookup_elem(&lfp_gate_map, &key);
 	if (!g || !gt)
 		return 0;
 	/* Both only grow: the sum moves on with either. +1: 0 stays "off". */
 	return *(volatile const __u64 *)&g->gen[v4 ? 0 : 1] + *(volatile const __u64 *)&gt->fib_epoch + 1;
+}
+
+/* fib_cache_gen_in() with the gate looked up here. */
+static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
+{
+	__u32 key = 0;
+
+	return fib_cache_gen_in(cfg, bpf_map_lookup_elem(&lfp_gate_map, &key), v4);
 }
 
 /* Builds in k the key of fib's destination block (one = 0) or of the destination itself. */

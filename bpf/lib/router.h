@@ -136,6 +136,7 @@ struct router_pkt {
 	struct lfp_config *cfg;
 	struct lfp_scratch *scr;
 	const struct lfp_if *iface; /* the ingress interface's data (linuxfp_rx looked it up) */
+	struct gate_ref gate;       /* the gate's maps (linuxfp_rx looked them up) */
 	/* The device Linux routes the packet from: the ingress device, or on a bridge port the
 	 * bridge (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
 	__u32 in_ifindex;
@@ -476,7 +477,7 @@ static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pk
 	p->mtulen = fib->tot_len;
 	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	p->tos = fib->tos;
-	gen = fib_cache_gen(p->cfg, p->v4);
+	gen = fib_cache_gen_in(p->cfg, p->gate.g, p->v4);
 	rc = fib_lookup_cached(ctx, &p->scr->fc, fib, p->v4, gen);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
@@ -565,7 +566,7 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	/* Last: only devices whose changes are followed (gate.h) and that take the packet as
 	 * Linux's transmit would (tx.h). The device the route names was checked after the lookup
 	 * (linuxfp_route): only a port of a bridge it names is new here. */
-	r = out == fib->ifindex ? LFP_FORWARDED : gate_egress(out);
+	r = out == fib->ifindex ? LFP_FORWARDED : gate_egress_in(&p->gate, out);
 	if (r == LFP_FORWARDED)
 		r = tx_prepare(ctx, out, p->mtulen, p->prio);
 trim:
