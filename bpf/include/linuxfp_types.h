@@ -530,7 +530,8 @@ struct lfp_fib_entry {
 	__u8 smac[6];
 	__u8 dmac[6];
 	__u8 per_dst; /* the block's answers differ per destination: look up the destination's */
-	__u8 pad[3];
+	__u8 neigh_ok; /* the next hop was not in the STALE set at fill time (lib/neigh.h) */
+	__u8 pad[2];
 };
 
 /* One place of the FIB cache (lib/fibcache.h): the key its answer is for, and the answer. */

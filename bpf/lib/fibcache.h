@@ -46,6 +46,7 @@
 #include "linuxfp_types.h"
 #include "fibcache_map.h"
 #include "gate.h"
+#include "neigh.h"
 
 /* The answers, per CPU, in sets of two places (struct lfp_fib_set) found by a hash of the key
  * (fib_cache_set_of()): an array's lookup is inlined by the verifier, where a hash map's is a
@@ -84,6 +85,9 @@ struct {
 struct fib_cache_scr {
 	struct lfp_fib_key key; /* the key fib_cache_get() left for fib_cache_fill() */
 	__u32 set;              /* the key of lfp_fib_cache's set */
+	/* The answer's next hop is not in the STALE set (neigh_not_stale()): fib_lookup_cached()'s
+	 * output beside the answer, 0 where it cannot tell. */
+	__u32 neigh_ok;
 	struct lfp_fib_entry entry;
 	__u64 probe[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
 };
@@ -234,6 +238,7 @@ static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fi
 		__builtin_memcpy(fib->ipv6_dst, e->nh, sizeof(e->nh));
 	__builtin_memcpy(fib->smac, e->smac, ETH_ALEN);
 	__builtin_memcpy(fib->dmac, e->dmac, ETH_ALEN);
+	fc->neigh_ok = e->neigh_ok;
 	return BPF_FIB_LKUP_RET_SUCCESS;
 }
 
@@ -261,8 +266,8 @@ static __always_inline int fib_cache_per_dst(struct fib_cache_scr *fc, const str
 /* bpf_fib_lookup() for fib; a successful answer is kept under generation gen: for the whole
  * block, or, where the block's answers differ per destination, the block is marked so and the
  * answer kept for the destination alone. fc holds the key fib_cache_get() left. */
-static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4,
-					  __u64 gen)
+static __always_inline int fib_cache_fill(lfp_ctx *ctx, const struct lfp_config *cfg, struct fib_cache_scr *fc,
+					  struct bpf_fib_lookup *fib, int v4, __u64 gen)
 {
 	struct bpf_fib_lookup *probe = (struct bpf_fib_lookup *)fc->probe;
 	struct lfp_fib_entry *e = &fc->entry;
@@ -299,19 +304,26 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc
 	}
 	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
+	/* After the generation was read (router_fib): a next hop that becomes STALE later moves
+	 * it on after it is in the set (netlink_watch.c, neigh_changed()). */
+	e->neigh_ok = neigh_not_stale(cfg, fib);
+	fc->neigh_ok = e->neigh_ok;
 	fib_cache_put(fc, &fc->key, e, v4);
 	return rc;
 }
 
 /* bpf_fib_lookup() for fib, answered by the cache where it may: gen is fib_cache_gen()'s (0: the
- * cache is off). fib->tot_len is the length the MTU check sees. */
-static __always_inline int fib_lookup_cached(lfp_ctx *ctx, struct fib_cache_scr *fc, struct bpf_fib_lookup *fib,
-					     int v4, __u64 gen)
+ * cache is off). fib->tot_len is the length the MTU check sees. fc->neigh_ok is set beside a
+ * successful answer. */
+static __always_inline int fib_lookup_cached(lfp_ctx *ctx, const struct lfp_config *cfg, struct fib_cache_scr *fc,
+					     struct bpf_fib_lookup *fib, int v4, __u64 gen)
 {
-	int rc = gen ? fib_cache_get(fc, fib, v4, gen, fib->tot_len) : FIB_ASK;
+	int rc;
 
+	fc->neigh_ok = 0;
+	rc = gen ? fib_cache_get(fc, fib, v4, gen, fib->tot_len) : FIB_ASK;
 	if (rc == FIB_MISS)
-		rc = fib_cache_fill(ctx, fc, fib, v4, gen);
+		rc = fib_cache_fill(ctx, cfg, fc, fib, v4, gen);
 	else if (rc == FIB_ASK)
 		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	return rc;

@@ -149,6 +149,7 @@ struct router_pkt {
 	__u8 proto;
 	__u8 v4;
 	__u8 fw;      /* the filter module runs for this family */
+	__u8 neigh_ok; /* the FIB cache's answer says the next hop is not STALE (router_fib) */
 	/* Routed as the vxlan device it was decapsulated for would route it, in the underlay's
 	 * program (linuxfp_decap_route): every step that would not forward it sends it to that
 	 * device instead. A constant, like v4. */
@@ -478,9 +479,10 @@ static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pk
 	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	p->tos = fib->tos;
 	gen = fib_cache_gen_in(p->cfg, p->gate.g, p->v4);
-	rc = fib_lookup_cached(ctx, &p->scr->fc, fib, p->v4, gen);
+	rc = fib_lookup_cached(ctx, p->cfg, &p->scr->fc, fib, p->v4, gen);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
+	p->neigh_ok = p->scr->fc.neigh_ok;
 	return LFP_FORWARDED;
 }
 
@@ -513,7 +515,8 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	if (!p->v4 && cfg->route_mtu6 && p->mtulen > cfg->route_mtu6)
 		return LFP_PASS_ROUTE_MTU;
 
-	r = neigh_stale(cfg, fib);
+	/* Not looked up again where the FIB cache's answer says the next hop is not in the set. */
+	r = p->neigh_ok ? 0 : neigh_stale(cfg, fib);
 	if (r)
 		return r;
 

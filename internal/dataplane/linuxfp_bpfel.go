@@ -155,7 +155,8 @@ type linuxfpLfpFibSet struct {
 			Smac    [6]uint8
 			Dmac    [6]uint8
 			PerDst  uint8
-			Pad     [3]uint8
+			NeighOk uint8
+			Pad     [2]uint8
 			_       [6]byte
 		}
 	}
@@ -411,10 +412,12 @@ type linuxfpLfpScratch struct {
 	_    [4]byte
 	Ofib [8]uint64
 	Fc   struct {
-		_     structs.HostLayout
-		Key   linuxfpLfpFibKey
-		Set   uint32
-		Entry struct {
+		_       structs.HostLayout
+		Key     linuxfpLfpFibKey
+		Set     uint32
+		NeighOk uint32
+		_       [4]byte
+		Entry   struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
@@ -424,7 +427,8 @@ type linuxfpLfpScratch struct {
 			Smac    [6]uint8
 			Dmac    [6]uint8
 			PerDst  uint8
-			Pad     [3]uint8
+			NeighOk uint8
+			Pad     [2]uint8
 			_       [6]byte
 		}
 		Probe [8]uint64

@@ -131,7 +131,8 @@ type linuxfpTcLfpFibSet struct {
 			Smac    [6]uint8
 			Dmac    [6]uint8
 			PerDst  uint8
-			Pad     [3]uint8
+			NeighOk uint8
+			Pad     [2]uint8
 			_       [6]byte
 		}
 	}
@@ -335,10 +336,12 @@ type linuxfpTcLfpScratch struct {
 	_    [4]byte
 	Ofib [8]uint64
 	Fc   struct {
-		_     structs.HostLayout
-		Key   linuxfpTcLfpFibKey
-		Set   uint32
-		Entry struct {
+		_       structs.HostLayout
+		Key     linuxfpTcLfpFibKey
+		Set     uint32
+		NeighOk uint32
+		_       [4]byte
+		Entry   struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
@@ -348,7 +351,8 @@ type linuxfpTcLfpScratch struct {
 			Smac    [6]uint8
 			Dmac    [6]uint8
 			PerDst  uint8
-			Pad     [3]uint8
+			NeighOk uint8
+			Pad     [2]uint8
 			_       [6]byte
 		}
 		Probe [8]uint64

@@ -328,6 +328,62 @@ func TestNeighStaleByEvents(t *testing.T) {
 	}
 }
 
+// A FIB cache answer keeps whether its next hop was in the STALE set when it was filled, and
+// the data plane skips the set only for one that was not: an answer filled for a STALE next hop
+// still hands the first packet to Linux, and a next hop that becomes STALE later (added to the
+// set, then the generation moved on, as the neighbour tracepoints do) gets its first packet
+// handed to Linux too.
+func TestFibCacheNeighbourStale(t *testing.T) {
+	env := newTestEnv(t)
+	staleAddr := netip.MustParseAddr("198.18.1.4")
+	data := Data{
+		TxData:       txTo(env.out, env.in),
+		NeighData:    NeighData{StaleByEvents: true, StaleNeighbours: []NeighKey{{env.out, staleAddr}}},
+		FibCacheData: FibCacheData{FibCache4: true},
+	}
+	// The set as the controller alone wrote it goes first (newTestEnv's): the tracepoints'
+	// mode starts empty and is seeded.
+	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: data.TxData}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
+		t.Fatal(err)
+	}
+	prog := env.prog(t, true, false)
+	toStale := v4("198.18.0.2", "198.19.4.1").Bytes() // via 198.18.1.4, STALE
+	env.checkRouted(t, prog, toStale, PassNeighbourStale, nil)
+	env.checkRouted(t, prog, toStale, Forwarded, packet.Forwarded(toStale, macOut, macStale))
+	env.checkRouted(t, prog, toStale, Forwarded, packet.Forwarded(toStale, macOut, macStale))
+
+	toNext := v4("198.18.0.2", "198.19.0.9").Bytes() // via 198.18.1.2
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+	// 198.18.1.2 becomes STALE: the tracepoints count it in its bucket, add it, then move the
+	// generation on (bpf/netlink_watch.c, neigh_changed()).
+	key := linuxfpLfpNeighKey{Ifindex: uint32(env.out), Family: unix.AF_INET, Addr: addrWords(netip.MustParseAddr("198.18.1.2"))}
+	b := neighBucket(key)
+	var c int64
+	if err := env.dp.maps.LfpStaleFilter.Lookup(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.dp.maps.LfpStaleFilter.Put(b, c+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.dp.maps.LfpStale.Put(key, linuxfpLfpStaleVal{}); err != nil {
+		t.Fatal(err)
+	}
+	var g linuxfpLfpFibGen
+	if err := env.dp.maps.LfpFibGen.Lookup(uint32(0), &g); err != nil {
+		t.Fatal(err)
+	}
+	g.Gen[0]++
+	if err := env.dp.maps.LfpFibGen.Put(uint32(0), g); err != nil {
+		t.Fatal(err)
+	}
+	env.checkRouted(t, prog, toNext, PassNeighbourStale, nil)
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+}
+
 // The FIB cache on a connected subnet keeps each destination's own answer (its neighbour's MAC)
 // beside its block's, which is marked per destination: destinations of one block, asked in turn
 // and again, each get their own next hop, as bpf_fib_lookup() gives.
