@@ -55,15 +55,17 @@
  * A place answers only for the key it holds, compared in full, and under the generation it holds;
  * two keys of one set take both places, a third replaces one of them (asked again later: only
  * slower). Per CPU: a program runs to its end on its CPU, so no place is read half written
- * (lfp_scratch's argument, state.h), and each CPU fills its own places. 2^LFP_FIB_SET_SHIFT sets,
- * 2 places each: 180 KiB per CPU. */
+ * (lfp_scratch's argument, state.h), and each CPU fills its own places. One array with a range
+ * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 176 KiB
+ * each), not a per-CPU array, whose lookup reads the element's per-CPU pointer first (one more
+ * cache line per packet). A CPU beyond the array's end finds no set: the kernel is asked. */
 #define LFP_FIB_SET_SHIFT 10
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct lfp_fib_set);
-	__uint(max_entries, 1 << LFP_FIB_SET_SHIFT);
+	__uint(max_entries, 1 << LFP_FIB_SET_SHIFT); /* times the possible CPUs: dataplane.New */
 } lfp_fib_cache SEC(".maps");
 
 /* The blocks whose destinations may meet different routes (a route longer than the block, a
@@ -84,7 +86,7 @@ struct {
  * that vxlan.h, which state.h includes, can have one too). */
 struct fib_cache_scr {
 	struct lfp_fib_key key; /* the key fib_cache_get() left for fib_cache_fill() */
-	__u32 set;              /* the key of lfp_fib_cache's set */
+	__u32 set;              /* the key of lfp_fib_cache's set (this CPU's) */
 	/* The answer's next hop is not in the STALE set (neigh_not_stale()): fib_lookup_cached()'s
 	 * output beside the answer, 0 where it cannot tell. */
 	__u32 neigh_ok;
@@ -137,7 +139,7 @@ static __always_inline void fib_cache_key(struct lfp_fib_key *k, const struct bp
 	}
 }
 
-/* The set of lfp_fib_cache that key k may be kept in, left in fc->set. The key's block, or
+/* The set of lfp_fib_cache that key k may be kept in on this CPU, left in fc->set. The key's block, or
  * destination, words, device and flow are mixed, each by a multiplication whose high bits depend
  * on all of its input; dst[2] and dst[3] are 0 in IPv4 and block keys, and a destination's key
  * differs from its block's in them or (IPv4) in dst[0]. */
@@ -151,7 +153,7 @@ static __always_inline __u32 *fib_cache_set_of(struct fib_cache_scr *fc, const s
 		h = (h ^ k->dst[2]) * 0x9e3779b1u;
 		h = (h ^ k->dst[3]) * 0x85ebca6bu;
 	}
-	fc->set = h >> (32 - LFP_FIB_SET_SHIFT);
+	fc->set = bpf_get_smp_processor_id() << LFP_FIB_SET_SHIFT | h >> (32 - LFP_FIB_SET_SHIFT);
 	return &fc->set;
 }
 
