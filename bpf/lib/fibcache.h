@@ -56,7 +56,7 @@
  * two keys of one set take both places, a third replaces one of them (asked again later: only
  * slower). Per CPU: a program runs to its end on its CPU, so no place is read half written
  * (lfp_scratch's argument, state.h), and each CPU fills its own places. One array with a range
- * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 176 KiB
+ * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 184 KiB
  * each), not a per-CPU array, whose lookup reads the element's per-CPU pointer first (one more
  * cache line per packet). A CPU beyond the array's end finds no set: the kernel is asked. */
 #define LFP_FIB_SET_SHIFT 10
@@ -139,10 +139,10 @@ static __always_inline void fib_cache_key(struct lfp_fib_key *k, const struct bp
 	}
 }
 
-/* The set of lfp_fib_cache that key k may be kept in on this CPU, left in fc->set. The key's block, or
- * destination, words, device and flow are mixed, each by a multiplication whose high bits depend
- * on all of its input; dst[2] and dst[3] are 0 in IPv4 and block keys, and a destination's key
- * differs from its block's in them or (IPv4) in dst[0]. */
+/* The set of lfp_fib_cache that key k may be kept in on this CPU, left in fc->set. The key's
+ * block, or destination, words, device and flow are mixed, each by a multiplication whose high
+ * bits depend on all of its input; dst[2] and dst[3] are 0 in IPv4 and block keys, and a
+ * destination's key differs from its block's in them or (IPv4) in dst[0]. */
 static __always_inline __u32 *fib_cache_set_of(struct fib_cache_scr *fc, const struct lfp_fib_key *k, int v4)
 {
 	__u32 h = (k->ifindex ^ k->flow) * 0x9e3779b1u;
@@ -157,7 +157,7 @@ static __always_inline __u32 *fib_cache_set_of(struct fib_cache_scr *fc, const s
 	return &fc->set;
 }
 
-/* Whether place w holds key k (every field but the padding, which fib_cache_key() zeroes). */
+/* Whether place w holds key k: all 28 bytes, the padding too (fib_cache_key() zeroes it). */
 static __always_inline int fib_cache_holds(const struct lfp_fib_way *w, const struct lfp_fib_key *k)
 {
 	const __u32 *a = (const __u32 *)&w->key, *b = (const __u32 *)k;
