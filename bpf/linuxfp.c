@@ -49,11 +49,11 @@ static __always_inline int linuxfp_route_verdict(lfp_ctx *ctx, enum lfp_reason r
  * decision, the forward and postrouting rules, the checks on the way out, and the rewrite. Each
  * step goes on (LFP_FORWARDED) or says why not. v4 and inner are constants: each family, and
  * the inner packets of the VXLAN module, get their own inlined copy. */
-static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, const int v4,
-					 const int inner)
+static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *iface, const struct gate_ref *gate,
+					 __u32 in, const int v4, const int inner)
 {
 	struct bpf_fib_lookup fib;
-	struct router_pkt p = { .fib = &fib, .iface = iface, .in_ifindex = in, .v4 = v4, .inner = inner };
+	struct router_pkt p = { .fib = &fib, .iface = iface, .gate = *gate, .in_ifindex = in, .v4 = v4, .inner = inner };
 	enum lfp_reason r;
 	int v;
 
@@ -81,7 +81,7 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *ifac
 	/* The device the packet is routed to (a VXLAN or bridge device too, whose own way out is
 	 * checked again where it is chosen): a change of it not followed yet (gate.h). */
 	if (r == LFP_FORWARDED)
-		r = gate_egress(fib.ifindex);
+		r = gate_egress_in(&p.gate, fib.ifindex);
 	/* The filter once the output interface is known (filter.h); before the egress checks: a
 	 * packet netfilter drops never reaches Linux's neighbour layer or qdisc. */
 	if (r == LFP_FORWARDED && p.fw)
@@ -93,14 +93,15 @@ static __always_inline int linuxfp_route(lfp_ctx *ctx, const struct lfp_if *ifac
 	return router_xmit(ctx, &p);
 }
 
-/* iface: the ingress interface's data, in its ifindex. */
-static __always_inline int linuxfp_router(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, __be16 proto)
+/* iface: the ingress interface's data, in its ifindex; gate: the gate's maps. */
+static __always_inline int linuxfp_router(lfp_ctx *ctx, const struct lfp_if *iface, const struct gate_ref *gate,
+					  __u32 in, __be16 proto)
 {
 	switch (proto) {
 	case bpf_htons(ETH_P_IP):
-		return linuxfp_route(ctx, iface, in, 1, 0);
+		return linuxfp_route(ctx, iface, gate, in, 1, 0);
 	case bpf_htons(ETH_P_IPV6):
-		return linuxfp_route(ctx, iface, in, 0, 0);
+		return linuxfp_route(ctx, iface, gate, in, 0, 0);
 	}
 	/* ARP, VLAN tags (802.1Q is not even built here), LLDP ...: Linux's. */
 	return lfp_pass(ctx, LFP_PASS_NOT_IP);
@@ -112,6 +113,7 @@ static __always_inline int linuxfp_router(lfp_ctx *ctx, const struct lfp_if *ifa
 static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 {
 	const struct lfp_if *iface;
+	struct gate_ref gate;
 	void *data, *data_end;
 	struct ethhdr *eth;
 	enum lfp_reason r;
@@ -136,7 +138,8 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	/* The ingress ifindex and the interface's data, read once here and handed on: each read of
 	 * the ifindex is three dependent loads (XDP: rxq->dev->ifindex), each lookup an array access. */
 	in = ctx_ingress_ifindex(ctx);
-	r = gate_check(eth->h_proto, in);
+	gate_lookup(&gate);
+	r = gate_check_in(gate.g, gate.f, eth->h_proto, in);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	/* Uncounted: there is no row to count it in (lfp_count). */
@@ -149,13 +152,13 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 
 		if (!up.route)
 			return v;
-		return linuxfp_router(ctx, iface, in, up.proto);
+		return linuxfp_router(ctx, iface, &gate, in, up.proto);
 	}
 
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
 	if (!mac_equal(eth->h_dest, iface->mac))
 		return lfp_pass(ctx, LFP_PASS_NOT_FOR_US);
-	return linuxfp_router(ctx, iface, in, eth->h_proto);
+	return linuxfp_router(ctx, iface, &gate, in, eth->h_proto);
 }
 
 #if LFP_TC
@@ -171,6 +174,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 dev)
 {
 	const struct lfp_if *iface;
+	struct gate_ref gate;
 	struct ethhdr *eth;
 
 	if (!ctx)
@@ -178,13 +182,14 @@ __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 d
 	ctx_set_priority(ctx, 0);
 	ctx_pull(ctx, LFP_PULL_LEN4);
 	eth = ctx_data(ctx);
+	gate_lookup(&gate);
 	if ((void *)(eth + 1) > ctx_data_end(ctx) || eth->h_proto != bpf_htons(ETH_P_IP) ||
-	    gate_check(eth->h_proto, dev) != LFP_FORWARDED)
+	    gate_check_in(gate.g, gate.f, eth->h_proto, dev) != LFP_FORWARDED)
 		return ctx_redirect_ingress(ctx, dev);
 	iface = lfp_iface_of(dev);
 	if (!iface || !mac_equal(eth->h_dest, iface->mac))
 		return ctx_redirect_ingress(ctx, dev);
-	return linuxfp_route(ctx, iface, dev, 1, 1);
+	return linuxfp_route(ctx, iface, &gate, dev, 1, 1);
 }
 
 /* linuxfp_rx in a frame of its own, for programs that may route an inner frame after it

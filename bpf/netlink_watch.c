@@ -720,12 +720,11 @@ static __always_inline void neigh_changed(struct neighbour *n, int removed)
 	family = BPF_CORE_READ(n, tbl, family);
 	if (family != 2 && family != 10)
 		return;
-	fib_moved(family_fibs(family));
 	k.ifindex = BPF_CORE_READ(n, dev, ifindex);
 	k.family = family;
 	if (bpf_probe_read_kernel(k.addr, family == 2 ? 4 : 16,
 				  (void *)n + bpf_core_field_offset(struct neighbour, primary_key)))
-		return;
+		goto moved;
 	if (!removed && BPF_CORE_READ(n, nud_state) == NUD_STALE) {
 		/* Already there: it keeps its mark (the packet that moves it on went to Linux). */
 		long err;
@@ -739,6 +738,11 @@ static __always_inline void neigh_changed(struct neighbour *n, int removed)
 	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
 		stale_count(&k, -1);
 	}
+moved:
+	/* After the set: a FIB cache answer keeps whether its next hop was in the set when it was
+	 * filled (lib/fibcache.h), so the generation must move on after the set changed, not
+	 * before (a fill in between would keep "not STALE" under the new generation). */
+	fib_moved(family_fibs(family));
 }
 
 SEC("tp_btf/neigh_update_done")

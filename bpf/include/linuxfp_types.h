@@ -547,7 +547,22 @@ struct lfp_fib_entry {
 	__u8 smac[6];
 	__u8 dmac[6];
 	__u8 per_dst; /* the block's answers differ per destination: look up the destination's */
-	__u8 pad[3];
+	__u8 neigh_ok; /* the next hop was not in the STALE set at fill time (lib/neigh.h) */
+	__u8 pad[2];
+};
+
+/* One place of the FIB cache (lib/fibcache.h): the key its answer is for, and the answer. */
+struct lfp_fib_way {
+	struct lfp_fib_key key;
+	__u32 pad;
+	struct lfp_fib_entry e;
+};
+
+/* A set of the FIB cache: the places a key may be kept in (lib/fibcache.h). */
+struct lfp_fib_set {
+	struct lfp_fib_way way[2];
+	__u32 next; /* the way the next fill replaces when both hold current answers */
+	__u32 pad;
 };
 
 #endif

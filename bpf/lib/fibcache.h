@@ -46,12 +46,26 @@
 #include "linuxfp_types.h"
 #include "fibcache_map.h"
 #include "gate.h"
+#include "neigh.h"
+
+/* The answers, per CPU, in sets of two places (struct lfp_fib_set) found by a hash of the key
+ * (fib_cache_set_of()): an array's lookup is inlined by the verifier, where a hash map's is a
+ * call into the kernel's hash table (the key hashed, the bucket walked, the key compared: on the
+ * AMD VM, where every return is mispredicted, about a quarter of a routed packet's program time).
+ * A place answers only for the key it holds, compared in full, and under the generation it holds;
+ * two keys of one set take both places, a third replaces one of them (asked again later: only
+ * slower). Per CPU: a program runs to its end on its CPU, so no place is read half written
+ * (lfp_scratch's argument, state.h), and each CPU fills its own places. One array with a range
+ * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 184 KiB
+ * each), not a per-CPU array, whose lookup reads the element's per-CPU pointer first (one more
+ * cache line per packet). A CPU beyond the array's end finds no set: the kernel is asked. */
+#define LFP_FIB_SET_SHIFT 10
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct lfp_fib_key);
-	__type(value, struct lfp_fib_entry);
-	__uint(max_entries, 32768);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_fib_set);
+	__uint(max_entries, 1 << LFP_FIB_SET_SHIFT); /* times the possible CPUs: dataplane.New */
 } lfp_fib_cache SEC(".maps");
 
 /* The blocks whose destinations may meet different routes (a route longer than the block, a
@@ -65,22 +79,6 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } lfp_fib_split SEC(".maps");
 
-/* A bit array in front of the destinations' own entries: a block's bit (fib_cache_bucket()) is set
- * once the block is marked "per destination", and a packet to a destination of a block whose bit
- * is set looks its own entry up first: one lookup instead of the block's and then its own. The
- * bits only choose an order: a destination's own entry is the kernel's answer for that
- * destination under the generation it holds, whatever the block's entry says now (or whether it
- * is still there), so a stale or shared bit costs a lookup that misses, nothing else. Set by
- * the data plane, never cleared. 2^LFP_FIB_PERDST_SHIFT bits (8 KiB). */
-#define LFP_FIB_PERDST_SHIFT 16
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, (1 << LFP_FIB_PERDST_SHIFT) / 64);
-} lfp_fib_perdst SEC(".maps");
-
 #define FIB_MISS (-1) /* nothing kept under the generation: ask and keep */
 #define FIB_ASK (-2)  /* the cache is off: ask the kernel */
 
@@ -88,26 +86,36 @@ struct {
  * that vxlan.h, which state.h includes, can have one too). */
 struct fib_cache_scr {
 	struct lfp_fib_key key; /* the key fib_cache_get() left for fib_cache_fill() */
-	__u32 word;             /* the key of lfp_fib_perdst's word */
+	__u32 set;              /* the key of lfp_fib_cache's set (this CPU's) */
+	/* The answer's next hop is not in the STALE set (neigh_not_stale()): fib_lookup_cached()'s
+	 * output beside the answer, 0 where it cannot tell. */
+	__u32 neigh_ok;
 	struct lfp_fib_entry entry;
 	__u64 probe[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
 };
 
-/* The generation an answer for family v4 is filled under, or 0 where the cache is off. */
-static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
+/* The generation an answer for family v4 is filled under, or 0 where the cache is off (gt: the
+ * gate's value, gate_lookup()'s). */
+static __always_inline __u64 fib_cache_gen_in(const struct lfp_config *cfg, const struct lfp_gate *gt, int v4)
 {
 	const struct lfp_fib_gen *g;
-	const struct lfp_gate *gt;
 	__u32 key = 0;
 
 	if (!(cfg->fib_flags & (v4 ? LFP_FIB_CACHE4 : LFP_FIB_CACHE6)))
 		return 0;
 	g = bpf_map_lookup_elem(&lfp_fib_gen, &key);
-	gt = bpf_map_lookup_elem(&lfp_gate_map, &key);
 	if (!g || !gt)
 		return 0;
 	/* Both only grow: the sum moves on with either. +1: 0 stays "off". */
 	return *(volatile const __u64 *)&g->gen[v4 ? 0 : 1] + *(volatile const __u64 *)&gt->fib_epoch + 1;
+}
+
+/* fib_cache_gen_in() with the gate looked up here. */
+static __always_inline __u64 fib_cache_gen(const struct lfp_config *cfg, int v4)
+{
+	__u32 key = 0;
+
+	return fib_cache_gen_in(cfg, bpf_map_lookup_elem(&lfp_gate_map, &key), v4);
 }
 
 /* Builds in k the key of fib's destination block (one = 0) or of the destination itself. */
@@ -131,52 +139,94 @@ static __always_inline void fib_cache_key(struct lfp_fib_key *k, const struct bp
 	}
 }
 
-/* The word of lfp_fib_perdst that holds block key k's bit (returned), left in fc->word. The key's
- * block words (IPv4: dst[0]; IPv6: dst[0] and dst[1]) and device; other keys may share it. */
-static __always_inline __u64 fib_cache_bit(struct fib_cache_scr *fc, const struct lfp_fib_key *k)
+/* The set of lfp_fib_cache that key k may be kept in on this CPU, left in fc->set. The key's
+ * block, or destination, words, device and flow are mixed, each by a multiplication whose high
+ * bits depend on all of its input; dst[2] and dst[3] are 0 in IPv4 and block keys, and a
+ * destination's key differs from its block's in them or (IPv4) in dst[0]. */
+static __always_inline __u32 *fib_cache_set_of(struct fib_cache_scr *fc, const struct lfp_fib_key *k, int v4)
 {
-	__u32 h = ((k->ifindex ^ k->dst[0]) * 0x9e3779b1u ^ k->dst[1]) * 0x9e3779b1u;
+	__u32 h = (k->ifindex ^ k->flow) * 0x9e3779b1u;
 
-	h >>= 32 - LFP_FIB_PERDST_SHIFT;
-	fc->word = h / 64;
-	return 1ull << (h % 64);
+	h = (h ^ k->dst[0]) * 0x85ebca6bu;
+	if (!v4) {
+		h = (h ^ k->dst[1]) * 0xc2b2ae35u;
+		h = (h ^ k->dst[2]) * 0x9e3779b1u;
+		h = (h ^ k->dst[3]) * 0x85ebca6bu;
+	}
+	fc->set = bpf_get_smp_processor_id() << LFP_FIB_SET_SHIFT | h >> (32 - LFP_FIB_SET_SHIFT);
+	return &fc->set;
+}
+
+/* Whether place w holds key k: all 28 bytes, the padding too (fib_cache_key() zeroes it). */
+static __always_inline int fib_cache_holds(const struct lfp_fib_way *w, const struct lfp_fib_key *k)
+{
+	const __u32 *a = (const __u32 *)&w->key, *b = (const __u32 *)k;
+
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) |
+		(a[5] ^ b[5]) | (a[6] ^ b[6])) == 0;
+}
+
+/* The answer kept for key k under generation gen, or NULL. */
+static __always_inline const struct lfp_fib_entry *fib_cache_find(struct fib_cache_scr *fc,
+								  const struct lfp_fib_key *k, int v4, __u64 gen)
+{
+	const struct lfp_fib_set *s = bpf_map_lookup_elem(&lfp_fib_cache, fib_cache_set_of(fc, k, v4));
+
+	if (!s)
+		return NULL;
+	if (s->way[0].e.gen == gen && fib_cache_holds(&s->way[0], k))
+		return &s->way[0].e;
+	if (s->way[1].e.gen == gen && fib_cache_holds(&s->way[1], k))
+		return &s->way[1].e;
+	return NULL;
+}
+
+/* Keeps answer e for key k: in the place that holds k already, else in one whose answer is of an
+ * older generation, else in the set's next place to replace. */
+static __always_inline void fib_cache_put(struct fib_cache_scr *fc, const struct lfp_fib_key *k,
+					  const struct lfp_fib_entry *e, int v4)
+{
+	struct lfp_fib_set *s = bpf_map_lookup_elem(&lfp_fib_cache, fib_cache_set_of(fc, k, v4));
+	struct lfp_fib_way *w;
+
+	if (!s)
+		return;
+	if (fib_cache_holds(&s->way[0], k))
+		w = &s->way[0];
+	else if (fib_cache_holds(&s->way[1], k))
+		w = &s->way[1];
+	else if (s->way[0].e.gen != e->gen)
+		w = &s->way[0];
+	else if (s->way[1].e.gen != e->gen)
+		w = &s->way[1];
+	else {
+		w = &s->way[s->next & 1];
+		s->next ^= 1;
+	}
+	w->key = *k;
+	w->e = *e;
 }
 
 /* The cached answer for the lookup fib describes (its input, filled by the family's entry point
  * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
- * code returned; FIB_MISS when there is none under generation gen. The destination's own entry
- * where the block's bit is set (lfp_fib_perdst); else, or where it has none, the block's entry,
- * and where the block's answers are per destination, the destination's. The key of the entry to
- * fill is left in fc. */
+ * code returned; FIB_MISS when there is none under generation gen. The block's answer, and where
+ * the block's answers are per destination, the destination's. The key of the answer to fill is
+ * left in fc. */
 static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4, __u64 gen,
 					 __u32 mtulen)
 {
 	struct lfp_fib_key *k = &fc->key;
-	const struct lfp_fib_entry *e = NULL;
-	const __u64 *bits;
-	__u64 bit;
+	const struct lfp_fib_entry *e;
 
 	fib_cache_key(k, fib, v4, 0);
-	bit = fib_cache_bit(fc, k);
-	bits = bpf_map_lookup_elem(&lfp_fib_perdst, &fc->word);
-	if (bits && (*bits & bit)) {
+	e = fib_cache_find(fc, k, v4, gen);
+	if (!e)
+		return FIB_MISS;
+	if (e->per_dst) {
 		fib_cache_key(k, fib, v4, 1);
-		e = bpf_map_lookup_elem(&lfp_fib_cache, k);
-		if (!e || e->gen != gen) {
-			e = NULL;
-			fib_cache_key(k, fib, v4, 0);
-		}
-	}
-	if (!e) {
-		e = bpf_map_lookup_elem(&lfp_fib_cache, k);
-		if (!e || e->gen != gen)
+		e = fib_cache_find(fc, k, v4, gen);
+		if (!e)
 			return FIB_MISS;
-		if (e->per_dst) {
-			fib_cache_key(k, fib, v4, 1);
-			e = bpf_map_lookup_elem(&lfp_fib_cache, k);
-			if (!e || e->gen != gen)
-				return FIB_MISS;
-		}
 	}
 	if (mtulen > e->mtu)
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
@@ -190,6 +240,7 @@ static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fi
 		__builtin_memcpy(fib->ipv6_dst, e->nh, sizeof(e->nh));
 	__builtin_memcpy(fib->smac, e->smac, ETH_ALEN);
 	__builtin_memcpy(fib->dmac, e->dmac, ETH_ALEN);
+	fc->neigh_ok = e->neigh_ok;
 	return BPF_FIB_LKUP_RET_SUCCESS;
 }
 
@@ -217,8 +268,8 @@ static __always_inline int fib_cache_per_dst(struct fib_cache_scr *fc, const str
 /* bpf_fib_lookup() for fib; a successful answer is kept under generation gen: for the whole
  * block, or, where the block's answers differ per destination, the block is marked so and the
  * answer kept for the destination alone. fc holds the key fib_cache_get() left. */
-static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4,
-					  __u64 gen)
+static __always_inline int fib_cache_fill(lfp_ctx *ctx, const struct lfp_config *cfg, struct fib_cache_scr *fc,
+					  struct bpf_fib_lookup *fib, int v4, __u64 gen)
 {
 	struct bpf_fib_lookup *probe = (struct bpf_fib_lookup *)fc->probe;
 	struct lfp_fib_entry *e = &fc->entry;
@@ -230,13 +281,8 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc
 		return rc;
 	e->gen = gen;
 	if (!fc->key.one && fib_cache_per_dst(fc, fib, probe, v4)) {
-		__u64 bit = fib_cache_bit(fc, &fc->key), *bits;
-
 		e->per_dst = 1;
-		bpf_map_update_elem(&lfp_fib_cache, &fc->key, e, BPF_ANY);
-		bits = bpf_map_lookup_elem(&lfp_fib_perdst, &fc->word);
-		if (bits && !(*bits & bit))
-			__sync_fetch_and_or(bits, bit);
+		fib_cache_put(fc, &fc->key, e, v4);
 		fib_cache_key(&fc->key, probe, v4, 1);
 	}
 	e->per_dst = 0;
@@ -260,19 +306,26 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, struct fib_cache_scr *fc
 	}
 	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
-	bpf_map_update_elem(&lfp_fib_cache, &fc->key, e, BPF_ANY);
+	/* After the generation was read (router_fib): a next hop that becomes STALE later moves
+	 * it on after it is in the set (netlink_watch.c, neigh_changed()). */
+	e->neigh_ok = neigh_not_stale(cfg, fib);
+	fc->neigh_ok = e->neigh_ok;
+	fib_cache_put(fc, &fc->key, e, v4);
 	return rc;
 }
 
 /* bpf_fib_lookup() for fib, answered by the cache where it may: gen is fib_cache_gen()'s (0: the
- * cache is off). fib->tot_len is the length the MTU check sees. */
-static __always_inline int fib_lookup_cached(lfp_ctx *ctx, struct fib_cache_scr *fc, struct bpf_fib_lookup *fib,
-					     int v4, __u64 gen)
+ * cache is off). fib->tot_len is the length the MTU check sees. fc->neigh_ok is set beside a
+ * successful answer. */
+static __always_inline int fib_lookup_cached(lfp_ctx *ctx, const struct lfp_config *cfg, struct fib_cache_scr *fc,
+					     struct bpf_fib_lookup *fib, int v4, __u64 gen)
 {
-	int rc = gen ? fib_cache_get(fc, fib, v4, gen, fib->tot_len) : FIB_ASK;
+	int rc;
 
+	fc->neigh_ok = 0;
+	rc = gen ? fib_cache_get(fc, fib, v4, gen, fib->tot_len) : FIB_ASK;
 	if (rc == FIB_MISS)
-		rc = fib_cache_fill(ctx, fc, fib, v4, gen);
+		rc = fib_cache_fill(ctx, cfg, fc, fib, v4, gen);
 	else if (rc == FIB_ASK)
 		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	return rc;

@@ -29,14 +29,30 @@ struct {
 #define GATE_CHECK_INLINE __always_inline
 #endif
 
-/* LFP_FORWARDED (0) where the gate lets a frame of ethertype proto (network byte order)
- * through, or the reason it goes to Linux. */
-static GATE_CHECK_INLINE enum lfp_reason gate_check(__be16 proto, __u32 ifindex)
-{
-	const struct lfp_fence *f;
+/* The gate's maps, looked up once per packet (gate_lookup) and handed to each check: an inlined
+ * array lookup is still a few instructions and a load of its key from the stack. */
+struct gate_ref {
 	const struct lfp_gate *g;
+	const struct lfp_fence *f;
+};
+
+/* 0 when either map has no value (cannot happen: both are arrays of one). */
+static __always_inline int gate_lookup(struct gate_ref *gr)
+{
+	__u32 key = 0;
+
+	gr->g = bpf_map_lookup_elem(&lfp_gate_map, &key);
+	gr->f = bpf_map_lookup_elem(&lfp_fence_map, &key);
+	return gr->g && gr->f;
+}
+
+/* LFP_FORWARDED (0) where the gate (g, f: gate_lookup()'s) lets a frame of ethertype proto
+ * (network byte order) through, or the reason it goes to Linux. */
+static GATE_CHECK_INLINE enum lfp_reason gate_check_in(const struct lfp_gate *g, const struct lfp_fence *f,
+						       __be16 proto, __u32 ifindex)
+{
 	const __u64 *changed;
-	__u32 key = 0, unit, bit;
+	__u32 unit, bit;
 
 	if (proto == bpf_htons(ETH_P_IP))
 		unit = LFP_FENCE_IPV4, bit = LFP_GATE_IPV4;
@@ -44,8 +60,6 @@ static GATE_CHECK_INLINE enum lfp_reason gate_check(__be16 proto, __u32 ifindex)
 		unit = LFP_FENCE_IPV6, bit = LFP_GATE_IPV6;
 	else
 		return LFP_FORWARDED;
-	g = bpf_map_lookup_elem(&lfp_gate_map, &key);
-	f = bpf_map_lookup_elem(&lfp_fence_map, &key);
 	if (!g || !f)
 		return LFP_PASS_APPLY_FAILED;
 	if (g->failed & bit)
@@ -61,25 +75,29 @@ static GATE_CHECK_INLINE enum lfp_reason gate_check(__be16 proto, __u32 ifindex)
 }
 
 /* LFP_FORWARDED where a packet may leave by device ifindex, LFP_PASS_FENCED where a change of
- * the device (include/fence.h, the link unit) is not followed yet. The first test is all a
- * packet costs while no such change waits. */
-static __always_inline enum lfp_reason gate_egress(__u32 ifindex)
+ * the device (include/fence.h, the link unit) is not followed yet (gr: gate_lookup()'s). The
+ * first test is all a packet costs while no such change waits. */
+static __always_inline enum lfp_reason gate_egress_in(const struct gate_ref *gr, __u32 ifindex)
 {
-	const struct lfp_fence *f;
-	const struct lfp_gate *g;
 	const __u64 *changed;
-	__u32 key = 0;
 
-	g = bpf_map_lookup_elem(&lfp_gate_map, &key);
-	f = bpf_map_lookup_elem(&lfp_fence_map, &key);
-	if (!g || !f)
+	if (!gr->g || !gr->f)
 		return LFP_PASS_APPLY_FAILED;
-	if (f->seq[LFP_FENCE_LINK] == g->done[LFP_FENCE_LINK])
+	if (gr->f->seq[LFP_FENCE_LINK] == gr->g->done[LFP_FENCE_LINK])
 		return LFP_FORWARDED;
 	changed = bpf_map_lookup_elem(&lfp_if_fence, &ifindex);
-	if (changed && *changed > g->done[LFP_FENCE_LINK])
+	if (changed && *changed > gr->g->done[LFP_FENCE_LINK])
 		return LFP_PASS_FENCED;
 	return LFP_FORWARDED;
+}
+
+/* gate_egress_in() with the maps looked up here. */
+static __always_inline enum lfp_reason gate_egress(__u32 ifindex)
+{
+	struct gate_ref gr;
+
+	gate_lookup(&gr);
+	return gate_egress_in(&gr, ifindex);
 }
 
 #endif

@@ -28,6 +28,21 @@ static __always_inline int neigh_stale_maybe(const struct lfp_neigh_key *k)
 	return !t || !c || *t + *c != 0;
 }
 
+/* The set's key of fib's next hop. */
+static __always_inline void neigh_key_of(struct lfp_neigh_key *nk, const struct bpf_fib_lookup *fib)
+{
+	nk->ifindex = fib->ifindex;
+	nk->family = fib->family;
+	if (fib->family == AF_INET) {
+		nk->addr[0] = fib->ipv4_dst;
+	} else {
+		nk->addr[0] = fib->ipv6_dst[0];
+		nk->addr[1] = fib->ipv6_dst[1];
+		nk->addr[2] = fib->ipv6_dst[2];
+		nk->addr[3] = fib->ipv6_dst[3];
+	}
+}
+
 /* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE one, moves it to
  * DELAY and later re-probes it; a fast path that never let Linux see a packet would keep using
  * a MAC nobody confirms. So the first packet to a STALE nexthop goes to Linux (which moves it to
@@ -45,16 +60,7 @@ static __always_inline int neigh_stale(const struct lfp_config *cfg, const struc
 
 	if (!cfg->stale_neighs && neigh_stale_lost())
 		return LFP_PASS_NEIGH_LOST;
-	nk.ifindex = fib->ifindex;
-	nk.family = fib->family;
-	if (fib->family == AF_INET) {
-		nk.addr[0] = fib->ipv4_dst;
-	} else {
-		nk.addr[0] = fib->ipv6_dst[0];
-		nk.addr[1] = fib->ipv6_dst[1];
-		nk.addr[2] = fib->ipv6_dst[2];
-		nk.addr[3] = fib->ipv6_dst[3];
-	}
+	neigh_key_of(&nk, fib);
 	/* The controller keeps the set alone (cfg->stale_neighs: how many entries) where the
 	 * tracepoints do not run, and counts no buckets. */
 	if (!cfg->stale_neighs && !neigh_stale_maybe(&nk))
@@ -65,6 +71,21 @@ static __always_inline int neigh_stale(const struct lfp_config *cfg, const struc
 		return LFP_PASS_NEIGH_STALE;
 	}
 	return 0;
+}
+
+/* Whether the set does not hold fib's next hop and no insert into it was lost: neigh_stale()
+ * would return 0 for it, and changes nothing then. The FIB cache keeps this with an answer
+ * (fibcache.h: every change of the set is followed by a move of the cache's generation). */
+static __always_inline int neigh_not_stale(const struct lfp_config *cfg, const struct bpf_fib_lookup *fib)
+{
+	struct lfp_neigh_key nk = {};
+
+	if (!cfg->stale_neighs && neigh_stale_lost())
+		return 0;
+	neigh_key_of(&nk, fib);
+	if (!cfg->stale_neighs && !neigh_stale_maybe(&nk))
+		return 1;
+	return !bpf_map_lookup_elem(&lfp_stale, &nk);
 }
 
 #endif

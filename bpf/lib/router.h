@@ -136,6 +136,7 @@ struct router_pkt {
 	struct lfp_config *cfg;
 	struct lfp_scratch *scr;
 	const struct lfp_if *iface; /* the ingress interface's data (linuxfp_rx looked it up) */
+	struct gate_ref gate;       /* the gate's maps (linuxfp_rx looked them up) */
 	/* The device Linux routes the packet from: the ingress device, or on a bridge port the
 	 * bridge (br_pass_frame_up() hands frames for the bridge's MAC to the bridge device). */
 	__u32 in_ifindex;
@@ -148,6 +149,7 @@ struct router_pkt {
 	__u8 proto;
 	__u8 v4;
 	__u8 fw;      /* the filter module runs for this family */
+	__u8 neigh_ok; /* the FIB cache's answer says the next hop is not STALE (router_fib) */
 	/* Routed as the vxlan device it was decapsulated for would route it, in the underlay's
 	 * program (linuxfp_decap_route): every step that would not forward it sends it to that
 	 * device instead. A constant, like v4. */
@@ -390,15 +392,20 @@ static __always_inline enum lfp_reason router_prepare(lfp_ctx *ctx, struct route
 	p->scr = scr;
 	scr->vx_on = 0;
 	scr->br_dnat = 0;
-	__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
-	scr->fp.src_not_local = 1;
+	/* The filter's view of the packet is read whole by the filter alone (filter_l4 and
+	 * filter_forward, both only with p->fw); without it only its addresses are (conntrack:
+	 * router_conntrack, router_dnat), and its ~100 bytes are not cleared. */
+	if (p->fw) {
+		__builtin_memset(&scr->fp, 0, sizeof(scr->fp));
+		scr->fp.src_not_local = 1;
+		scr->fp.v6 = !p->v4;
+	}
 	if (p->v4) {
 		scr->fp.src[0] = fib->ipv4_src;
 		scr->fp.dst[0] = fib->ipv4_dst;
 	} else {
 		__builtin_memcpy(scr->fp.src, fib->ipv6_src, sizeof(fib->ipv6_src));
 		__builtin_memcpy(scr->fp.dst, fib->ipv6_dst, sizeof(fib->ipv6_dst));
-		scr->fp.v6 = 1;
 	}
 	scr->ct.nat = 0;
 	scr->ct.refresh = 0;
@@ -471,10 +478,11 @@ static __always_inline enum lfp_reason router_fib(lfp_ctx *ctx, struct router_pk
 	p->mtulen = fib->tot_len;
 	p->prio = p->v4 && p->cfg->fwd_update_prio4 ? ipv4_tos2prio(fib->tos) : TX_PRIO_KEEP;
 	p->tos = fib->tos;
-	gen = fib_cache_gen(p->cfg, p->v4);
-	rc = fib_lookup_cached(ctx, &p->scr->fc, fib, p->v4, gen);
+	gen = fib_cache_gen_in(p->cfg, p->gate.g, p->v4);
+	rc = fib_lookup_cached(ctx, p->cfg, &p->scr->fc, fib, p->v4, gen);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return fib_reason(rc);
+	p->neigh_ok = p->scr->fc.neigh_ok;
 	return LFP_FORWARDED;
 }
 
@@ -507,7 +515,8 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	if (!p->v4 && cfg->route_mtu6 && p->mtulen > cfg->route_mtu6)
 		return LFP_PASS_ROUTE_MTU;
 
-	r = neigh_stale(cfg, fib);
+	/* Not looked up again where the FIB cache's answer says the next hop is not in the set. */
+	r = p->neigh_ok ? 0 : neigh_stale(cfg, fib);
 	if (r)
 		return r;
 
@@ -560,7 +569,7 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	/* Last: only devices whose changes are followed (gate.h) and that take the packet as
 	 * Linux's transmit would (tx.h). The device the route names was checked after the lookup
 	 * (linuxfp_route): only a port of a bridge it names is new here. */
-	r = out == fib->ifindex ? LFP_FORWARDED : gate_egress(out);
+	r = out == fib->ifindex ? LFP_FORWARDED : gate_egress_in(&p->gate, out);
 	if (r == LFP_FORWARDED)
 		r = tx_prepare(ctx, out, p->mtulen, p->prio);
 trim:

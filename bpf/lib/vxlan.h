@@ -145,7 +145,7 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 	o.ifindex = 1;
 	o.ipv4_src = p->saddr;
 	o.ipv4_dst = p->daddr;
-	rc = fib_lookup_cached(ctx, fc, &o, 1, fib_cache_gen(cfg, 1));
+	rc = fib_lookup_cached(ctx, cfg, fc, &o, 1, fib_cache_gen(cfg, 1));
 	/* Local (the driver's bypass to another vxlan device here), unreachable, larger than the
 	 * underlay MTU (the driver's outer header has DF clear: Linux fragments it) ...: its path. */
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS || o.ifindex == dev)

@@ -191,6 +191,9 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	}
 	fwCap := min(initialFilterRules, o.FilterRules)
 	setFilterCapacity([]*ebpf.CollectionSpec{spec, tcSpec}, fwCap)
+	if err := setFibCacheSize([]*ebpf.CollectionSpec{spec, tcSpec}); err != nil {
+		return nil, err
+	}
 	d := &Dataplane{
 		spec:     spec,
 		tcSpec:   tcSpec,

@@ -2,8 +2,12 @@ package dataplane
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/linuxfp/linuxfp/internal/filter/compile"
 	"github.com/linuxfp/linuxfp/internal/filter/model"
@@ -162,6 +166,78 @@ func TestFilterMapsGrow(t *testing.T) {
 		defer prog.Close()
 		if ret, _, reason := env.run(t, prog, pkt4); ret != xdpDrop || reason != FilterDropped {
 			t.Fatalf("%s: verdict %d reason %v, want the grown ruleset's drop", hook, ret, reason)
+		}
+	}
+}
+
+// The link unit of the fence (include/fence.h) holds the packets of a device whose change the
+// data plane does not follow yet: arriving on it (the gate's check) or routed out of it (the
+// check after the route lookup, with the gate's maps looked up once for the packet), with the
+// FIB cache on and off; a packet between two other devices goes on.
+func TestGateLinkFence(t *testing.T) {
+	env := newTestEnv(t)
+	toOut := v4("198.18.0.2", "198.19.0.9").Bytes() // out0
+	toBig := v4("198.18.0.2", "198.19.8.9").Bytes() // big0
+	var g linuxfpLfpGate
+	if err := env.dp.maps.LfpGateMap.Lookup(uint32(0), &g); err != nil {
+		t.Fatal(err)
+	}
+	done := g.Done[FenceLink]
+	fence := func(ifindex int) {
+		t.Helper()
+		f := linuxfpLfpFence{}
+		if err := env.dp.maps.LfpFenceMap.Lookup(uint32(0), &f); err != nil {
+			t.Fatal(err)
+		}
+		f.Seq[FenceLink] = done + 1
+		if err := env.dp.maps.LfpFenceMap.Put(uint32(0), f); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.dp.maps.LfpIfFence.Put(uint32(ifindex), done+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(t *testing.T, prog *ebpf.Program, pkt []byte, want Reason) {
+		t.Helper()
+		ret, _, reason := env.run(t, prog, pkt)
+		if reason != want || (want == Forwarded) != (ret == xdpRedirect) {
+			t.Fatalf("reason %v verdict %d, want %v", reason, ret, want)
+		}
+	}
+	for _, cache := range []bool{false, true} {
+		if err := env.ns.Do(func() error {
+			big, err := netlink.LinkByName("big0")
+			if err != nil {
+				return err
+			}
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in, big.Attrs().Index), FibCacheData: FibCacheData{FibCache4: cache}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.dp.maps.LfpGateMap.Lookup(uint32(0), &g); err != nil {
+			t.Fatal(err)
+		}
+		done = g.Done[FenceLink]
+		for _, hook := range hooks {
+			env.hook = hook
+			t.Run(fmt.Sprintf("%s/cache=%v", hook, cache), func(t *testing.T) {
+				prog := env.prog(t, true, true)
+				// Both answers kept first, where the cache is on.
+				check(t, prog, toOut, Forwarded)
+				check(t, prog, toBig, Forwarded)
+				fence(env.out)
+				check(t, prog, toOut, PassFenced)
+				check(t, prog, toBig, Forwarded)
+				fence(env.in)
+				check(t, prog, toBig, PassFenced)
+				if err := env.dp.maps.LfpIfFence.Delete(uint32(env.in)); err != nil {
+					t.Fatal(err)
+				}
+				if err := env.dp.maps.LfpIfFence.Delete(uint32(env.out)); err != nil {
+					t.Fatal(err)
+				}
+				check(t, prog, toOut, Forwarded)
+			})
 		}
 	}
 }

@@ -124,20 +124,6 @@ type linuxfpLfpFence struct {
 	Seq [4]uint64
 }
 
-type linuxfpLfpFibEntry struct {
-	_       structs.HostLayout
-	Gen     uint64
-	Ifindex uint32
-	Nh      [4]uint32
-	Metric  uint32
-	Mtu     uint16
-	Smac    [6]uint8
-	Dmac    [6]uint8
-	PerDst  uint8
-	Pad     [3]uint8
-	_       [6]byte
-}
-
 type linuxfpLfpFibFlags uint32
 
 const (
@@ -160,6 +146,31 @@ type linuxfpLfpFibKey struct {
 	Family  uint8
 	One     uint8
 	Pad     [2]uint8
+}
+
+type linuxfpLfpFibSet struct {
+	_   structs.HostLayout
+	Way [2]struct {
+		_   structs.HostLayout
+		Key linuxfpLfpFibKey
+		Pad uint32
+		E   struct {
+			_       structs.HostLayout
+			Gen     uint64
+			Ifindex uint32
+			Nh      [4]uint32
+			Metric  uint32
+			Mtu     uint16
+			Smac    [6]uint8
+			Dmac    [6]uint8
+			PerDst  uint8
+			NeighOk uint8
+			Pad     [2]uint8
+			_       [6]byte
+		}
+	}
+	Next uint32
+	Pad  uint32
 }
 
 type linuxfpLfpFwFlags uint32
@@ -412,10 +423,25 @@ type linuxfpLfpScratch struct {
 	_    [4]byte
 	Ofib [8]uint64
 	Fc   struct {
-		_     structs.HostLayout
-		Key   linuxfpLfpFibKey
-		Word  uint32
-		Entry linuxfpLfpFibEntry
+		_       structs.HostLayout
+		Key     linuxfpLfpFibKey
+		Set     uint32
+		NeighOk uint32
+		_       [4]byte
+		Entry   struct {
+			_       structs.HostLayout
+			Gen     uint64
+			Ifindex uint32
+			Nh      [4]uint32
+			Metric  uint32
+			Mtu     uint16
+			Smac    [6]uint8
+			Dmac    [6]uint8
+			PerDst  uint8
+			NeighOk uint8
+			Pad     [2]uint8
+			_       [6]byte
+		}
 		Probe [8]uint64
 	}
 }
@@ -515,7 +541,6 @@ const (
 	linuxfpMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpMapLfpFibGen            = "lfp_fib_gen"
-	linuxfpMapLfpFibPerdst         = "lfp_fib_perdst"
 	linuxfpMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpMapLfpFwHosts           = "lfp_fw_hosts"
@@ -624,7 +649,6 @@ type linuxfpMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
-	LfpFibPerdst     *ebpf.MapSpec `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -709,7 +733,6 @@ type linuxfpMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
-	LfpFibPerdst     *ebpf.Map `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -760,7 +783,6 @@ func (m *linuxfpMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
-		m.LfpFibPerdst,
 		m.LfpFibSplit,
 		m.LfpFwHostFilter,
 		m.LfpFwHosts,

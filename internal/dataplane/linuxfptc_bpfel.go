@@ -107,20 +107,6 @@ type linuxfpTcLfpFence struct {
 	Seq [4]uint64
 }
 
-type linuxfpTcLfpFibEntry struct {
-	_       structs.HostLayout
-	Gen     uint64
-	Ifindex uint32
-	Nh      [4]uint32
-	Metric  uint32
-	Mtu     uint16
-	Smac    [6]uint8
-	Dmac    [6]uint8
-	PerDst  uint8
-	Pad     [3]uint8
-	_       [6]byte
-}
-
 type linuxfpTcLfpFibGen struct {
 	_         structs.HostLayout
 	Gen       [2]uint64
@@ -136,6 +122,31 @@ type linuxfpTcLfpFibKey struct {
 	Family  uint8
 	One     uint8
 	Pad     [2]uint8
+}
+
+type linuxfpTcLfpFibSet struct {
+	_   structs.HostLayout
+	Way [2]struct {
+		_   structs.HostLayout
+		Key linuxfpTcLfpFibKey
+		Pad uint32
+		E   struct {
+			_       structs.HostLayout
+			Gen     uint64
+			Ifindex uint32
+			Nh      [4]uint32
+			Metric  uint32
+			Mtu     uint16
+			Smac    [6]uint8
+			Dmac    [6]uint8
+			PerDst  uint8
+			NeighOk uint8
+			Pad     [2]uint8
+			_       [6]byte
+		}
+	}
+	Next uint32
+	Pad  uint32
 }
 
 type linuxfpTcLfpFwHostKey struct {
@@ -334,10 +345,25 @@ type linuxfpTcLfpScratch struct {
 	_    [4]byte
 	Ofib [8]uint64
 	Fc   struct {
-		_     structs.HostLayout
-		Key   linuxfpTcLfpFibKey
-		Word  uint32
-		Entry linuxfpTcLfpFibEntry
+		_       structs.HostLayout
+		Key     linuxfpTcLfpFibKey
+		Set     uint32
+		NeighOk uint32
+		_       [4]byte
+		Entry   struct {
+			_       structs.HostLayout
+			Gen     uint64
+			Ifindex uint32
+			Nh      [4]uint32
+			Metric  uint32
+			Mtu     uint16
+			Smac    [6]uint8
+			Dmac    [6]uint8
+			PerDst  uint8
+			NeighOk uint8
+			Pad     [2]uint8
+			_       [6]byte
+		}
 		Probe [8]uint64
 	}
 }
@@ -422,7 +448,6 @@ const (
 	linuxfpTcMapLfpFenceMap          = "lfp_fence_map"
 	linuxfpTcMapLfpFibCache          = "lfp_fib_cache"
 	linuxfpTcMapLfpFibGen            = "lfp_fib_gen"
-	linuxfpTcMapLfpFibPerdst         = "lfp_fib_perdst"
 	linuxfpTcMapLfpFibSplit          = "lfp_fib_split"
 	linuxfpTcMapLfpFwHostFilter      = "lfp_fw_host_filter"
 	linuxfpTcMapLfpFwHosts           = "lfp_fw_hosts"
@@ -531,7 +556,6 @@ type linuxfpTcMapSpecs struct {
 	LfpFenceMap      *ebpf.MapSpec `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.MapSpec `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.MapSpec `ebpf:"lfp_fib_gen"`
-	LfpFibPerdst     *ebpf.MapSpec `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.MapSpec `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.MapSpec `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.MapSpec `ebpf:"lfp_fw_hosts"`
@@ -616,7 +640,6 @@ type linuxfpTcMaps struct {
 	LfpFenceMap      *ebpf.Map `ebpf:"lfp_fence_map"`
 	LfpFibCache      *ebpf.Map `ebpf:"lfp_fib_cache"`
 	LfpFibGen        *ebpf.Map `ebpf:"lfp_fib_gen"`
-	LfpFibPerdst     *ebpf.Map `ebpf:"lfp_fib_perdst"`
 	LfpFibSplit      *ebpf.Map `ebpf:"lfp_fib_split"`
 	LfpFwHostFilter  *ebpf.Map `ebpf:"lfp_fw_host_filter"`
 	LfpFwHosts       *ebpf.Map `ebpf:"lfp_fw_hosts"`
@@ -667,7 +690,6 @@ func (m *linuxfpTcMaps) Close() error {
 		m.LfpFenceMap,
 		m.LfpFibCache,
 		m.LfpFibGen,
-		m.LfpFibPerdst,
 		m.LfpFibSplit,
 		m.LfpFwHostFilter,
 		m.LfpFwHosts,

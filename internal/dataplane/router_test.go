@@ -3,8 +3,10 @@ package dataplane
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -326,9 +328,65 @@ func TestNeighStaleByEvents(t *testing.T) {
 	}
 }
 
-// The FIB cache on a connected subnet keeps each destination's own answer (its neighbour's MAC),
-// looked up first once its block is marked per destination (lfp_fib_perdst): destinations of
-// one block, asked in turn and again, each get their own next hop, as bpf_fib_lookup() gives.
+// A FIB cache answer keeps whether its next hop was in the STALE set when it was filled, and
+// the data plane skips the set only for one that was not: an answer filled for a STALE next hop
+// still hands the first packet to Linux, and a next hop that becomes STALE later (added to the
+// set, then the generation moved on, as the neighbour tracepoints do) gets its first packet
+// handed to Linux too.
+func TestFibCacheNeighbourStale(t *testing.T) {
+	env := newTestEnv(t)
+	staleAddr := netip.MustParseAddr("198.18.1.4")
+	data := Data{
+		TxData:       txTo(env.out, env.in),
+		NeighData:    NeighData{StaleByEvents: true, StaleNeighbours: []NeighKey{{env.out, staleAddr}}},
+		FibCacheData: FibCacheData{FibCache4: true},
+	}
+	// The set as the controller alone wrote it goes first (newTestEnv's): the tracepoints'
+	// mode starts empty and is seeded.
+	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: data.TxData}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
+		t.Fatal(err)
+	}
+	prog := env.prog(t, true, false)
+	toStale := v4("198.18.0.2", "198.19.4.1").Bytes() // via 198.18.1.4, STALE
+	env.checkRouted(t, prog, toStale, PassNeighbourStale, nil)
+	env.checkRouted(t, prog, toStale, Forwarded, packet.Forwarded(toStale, macOut, macStale))
+	env.checkRouted(t, prog, toStale, Forwarded, packet.Forwarded(toStale, macOut, macStale))
+
+	toNext := v4("198.18.0.2", "198.19.0.9").Bytes() // via 198.18.1.2
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+	// 198.18.1.2 becomes STALE: the tracepoints count it in its bucket, add it, then move the
+	// generation on (bpf/netlink_watch.c, neigh_changed()).
+	key := linuxfpLfpNeighKey{Ifindex: uint32(env.out), Family: unix.AF_INET, Addr: addrWords(netip.MustParseAddr("198.18.1.2"))}
+	b := neighBucket(key)
+	var c int64
+	if err := env.dp.maps.LfpStaleFilter.Lookup(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.dp.maps.LfpStaleFilter.Put(b, c+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.dp.maps.LfpStale.Put(key, linuxfpLfpStaleVal{}); err != nil {
+		t.Fatal(err)
+	}
+	var g linuxfpLfpFibGen
+	if err := env.dp.maps.LfpFibGen.Lookup(uint32(0), &g); err != nil {
+		t.Fatal(err)
+	}
+	g.Gen[0]++
+	if err := env.dp.maps.LfpFibGen.Put(uint32(0), g); err != nil {
+		t.Fatal(err)
+	}
+	env.checkRouted(t, prog, toNext, PassNeighbourStale, nil)
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+}
+
+// The FIB cache on a connected subnet keeps each destination's own answer (its neighbour's MAC)
+// beside its block's, which is marked per destination: destinations of one block, asked in turn
+// and again, each get their own next hop, as bpf_fib_lookup() gives.
 func TestFibCachePerDestination(t *testing.T) {
 	env := newTestEnv(t)
 	macs := map[string]string{"198.18.1.8": "02:00:00:00:00:08", "198.18.1.9": "02:00:00:00:00:09", "198.18.1.10": "02:00:00:00:00:0a"}
@@ -351,5 +409,115 @@ func TestFibCachePerDestination(t *testing.T) {
 				t.Errorf("round %d, to %s: destination MAC %s, want %s", round, a, got, macs[a])
 			}
 		}
+	}
+}
+
+// fibCacheSetOf is bpf/lib/fibcache.h's fib_cache_set_of(), for IPv4 keys: the set of
+// lfp_fib_cache a key is kept in on CPU 0.
+func fibCacheSetOf(k linuxfpLfpFibKey) uint32 {
+	h := (k.Ifindex ^ k.Flow) * 0x9e3779b1
+	h = (h ^ k.Dst[0]) * 0x85ebca6b
+	return h >> (32 - 10)
+}
+
+// Keys of one set of the FIB cache (lib/fibcache.h: two places, found by a hash of the key) get
+// each their own answer: three keys (block, TOS) of one set, from blocks routed to different
+// next hops, asked in turn and again, each get their block's next hop, though two of them share
+// the set's places and the third replaces one. Fails if a place answered for any key of its set
+// (the key compare). All runs on CPU 0: each CPU has its own sets, and the test reads CPU 0's to
+// check that the keys did meet in it.
+func TestFibCacheSetShared(t *testing.T) {
+	env := newTestEnv(t)
+	nexthops := []struct{ block, via, mac string }{
+		{"198.19.0.0", "198.18.1.2", "02:00:00:00:00:03"},
+		{"198.19.40.0", "198.18.1.20", "02:00:00:00:00:20"},
+		{"198.19.41.0", "198.18.1.21", "02:00:00:00:00:21"},
+	}
+	for _, n := range nexthops[1:] {
+		if err := env.ns.Script("ip neigh replace " + n.via + " lladdr " + n.mac + " dev out0 nud permanent\n" +
+			"ip route add " + n.block + "/24 via " + n.via); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), FibCacheData: FibCacheData{FibCache4: true}}) }); err != nil {
+		t.Fatal(err)
+	}
+	// The first set that three keys fall in, two of them from different blocks.
+	type cand struct {
+		block int
+		tos   uint8
+		key   linuxfpLfpFibKey
+	}
+	sets := map[uint32][]cand{}
+	var pick []cand
+	for tos := 0; tos < 256 && pick == nil; tos++ {
+		for b, n := range nexthops {
+			k := linuxfpLfpFibKey{Ifindex: uint32(env.in), Flow: uint32(tos), Dst: addrWords(netip.MustParseAddr(n.block)), Family: unix.AF_INET}
+			s := fibCacheSetOf(k)
+			sets[s] = append(sets[s], cand{b, uint8(tos), k})
+			if c := sets[s]; len(c) == 3 && (c[0].block != c[1].block || c[1].block != c[2].block) {
+				pick = c
+				break
+			}
+		}
+	}
+	if pick == nil {
+		t.Fatal("no three keys of one set")
+	}
+	if pick[0].block == pick[1].block {
+		pick[1], pick[2] = pick[2], pick[1]
+	}
+	set := fibCacheSetOf(pick[0].key)
+	prog := env.prog(t, true, false)
+	const cpu = 0
+	var mask unix.CPUSet
+	mask.Set(cpu)
+	err := env.ns.Do(func() error {
+		var orig unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &orig); err != nil {
+			return err
+		}
+		if err := unix.SchedSetaffinity(0, &mask); err != nil {
+			return err
+		}
+		defer unix.SchedSetaffinity(0, &orig)
+		send := func(c cand) error {
+			n := nexthops[c.block]
+			s := v4("198.18.0.2", strings.TrimSuffix(n.block, ".0")+".9")
+			s.TOS = c.tos
+			pkt := s.Bytes()
+			out := make([]byte, len(pkt)+256)
+			ret, err := prog.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: xdpMD{DataEnd: uint32(len(pkt)), IngressIfindex: uint32(env.in)}})
+			if err != nil {
+				return err
+			}
+			if got := net.HardwareAddr(out[0:6]).String(); ret != xdpRedirect || got != n.mac {
+				return fmt.Errorf("to %s tos %#x: verdict %d, destination MAC %s, want %s", n.block, c.tos, ret, got, n.mac)
+			}
+			return nil
+		}
+		for _, c := range pick[:2] {
+			if err := send(c); err != nil {
+				return err
+			}
+		}
+		var val linuxfpLfpFibSet
+		if err := env.dp.maps.LfpFibCache.Lookup(set, &val); err != nil {
+			return err
+		}
+		if w := val.Way; !(w[0].Key == pick[0].key && w[1].Key == pick[1].key || w[0].Key == pick[1].key && w[1].Key == pick[0].key) {
+			return fmt.Errorf("set %d holds %+v and %+v, want the two keys sent", set, w[0].Key, w[1].Key)
+		}
+		for round := range 3 {
+			for _, c := range pick {
+				if err := send(c); err != nil {
+					return fmt.Errorf("round %d: %w", round, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
