@@ -148,7 +148,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 		return CTX_PASS;
 	if (cfg_bridge) {
 		struct bridge_up up;
-		int v = bridge_rx(ctx, iface, in, &up);
+		int v = bridge_rx(ctx, iface, &gate, in, &up);
 
 		if (!up.route)
 			return v;

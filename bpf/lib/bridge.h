@@ -162,9 +162,11 @@ struct bridge_up {
 	__be16 proto;
 };
 
-/* A frame received on bridge port in (its data: iface): bridged, dropped or Linux's (the
- * verdict), or for the router (up->route, with the rest of *up filled). */
-static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, __u32 in, struct bridge_up *up)
+/* A frame received on bridge port in (its data: iface; gate: the gate's maps, looked up by the
+ * entry point): bridged, dropped or Linux's (the verdict), or for the router (up->route, with
+ * the rest of *up filled). */
+static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, const struct gate_ref *gate, __u32 in,
+				     struct bridge_up *up)
 {
 	void *data = ctx_data(ctx), *data_end = ctx_data_end(ctx);
 	__u32 bridge = iface->l3_ifindex, out = 0, l3len;
@@ -206,13 +208,14 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 
 	/* br_fdb_update() learns the source first: unknown here, on another port (a move), or one of
 	 * the bridge's own addresses (Linux warns) are Linux's to handle. */
-	if (!fdb_get(bridge, eth->h_source, &src) || src.port != in || (src.flags & LFP_FDB_LOCAL))
+	if (!fdb_get(bridge, eth->h_source, &src, (port->flags & LFP_L2_LEARNING) ? in : 0) || src.port != in ||
+	    (src.flags & LFP_FDB_LOCAL))
 		return lfp_pass(ctx, LFP_PASS_BR_SRC_UNKNOWN);
 	/* Learning keeps the entry alive in Linux: one frame per interval is Linux's (fdb.h). */
-	if ((port->flags & LFP_L2_LEARNING) && fdb_refresh_due(&src))
+	if (src.refresh)
 		return lfp_pass(ctx, LFP_PASS_BR_REFRESH);
 
-	dst_found = fdb_get(bridge, eth->h_dest, &dst);
+	dst_found = fdb_get(bridge, eth->h_dest, &dst, 0);
 	if (dst_found && (dst.flags & LFP_FDB_LOCAL)) {
 		/* br_pass_frame_up(): only frames to the bridge device's own MAC become PACKET_HOST
 		 * there; other local entries (ports' addresses, `bridge fdb add ... permanent`) are
@@ -220,7 +223,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 		if (!mac_equal(eth->h_dest, port->br_mac))
 			return lfp_pass(ctx, LFP_PASS_BR_LOCAL);
 		/* The bridge device's options decide this too (its MAC, vlan_filtering ...). */
-		r = gate_egress(bridge);
+		r = gate_egress_in(gate, bridge);
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 		up->route = 1;
@@ -258,7 +261,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, _
 		if (r != LFP_FORWARDED)
 			return lfp_pass(ctx, r);
 	}
-	r = gate_egress(out);
+	r = gate_egress_in(gate, out);
 	if (r == LFP_FORWARDED)
 		r = tx_prepare(ctx, out, l3len, TX_PRIO_KEEP);
 	if (r != LFP_FORWARDED)

@@ -92,12 +92,14 @@ struct {
  * would have grown by 2^48 since the controller read it. */
 #define LFP_FDB_MOVED_MASK ((1ULL << 48) - 1)
 
-/* What the fast path uses of one FDB entry (fdb_get). */
+/* What the fast path uses of one FDB entry (fdb_get). Scalars only: a pointer into the slot or
+ * into the hash map's entry, kept beside them, would be of two map types after the lookup, and
+ * the verifier would walk the rest of the bridge program once for each. */
 struct fdb_ent {
 	__u32 port;
 	__u16 flags; /* enum lfp_fdb_flags */
-	__u16 gen;   /* the slot's generation, 0 for an entry of the hash map */
-	__u64 *seen; /* where its last refresh is kept (fdb_refresh_due) */
+	__u8 refresh; /* the frame is this entry's refresh (fdb_refresh_due), when asked for */
+	__u8 pad;
 };
 
 static __always_inline __u64 fdb_mac48(const __u8 *mac)
@@ -118,10 +120,36 @@ static __always_inline __u32 fdb_slot_of(__u32 bridge, const __u8 *mac)
 	return (x * 0x9e3779b1u) >> (32 - LFP_FDB_SLOT_BITS);
 }
 
+/* Linux's bridge restarts an entry's age with every frame it receives from the address
+ * (br_fdb_update()); frames the fast path switches never reach it, and an address that only
+ * ever sends through the fast path would age out in Linux (which would then flood frames to it).
+ * So once per cfg_fdb_refresh_jiffies, one frame from each learned address on a learning port goes
+ * to Linux, whose bridge refreshes the entry from a real frame on its real port and then forwards
+ * it as the fast path would have. (Asking Linux to refresh the entry instead, with NTF_USE, moved
+ * it to the port given in the request, which the bridge may just have moved it away from.) The
+ * entry's last refresh is kept beside it (where, written here only) with the generation gen of
+ * the slot it was read from (0 in the hash map): an entry the controller writes anew has 0 there,
+ * or a slot's older generation, and its first frame goes to Linux. Returns 1 for the frame to
+ * hand over. The clock is jiffies: the verifier inlines bpf_jiffies64() as a load of jiffies_64,
+ * where bpf_ktime_get_coarse_ns(), of the same tick's resolution, is a helper call for every
+ * bridged frame (~10 ns here, where every return is mispredicted). */
+static __always_inline int fdb_refresh_due(__u64 *where, __u16 gen)
+{
+	__u64 now = bpf_jiffies64(), seen = *(volatile __u64 *)where;
+
+	if ((__u16)seen == gen && now - (seen >> 16) < cfg_fdb_refresh_jiffies)
+		return 0;
+	*where = now << 16 | gen;
+	return 1;
+}
+
 /* The mirror's entry for mac on bridge into *e: 1, or 0 for none (as fdb_lookup()'s NULL: none,
  * or one the bridge may have moved or deleted since the controller read it). From its slot,
- * else from the hash map: the slot holds another key, none, or is being rewritten. */
-static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent *e)
+ * else from the hash map: the slot holds another key, none, or is being rewritten. learn_port:
+ * for a source address received on a learning port, that port; then e->refresh says whether
+ * the frame is the entry's refresh, where the entry is on that port and not local (0: not
+ * asked). */
+static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent *e, __u32 learn_port)
 {
 	__u32 i = fdb_slot_of(bridge, mac), b;
 	struct lfp_fdb_slot *s = bpf_map_lookup_elem(&lfp_fdb_slots, &i);
@@ -132,17 +160,21 @@ static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent
 		__u64 wp = *(volatile __u64 *)&s->port, wv = *(volatile __u64 *)&s->moved;
 		__u16 gen = (__u16)wm;
 
-		if ((__u16)wb == gen && (__u16)wp == gen && (__u16)wv == gen && wm >> 16 == fdb_mac48(mac) &&
-		    wb >> 32 == bridge) {
+		/* One test of all five (no branch per word): each way to fail would otherwise reach
+		 * the hash map's lookup as a state of its own for the verifier. */
+		if (!((((wb ^ wm) | (wp ^ wm) | (wv ^ wm)) & 0xffff) | ((wm >> 16) ^ fdb_mac48(mac)) |
+		      ((wb >> 32) ^ bridge))) {
 			__u64 *n;
 
 			b = (wp >> 16) & (LFP_FDB_MOVE_BUCKETS - 1);
 			n = bpf_map_lookup_elem(&lfp_fdb_moves, &b);
+			if (!n || wv >> 16 != (*(volatile __u64 *)n & LFP_FDB_MOVED_MASK))
+				return 0;
 			e->port = wp >> 32;
 			e->flags = (__u16)(wb >> 16);
-			e->gen = gen;
-			e->seen = &s->seen;
-			return n && wv >> 16 == (*(volatile __u64 *)n & LFP_FDB_MOVED_MASK);
+			e->refresh = learn_port && e->port == learn_port && !(e->flags & LFP_FDB_LOCAL) &&
+				     fdb_refresh_due(&s->seen, gen);
+			return 1;
 		}
 	}
 	v = fdb_lookup(bridge, mac);
@@ -150,8 +182,7 @@ static __always_inline int fdb_get(__u32 bridge, const __u8 *mac, struct fdb_ent
 		return 0;
 	e->port = v->port;
 	e->flags = v->flags;
-	e->gen = 0;
-	e->seen = &v->seen;
+	e->refresh = learn_port && e->port == learn_port && !(e->flags & LFP_FDB_LOCAL) && fdb_refresh_due(&v->seen, 0);
 	return 1;
 }
 
@@ -164,29 +195,6 @@ static __always_inline struct lfp_l2_dev *l2_dev(__u32 ifindex)
 	else
 		d = l2_dev_hi(ifindex);
 	return d && d->bridge ? d : NULL;
-}
-
-/* Linux's bridge restarts an entry's age with every frame it receives from the address
- * (br_fdb_update()); frames the fast path switches never reach it, and an address that only
- * ever sends through the fast path would age out in Linux (which would then flood frames to it).
- * So once per cfg_fdb_refresh_jiffies, one frame from each learned address on a learning port goes
- * to Linux, whose bridge refreshes the entry from a real frame on its real port and then forwards
- * it as the fast path would have. (Asking Linux to refresh the entry instead, with NTF_USE, moved
- * it to the port given in the request, which the bridge may just have moved it away from.) The
- * entry's last refresh is kept beside it (e->seen, written here only) with the generation of
- * the slot it was read from (0 in the hash map): an entry the controller writes anew has 0 there,
- * or a slot's older generation, and its first frame goes to Linux. Returns 1 for the frame to
- * hand over. The clock is jiffies: the verifier inlines bpf_jiffies64() as a load of jiffies_64,
- * where bpf_ktime_get_coarse_ns(), of the same tick's resolution, is a helper call for every
- * bridged frame (~10 ns here, where every return is mispredicted). */
-static __always_inline int fdb_refresh_due(const struct fdb_ent *e)
-{
-	__u64 now = bpf_jiffies64(), seen = *(volatile __u64 *)e->seen;
-
-	if ((__u16)seen == e->gen && now - (seen >> 16) < cfg_fdb_refresh_jiffies)
-		return 0;
-	*e->seen = now << 16 | e->gen;
-	return 1;
 }
 
 /* br_forward()'s choice of port for a unicast frame on `bridge` whose destination MAC has the
@@ -254,7 +262,7 @@ static __always_inline enum lfp_reason bridge_out_port(__u32 bridge, const __u8 
 {
 	struct fdb_ent dst;
 
-	if (!fdb_get(bridge, dmac, &dst))
+	if (!fdb_get(bridge, dmac, &dst, 0))
 		return bridge_out(bridge, NULL, in_port, in_flags, l3len, out);
 	return bridge_out(bridge, &dst, in_port, in_flags, l3len, out);
 }
