@@ -4,7 +4,8 @@ import "testing"
 
 // The verifier walks at most 1,000,000 instructions per program; the tc program of a bridge port
 // that also routes (bridge, filter, conntrack, router, encapsulation) comes nearest. Every kind of
-// bridge port program must load with a twentieth of that left, so that a module's growth shows
+// bridge port program, and the underlay's that routes decapsulated frames, must load with a
+// twentieth of that left, so that a module's growth shows
 // here before a program fails to load (and its interfaces fall back to Linux).
 func TestProgramsVerifyWithHeadroom(t *testing.T) {
 	const limit = 1_000_000
@@ -25,5 +26,21 @@ func TestProgramsVerifyWithHeadroom(t *testing.T) {
 				t.Errorf("%v bridge port, IPv4 router %v: %d instructions verified, over 95%% of the verifier's %d", hook, r4, n, limit)
 			}
 		}
+	}
+	// An underlay device's tc program that routes decapsulated frames itself (vxlan_rx_route).
+	p, err := e.dp.LoadProgram(Spec{Ifindex: e.in, Name: "in0", MAC: MACOf(macIn), Hook: HookTC, Router4: true, Router6: true,
+		Conntrack4: true, Conntrack6: true, VXLANRxRoute: true}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := info.VerifiedInstructions()
+	t.Logf("tc router routing decapsulated frames: %d instructions verified", n)
+	if n > limit*95/100 {
+		t.Errorf("tc router routing decapsulated frames: %d instructions verified, over 95%% of the verifier's %d", n, limit)
 	}
 }
