@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"io"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -213,4 +215,74 @@ func captureOn(t *testing.T, ns *nsutil.NS, dev string, fn func()) [][]byte {
 	stop.Store(true)
 	<-done
 	return frames
+}
+
+// The outer UDP source port of a TCP connection's VXLAN frames comes from the skb's flow hash,
+// which the sender's socket set (sk_txhash, an L4 hash): the fast path takes a hash the skb holds
+// as it is (ctx_hash_recalc in bpf/lib/ctx.h), as skb_get_hash() does. So one connection's frames
+// leave with the port the driver gave them before linuxfp started; a hash computed anew from the
+// packet would give another.
+func TestVXLANSourcePortFromSocketHash(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	vxlanOverlay(t, tb, "udpcsum")
+	var ln net.Listener
+	if err := tb.Sink.Do(func() (err error) { ln, err = net.Listen("tcp", "198.19.2.5:0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+	}()
+	var c net.Conn
+	if err := tb.Gen.Do(func() (err error) { c, err = net.DialTimeout("tcp", ln.Addr().String(), 3*time.Second); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	exchange := func(n int) {
+		buf := make([]byte, 1)
+		for i := 0; i < n; i++ {
+			if _, err := c.Write([]byte{'x'}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The connection's VXLAN frames to the pod, by outer source port.
+	ports := func(frames [][]byte) map[uint16]int {
+		p := map[uint16]int{}
+		for _, f := range frames {
+			if len(f) < 84+20 || f[12] != 8 || f[13] != 0 || f[23] != 17 || f[36] != 0x21 || f[37] != 0x18 ||
+				f[62] != 8 || f[63] != 0 || f[64+9] != 6 || f[64+16] != 198 || f[64+17] != 19 || f[64+18] != 2 || f[64+19] != 5 {
+				continue
+			}
+			p[uint16(f[34])<<8|uint16(f[35])]++
+		}
+		return p
+	}
+	linux := ports(captureOn(t, tb.Sink, "eth0", func() { exchange(20) }))
+	if len(linux) != 1 {
+		t.Fatalf("the driver's outer source ports %v, want one", linux)
+	}
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "flannel.1", "encapsulation in the fast path", func(it *status.Interface) bool {
+		return it.Program != nil && hasNote(it, "encapsulated in the fast path")
+	})
+	before := readInterface(t, l, "in0").Encapsulated.Packets
+	fp := ports(captureOn(t, tb.Sink, "eth0", func() { exchange(300) }))
+	if enc := readInterface(t, l, "in0").Encapsulated.Packets - before; enc < 250 {
+		t.Fatalf("encapsulated %d, want most of the exchange's", enc)
+	}
+	for p, n := range fp {
+		if linux[p] == 0 {
+			t.Fatalf("%d frames with outer source port %d; the driver's: %v", n, p, linux)
+		}
+	}
 }

@@ -194,9 +194,6 @@ struct lfp_config {
 	__u32 ct_tcp_max_retrans;
 	__u32 ct_udp_stream_ms;
 	__u32 ct_udp_ms;
-	/* ms per jiffy where the kernel's HZ is known and divides 1000 (then msecs_to_jiffies() is a
-	 * rounded-up division), else 0: see ct_change_timeout. */
-	__u32 ct_jiffy_ms;
 	/* VXLAN: vxlan devices in lfp_vxlan (0: skip the lookup), LFP_VX_* flags, and what a
 	 * locally built IPv4 packet gets: net.ipv4.ip_default_ttl. */
 	__u32 vxlans;

@@ -157,6 +157,7 @@ struct {
  * changed, its replacement is being loaded) hands the packet to Linux (LFP_PASS_RELOADING). */
 LFP_SETTING(__u32, ct4, 0, "the conntrack module is built in for IPv4");
 LFP_SETTING(__u32, ct6, 0, "the conntrack module is built in for IPv6");
+LFP_SETTING(__u32, ct_jiffy_ms, 0, "ms per jiffy where the kernel's HZ is known and divides 1000, else 0 (ct_change_timeout)");
 
 /* The packet's connection, as the conntrack lookup and the controller's request see it. */
 struct ct_pkt {
@@ -518,15 +519,29 @@ static __always_inline enum lfp_reason ct_extensions(const struct nf_conn *ct)
 	return LFP_FORWARDED;
 }
 
+/* msecs_to_jiffies() where HZ divides 1000: ms rounded up to whole jiffies of jms ms. The ms per
+ * jiffy is a frozen setting (a host's HZ never changes): the verifier keeps only its own case,
+ * and HZ 1000 and 250 divide by a constant power of two, a shift, where a division by a run-time
+ * value costs tens of cycles at every conntrack lookup. */
+static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
+{
+	switch (cfg_ct_jiffy_ms) {
+	case 1:
+		return ms;
+	case 4:
+		return (ms + 3) / 4;
+	}
+	return (ms + cfg_ct_jiffy_ms - 1) / cfg_ct_jiffy_ms;
+}
+
 /* Refresh the entry's timeout to timeout ms from now, as nf_ct_refresh() does: bpf_ct_change_timeout()
  * writes jiffies + msecs_to_jiffies(timeout) into ct->timeout. The packets of a busy connection
  * mostly come within one jiffy of each other, when that value is there already: then the call
- * changes nothing and is skipped (nf_ct_refresh() itself writes only a different value). */
-static __always_inline void ct_change_timeout(const struct lfp_config *cfg, struct nf_conn *ct, __u32 timeout)
+ * changes nothing and is skipped (nf_ct_refresh() itself writes only a different value). Where
+ * the ms per jiffy is not known, always called. */
+static __always_inline void ct_change_timeout(struct nf_conn *ct, __u32 timeout)
 {
-	__u32 jms = cfg->ct_jiffy_ms;
-
-	if (jms && ct->timeout == (__u32)bpf_jiffies64() + (timeout + jms - 1) / jms)
+	if (cfg_ct_jiffy_ms && ct->timeout == (__u32)bpf_jiffies64() + ct_ms_to_jiffies(timeout))
 		return;
 	bpf_ct_change_timeout(ct, timeout);
 }
@@ -606,7 +621,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 			c->timeout = timeout;
 			c->refresh = 1;
 		} else {
-			ct_change_timeout(cfg, ct, timeout);
+			ct_change_timeout(ct, timeout);
 		}
 	}
 	bpf_ct_release(ct);

@@ -143,6 +143,7 @@ struct sk_buff {
 	__u8 ip_summed : 2;
 	__u8 csum_level : 2;
 	__u8 l4_hash : 1;
+	__u8 sw_hash : 1;
 } __attribute__((preserve_access_index));
 
 static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
@@ -190,9 +191,26 @@ static __always_inline __u32 ctx_mark(const lfp_ctx *ctx)
 	return ctx->mark;
 }
 
+/* skb_get_hash(), which the helper calls: a hash the skb holds already (from its L4 flow, as a
+ * TCP sender's, or computed in software earlier) is returned as it is; only without one is it
+ * computed. That test read here saves the call where the hash is there. */
 static __always_inline __u32 ctx_hash_recalc(lfp_ctx *ctx)
 {
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	if (BPF_CORE_READ_BITFIELD(skb, l4_hash) || BPF_CORE_READ_BITFIELD(skb, sw_hash))
+		return ctx->hash;
 	return bpf_get_hash_recalc(ctx);
+}
+
+/* CHECKSUM_COMPLETE: the skb's sum covers its data, so a write must go through a helper that
+ * updates it; any other state, a plain write is what that helper would do (its sum updates act
+ * on COMPLETE only, and on a PARTIAL sum starting before the data, which no write here makes). */
+static __always_inline int ctx_csum_complete(lfp_ctx *ctx)
+{
+	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed) == CTX_CSUM_COMPLETE;
 }
 
 static __always_inline void ctx_clear_hash(lfp_ctx *ctx)
@@ -380,6 +398,11 @@ static __always_inline __u32 ctx_mark(const lfp_ctx *ctx)
 }
 
 static __always_inline __u32 ctx_hash_recalc(lfp_ctx *ctx)
+{
+	return 0;
+}
+
+static __always_inline int ctx_csum_complete(lfp_ctx *ctx)
 {
 	return 0;
 }

@@ -197,7 +197,10 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 		__u8 inner_dmac[ETH_ALEN];
 		__u8 inner_smac[ETH_ALEN];
 		__be16 inner_proto;
-	} __attribute__((packed)) h;
+	} __attribute__((packed)) h __attribute__((aligned(8)));
+	/* h as words, for the copy into the packet (an aligned stack copy: the verifier wants
+	 * aligned stack reads). */
+	__u64 *hw = (__u64 *)&h;
 	void *data, *data_end;
 	struct ethhdr *eth;
 	struct iphdr *iph;
@@ -235,12 +238,26 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	__builtin_memcpy(h.inner_dmac, p->inner_dmac, ETH_ALEN);
 	__builtin_memcpy(h.inner_smac, p->inner_smac, ETH_ALEN);
 	h.inner_proto = bpf_htons(ETH_P_IP);
-	/* Through the helper, with BPF_F_RECOMPUTE_CSUM: a CHECKSUM_COMPLETE skb's sum then covers
-	 * the new headers too. The outer Ethernet header is outside that sum. */
-	if (ctx_store_bytes(ctx, ETH_HLEN, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM))
-		return CTX_DROP; /* cannot happen: the room was just made */
+	/* A CHECKSUM_COMPLETE skb's sum must cover the new headers too: through the helper, with
+	 * BPF_F_RECOMPUTE_CSUM (the outer Ethernet header is outside that sum). Any other state:
+	 * written in place, as that helper would (ctx_csum_complete), without its call; in 8-byte
+	 * words (the stack copy is aligned, the packet's writes need not be). */
 	data = ctx_data(ctx);
 	data_end = ctx_data_end(ctx);
+	if (ctx_csum_complete(ctx) || data + ETH_HLEN + sizeof(h) > data_end) {
+		if (ctx_store_bytes(ctx, ETH_HLEN, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM))
+			return CTX_DROP; /* cannot happen: the room was just made */
+		data = ctx_data(ctx);
+		data_end = ctx_data_end(ctx);
+	} else {
+		__u64 *to = data + ETH_HLEN;
+
+		_Static_assert(sizeof(h) == 6 * 8 + 2, "the outer headers: six words and two bytes");
+#pragma unroll
+		for (int i = 0; i < 6; i++)
+			to[i] = hw[i];
+		*(__u16 *)(to + 6) = *(const __u16 *)(hw + 6);
+	}
 	eth = data;
 	iph = data + ETH_HLEN + VXLAN_ENCAP;
 	if ((void *)(iph + 1) > data_end)
@@ -391,8 +408,18 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 		ctx_csum_level_dec(ctx);
 	if (!cs.l4_hash)
 		ctx_clear_hash(ctx);
-	if (ctx_store_bytes(ctx, 0, &inner, sizeof(inner), 0))
-		*verdict = CTX_DROP; /* cannot happen: the room was just shrunk */
+	/* The inner Ethernet header in the outer one's place: outside any checksum state's sum, so
+	 * written in place where it is linear (it is, after the shrink), through the helper else. */
+	{
+		struct ethhdr *to = ctx_data(ctx);
+
+		if ((void *)(to + 1) <= ctx_data_end(ctx))
+			__builtin_memcpy(to, &inner, sizeof(inner));
+		else if (ctx_store_bytes(ctx, 0, &inner, sizeof(inner), 0))
+			own = 0; /* cannot happen: the room was just shrunk */
+	}
+	if (!own)
+		*verdict = CTX_DROP;
 	else {
 		lfp_count(ctx, LFP_DECAPSULATED);
 		*verdict = vxlan_rx_deliver(ctx, rx->dev);

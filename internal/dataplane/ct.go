@@ -69,11 +69,10 @@ func (ctModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, a
 	cfg.CtTcpMaxRetrans = uint32(c.TCPMaxRetrans)
 	cfg.CtUdpStreamMs = ms(c.UDPStream)
 	cfg.CtUdpMs = ms(c.UDP)
-	cfg.CtJiffyMs = jiffyMs()
 	return nil, nil
 }
 
-// jiffyMs is lfp_config.ct_jiffy_ms: the ms of a jiffy where the kernel's HZ is known and divides
+// jiffyMs is the setting cfg_ct_jiffy_ms: the ms of a jiffy where the kernel's HZ is known and divides
 // 1000 (100, 250, 1000 ...: msecs_to_jiffies() then rounds ms up to whole jiffies), else 0, and
 // the data plane refreshes conntrack timeouts without comparing (ct_change_timeout in ct.h).
 func jiffyMs() uint32 { return jiffyMsOf(kernelConfigHZ()) }
@@ -126,4 +125,5 @@ func parseCTRequest(b []byte) (CTRequest, bool) {
 // ctSettings: the families the conntrack module is built in for.
 func ctSettings(k *settings, s Spec, companion bool) {
 	k.Ct4, k.Ct6 = boolU32(s.Conntrack4), boolU32(s.Conntrack6)
+	k.CtJiffyMs = jiffyMs()
 }

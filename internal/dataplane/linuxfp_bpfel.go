@@ -40,7 +40,6 @@ type linuxfpLfpConfig struct {
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
-	CtJiffyMs          uint32
 	Vxlans             uint32
 	VxFlags            linuxfpLfpVxFlags
 	DefaultTtl         uint32
@@ -582,6 +581,7 @@ const (
 	linuxfpVarCfgBridge            = "cfg_bridge"
 	linuxfpVarCfgCt4               = "cfg_ct4"
 	linuxfpVarCfgCt6               = "cfg_ct6"
+	linuxfpVarCfgCtJiffyMs         = "cfg_ct_jiffy_ms"
 	linuxfpVarCfgFdbRefreshJiffies = "cfg_fdb_refresh_jiffies"
 	linuxfpVarCfgRouter4           = "cfg_router4"
 	linuxfpVarCfgRouter6           = "cfg_router6"
@@ -695,6 +695,7 @@ type linuxfpVariableSpecs struct {
 	CfgBridge            *ebpf.VariableSpec `ebpf:"cfg_bridge"`
 	CfgCt4               *ebpf.VariableSpec `ebpf:"cfg_ct4"`
 	CfgCt6               *ebpf.VariableSpec `ebpf:"cfg_ct6"`
+	CfgCtJiffyMs         *ebpf.VariableSpec `ebpf:"cfg_ct_jiffy_ms"`
 	CfgFdbRefreshJiffies *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_jiffies"`
 	CfgRouter4           *ebpf.VariableSpec `ebpf:"cfg_router4"`
 	CfgRouter6           *ebpf.VariableSpec `ebpf:"cfg_router6"`
@@ -830,6 +831,7 @@ type linuxfpVariables struct {
 	CfgBridge            *ebpf.Variable `ebpf:"cfg_bridge"`
 	CfgCt4               *ebpf.Variable `ebpf:"cfg_ct4"`
 	CfgCt6               *ebpf.Variable `ebpf:"cfg_ct6"`
+	CfgCtJiffyMs         *ebpf.Variable `ebpf:"cfg_ct_jiffy_ms"`
 	CfgFdbRefreshJiffies *ebpf.Variable `ebpf:"cfg_fdb_refresh_jiffies"`
 	CfgRouter4           *ebpf.Variable `ebpf:"cfg_router4"`
 	CfgRouter6           *ebpf.Variable `ebpf:"cfg_router6"`

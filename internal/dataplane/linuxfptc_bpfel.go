@@ -40,7 +40,6 @@ type linuxfpTcLfpConfig struct {
 	CtTcpMaxRetrans    uint32
 	CtUdpStreamMs      uint32
 	CtUdpMs            uint32
-	CtJiffyMs          uint32
 	Vxlans             uint32
 	VxFlags            uint32
 	DefaultTtl         uint32
@@ -489,6 +488,7 @@ const (
 	linuxfpTcVarCfgBridge            = "cfg_bridge"
 	linuxfpTcVarCfgCt4               = "cfg_ct4"
 	linuxfpTcVarCfgCt6               = "cfg_ct6"
+	linuxfpTcVarCfgCtJiffyMs         = "cfg_ct_jiffy_ms"
 	linuxfpTcVarCfgFdbRefreshJiffies = "cfg_fdb_refresh_jiffies"
 	linuxfpTcVarCfgRouter4           = "cfg_router4"
 	linuxfpTcVarCfgRouter6           = "cfg_router6"
@@ -602,6 +602,7 @@ type linuxfpTcVariableSpecs struct {
 	CfgBridge            *ebpf.VariableSpec `ebpf:"cfg_bridge"`
 	CfgCt4               *ebpf.VariableSpec `ebpf:"cfg_ct4"`
 	CfgCt6               *ebpf.VariableSpec `ebpf:"cfg_ct6"`
+	CfgCtJiffyMs         *ebpf.VariableSpec `ebpf:"cfg_ct_jiffy_ms"`
 	CfgFdbRefreshJiffies *ebpf.VariableSpec `ebpf:"cfg_fdb_refresh_jiffies"`
 	CfgRouter4           *ebpf.VariableSpec `ebpf:"cfg_router4"`
 	CfgRouter6           *ebpf.VariableSpec `ebpf:"cfg_router6"`
@@ -737,6 +738,7 @@ type linuxfpTcVariables struct {
 	CfgBridge            *ebpf.Variable `ebpf:"cfg_bridge"`
 	CfgCt4               *ebpf.Variable `ebpf:"cfg_ct4"`
 	CfgCt6               *ebpf.Variable `ebpf:"cfg_ct6"`
+	CfgCtJiffyMs         *ebpf.Variable `ebpf:"cfg_ct_jiffy_ms"`
 	CfgFdbRefreshJiffies *ebpf.Variable `ebpf:"cfg_fdb_refresh_jiffies"`
 	CfgRouter4           *ebpf.Variable `ebpf:"cfg_router4"`
 	CfgRouter6           *ebpf.Variable `ebpf:"cfg_router6"`

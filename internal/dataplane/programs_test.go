@@ -211,11 +211,11 @@ func TestSettingsAreTheObjectsVariables(t *testing.T) {
 func TestKindSettings(t *testing.T) {
 	s := Spec{Ifindex: 7, Name: "eth0", Hook: HookXDP, Router4: true, SkbSender: true, TCAfterXDP: true, Conntrack6: true}
 	x, c := keyOf(s, false), keyOf(s, true)
-	want := progKind{settings: settings{Router4: 1, SkbSender: 1, TcAfter: 1, Ct6: 1, FdbRefreshJiffies: fdbRefreshJiffies()}}
+	want := progKind{settings: settings{Router4: 1, SkbSender: 1, TcAfter: 1, Ct6: 1, CtJiffyMs: jiffyMs(), FdbRefreshJiffies: fdbRefreshJiffies()}}
 	if x != want {
 		t.Errorf("xdp kind %+v, want %+v", x, want)
 	}
-	want = progKind{tc: true, settings: settings{Router4: 1, TcCompanion: 1, Ct6: 1, FdbRefreshJiffies: fdbRefreshJiffies()}}
+	want = progKind{tc: true, settings: settings{Router4: 1, TcCompanion: 1, Ct6: 1, CtJiffyMs: jiffyMs(), FdbRefreshJiffies: fdbRefreshJiffies()}}
 	if c != want {
 		t.Errorf("tc-after-xdp kind %+v, want %+v", c, want)
 	}

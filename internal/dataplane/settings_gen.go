@@ -11,6 +11,8 @@ type settings struct {
 	Ct4 uint32
 	// Ct6: the conntrack module is built in for IPv6.
 	Ct6 uint32
+	// CtJiffyMs: ms per jiffy where the kernel's HZ is known and divides 1000, else 0 (ct_change_timeout).
+	CtJiffyMs uint32
 	// FdbRefreshJiffies: the least time between two refreshes of one FDB entry (jiffies).
 	FdbRefreshJiffies uint64
 	// Router4: the router module forwards IPv4.
@@ -39,6 +41,7 @@ func (s *settings) variables() []struct {
 		{"cfg_bridge", s.Bridge},
 		{"cfg_ct4", s.Ct4},
 		{"cfg_ct6", s.Ct6},
+		{"cfg_ct_jiffy_ms", s.CtJiffyMs},
 		{"cfg_fdb_refresh_jiffies", s.FdbRefreshJiffies},
 		{"cfg_router4", s.Router4},
 		{"cfg_router6", s.Router6},
