@@ -395,7 +395,9 @@ func TestFibCachePerDestination(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), FibCacheData: FibCacheData{FibCache4: true}}) }); err != nil {
+	if err := env.ns.Do(func() error {
+		return env.dp.Sync(Data{TxData: txTo(env.out, env.in), FibCacheData: FibCacheData{FibCache4: true}})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	prog := env.prog(t, true, true)
@@ -439,7 +441,9 @@ func TestFibCacheSetShared(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), FibCacheData: FibCacheData{FibCache4: true}}) }); err != nil {
+	if err := env.ns.Do(func() error {
+		return env.dp.Sync(Data{TxData: txTo(env.out, env.in), FibCacheData: FibCacheData{FibCache4: true}})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// The first set that three keys fall in, two of them from different blocks.
