@@ -33,7 +33,7 @@ vet:
 
 # Tests need root: they create network namespaces and load BPF programs.
 test: deps vet
-	$(GO) test -count=1 -timeout 12m $(PKGS)
+	$(GO) test -count=1 -timeout 14m $(PKGS)
 
 # The embedded default: the paper's virtual-router experiment, Linux vs linuxfp vs ceiling.
 bench: deps build
