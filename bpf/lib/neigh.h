@@ -43,6 +43,24 @@ static __always_inline void neigh_key_of(struct lfp_neigh_key *nk, const struct 
 	}
 }
 
+/* The set's entry for fib's next hop, or NULL: none, or the set cannot hold it (its bucket's
+ * count is 0); *lost where an insert into the set was lost (then NULL: the set cannot tell). */
+static __always_inline struct lfp_stale_val *neigh_stale_find(const struct lfp_config *cfg,
+							       const struct bpf_fib_lookup *fib, int *lost)
+{
+	struct lfp_neigh_key nk = {};
+
+	*lost = !cfg->stale_neighs && neigh_stale_lost();
+	if (*lost)
+		return NULL;
+	neigh_key_of(&nk, fib);
+	/* The controller keeps the set alone (cfg->stale_neighs: how many entries) where the
+	 * tracepoints do not run, and counts no buckets. */
+	if (!cfg->stale_neighs && !neigh_stale_maybe(&nk))
+		return NULL;
+	return bpf_map_lookup_elem(&lfp_stale, &nk);
+}
+
 /* bpf_fib_lookup() accepts any NUD_VALID neighbour. Linux, sending to a STALE one, moves it to
  * DELAY and later re-probes it; a fast path that never let Linux see a packet would keep using
  * a MAC nobody confirms. So the first packet to a STALE nexthop goes to Linux (which moves it to
@@ -55,17 +73,12 @@ static __always_inline void neigh_key_of(struct lfp_neigh_key *nk, const struct 
  * neighbour goes to Linux. Returns 0, or the reason the packet goes to Linux. */
 static __always_inline int neigh_stale(const struct lfp_config *cfg, const struct bpf_fib_lookup *fib)
 {
-	struct lfp_neigh_key nk = {};
 	struct lfp_stale_val *sv;
+	int lost;
 
-	if (!cfg->stale_neighs && neigh_stale_lost())
+	sv = neigh_stale_find(cfg, fib, &lost);
+	if (lost)
 		return LFP_PASS_NEIGH_LOST;
-	neigh_key_of(&nk, fib);
-	/* The controller keeps the set alone (cfg->stale_neighs: how many entries) where the
-	 * tracepoints do not run, and counts no buckets. */
-	if (!cfg->stale_neighs && !neigh_stale_maybe(&nk))
-		return 0;
-	sv = bpf_map_lookup_elem(&lfp_stale, &nk);
 	if (sv && !sv->kicked) {
 		sv->kicked = 1;
 		return LFP_PASS_NEIGH_STALE;
@@ -78,14 +91,9 @@ static __always_inline int neigh_stale(const struct lfp_config *cfg, const struc
  * (fibcache.h: every change of the set is followed by a move of the cache's generation). */
 static __always_inline int neigh_not_stale(const struct lfp_config *cfg, const struct bpf_fib_lookup *fib)
 {
-	struct lfp_neigh_key nk = {};
+	int lost;
 
-	if (!cfg->stale_neighs && neigh_stale_lost())
-		return 0;
-	neigh_key_of(&nk, fib);
-	if (!cfg->stale_neighs && !neigh_stale_maybe(&nk))
-		return 1;
-	return !bpf_map_lookup_elem(&lfp_stale, &nk);
+	return !neigh_stale_find(cfg, fib, &lost) && !lost;
 }
 
 #endif

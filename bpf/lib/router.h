@@ -88,12 +88,13 @@ static __always_inline enum lfp_reason fib_reason(int rc)
  * then forwards it to the port the FDB names, through the forward and postrouting hooks with the
  * bridge as input and output device (the same rules the caller classified it with). Only for
  * neighbours Linux would send to without a state change (a STALE one goes to Linux, as for routed
- * packets). (With forwarding off, IPv4's ip_route_input() fails and br_netfilter falls back to
+ * packets; neigh_ok: router_fib's answer says its next hop is not in the set). (With forwarding off, IPv4's ip_route_input() fails and br_netfilter falls back to
  * an output route; IPv6's route lookup does not fail for it. Either way the FIB lookup here
  * answers FWD_DISABLED first: Linux's.) Returns LFP_FORWARDED with the redirect set up and
  * scr->br_dnat set. */
 static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const struct lfp_config *cfg,
-							   const struct bpf_fib_lookup *fib, __u32 l3len, int v4)
+							   const struct bpf_fib_lookup *fib, __u32 l3len, int v4,
+							   int neigh_ok)
 {
 	struct lfp_scratch *scr = lfp_scratch();
 	__u32 in = ctx_ingress_ifindex(ctx), bridge = lfp_l3_ifindex(ctx), out = 0;
@@ -109,7 +110,7 @@ static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const s
 	port = l2_dev(in);
 	if (!bridge || !port || port->bridge != bridge || !(port->flags & (v4 ? LFP_L2_NF4 : LFP_L2_NF6)))
 		return LFP_PASS_HAIRPIN;
-	r = neigh_stale(cfg, fib);
+	r = neigh_ok ? 0 : neigh_stale(cfg, fib);
 	if (r)
 		return r;
 	/* Back out of the port it came in by (a pod reaching itself through its service): the
@@ -501,7 +502,7 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	 * the full source validation for this case. */
 	if (fib->ifindex == p->in_ifindex) {
 		if ((p->v4 ? cfg_ct4 : cfg_ct6) && cfg_bridge && !p->inner)
-			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen, p->v4);
+			r = router_bridged_dnat(ctx, cfg, fib, p->mtulen, p->v4, p->neigh_ok);
 		else
 			r = LFP_PASS_HAIRPIN;
 		goto trim;

@@ -152,7 +152,9 @@ static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg
 		return 0;
 	if (cfg->route_mtu4 && tot + VXLAN_ENCAP > cfg->route_mtu4)
 		return 0;
-	if (neigh_stale(cfg, &o))
+	/* Not looked up again where the FIB cache's answer says the next hop is not in the set
+	 * (fc->neigh_ok, as for the router's own route). */
+	if (!fc->neigh_ok && neigh_stale(cfg, &o))
 		return 0;
 
 	/* Conntrack of the outer flow (netfilter tracks this host's own packets too): an

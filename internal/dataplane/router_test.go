@@ -358,30 +358,37 @@ func TestFibCacheNeighbourStale(t *testing.T) {
 	toNext := v4("198.18.0.2", "198.19.0.9").Bytes() // via 198.18.1.2
 	env.checkRouted(t, prog, toNext, Forwarded, nil)
 	env.checkRouted(t, prog, toNext, Forwarded, nil)
-	// 198.18.1.2 becomes STALE: the tracepoints count it in its bucket, add it, then move the
-	// generation on (bpf/netlink_watch.c, neigh_changed()).
-	key := linuxfpLfpNeighKey{Ifindex: uint32(env.out), Family: unix.AF_INET, Addr: addrWords(netip.MustParseAddr("198.18.1.2"))}
+	// 198.18.1.2 becomes STALE.
+	env.markStale(t, env.out, netip.MustParseAddr("198.18.1.2"))
+	env.checkRouted(t, prog, toNext, PassNeighbourStale, nil)
+	env.checkRouted(t, prog, toNext, Forwarded, nil)
+}
+
+// markStale makes IPv4 neighbour a on device dev STALE as the tracepoints do: counted in its
+// bucket, added to the set, then the FIB cache's generation moved on (bpf/netlink_watch.c,
+// neigh_changed()).
+func (e *testEnv) markStale(t *testing.T, dev int, a netip.Addr) {
+	t.Helper()
+	key := linuxfpLfpNeighKey{Ifindex: uint32(dev), Family: unix.AF_INET, Addr: addrWords(a)}
 	b := neighBucket(key)
 	var c int64
-	if err := env.dp.maps.LfpStaleFilter.Lookup(b, &c); err != nil {
+	if err := e.dp.maps.LfpStaleFilter.Lookup(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.dp.maps.LfpStaleFilter.Put(b, c+1); err != nil {
+	if err := e.dp.maps.LfpStaleFilter.Put(b, c+1); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.dp.maps.LfpStale.Put(key, linuxfpLfpStaleVal{}); err != nil {
+	if err := e.dp.maps.LfpStale.Put(key, linuxfpLfpStaleVal{}); err != nil {
 		t.Fatal(err)
 	}
 	var g linuxfpLfpFibGen
-	if err := env.dp.maps.LfpFibGen.Lookup(uint32(0), &g); err != nil {
+	if err := e.dp.maps.LfpFibGen.Lookup(uint32(0), &g); err != nil {
 		t.Fatal(err)
 	}
 	g.Gen[0]++
-	if err := env.dp.maps.LfpFibGen.Put(uint32(0), g); err != nil {
+	if err := e.dp.maps.LfpFibGen.Put(uint32(0), g); err != nil {
 		t.Fatal(err)
 	}
-	env.checkRouted(t, prog, toNext, PassNeighbourStale, nil)
-	env.checkRouted(t, prog, toNext, Forwarded, nil)
 }
 
 // The FIB cache on a connected subnet keeps each destination's own answer (its neighbour's MAC)

@@ -285,6 +285,34 @@ func TestVXLANDecapMatchesDriver(t *testing.T) {
 	}
 }
 
+// The VXLAN outer route's next hop (the underlay neighbour 198.18.1.2) becoming STALE after the
+// FIB cache kept the route's answer: the next packet goes the driver's way (which moves the
+// neighbour on), as one does before the answer was kept; the cache's note that the next hop was
+// not in the STALE set holds only under its generation.
+func TestVXLANOuterNeighbourStale(t *testing.T) {
+	env := newVXLANEnv(t)
+	data := vxlanData(env.in, env.out, env.vx, false)
+	data.FibCacheData = FibCacheData{FibCache4: true}
+	data.NeighData = NeighData{StaleByEvents: true}
+	if err := env.ns.Do(func() error { return env.dp.Sync(data) }); err != nil {
+		t.Fatal(err)
+	}
+	prog := env.prog(t, true, true)
+	pkt := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: netip.MustParseAddr("198.18.0.2"), Dst: netip.MustParseAddr("198.19.2.7"),
+		SrcPort: 1000, DstPort: 2000, Size: 100}.Bytes()
+	encap := func(want bool) {
+		t.Helper()
+		if _, _, reason := env.runOn(t, prog, pkt, env.in); (reason == Encapsulated) != want {
+			t.Fatalf("reason %v, want encapsulated %v", reason, want)
+		}
+	}
+	encap(true)
+	encap(true)
+	env.markStale(t, env.out, netip.MustParseAddr("198.18.1.2"))
+	encap(false)
+	encap(true)
+}
+
 func (e *testEnv) syncVXLAN(t *testing.T, inPeer bool) {
 	t.Helper()
 	if err := e.ns.Do(func() error { return e.dp.Sync(vxlanData(e.in, e.out, e.vx, inPeer)) }); err != nil {
