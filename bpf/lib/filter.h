@@ -524,21 +524,22 @@ __attribute__((noinline)) __u32 filter_classify(const struct lfp_config *cfg, st
 static __always_inline int filter_quick_accept(const struct lfp_config *cfg, struct fw_pkt *p, __u32 mark_unsafe)
 {
 	__u32 fam = p->v6 ? 1 : 0;
+	/* filter_classify's first check: a device that may hand over a mark where mark matches
+	 * were folded. */
+	int marked = mark_unsafe && (cfg->fw_flags & (LFP_FW_HAS_MARK4 << fam));
 	const struct lfp_fw_leaf *l;
 	const __u32 *a;
 
 	/* filter_classify's accept of a conntrack state no rule can match, where none of its
 	 * checks before it applies: no fib type local folded, no mark on this device. */
 	if ((p->ctstate & cfg->fw_ct_none[fam]) && !(cfg->fw_flags & ((LFP_FW_FIB_SRC4 | LFP_FW_FIB_DST4) << fam)) &&
-	    !(mark_unsafe && (cfg->fw_flags & (LFP_FW_HAS_MARK4 << fam))))
+	    !marked)
 		return 1;
 
 	if ((cfg->fw_flags & (LFP_FW_QUICK_MASK4 << fam)) != (LFP_FW_DEFAULT_LEAF4 << fam))
 		return 0;
-	/* filter_classify's first checks: a device that may hand over a mark where mark matches
-	 * were folded, no conntrack state where rules test it. */
-	if ((mark_unsafe && (cfg->fw_flags & (LFP_FW_HAS_MARK4 << fam))) ||
-	    ((cfg->fw_flags & (LFP_FW_HAS_CTSTATE4 << fam)) && !p->ctstate))
+	/* Its next: no conntrack state where rules test it. */
+	if (marked || ((cfg->fw_flags & (LFP_FW_HAS_CTSTATE4 << fam)) && !p->ctstate))
 		return 0;
 	a = (cfg->fw_flags & (LFP_FW_CUT_SRC4 << fam)) ? p->src : p->dst;
 	if (fw_filter_maybe(&lfp_fw_host_filter, fw_host_bucket(a, fam), &p->key))
