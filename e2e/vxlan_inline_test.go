@@ -32,6 +32,9 @@ func TestVXLANDecapRoutedInline(t *testing.T) {
 		src    string // the datagrams' source, on the sink's lo
 		want   int    // datagrams gen receives
 		tap    bool   // a packet socket on the DUT's flannel.1 while they pass
+		// tapLate: that socket is opened after linuxfp has started routing inline; the poll
+		// of the packet sockets must hand flannel.1's frames back to its receive path.
+		tapLate bool
 	}{
 		{name: "routed inline", inline: true, src: "198.19.2.5", want: n},
 		{name: "forward rule on -i flannel.1", dut: "iptables -A FORWARD -i flannel.1 -p udp --dport 9 -j DROP",
@@ -40,6 +43,8 @@ func TestVXLANDecapRoutedInline(t *testing.T) {
 		{name: "rp_filter on flannel.1", dut: "sysctl -qw net/ipv4/conf/flannel.1/rp_filter=1",
 			src: "198.18.0.99", want: 0},
 		{name: "packet socket on flannel.1", src: "198.19.2.5", want: n, tap: true},
+		{name: "packet socket opened on flannel.1 while linuxfp runs", inline: true, src: "198.19.2.5", want: n,
+			tap: true, tapLate: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tb := newTestbed(t, testbed.Options{})
@@ -49,7 +54,7 @@ func TestVXLANDecapRoutedInline(t *testing.T) {
 				sh(t, tb.DUT, c.dut)
 			}
 			tap := -1
-			if c.tap {
+			if c.tap && !c.tapLate {
 				tap = openCapture(t, tb.DUT, linkIndex(t, tb.DUT, "flannel.1"))
 				defer unix.Close(tap)
 			}
@@ -60,6 +65,13 @@ func TestVXLANDecapRoutedInline(t *testing.T) {
 			waitStatus(t, l, "in0", "in0 as an egress into gen's namespace", func(it *status.Interface) bool { return it.TCPeer })
 			if it, _ := l.Interface("flannel.1"); hasNote(it, "routed by the underlay's program") != c.inline {
 				t.Errorf("flannel.1's notes %q, want routed inline %v", it.Notes, c.inline)
+			}
+			if c.tapLate {
+				tap = openCapture(t, tb.DUT, linkIndex(t, tb.DUT, "flannel.1"))
+				defer unix.Close(tap)
+				waitStatus(t, l, "flannel.1", "flannel.1's frames back on its receive path after a packet socket opened", func(it *status.Interface) bool {
+					return hasNote(it, "go through its receive path")
+				})
 			}
 			// The tunnel's UDP flow and gen's neighbour entry exist before the datagrams
 			// that are counted.

@@ -105,6 +105,10 @@ func (o *Observer) Refresh(d Dirty) (*Snapshot, error) {
 		}
 		o.peers.readPeers(links, needs(DirtyLinks))
 		s.Links = links
+		// A tap names a link by index: new links are read with the taps.
+		d |= DirtyTaps
+	}
+	if d&DirtyTaps != 0 {
 		s.PacketTaps = readPacketTaps()
 	}
 	if d&DirtyXDP != 0 {

@@ -67,7 +67,7 @@ func (w *Watcher) pollSets(ctx context.Context) {
 
 // pollLegacy: iptables-legacy tables appear without any event, and a packet socket is opened
 // and bound without any (readPacketTaps); both are cheap to read, on one ticker. New legacy
-// tables re-read netfilter; a change of the taps re-reads the links, which carry them.
+// tables re-read netfilter; a change of the taps re-reads the taps alone.
 func (w *Watcher) pollLegacy(ctx context.Context) {
 	last4, last6 := legacyTables()
 	lastTaps := readPacketTaps()
@@ -85,7 +85,7 @@ func (w *Watcher) pollLegacy(ctx context.Context) {
 			}
 			if taps := readPacketTaps(); !maps.Equal(taps, lastTaps) {
 				lastTaps = taps
-				w.send(ctx, DirtyLinks)
+				w.send(ctx, DirtyTaps)
 			}
 		}
 	}

@@ -30,7 +30,7 @@ type Snapshot struct {
 	// XfrmPolicies: IPsec policies exist; forwarding consults them (xfrm4_policy_check).
 	XfrmPolicies bool
 	// PacketTaps: the devices a packet socket of every protocol receives on, by ifindex (0:
-	// every device), read with the links (readPacketTaps).
+	// every device), read with the links and when the poll sees them change (readPacketTaps).
 	PacketTaps map[int]bool
 	// Rules is the netfilter ruleset with its ipsets (nil until read); graph compiles it.
 	Rules *Ruleset

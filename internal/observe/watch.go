@@ -35,11 +35,13 @@ const (
 	DirtyXfrm
 	DirtyFDB
 	DirtyIPSet
+	// DirtyTaps: the packet sockets tapping devices (Snapshot.PacketTaps), polled.
+	DirtyTaps
 	DirtyAll Dirty = 1<<iota - 1
 )
 
 func (d Dirty) String() string {
-	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm", "fdb", "ipset"}
+	names := []string{"links", "addrs", "routes", "neigh", "sysctl", "netfilter", "tc", "xdp", "xfrm", "fdb", "ipset", "taps"}
 	if d == DirtyAll {
 		return "all"
 	}
