@@ -128,7 +128,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	if (ctx_multi_buffer(ctx))
 		return lfp_pass(ctx, LFP_PASS_MULTI_BUFFER);
 	eth = ctx_data(ctx);
-	ctx_pull(ctx, (void *)(eth + 1) <= ctx_data_end(ctx) && eth->h_proto == bpf_htons(ETH_P_IP) ?
+	ctx_pull(ctx, (void *)(eth + 1) <= ctx_data_end(ctx) && eth_proto(eth) == bpf_htons(ETH_P_IP) ?
 			      LFP_PULL_LEN4 : LFP_PULL_LEN);
 	data = ctx_data(ctx);
 	data_end = ctx_data_end(ctx);
@@ -139,7 +139,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	 * the ifindex is three dependent loads (XDP: rxq->dev->ifindex), each lookup an array access. */
 	in = ctx_ingress_ifindex(ctx);
 	gate_lookup(&gate);
-	r = gate_check_in(gate.g, gate.f, eth->h_proto, in);
+	r = gate_check_in(gate.g, gate.f, eth_proto(eth), in);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	/* Uncounted: there is no row to count it in (lfp_count). */
@@ -156,9 +156,9 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	}
 
 	/* ip_rcv() drops PACKET_OTHERHOST; broadcast and multicast are Linux's (ARP, ND, IGMP ...). */
-	if (!mac_equal(eth->h_dest, iface->mac))
+	if (!mac_equal_w(eth->h_dest, iface->mac))
 		return lfp_pass(ctx, LFP_PASS_NOT_FOR_US);
-	return linuxfp_router(ctx, iface, &gate, in, eth->h_proto);
+	return linuxfp_router(ctx, iface, &gate, in, eth_proto(eth));
 }
 
 #if LFP_TC

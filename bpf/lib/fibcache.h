@@ -157,13 +157,15 @@ static __always_inline __u32 *fib_cache_set_of(struct fib_cache_scr *fc, const s
 	return &fc->set;
 }
 
-/* Whether place w holds key k: all 28 bytes, the padding too (fib_cache_key() zeroes it). */
+/* Whether place w holds key k: all 28 bytes, the padding too (fib_cache_key() zeroes it), as
+ * three 64-bit words and one 32-bit word (both keys are in map values, where the verifier asks no
+ * alignment of a load on this architecture; both are 8-aligned anyway). */
 static __always_inline int fib_cache_holds(const struct lfp_fib_way *w, const struct lfp_fib_key *k)
 {
-	const __u32 *a = (const __u32 *)&w->key, *b = (const __u32 *)k;
+	const __u64 *a = (const __u64 *)&w->key, *b = (const __u64 *)k;
 
-	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) |
-		(a[5] ^ b[5]) | (a[6] ^ b[6])) == 0;
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) |
+		(__u64)(((const __u32 *)a)[6] ^ ((const __u32 *)b)[6])) == 0;
 }
 
 /* The answer kept for key k under generation gen, or NULL. */

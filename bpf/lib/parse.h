@@ -68,16 +68,18 @@ static __always_inline __u16 ipv4_csum(const struct iphdr *iph)
 	return csum_fold(sum);
 }
 
-/* True when the 20-byte IPv4 header's checksum is wrong (ip_fast_csum() != 0 in Linux). */
+/* True when the 20-byte IPv4 header's checksum is wrong (ip_fast_csum() != 0 in Linux). Summed as
+ * five 32-bit words, as ip_fast_csum() does: a one's complement sum folded to 16 bits is the same
+ * whatever the width of the words added (65536 is 1 modulo 65535), and five loads and adds are
+ * half of ten. */
 static __always_inline int ipv4_csum_bad(const struct iphdr *iph)
 {
-	const __u16 *w = (const __u16 *)iph;
-	__u32 sum = 0;
+	const __u32 *w = (const __u32 *)iph;
+	__u64 sum = (__u64)w[0] + w[1] + w[2] + w[3] + w[4];
 
-#pragma unroll
-	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
-		sum += w[i];
-	return csum_fold(sum) != 0;
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	return csum_fold((__u32)sum) != 0;
 }
 
 /* Linux's ip_decrease_ttl(): the same incremental update, so the bytes on the wire are the ones
@@ -113,6 +115,30 @@ static __always_inline int mac_equal(const __u8 *a, const volatile __u8 *b)
 {
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] &&
 	       a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
+}
+
+/* mac_equal() for a MAC in packet data (a) and one at an even address of a map value (b): one
+ * 32-bit and one 16-bit compare instead of six byte compares (struct ethhdr is packed, so its
+ * fields are read a byte at a time otherwise). Packet data may be read unaligned here: the
+ * programs are not loaded with strict alignment. */
+static __always_inline int mac_equal_w(const __u8 *a, const __u8 *b)
+{
+	return ((*(const __u32 *)a ^ *(const __u32 *)b) | (*(const __u16 *)(a + 4) ^ *(const __u16 *)(b + 4))) == 0;
+}
+
+/* Copies a MAC from an even address (b) into packet data (a) in three 16-bit words, where the
+ * packed struct ethhdr would have six byte stores and the shifts to feed them. */
+static __always_inline void mac_copy_w(__u8 *a, const __u8 *b)
+{
+	((__u16 *)a)[0] = ((const __u16 *)b)[0];
+	((__u16 *)a)[1] = ((const __u16 *)b)[1];
+	((__u16 *)a)[2] = ((const __u16 *)b)[2];
+}
+
+/* The EtherType, in network byte order, in one 16-bit load (see mac_equal_w()). */
+static __always_inline __be16 eth_proto(const struct ethhdr *eth)
+{
+	return *(const __be16 *)((const __u8 *)eth + 12);
 }
 
 #endif

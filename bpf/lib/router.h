@@ -639,8 +639,8 @@ static __always_inline int router_xmit(lfp_ctx *ctx, const struct router_pkt *p)
 		}
 		ip6->hop_limit--;
 	}
-	__builtin_memcpy(eth->h_dest, p->fib->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, p->fib->smac, ETH_ALEN);
+	mac_copy_w(eth->h_dest, p->fib->dmac);
+	mac_copy_w(eth->h_source, p->fib->smac);
 	lfp_count_in(ctx, p->iface, LFP_FORWARDED);
 	return CTX_REDIRECT;
 }
