@@ -65,31 +65,55 @@ static __always_inline __u8 vxlan_ecn_encap(__u8 tos, __u8 inner)
 	return tos | (inner & INET_ECN_MASK);
 }
 
+/* The data of vxlan device dev (lfp_vxlan) and the remote its forwarding database names for
+ * the inner destination MAC dmac (lfp_vxfdb: vxlan_xmit()'s vxlan_find_mac()), in fc->vx: kept
+ * with the FIB cache's answer that routed the packet into dev (fc->vx_ok, fib_cache_get()),
+ * else read from the maps and kept there (fib_cache_keep_vx() says why that copy holds). An
+ * answer names one device and one next hop MAC, so the copy is the one the maps would give.
+ * Two hash map lookups, each a call, per encapsulated packet otherwise. 0: the device or the
+ * remote is not the fast path's (the driver's path). */
+static __always_inline int vxlan_remote(struct fib_cache_scr *fc, __u32 dev, const __u8 *dmac)
+{
+	struct lfp_vxfdb_key k = {};
+	struct lfp_vxlan_dev *vx;
+	struct lfp_vxfdb_val *rd;
+
+	if (fc->vx_ok)
+		return 1;
+	vx = bpf_map_lookup_elem(&lfp_vxlan, &dev);
+	if (!vx)
+		return 0;
+	k.dev = dev;
+	__builtin_memcpy(k.mac, dmac, ETH_ALEN);
+	rd = bpf_map_lookup_elem(&lfp_vxfdb, &k);
+	if (!rd)
+		return 0;
+	fc->vx.dev = *vx;
+	fc->vx.fdb = *rd;
+	fib_cache_keep_vx(fc);
+	return 1;
+}
+
 /* Decide whether the IPv4 packet the router sends into vxlan device `dev` (fib: the inner
- * routing result; tot: its IP length, or a GSO segment's) is encapsulated here. On success the
- * redirect to the underlay is set up and *p holds the outer headers. Any other result: the
- * driver's path. Nothing of the packet is changed. */
+ * routing result; tot: its IP length, or a GSO segment's; vr: dev's data and remote,
+ * vxlan_remote()'s) is encapsulated here. On success the redirect to the underlay is set up
+ * and *p holds the outer headers. Any other result: the driver's path. Nothing of the packet
+ * is changed. vr is in fc, which the outer route's lookup below rewrites: read before it. */
 static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg, __u32 dev,
-				      const struct lfp_vxlan_dev *vx, const struct bpf_fib_lookup *fib,
+				      const struct lfp_vx_remote *vr, const struct bpf_fib_lookup *fib,
 				      __u8 inner_tos, __u32 tot, __u32 prio, struct vxlan_plan *p,
 				      struct ct_pkt *c, struct bpf_fib_lookup *op, struct fib_cache_scr *fc)
 {
 	/* The outer route's lookup structure is scratch space (op): the stack is short. */
 #define o (*op)
-	struct lfp_vxfdb_key k = {};
-	struct lfp_vxfdb_val *rd;
+	const struct lfp_vxlan_dev *vx = &vr->dev;
+	const struct lfp_vxfdb_val *rd = &vr->fdb;
 	__u32 hash, lo, hi;
 	int rc;
 
 	/* The outer packet is built and sent by this host: only where no rule but nat chains' (which
 	 * see a connection's first packet only) could see it on its way out. */
 	if (!(cfg->vx_flags & LFP_VX_LOCAL_OUT4))
-		return 0;
-	/* vxlan_xmit(): the inner destination MAC names the remote (vxlan_find_mac()). */
-	k.dev = dev;
-	__builtin_memcpy(k.mac, fib->dmac, ETH_ALEN);
-	rd = bpf_map_lookup_elem(&lfp_vxfdb, &k);
-	if (!rd)
 		return 0;
 	/* udp_flow_src_port(): the flow hash of the inner packet (the same skb_get_hash() the
 	 * driver would compute on this skb), spread over the port range. A zero hash makes the
