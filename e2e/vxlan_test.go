@@ -332,3 +332,59 @@ func TestVXLANRemoteChange(t *testing.T) {
 		t.Fatalf("after the remote changed: encapsulated %d in the fast path, want most of 400", enc)
 	}
 }
+
+// The fast path keeps the vxlan device a VXLAN packet is for with the FIB cache (vxlan_rx_dev()
+// in bpf/lib/vxlan.h): a change of that device must reach the next packets. Here the DUT's
+// flannel.1 takes the sink's MAC, so the sink's frames come from the device's own address:
+// vxlan_rcv() drops them as a loop, and the fast path must leave them to it instead of
+// decapsulating them with the MAC it kept.
+func TestVXLANRxDeviceChange(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	vxlanOverlay(t, tb, "udpcsum")
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "flannel.1", "decapsulation in the fast path", func(it *status.Interface) bool {
+		return it.Program != nil && hasNote(it, "decapsulated in the fast path")
+	})
+	out, err := tb.Sink.Run("cat", "/sys/class/net/flannel.1/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkMAC := strings.TrimSpace(out)
+	// The sink sends over the overlay: its route to gen's subnet is through flannel.1.
+	send := func(n int) {
+		t.Helper()
+		if err := tb.Sink.Do(func() error {
+			c, err := net.Dial("udp", "198.18.0.2:9")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for i := 0; i < n; i++ {
+				c.Write([]byte("linuxfp e2e"))
+				time.Sleep(200 * time.Microsecond)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decapsulated := func() uint64 { return readInterface(t, l, "out0").Decapsulated.Packets }
+	before := decapsulated()
+	send(200)
+	if n := decapsulated() - before; n < 150 {
+		t.Fatalf("before the change: decapsulated %d of 200, to Linux %v", n, readInterface(t, l, "out0").Passed)
+	}
+	// Once linuxfp follows the change: the frames on out0 are not fenced by a change of
+	// flannel.1 (the link unit fences the devices changed), and the map is written then.
+	sh(t, tb.DUT, "ip link set flannel.1 address "+sinkMAC)
+	waitFenceOpen(t, l)
+	before, passed := decapsulated(), readInterface(t, l, "out0").Passed["vxlan_rx"].Packets
+	send(400)
+	if n := decapsulated() - before; n != 0 {
+		t.Fatalf("after flannel.1 took the sink's MAC: decapsulated %d of the sink's frames, which Linux drops", n)
+	}
+	if n := readInterface(t, l, "out0").Passed["vxlan_rx"].Packets - passed; n < 350 {
+		t.Fatalf("after the change: %d frames handed to Linux as vxlan_rx, want the 400 sent; to Linux %v",
+			n, readInterface(t, l, "out0").Passed)
+	}
+}

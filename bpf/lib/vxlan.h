@@ -349,13 +349,79 @@ static __always_inline int vxlan_rx_deliver(lfp_ctx *ctx, __u32 dev)
 	return ctx_redirect_ingress(ctx, dev);
 }
 
+/* The FIB cache's family for the keys of lfp_vxlan_rx_map's entries (vxlan_rx_dev), which no
+ * route's key has (AF_INET, AF_INET6). */
+#define LFP_FIB_VXLAN_RX 0xfe
+
+/* The vxlan device of this host for UDP port `port` and VNI vni (lfp_vxlan_rx_map), into *out:
+ * kept by the FIB cache under a key of its own (device: 0, flow: the port, destination: the
+ * VNI, family LFP_FIB_VXLAN_RX; the answer's device, next hop and source MAC: the device, its
+ * local address and its MAC), else read from the map and kept there. The cache's generation
+ * gen, read before the map, keeps the copy only while the map holds it, as for the remotes kept
+ * with routes (fib_cache_keep_vx() says why): one hash map call per decapsulated packet
+ * otherwise. 0: none. A global function at tc, verified once on its own: inlined, its branches
+ * multiplied the states of every program that routes (the bridge port's went past the
+ * verification headroom); at XDP, where a VXLAN packet goes to Linux, inlined. */
+#if LFP_TC
+#define VXLAN_RX_DEV __attribute__((noinline))
+#else
+#define VXLAN_RX_DEV static __always_inline
+#endif
+VXLAN_RX_DEV int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __be16 port, __u32 vni, struct lfp_vxlan_rx *out)
+{
+	struct lfp_fib_key *k;
+	struct lfp_vxlan_rx_key rk = {};
+	const struct lfp_vxlan_rx *rx;
+
+	if (!fc || !out)
+		return 0;
+	k = &fc->key;
+	if (gen) {
+		const struct lfp_fib_entry *e;
+
+		__builtin_memset(k, 0, sizeof(*k));
+		k->family = LFP_FIB_VXLAN_RX;
+		k->one = 1;
+		k->flow = port;
+		k->dst[0] = vni;
+		e = fib_cache_find(fc, k, 1, gen);
+		if (e) {
+			out->dev = e->ifindex;
+			out->local = e->nh[0];
+			__builtin_memcpy(out->mac, e->smac, ETH_ALEN);
+			return 1;
+		}
+	}
+	rk.port = port;
+	rk.vni = vni;
+	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &rk);
+	if (!rx)
+		return 0;
+	out->dev = rx->dev;
+	out->local = rx->local;
+	__builtin_memcpy(out->mac, rx->mac, ETH_ALEN);
+	if (gen) {
+		struct lfp_fib_entry *e = &fc->entry;
+
+		__builtin_memset(e, 0, sizeof(*e));
+		e->gen = gen;
+		e->ifindex = rx->dev;
+		e->nh[0] = rx->local;
+		__builtin_memcpy(e->smac, rx->mac, ETH_ALEN);
+		fib_cache_put(fc, k, e, 1);
+	}
+	return 1;
+}
+
 /* A UDP packet to this host: if it is VXLAN for a device the fast path decapsulates for, do what
  * udp_rcv() and vxlan_rcv() would (strip the outer headers) and hand the inner frame on
  * (vxlan_rx_deliver). Returns 1 with *verdict set, or 0 when it is not such a packet (the router goes on).
  * Called after the conntrack step, which took the outer flow's entry as Linux's input path
- * would; iph is a whole, valid, unfragmented IPv4 header of length tot. */
+ * would; iph is a whole, valid, unfragmented IPv4 header of length tot. fc, gen: the FIB
+ * cache's scratch and IPv4 generation (vxlan_rx_dev); rx: scratch space for the device. */
 static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
-				    void *data_end, __u32 tot, int *verdict)
+				    void *data_end, __u32 tot, struct fib_cache_scr *fc, __u64 gen,
+				    struct lfp_vxlan_rx *rx, int *verdict)
 {
 	struct {
 		__be16 sport, dport, len, check;
@@ -363,8 +429,6 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	} *h = (void *)(iph + 1);
 	struct ethhdr *ie = (void *)(h + 1); /* the inner frame's */
 	struct bpf_sock_tuple t = {};
-	struct lfp_vxlan_rx_key k = {};
-	struct lfp_vxlan_rx *rx;
 	struct bpf_sock *sk;
 	struct ctx_csum cs;
 	struct ethhdr inner;
@@ -373,10 +437,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 
 	if ((void *)(h + 1) > data_end)
 		return 0;
-	k.port = h->dport;
-	k.vni = bpf_ntohl(h->vni) >> 8;
-	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &k);
-	if (!rx || iph->daddr != rx->local)
+	if (!vxlan_rx_dev(fc, gen, h->dport, bpf_ntohl(h->vni) >> 8, rx) || iph->daddr != rx->local)
 		return 0;
 	/* From here on it is VXLAN for a device of this host: what the fast path does not do exactly
 	 * goes to Linux. Only an skb can be decapsulated (ctx.h). */

@@ -424,6 +424,7 @@ type linuxfpLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
+	Vxrx linuxfpLfpVxlanRx
 	Buf  [260]uint8
 	_    [4]byte
 	Ofib [8]uint64

@@ -346,6 +346,7 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
+	Vxrx linuxfpTcLfpVxlanRx
 	Buf  [260]uint8
 	_    [4]byte
 	Ofib [8]uint64
