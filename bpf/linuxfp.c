@@ -184,7 +184,7 @@ __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 d
 	eth = ctx_data(ctx);
 	gate_lookup(&gate);
 	if ((void *)(eth + 1) > ctx_data_end(ctx) || eth->h_proto != bpf_htons(ETH_P_IP) ||
-	    gate_check_in(gate.g, gate.f, eth->h_proto, dev) != LFP_FORWARDED)
+	    gate_check(gate.g, gate.f, eth->h_proto, dev) != LFP_FORWARDED)
 		return ctx_redirect_ingress(ctx, dev);
 	iface = lfp_iface_of(dev);
 	if (!iface || !mac_equal(eth->h_dest, iface->mac))

@@ -286,3 +286,105 @@ func TestVXLANSourcePortFromSocketHash(t *testing.T) {
 		}
 	}
 }
+
+// The fast path keeps a vxlan device's data and the remote its FDB names with the FIB cache's
+// answer that routes into the device (vxlan_remote() in bpf/lib/vxlan.h): a remote changed in
+// the FDB must be where the next packets go, from the driver while the change is fenced and from
+// the fast path after, never the old remote kept with an answer.
+func TestVXLANRemoteChange(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	vxlanOverlay(t, tb, "udpcsum")
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "flannel.1", "encapsulation in the fast path", func(it *status.Interface) bool {
+		return it.Program != nil && hasNote(it, "encapsulated in the fast path")
+	})
+	out, err := tb.Sink.Run("cat", "/sys/class/net/flannel.1/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkMAC := strings.TrimSpace(out)
+	// The outer destinations of the VXLAN frames carrying gen's UDP datagrams to the pod.
+	remotes := func(frames [][]byte) map[string]int {
+		r := map[string]int{}
+		for _, f := range frames {
+			if len(f) < 84+8 || f[12] != 8 || f[13] != 0 || f[23] != 17 || f[36] != 0x21 || f[37] != 0x18 ||
+				f[62] != 8 || f[63] != 0 || f[64+9] != 17 || net.IP(f[80:84]).String() != "198.19.2.5" {
+				continue
+			}
+			r[net.IP(f[30:34]).String()]++
+		}
+		return r
+	}
+	encapsulated := func() uint64 { return readInterface(t, l, "in0").Encapsulated.Packets }
+	before := encapsulated()
+	got := remotes(captureOn(t, tb.Sink, "eth0", func() { sendUDP(t, tb, "198.19.2.5", 300) }))
+	if enc := encapsulated() - before; enc < 250 || got["198.18.1.2"] < 250 || len(got) != 1 {
+		t.Fatalf("before the change: encapsulated %d, outer destinations %v", enc, got)
+	}
+	sh(t, tb.Sink, "ip addr add 198.18.1.3/24 dev eth0")
+	sh(t, tb.DUT, "bridge fdb replace "+sinkMAC+" dev flannel.1 dst 198.18.1.3")
+	before = encapsulated()
+	got = remotes(captureOn(t, tb.Sink, "eth0", func() { sendUDP(t, tb, "198.19.2.5", 400) }))
+	if got["198.18.1.2"] != 0 || got["198.18.1.3"] < 350 {
+		t.Fatalf("after the remote changed to 198.18.1.3: outer destinations %v", got)
+	}
+	if enc := encapsulated() - before; enc < 100 {
+		t.Fatalf("after the remote changed: encapsulated %d in the fast path, want most of 400", enc)
+	}
+}
+
+// The fast path keeps the vxlan device a VXLAN packet is for with the FIB cache (vxlan_rx_dev()
+// in bpf/lib/vxlan.h): a change of that device must reach the next packets. Here the DUT's
+// flannel.1 takes the sink's MAC, so the sink's frames come from the device's own address:
+// vxlan_rcv() drops them as a loop, and the fast path must leave them to it instead of
+// decapsulating them with the MAC it kept.
+func TestVXLANRxDeviceChange(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	vxlanOverlay(t, tb, "udpcsum")
+	l := startLinuxfp(t, tb)
+	waitStatus(t, l, "flannel.1", "decapsulation in the fast path", func(it *status.Interface) bool {
+		return it.Program != nil && hasNote(it, "decapsulated in the fast path")
+	})
+	out, err := tb.Sink.Run("cat", "/sys/class/net/flannel.1/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkMAC := strings.TrimSpace(out)
+	// The sink sends over the overlay: its route to gen's subnet is through flannel.1.
+	send := func(n int) {
+		t.Helper()
+		if err := tb.Sink.Do(func() error {
+			c, err := net.Dial("udp", "198.18.0.2:9")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for i := 0; i < n; i++ {
+				c.Write([]byte("linuxfp e2e"))
+				time.Sleep(200 * time.Microsecond)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decapsulated := func() uint64 { return readInterface(t, l, "out0").Decapsulated.Packets }
+	before := decapsulated()
+	send(200)
+	if n := decapsulated() - before; n < 150 {
+		t.Fatalf("before the change: decapsulated %d of 200, to Linux %v", n, readInterface(t, l, "out0").Passed)
+	}
+	// Once linuxfp follows the change: the frames on out0 are not fenced by a change of
+	// flannel.1 (the link unit fences the devices changed), and the map is written then.
+	sh(t, tb.DUT, "ip link set flannel.1 address "+sinkMAC)
+	waitFenceOpen(t, l)
+	before, passed := decapsulated(), readInterface(t, l, "out0").Passed["vxlan_rx"].Packets
+	send(400)
+	if n := decapsulated() - before; n != 0 {
+		t.Fatalf("after flannel.1 took the sink's MAC: decapsulated %d of the sink's frames, which Linux drops", n)
+	}
+	if n := readInterface(t, l, "out0").Passed["vxlan_rx"].Packets - passed; n < 350 {
+		t.Fatalf("after the change: %d frames handed to Linux as vxlan_rx, want the 400 sent; to Linux %v",
+			n, readInterface(t, l, "out0").Passed)
+	}
+}

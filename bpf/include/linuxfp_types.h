@@ -257,6 +257,14 @@ struct lfp_vxfdb_val {
 	__u16 pad;
 };
 
+/* What the encapsulation reads of a vxlan device and of the remote its forwarding database
+ * names for an inner destination MAC (lib/vxlan.h): the maps' values, as the FIB cache keeps
+ * them with a route's answer. */
+struct lfp_vx_remote {
+	struct lfp_vxlan_dev dev;
+	struct lfp_vxfdb_val fdb;
+};
+
 /* The tc program after an interface's XDP program (bpf/lib/stats.h): attached or not, and when
  * the XDP program last asked for it (ring buffer record lfp_tc_request). */
 struct lfp_tc_companion {
@@ -545,7 +553,10 @@ struct lfp_fib_entry {
 	__u8 dmac[6];
 	__u8 per_dst; /* the block's answers differ per destination: look up the destination's */
 	__u8 neigh_ok; /* the next hop was not in the STALE set at fill time (lib/neigh.h) */
-	__u8 pad[2];
+	__u8 vx_ok;    /* vx holds the egress vxlan device's data and its remote for dmac */
+	__u8 pad[3];
+	/* Kept by the first packet encapsulated after the fill (lib/vxlan.h, vxlan_remote()). */
+	struct lfp_vx_remote vx;
 };
 
 /* One place of the FIB cache (lib/fibcache.h): the key its answer is for, and the answer. */

@@ -56,7 +56,7 @@
  * two keys of one set take both places, a third replaces one of them (asked again later: only
  * slower). Per CPU: a program runs to its end on its CPU, so no place is read half written
  * (lfp_scratch's argument, state.h), and each CPU fills its own places. One array with a range
- * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 184 KiB
+ * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 248 KiB
  * each), not a per-CPU array, whose lookup reads the element's per-CPU pointer first (one more
  * cache line per packet). A CPU beyond the array's end finds no set: the kernel is asked. */
 #define LFP_FIB_SET_SHIFT 10
@@ -90,6 +90,11 @@ struct fib_cache_scr {
 	/* The answer's next hop is not in the STALE set (neigh_not_stale()): fib_lookup_cached()'s
 	 * output beside the answer, 0 where it cannot tell. */
 	__u32 neigh_ok;
+	/* The generation the answer was asked under (0: not from the cache), and where its egress
+	 * is a vxlan device whose data the answer keeps, that data (vx_ok; lib/vxlan.h). */
+	__u64 gen;
+	__u32 vx_ok;
+	struct lfp_vx_remote vx;
 	struct lfp_fib_entry entry;
 	__u64 probe[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */
 };
@@ -243,6 +248,10 @@ static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fi
 	__builtin_memcpy(fib->smac, e->smac, ETH_ALEN);
 	__builtin_memcpy(fib->dmac, e->dmac, ETH_ALEN);
 	fc->neigh_ok = e->neigh_ok;
+	if (e->vx_ok) {
+		fc->vx = e->vx;
+		fc->vx_ok = 1;
+	}
 	return BPF_FIB_LKUP_RET_SUCCESS;
 }
 
@@ -282,6 +291,7 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, const struct lfp_config 
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
 	e->gen = gen;
+	e->vx_ok = 0;
 	if (!fc->key.one && fib_cache_per_dst(fc, fib, probe, v4)) {
 		e->per_dst = 1;
 		fib_cache_put(fc, &fc->key, e, v4);
@@ -316,6 +326,32 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, const struct lfp_config 
 	return rc;
 }
 
+/* Keeps fc->vx with the answer fib_lookup_cached() just gave (the place holding fc->key under
+ * fc->gen; none where that answer was not kept). The caller read fc->vx from its maps after the
+ * generation was read, so it holds for as long as the answer does: the controller writes those
+ * maps only in a Sync, which ends with a write of the gate that moves the generation on
+ * (dataplane.writeGateLocked), and the changes of Linux's they follow (the vxlan device's link,
+ * its FDB, the port range sysctl) are fenced until then. */
+static __always_inline void fib_cache_keep_vx(struct fib_cache_scr *fc)
+{
+	struct lfp_fib_set *s;
+	struct lfp_fib_way *w;
+
+	if (!fc->gen)
+		return;
+	s = bpf_map_lookup_elem(&lfp_fib_cache, &fc->set);
+	if (!s)
+		return;
+	if (s->way[0].e.gen == fc->gen && fib_cache_holds(&s->way[0], &fc->key))
+		w = &s->way[0];
+	else if (s->way[1].e.gen == fc->gen && fib_cache_holds(&s->way[1], &fc->key))
+		w = &s->way[1];
+	else
+		return;
+	w->e.vx = fc->vx;
+	w->e.vx_ok = 1;
+}
+
 /* bpf_fib_lookup() for fib, answered by the cache where it may: gen is fib_cache_gen()'s (0: the
  * cache is off). fib->tot_len is the length the MTU check sees. fc->neigh_ok is set beside a
  * successful answer. */
@@ -325,6 +361,8 @@ static __always_inline int fib_lookup_cached(lfp_ctx *ctx, const struct lfp_conf
 	int rc;
 
 	fc->neigh_ok = 0;
+	fc->vx_ok = 0;
+	fc->gen = gen;
 	rc = gen ? fib_cache_get(fc, fib, v4, gen, fib->tot_len) : FIB_ASK;
 	if (rc == FIB_MISS)
 		rc = fib_cache_fill(ctx, cfg, fc, fib, v4, gen);

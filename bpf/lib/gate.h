@@ -47,9 +47,10 @@ static __always_inline int gate_lookup(struct gate_ref *gr)
 }
 
 /* LFP_FORWARDED (0) where the gate (g, f: gate_lookup()'s) lets a frame of ethertype proto
- * (network byte order) through, or the reason it goes to Linux. */
-static GATE_CHECK_INLINE enum lfp_reason gate_check_in(const struct lfp_gate *g, const struct lfp_fence *f,
-						       __be16 proto, __u32 ifindex)
+ * (network byte order) through, or the reason it goes to Linux. Inlined where the caller's frame
+ * has room (gate_check_in() otherwise). */
+static __always_inline enum lfp_reason gate_check(const struct lfp_gate *g, const struct lfp_fence *f,
+						  __be16 proto, __u32 ifindex)
 {
 	const __u64 *changed;
 	__u32 unit, bit;
@@ -72,6 +73,12 @@ static GATE_CHECK_INLINE enum lfp_reason gate_check_in(const struct lfp_gate *g,
 			return LFP_PASS_FENCED;
 	}
 	return LFP_FORWARDED;
+}
+
+static GATE_CHECK_INLINE enum lfp_reason gate_check_in(const struct lfp_gate *g, const struct lfp_fence *f,
+						       __be16 proto, __u32 ifindex)
+{
+	return gate_check(g, f, proto, ifindex);
 }
 
 /* LFP_FORWARDED where a packet may leave by device ifindex, LFP_PASS_FENCED where a change of

@@ -438,7 +438,8 @@ static __always_inline int router_vxlan_rx(lfp_ctx *ctx, const struct router_pkt
 {
 	if (!p->v4 || !p->cfg->vxlans || p->proto != IPPROTO_UDP || p->scr->ct.nat)
 		return 0;
-	return vxlan_rx(ctx, p->cfg, p->l3, p->data_end, p->tot, verdict);
+	return vxlan_rx(ctx, p->cfg, p->l3, p->data_end, p->tot, &p->scr->fc, fib_cache_gen_in(p->cfg, p->gate.g, 1),
+			&p->scr->vxrx, verdict);
 }
 
 /* A translated connection: prerouting's translation (the destination, or for a reply the
@@ -541,13 +542,12 @@ static __always_inline enum lfp_reason router_egress(lfp_ctx *ctx, const struct 
 	/* Into a vxlan device: encapsulated here when everything the driver would do is
 	 * reproduced (vxlan.h), otherwise the redirect below hands it to the driver itself. */
 	if (CTX_TUNNEL && p->v4 && cfg->vxlans && out == fib->ifindex && !p->inner) {
-		struct lfp_vxlan_dev *vx = bpf_map_lookup_elem(&lfp_vxlan, &out);
-		struct lfp_scratch *scr = vx ? lfp_scratch() : 0;
+		struct lfp_scratch *scr = p->scr;
 
 		/* Not a translated packet: the driver hashes the translated inner packet for the
 		 * source port; its path. */
-		if (scr && !scr->ct.nat &&
-		    vxlan_plan(ctx, cfg, out, vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct,
+		if (!scr->ct.nat && vxlan_remote(&scr->fc, out, fib->dmac) &&
+		    vxlan_plan(ctx, cfg, out, &scr->fc.vx, fib, p->tos, p->mtulen, p->prio, &scr->vx, &scr->ct,
 			       (struct bpf_fib_lookup *)scr->ofib, &scr->fc)) {
 			scr->vx_on = 1;
 			r = LFP_FORWARDED;

@@ -37,6 +37,8 @@ struct lfp_scratch {
 	 * after a DNAT (router_bridged_dnat). */
 	__u32 br_dnat;
 	struct vxlan_plan vx;
+	/* The vxlan device a VXLAN packet for this host is for (vxlan_rx). */
+	struct lfp_vxlan_rx vxrx;
 	/* ct_l4_csum()'s buffer; vxlan_plan()'s outer route lookup. */
 	__u8 buf[CT_CSUM_CHUNK + 4];
 	__u64 ofib[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */

@@ -65,31 +65,55 @@ static __always_inline __u8 vxlan_ecn_encap(__u8 tos, __u8 inner)
 	return tos | (inner & INET_ECN_MASK);
 }
 
+/* The data of vxlan device dev (lfp_vxlan) and the remote its forwarding database names for
+ * the inner destination MAC dmac (lfp_vxfdb: vxlan_xmit()'s vxlan_find_mac()), in fc->vx: kept
+ * with the FIB cache's answer that routed the packet into dev (fc->vx_ok, fib_cache_get()),
+ * else read from the maps and kept there (fib_cache_keep_vx() says why that copy holds). An
+ * answer names one device and one next hop MAC, so the copy is the one the maps would give.
+ * Two hash map lookups, each a call, per encapsulated packet otherwise. 0: the device or the
+ * remote is not the fast path's (the driver's path). */
+static __always_inline int vxlan_remote(struct fib_cache_scr *fc, __u32 dev, const __u8 *dmac)
+{
+	struct lfp_vxfdb_key k = {};
+	struct lfp_vxlan_dev *vx;
+	struct lfp_vxfdb_val *rd;
+
+	if (fc->vx_ok)
+		return 1;
+	vx = bpf_map_lookup_elem(&lfp_vxlan, &dev);
+	if (!vx)
+		return 0;
+	k.dev = dev;
+	__builtin_memcpy(k.mac, dmac, ETH_ALEN);
+	rd = bpf_map_lookup_elem(&lfp_vxfdb, &k);
+	if (!rd)
+		return 0;
+	fc->vx.dev = *vx;
+	fc->vx.fdb = *rd;
+	fib_cache_keep_vx(fc);
+	return 1;
+}
+
 /* Decide whether the IPv4 packet the router sends into vxlan device `dev` (fib: the inner
- * routing result; tot: its IP length, or a GSO segment's) is encapsulated here. On success the
- * redirect to the underlay is set up and *p holds the outer headers. Any other result: the
- * driver's path. Nothing of the packet is changed. */
+ * routing result; tot: its IP length, or a GSO segment's; vr: dev's data and remote,
+ * vxlan_remote()'s) is encapsulated here. On success the redirect to the underlay is set up
+ * and *p holds the outer headers. Any other result: the driver's path. Nothing of the packet
+ * is changed. vr is in fc, which the outer route's lookup below rewrites: read before it. */
 static __always_inline int vxlan_plan(lfp_ctx *ctx, const struct lfp_config *cfg, __u32 dev,
-				      const struct lfp_vxlan_dev *vx, const struct bpf_fib_lookup *fib,
+				      const struct lfp_vx_remote *vr, const struct bpf_fib_lookup *fib,
 				      __u8 inner_tos, __u32 tot, __u32 prio, struct vxlan_plan *p,
 				      struct ct_pkt *c, struct bpf_fib_lookup *op, struct fib_cache_scr *fc)
 {
 	/* The outer route's lookup structure is scratch space (op): the stack is short. */
 #define o (*op)
-	struct lfp_vxfdb_key k = {};
-	struct lfp_vxfdb_val *rd;
+	const struct lfp_vxlan_dev *vx = &vr->dev;
+	const struct lfp_vxfdb_val *rd = &vr->fdb;
 	__u32 hash, lo, hi;
 	int rc;
 
 	/* The outer packet is built and sent by this host: only where no rule but nat chains' (which
 	 * see a connection's first packet only) could see it on its way out. */
 	if (!(cfg->vx_flags & LFP_VX_LOCAL_OUT4))
-		return 0;
-	/* vxlan_xmit(): the inner destination MAC names the remote (vxlan_find_mac()). */
-	k.dev = dev;
-	__builtin_memcpy(k.mac, fib->dmac, ETH_ALEN);
-	rd = bpf_map_lookup_elem(&lfp_vxfdb, &k);
-	if (!rd)
 		return 0;
 	/* udp_flow_src_port(): the flow hash of the inner packet (the same skb_get_hash() the
 	 * driver would compute on this skb), spread over the port range. A zero hash makes the
@@ -271,15 +295,20 @@ static __always_inline int vxlan_push(lfp_ctx *ctx, const struct vxlan_plan *p)
 	if (p->udpcsum) {
 		/* lco_csum(): the sum of the outer UDP header (checksum 0), the VXLAN header and the
 		 * inner headers up to the inner checksum's start, plus the complement of what the
-		 * inner field holds; then the pseudo header (udp_v4_check()); 0 is sent as 0xffff. */
+		 * inner field holds; then the pseudo header (udp_v4_check()); 0 is sent as 0xffff.
+		 * The 50 bytes summed here in 16-bit words (25 loads and adds, no carry out of 32
+		 * bits), which bpf_csum_diff() did in a call: the same one's complement sum. */
 		__u8 *udp = data + ETH_HLEN + sizeof(struct iphdr);
 		__u16 *inner_check = data + VXLAN_ENCAP + (p->csum_off & 0xff);
+		const __u16 *w = (const __u16 *)udp;
 		__u32 sum, len = bpf_ntohs(h.len);
 
 		if ((void *)(udp + 50) > data_end || (void *)(inner_check + 1) > data_end)
 			return CTX_DROP; /* cannot happen: the inner headers were checked before */
-		sum = bpf_csum_diff(0, 0, (__be32 *)udp, 48, (__u16)~*inner_check);
-		sum = csum_add(sum, *(__u16 *)(udp + 48));
+		sum = (__u16)~*inner_check;
+#pragma unroll
+		for (int i = 0; i < 25; i++)
+			sum += w[i];
 		sum = csum_add(sum, p->saddr);
 		sum = csum_add(sum, p->daddr);
 		sum = csum_add(sum, bpf_htons(len));
@@ -325,13 +354,79 @@ static __always_inline int vxlan_rx_deliver(lfp_ctx *ctx, __u32 dev)
 	return ctx_redirect_ingress(ctx, dev);
 }
 
+/* The FIB cache's family for the keys of lfp_vxlan_rx_map's entries (vxlan_rx_dev), which no
+ * route's key has (AF_INET, AF_INET6). */
+#define LFP_FIB_VXLAN_RX 0xfe
+
+/* The vxlan device of this host for UDP port `port` and VNI vni (lfp_vxlan_rx_map), into *out:
+ * kept by the FIB cache under a key of its own (device: 0, flow: the port, destination: the
+ * VNI, family LFP_FIB_VXLAN_RX; the answer's device, next hop and source MAC: the device, its
+ * local address and its MAC), else read from the map and kept there. The cache's generation
+ * gen, read before the map, keeps the copy only while the map holds it, as for the remotes kept
+ * with routes (fib_cache_keep_vx() says why): one hash map call per decapsulated packet
+ * otherwise. 0: none. A global function at tc, verified once on its own: inlined, its branches
+ * multiplied the states of every program that routes (the bridge port's went past the
+ * verification headroom); at XDP, where a VXLAN packet goes to Linux, inlined. */
+#if LFP_TC
+#define VXLAN_RX_DEV __attribute__((noinline))
+#else
+#define VXLAN_RX_DEV static __always_inline
+#endif
+VXLAN_RX_DEV int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __be16 port, __u32 vni, struct lfp_vxlan_rx *out)
+{
+	struct lfp_fib_key *k;
+	struct lfp_vxlan_rx_key rk = {};
+	const struct lfp_vxlan_rx *rx;
+
+	if (!fc || !out)
+		return 0;
+	k = &fc->key;
+	if (gen) {
+		const struct lfp_fib_entry *e;
+
+		__builtin_memset(k, 0, sizeof(*k));
+		k->family = LFP_FIB_VXLAN_RX;
+		k->one = 1;
+		k->flow = port;
+		k->dst[0] = vni;
+		e = fib_cache_find(fc, k, 1, gen);
+		if (e) {
+			out->dev = e->ifindex;
+			out->local = e->nh[0];
+			__builtin_memcpy(out->mac, e->smac, ETH_ALEN);
+			return 1;
+		}
+	}
+	rk.port = port;
+	rk.vni = vni;
+	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &rk);
+	if (!rx)
+		return 0;
+	out->dev = rx->dev;
+	out->local = rx->local;
+	__builtin_memcpy(out->mac, rx->mac, ETH_ALEN);
+	if (gen) {
+		struct lfp_fib_entry *e = &fc->entry;
+
+		__builtin_memset(e, 0, sizeof(*e));
+		e->gen = gen;
+		e->ifindex = rx->dev;
+		e->nh[0] = rx->local;
+		__builtin_memcpy(e->smac, rx->mac, ETH_ALEN);
+		fib_cache_put(fc, k, e, 1);
+	}
+	return 1;
+}
+
 /* A UDP packet to this host: if it is VXLAN for a device the fast path decapsulates for, do what
  * udp_rcv() and vxlan_rcv() would (strip the outer headers) and hand the inner frame on
  * (vxlan_rx_deliver). Returns 1 with *verdict set, or 0 when it is not such a packet (the router goes on).
  * Called after the conntrack step, which took the outer flow's entry as Linux's input path
- * would; iph is a whole, valid, unfragmented IPv4 header of length tot. */
+ * would; iph is a whole, valid, unfragmented IPv4 header of length tot. fc, gen: the FIB
+ * cache's scratch and IPv4 generation (vxlan_rx_dev); rx: scratch space for the device. */
 static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
-				    void *data_end, __u32 tot, int *verdict)
+				    void *data_end, __u32 tot, struct fib_cache_scr *fc, __u64 gen,
+				    struct lfp_vxlan_rx *rx, int *verdict)
 {
 	struct {
 		__be16 sport, dport, len, check;
@@ -339,8 +434,6 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	} *h = (void *)(iph + 1);
 	struct ethhdr *ie = (void *)(h + 1); /* the inner frame's */
 	struct bpf_sock_tuple t = {};
-	struct lfp_vxlan_rx_key k = {};
-	struct lfp_vxlan_rx *rx;
 	struct bpf_sock *sk;
 	struct ctx_csum cs;
 	struct ethhdr inner;
@@ -349,10 +442,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 
 	if ((void *)(h + 1) > data_end)
 		return 0;
-	k.port = h->dport;
-	k.vni = bpf_ntohl(h->vni) >> 8;
-	rx = bpf_map_lookup_elem(&lfp_vxlan_rx_map, &k);
-	if (!rx || iph->daddr != rx->local)
+	if (!vxlan_rx_dev(fc, gen, h->dport, bpf_ntohl(h->vni) >> 8, rx) || iph->daddr != rx->local)
 		return 0;
 	/* From here on it is VXLAN for a device of this host: what the fast path does not do exactly
 	 * goes to Linux. Only an skb can be decapsulated (ctx.h). */

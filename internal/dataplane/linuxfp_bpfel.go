@@ -164,8 +164,14 @@ type linuxfpLfpFibSet struct {
 			Dmac    [6]uint8
 			PerDst  uint8
 			NeighOk uint8
-			Pad     [2]uint8
-			_       [6]byte
+			VxOk    uint8
+			Pad     [3]uint8
+			Vx      struct {
+				_   structs.HostLayout
+				Dev linuxfpLfpVxlanDev
+				Fdb linuxfpLfpVxfdbVal
+			}
+			_ [4]byte
 		}
 	}
 	Next uint32
@@ -418,6 +424,7 @@ type linuxfpLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
+	Vxrx linuxfpLfpVxlanRx
 	Buf  [260]uint8
 	_    [4]byte
 	Ofib [8]uint64
@@ -427,7 +434,15 @@ type linuxfpLfpScratch struct {
 		Set     uint32
 		NeighOk uint32
 		_       [4]byte
-		Entry   struct {
+		Gen     uint64
+		VxOk    uint32
+		Vx      struct {
+			_   structs.HostLayout
+			Dev linuxfpLfpVxlanDev
+			Fdb linuxfpLfpVxfdbVal
+		}
+		_     [4]byte
+		Entry struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
@@ -438,8 +453,14 @@ type linuxfpLfpScratch struct {
 			Dmac    [6]uint8
 			PerDst  uint8
 			NeighOk uint8
-			Pad     [2]uint8
-			_       [6]byte
+			VxOk    uint8
+			Pad     [3]uint8
+			Vx      struct {
+				_   structs.HostLayout
+				Dev linuxfpLfpVxlanDev
+				Fdb linuxfpLfpVxfdbVal
+			}
+			_ [4]byte
 		}
 		Probe [8]uint64
 	}

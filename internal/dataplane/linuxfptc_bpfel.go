@@ -140,8 +140,14 @@ type linuxfpTcLfpFibSet struct {
 			Dmac    [6]uint8
 			PerDst  uint8
 			NeighOk uint8
-			Pad     [2]uint8
-			_       [6]byte
+			VxOk    uint8
+			Pad     [3]uint8
+			Vx      struct {
+				_   structs.HostLayout
+				Dev linuxfpTcLfpVxlanDev
+				Fdb linuxfpTcLfpVxfdbVal
+			}
+			_ [4]byte
 		}
 	}
 	Next uint32
@@ -340,6 +346,7 @@ type linuxfpTcLfpScratch struct {
 		InnerSmac [6]uint8
 		_         [2]byte
 	}
+	Vxrx linuxfpTcLfpVxlanRx
 	Buf  [260]uint8
 	_    [4]byte
 	Ofib [8]uint64
@@ -349,7 +356,15 @@ type linuxfpTcLfpScratch struct {
 		Set     uint32
 		NeighOk uint32
 		_       [4]byte
-		Entry   struct {
+		Gen     uint64
+		VxOk    uint32
+		Vx      struct {
+			_   structs.HostLayout
+			Dev linuxfpTcLfpVxlanDev
+			Fdb linuxfpTcLfpVxfdbVal
+		}
+		_     [4]byte
+		Entry struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
@@ -360,8 +375,14 @@ type linuxfpTcLfpScratch struct {
 			Dmac    [6]uint8
 			PerDst  uint8
 			NeighOk uint8
-			Pad     [2]uint8
-			_       [6]byte
+			VxOk    uint8
+			Pad     [3]uint8
+			Vx      struct {
+				_   structs.HostLayout
+				Dev linuxfpTcLfpVxlanDev
+				Fdb linuxfpTcLfpVxfdbVal
+			}
+			_ [4]byte
 		}
 		Probe [8]uint64
 	}
