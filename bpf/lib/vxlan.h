@@ -426,7 +426,7 @@ VXLAN_RX_DEV int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __be16 port, 
  * cache's scratch and IPv4 generation (vxlan_rx_dev); rx: scratch space for the device. */
 static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
 				    void *data_end, __u32 tot, struct fib_cache_scr *fc, __u64 gen,
-				    struct lfp_vxlan_rx *rx, int *verdict)
+				    struct lfp_vxlan_rx *rx, const struct gate_ref *gate, int *verdict)
 {
 	struct {
 		__be16 sport, dport, len, check;
@@ -448,6 +448,13 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	 * goes to Linux. Only an skb can be decapsulated (ctx.h). */
 	if (!CTX_TUNNEL)
 		goto linux;
+	/* vxlan_rcv() acts on the device's configuration (up, learning, its address and port ...):
+	 * while a change of the device waits for the controller (the link fence), the packet is
+	 * Linux's, as the device's own program would hand it over (gate_check()). */
+	if (gate_egress_in(gate, rx->dev) != LFP_FORWARDED) {
+		*verdict = lfp_pass(ctx, LFP_PASS_FENCED);
+		return 1;
+	}
 	/* Too short for an inner Ethernet header: not taken for VXLAN here (the router goes on, and
 	 * the local route hands it to Linux). */
 	if ((void *)(ie + 1) > data_end)

@@ -178,25 +178,6 @@ func TestGateLinkFence(t *testing.T) {
 	env := newTestEnv(t)
 	toOut := v4("198.18.0.2", "198.19.0.9").Bytes() // out0
 	toBig := v4("198.18.0.2", "198.19.8.9").Bytes() // big0
-	var g linuxfpLfpGate
-	if err := env.dp.maps.LfpGateMap.Lookup(uint32(0), &g); err != nil {
-		t.Fatal(err)
-	}
-	done := g.Done[FenceLink]
-	fence := func(ifindex int) {
-		t.Helper()
-		f := linuxfpLfpFence{}
-		if err := env.dp.maps.LfpFenceMap.Lookup(uint32(0), &f); err != nil {
-			t.Fatal(err)
-		}
-		f.Seq[FenceLink] = done + 1
-		if err := env.dp.maps.LfpFenceMap.Put(uint32(0), f); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.dp.maps.LfpIfFence.Put(uint32(ifindex), done+1); err != nil {
-			t.Fatal(err)
-		}
-	}
 	check := func(t *testing.T, prog *ebpf.Program, pkt []byte, want Reason) {
 		t.Helper()
 		ret, _, reason := env.run(t, prog, pkt)
@@ -214,10 +195,6 @@ func TestGateLinkFence(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := env.dp.maps.LfpGateMap.Lookup(uint32(0), &g); err != nil {
-			t.Fatal(err)
-		}
-		done = g.Done[FenceLink]
 		for _, hook := range hooks {
 			env.hook = hook
 			t.Run(fmt.Sprintf("%s/cache=%v", hook, cache), func(t *testing.T) {
@@ -225,10 +202,10 @@ func TestGateLinkFence(t *testing.T) {
 				// Both answers kept first, where the cache is on.
 				check(t, prog, toOut, Forwarded)
 				check(t, prog, toBig, Forwarded)
-				fence(env.out)
+				env.fenceLink(t, env.out)
 				check(t, prog, toOut, PassFenced)
 				check(t, prog, toBig, Forwarded)
-				fence(env.in)
+				env.fenceLink(t, env.in)
 				check(t, prog, toBig, PassFenced)
 				if err := env.dp.maps.LfpIfFence.Delete(uint32(env.in)); err != nil {
 					t.Fatal(err)
@@ -239,5 +216,27 @@ func TestGateLinkFence(t *testing.T) {
 				check(t, prog, toOut, Forwarded)
 			})
 		}
+	}
+}
+
+// fenceLink makes the fence say that a change of device ifindex waits for the controller (as
+// the netlink watcher does when it sees one), against the gate's current count; the next Sync,
+// or deleting the device's lfp_if_fence entry, lets it through again.
+func (e *testEnv) fenceLink(t *testing.T, ifindex int) {
+	t.Helper()
+	var g linuxfpLfpGate
+	if err := e.dp.maps.LfpGateMap.Lookup(uint32(0), &g); err != nil {
+		t.Fatal(err)
+	}
+	f := linuxfpLfpFence{}
+	if err := e.dp.maps.LfpFenceMap.Lookup(uint32(0), &f); err != nil {
+		t.Fatal(err)
+	}
+	f.Seq[FenceLink] = g.Done[FenceLink] + 1
+	if err := e.dp.maps.LfpFenceMap.Put(uint32(0), f); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dp.maps.LfpIfFence.Put(uint32(ifindex), g.Done[FenceLink]+1); err != nil {
+		t.Fatal(err)
 	}
 }

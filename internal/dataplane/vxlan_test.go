@@ -313,6 +313,45 @@ func TestVXLANOuterNeighbourStale(t *testing.T) {
 	encap(true)
 }
 
+// A change of the vxlan device waiting for the controller (the link fence closed for
+// flannel.1, not for out0): out0's program hands VXLAN for it to Linux untouched, whose
+// vxlan_rcv() acts on the device's new configuration, and decapsulates again once the fence
+// lets the change through.
+func TestVXLANDecapDeviceFenced(t *testing.T) {
+	env := newVXLANEnv(t)
+	env.syncVXLAN(t, false)
+	s := Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: HookTC, Router4: true, Conntrack4: true}
+	prog, err := env.dp.LoadProgram(s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	in := packet.Spec{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x0b}, DstMAC: macVX, Src: netip.MustParseAddr("198.19.2.7"),
+		Dst: netip.MustParseAddr("198.18.0.2"), SrcPort: 53, DstPort: 1000, Size: 90}.Bytes()
+	o := packet.Spec{SrcMAC: macNext, DstMAC: macOut, Src: netip.MustParseAddr("198.18.1.2"), Dst: netip.MustParseAddr("198.18.1.1"),
+		SrcPort: 40000, DstPort: 8472, Payload: append([]byte{8, 0, 0, 0, 0, 0, 7, 0}, in...)}
+	o.Size = 14 + 20 + 8 + len(o.Payload)
+	pkt := o.Bytes()
+	pkt[40], pkt[41] = 0, 0
+	run := func(want Reason) {
+		t.Helper()
+		ret, got, reason := env.runOn(t, prog, pkt, env.out)
+		if reason != want {
+			t.Fatalf("reason %v, want %v", reason, want)
+		}
+		if want != Decapsulated && (ret != xdpPass || !bytes.Equal(got[:len(pkt)], pkt)) {
+			t.Fatalf("verdict %d, not handed to Linux untouched", ret)
+		}
+	}
+	run(Decapsulated)
+	env.fenceLink(t, env.vx)
+	run(PassFenced)
+	if err := env.dp.maps.LfpIfFence.Delete(uint32(env.vx)); err != nil {
+		t.Fatal(err)
+	}
+	run(Decapsulated)
+}
+
 func (e *testEnv) syncVXLAN(t *testing.T, inPeer bool) {
 	t.Helper()
 	if err := e.ns.Do(func() error { return e.dp.Sync(vxlanData(e.in, e.out, e.vx, inPeer)) }); err != nil {
