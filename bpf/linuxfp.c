@@ -183,11 +183,11 @@ __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 d
 	ctx_pull(ctx, LFP_PULL_LEN4);
 	eth = ctx_data(ctx);
 	gate_lookup(&gate);
-	if ((void *)(eth + 1) > ctx_data_end(ctx) || eth->h_proto != bpf_htons(ETH_P_IP) ||
-	    gate_check(gate.g, gate.f, eth->h_proto, dev) != LFP_FORWARDED)
+	if ((void *)(eth + 1) > ctx_data_end(ctx) || eth_proto(eth) != bpf_htons(ETH_P_IP) ||
+	    gate_check(gate.g, gate.f, eth_proto(eth), dev) != LFP_FORWARDED)
 		return ctx_redirect_ingress(ctx, dev);
 	iface = lfp_iface_of(dev);
-	if (!iface || !mac_equal(eth->h_dest, iface->mac))
+	if (!iface || !mac_equal_w(eth->h_dest, iface->mac))
 		return ctx_redirect_ingress(ctx, dev);
 	return linuxfp_route(ctx, iface, &gate, dev, 1, 1);
 }

@@ -173,19 +173,28 @@ static __always_inline int fib_cache_holds(const struct lfp_fib_way *w, const st
 		(__u64)(((const __u32 *)a)[6] ^ ((const __u32 *)b)[6])) == 0;
 }
 
+/* The place of set s that holds key k under generation gen, or NULL. */
+static __always_inline struct lfp_fib_way *fib_cache_way(struct lfp_fib_set *s, const struct lfp_fib_key *k,
+							 __u64 gen)
+{
+	if (s->way[0].e.gen == gen && fib_cache_holds(&s->way[0], k))
+		return &s->way[0];
+	if (s->way[1].e.gen == gen && fib_cache_holds(&s->way[1], k))
+		return &s->way[1];
+	return NULL;
+}
+
 /* The answer kept for key k under generation gen, or NULL. */
 static __always_inline const struct lfp_fib_entry *fib_cache_find(struct fib_cache_scr *fc,
 								  const struct lfp_fib_key *k, int v4, __u64 gen)
 {
-	const struct lfp_fib_set *s = bpf_map_lookup_elem(&lfp_fib_cache, fib_cache_set_of(fc, k, v4));
+	struct lfp_fib_set *s = bpf_map_lookup_elem(&lfp_fib_cache, fib_cache_set_of(fc, k, v4));
+	struct lfp_fib_way *w;
 
 	if (!s)
 		return NULL;
-	if (s->way[0].e.gen == gen && fib_cache_holds(&s->way[0], k))
-		return &s->way[0].e;
-	if (s->way[1].e.gen == gen && fib_cache_holds(&s->way[1], k))
-		return &s->way[1].e;
-	return NULL;
+	w = fib_cache_way(s, k, gen);
+	return w ? &w->e : NULL;
 }
 
 /* Keeps answer e for key k: in the place that holds k already, else in one whose answer is of an
@@ -342,11 +351,8 @@ static __always_inline void fib_cache_keep_vx(struct fib_cache_scr *fc)
 	s = bpf_map_lookup_elem(&lfp_fib_cache, &fc->set);
 	if (!s)
 		return;
-	if (s->way[0].e.gen == fc->gen && fib_cache_holds(&s->way[0], &fc->key))
-		w = &s->way[0];
-	else if (s->way[1].e.gen == fc->gen && fib_cache_holds(&s->way[1], &fc->key))
-		w = &s->way[1];
-	else
+	w = fib_cache_way(s, &fc->key, fc->gen);
+	if (!w)
 		return;
 	w->e.vx = fc->vx;
 	w->e.vx_ok = 1;

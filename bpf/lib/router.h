@@ -88,10 +88,10 @@ static __always_inline enum lfp_reason fib_reason(int rc)
  * then forwards it to the port the FDB names, through the forward and postrouting hooks with the
  * bridge as input and output device (the same rules the caller classified it with). Only for
  * neighbours Linux would send to without a state change (a STALE one goes to Linux, as for routed
- * packets; neigh_ok: router_fib's answer says its next hop is not in the set). (With forwarding off, IPv4's ip_route_input() fails and br_netfilter falls back to
- * an output route; IPv6's route lookup does not fail for it. Either way the FIB lookup here
- * answers FWD_DISABLED first: Linux's.) Returns LFP_FORWARDED with the redirect set up and
- * scr->br_dnat set. */
+ * packets; neigh_ok: router_fib's answer says its next hop is not in the set). (With forwarding
+ * off, IPv4's ip_route_input() fails and br_netfilter falls back to an output route; IPv6's route
+ * lookup does not fail for it. Either way the FIB lookup here answers FWD_DISABLED first:
+ * Linux's.) Returns LFP_FORWARDED with the redirect set up and scr->br_dnat set. */
 static __always_inline enum lfp_reason router_bridged_dnat(lfp_ctx *ctx, const struct lfp_config *cfg,
 							   const struct bpf_fib_lookup *fib, __u32 l3len, int v4,
 							   int neigh_ok)
