@@ -298,11 +298,7 @@ func TestVXLANRemoteChange(t *testing.T) {
 	waitStatus(t, l, "flannel.1", "encapsulation in the fast path", func(it *status.Interface) bool {
 		return it.Program != nil && hasNote(it, "encapsulated in the fast path")
 	})
-	out, err := tb.Sink.Run("cat", "/sys/class/net/flannel.1/address")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinkMAC := strings.TrimSpace(out)
+	sinkMAC := nsMAC(t, tb.Sink, "flannel.1").String()
 	// The outer destinations of the VXLAN frames carrying gen's UDP datagrams to the pod.
 	remotes := func(frames [][]byte) map[string]int {
 		r := map[string]int{}
@@ -345,11 +341,7 @@ func TestVXLANRxDeviceChange(t *testing.T) {
 	waitStatus(t, l, "flannel.1", "decapsulation in the fast path", func(it *status.Interface) bool {
 		return it.Program != nil && hasNote(it, "decapsulated in the fast path")
 	})
-	out, err := tb.Sink.Run("cat", "/sys/class/net/flannel.1/address")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinkMAC := strings.TrimSpace(out)
+	sinkMAC := nsMAC(t, tb.Sink, "flannel.1").String()
 	// The sink sends over the overlay: its route to gen's subnet is through flannel.1.
 	send := func(n int) {
 		t.Helper()
