@@ -44,6 +44,7 @@ union nf_conntrack_man_proto {
 struct nf_conntrack_man {
 	union nf_inet_addr u3;
 	union nf_conntrack_man_proto u;
+	__u16 l3num;
 } __attribute__((preserve_access_index));
 
 struct nf_conntrack_tuple {
@@ -53,6 +54,7 @@ struct nf_conntrack_tuple {
 		union {
 			__be16 all;
 		} u;
+		__u8 protonum;
 	} dst;
 } __attribute__((preserve_access_index));
 
@@ -70,10 +72,29 @@ enum nf_ct_ext_id {
 	NF_CT_EXT_TIMEOUT = 6,
 };
 
+struct nf_conntrack {
+	struct {
+		struct {
+			int counter;
+		} refs;
+	} use;
+} __attribute__((preserve_access_index));
+
+struct nf_conntrack_zone {
+	__u16 id;
+} __attribute__((preserve_access_index));
+
+struct lfp_possible_net {
+	void *net;
+} __attribute__((preserve_access_index));
+
 struct nf_conn {
+	struct nf_conntrack ct_general;
+	struct nf_conntrack_zone zone;
 	struct nf_conntrack_tuple_hash tuplehash[2];
 	unsigned long status;
 	__u32 timeout;
+	struct lfp_possible_net ct_net;
 	struct nf_ct_ext *ext;
 	union nf_conntrack_proto proto;
 } __attribute__((preserve_access_index));
@@ -157,7 +178,7 @@ struct {
  * changed, its replacement is being loaded) hands the packet to Linux (LFP_PASS_RELOADING). */
 LFP_SETTING(__u32, ct4, 0, "the conntrack module is built in for IPv4");
 LFP_SETTING(__u32, ct6, 0, "the conntrack module is built in for IPv6");
-LFP_SETTING(__u32, ct_jiffy_ms, 0, "ms per jiffy where the kernel's HZ is known and divides 1000, else 0 (ct_change_timeout)");
+LFP_SETTING(__u32, ct_jiffy_ms, 0, "ms per jiffy where the kernel's HZ is known and divides 1000, else 0 (ct_timeout_is)");
 
 /* The packet's connection, as the conntrack lookup and the controller's request see it. */
 struct ct_pkt {
@@ -321,7 +342,7 @@ static __always_inline void ct_request_liberal(const struct ct_pkt *c, __u8 dir)
  * (the one that decides when an idle connection's entry expires). Where a pure ACK leaves data
  * unacknowledged in the middle of a transfer, the entry gets the state's timeout where Linux's
  * would be shorter, until the next data segment. */
-static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, struct nf_conn *ct, const struct ct_pkt *c,
+static __always_inline __u32 ct_tcp(const struct lfp_config *cfg, const struct nf_conn *ct, const struct ct_pkt *c,
 				    __u8 dir, unsigned long status, enum lfp_reason *why)
 {
 	__u32 timeout, state;
@@ -534,36 +555,125 @@ static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
 	return (ms + cfg_ct_jiffy_ms - 1) / cfg_ct_jiffy_ms;
 }
 
-/* Refresh the entry's timeout to timeout ms from now, as nf_ct_refresh() does: bpf_ct_change_timeout()
- * writes jiffies + msecs_to_jiffies(timeout) into ct->timeout. The packets of a busy connection
- * mostly come within one jiffy of each other, when that value is there already: then the call
- * changes nothing and is skipped (nf_ct_refresh() itself writes only a different value). Where
- * the ms per jiffy is not known, always called. */
-static __always_inline void ct_change_timeout(struct nf_conn *ct, __u32 timeout)
+/* The conntrack cache: where each CPU last found a packet's entry. Per packet the kernel's
+ * lookup (bpf_*_ct_lookup: the tuple hashed with siphash, the bucket walked, the entry's reference
+ * count raised, and lowered again by bpf_ct_release(), an atomic write to a line every CPU
+ * forwarding the connection shares) is, on a CPU that mispredicts every return, some 150 ns:
+ * four of them a third of a pod-to-pod packet's program time. A place holds the address of the
+ * entry the last lookup of a tuple hashing to it found, as a number, not a reference: the entry
+ * is read through a read-only view (bpf_rdonly_cast(), whose loads cannot fault) and used only if
+ * it is still what the kernel's lookup would find for the packet (ct_cached()). The kernel
+ * allocates entries from a SLAB_TYPESAFE_BY_RCU cache, so the memory may by then hold another
+ * entry or none; the checks are those of ____nf_conntrack_find() and __nf_conntrack_find_get():
+ * the tuple of the direction the place names equal to the packet's, the entry confirmed (a
+ * recycled one is not until it is in the table again) and not dying, its reference count not
+ * zero, the default zone, the namespace the lookup found it in, and not expired. Nothing is
+ * written through the view: where the entry's timeout must move, it is looked up as before
+ * (ct_forward). Nothing to invalidate: every use checks the entry itself. Per CPU, as the FIB
+ * cache's sets (fibcache.h), in one array with a range per CPU that the controller sizes. */
+#define LFP_CT_CACHE_SHIFT 9
+
+struct lfp_ct_place {
+	__u64 ct;  /* the entry's address, 0: none */
+	__u64 net; /* its namespace's (struct net) */
+	__u32 dir; /* the direction of its tuple the packet's was */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct lfp_ct_place);
+	__uint(max_entries, 1 << LFP_CT_CACHE_SHIFT); /* times the possible CPUs: dataplane.New */
+} lfp_ct_cache SEC(".maps");
+
+/* This CPU's place for the packet's tuple (each word mixed by a multiplication, as
+ * fib_cache_set_of() does), or NULL beyond the array's end. */
+static __always_inline struct lfp_ct_place *ct_cache_place(const struct ct_pkt *c)
 {
-	if (cfg_ct_jiffy_ms && ct->timeout == (__u32)bpf_jiffies64() + ct_ms_to_jiffies(timeout))
-		return;
-	bpf_ct_change_timeout(ct, timeout);
+	const __u32 *w = (const __u32 *)&c->t;
+	__u32 h = (c->proto ^ w[0]) * 0x9e3779b1u, key;
+
+	h = (h ^ w[1]) * 0x85ebca6bu;
+	h = (h ^ w[2]) * 0xc2b2ae35u;
+	if (c->v6) {
+#pragma unroll
+		for (int i = 3; i < 9; i++)
+			h = (h ^ w[i]) * 0x9e3779b1u;
+	}
+	key = bpf_get_smp_processor_id() << LFP_CT_CACHE_SHIFT | h >> (32 - LFP_CT_CACHE_SHIFT);
+	return bpf_map_lookup_elem(&lfp_ct_cache, &key);
 }
 
-static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c)
+/* Whether tuple t is the packet's: addresses, ports, protocol and family, as nf_ct_tuple_equal()
+ * compares them (an IPv4 address's other words are zero in both). */
+static __always_inline int ct_tuple_is(const struct nf_conntrack_tuple *t, const struct ct_pkt *c)
+{
+	if (c->v6) {
+		const __u32 *s = (const __u32 *)c->t.ipv6.saddr, *d = (const __u32 *)c->t.ipv6.daddr;
+
+		if ((t->src.u3.all[0] ^ s[0]) | (t->src.u3.all[1] ^ s[1]) | (t->src.u3.all[2] ^ s[2]) |
+		    (t->src.u3.all[3] ^ s[3]) | (t->dst.u3.all[0] ^ d[0]) | (t->dst.u3.all[1] ^ d[1]) |
+		    (t->dst.u3.all[2] ^ d[2]) | (t->dst.u3.all[3] ^ d[3]))
+			return 0;
+		if (t->src.u.all != c->t.ipv6.sport || t->dst.u.all != c->t.ipv6.dport ||
+		    t->src.l3num != AF_INET6)
+			return 0;
+	} else {
+		if ((t->src.u3.all[0] ^ c->t.ipv4.saddr) | t->src.u3.all[1] | t->src.u3.all[2] | t->src.u3.all[3] |
+		    (t->dst.u3.all[0] ^ c->t.ipv4.daddr) | t->dst.u3.all[1] | t->dst.u3.all[2] | t->dst.u3.all[3])
+			return 0;
+		if (t->src.u.all != c->t.ipv4.sport || t->dst.u.all != c->t.ipv4.dport || t->src.l3num != AF_INET)
+			return 0;
+	}
+	return t->dst.protonum == c->proto;
+}
+
+/* The entry place pl names, read-only, if it is the one the kernel's lookup would find for the
+ * packet now (see the cache above), with c->o.dir set; otherwise NULL. */
+static __always_inline const struct nf_conn *ct_cached(const struct lfp_ct_place *pl, struct ct_pkt *c)
+{
+	const struct nf_conn *ro;
+	const struct nf_conntrack_tuple *t;
+
+	if (!pl || !pl->ct)
+		return NULL;
+	ro = bpf_rdonly_cast((void *)pl->ct, bpf_core_type_id_kernel(struct nf_conn));
+	t = pl->dir ? &ro->tuplehash[1].tuple : &ro->tuplehash[0].tuple;
+	if (!ct_tuple_is(t, c))
+		return NULL;
+	if ((ro->status & (IPS_CONFIRMED | IPS_DYING)) != IPS_CONFIRMED || !ro->ct_general.use.refs.counter ||
+	    (__u64)ro->ct_net.net != pl->net)
+		return NULL;
+	if (bpf_core_field_exists(ro->zone) && ro->zone.id)
+		return NULL;
+	/* nf_ct_is_expired(): the caller asks for a timeout still ahead of now as well. */
+	if ((__s32)(ro->timeout - (__u32)bpf_jiffies64()) <= 0)
+		return NULL;
+	c->o.dir = pl->dir;
+	return ro;
+}
+
+/* Whether the entry's timeout is what refreshing it to timeout ms from now writes: nf_ct_refresh()
+ * and bpf_ct_change_timeout() write jiffies + msecs_to_jiffies(timeout) into ct->timeout, and
+ * nf_ct_refresh() only a different value. The packets of a busy connection mostly come within one
+ * jiffy of each other, when that value is there already: nothing to write then, no call. Where
+ * the ms per jiffy is not known, always a write. */
+static __always_inline int ct_timeout_is(const struct nf_conn *ro, __u32 timeout)
+{
+	return cfg_ct_jiffy_ms && ro->timeout == (__u32)bpf_jiffies64() + ct_ms_to_jiffies(timeout);
+}
+
+/* What the entry ro (read-only: the cache's, or a held one's view) means for the packet: c->state,
+ * c->nat and its addresses, the timeout Linux's refresh gives it (ms) in *timeout; LFP_FORWARDED
+ * or why Linux must see the packet. */
+static __always_inline enum lfp_reason ct_judge(const struct lfp_config *cfg, struct ct_pkt *c,
+						const struct nf_conn *ro, __u32 *timeout)
 {
 	enum lfp_reason why = LFP_FORWARDED;
-	struct nf_conn *ct;
-	unsigned long status;
-	__u32 timeout = 0;
+	unsigned long status = ro->status;
 
-	if (!c->proto)
-		return LFP_PASS_CT_PROTO;
-	/* These move the TCP state machine: Linux's. */
-	if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
-		return LFP_PASS_CT_STATE;
-	ct = ct_lookup(ctx, c);
-	/* No entry: a new connection (or one conntrack gave up): Linux creates the entry, applies
-	 * the nat chains and decides. */
-	if (!ct)
-		return LFP_PASS_CT_NEW;
-	status = ct->status;
+	*timeout = 0;
 	c->nat = 0;
 	/* resolve_normal_ct(): a reply, or a packet of a connection that has seen one, is
 	 * ESTABLISHED; before that NEW (EXPECTED, RELATED, goes to Linux below). */
@@ -572,27 +682,32 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 	    !(c->nat_ok && (cfg->ct_flags & (c->v6 ? LFP_CT_NAT6 : LFP_CT_NAT4)))) {
 		/* Translated, where the fast path does not translate (rules on prerouting or
 		 * postrouting that see the packet before or after): Linux's. */
-		why = LFP_PASS_CT_NAT;
-	} else if (!(status & IPS_CONFIRMED) ||
-		   (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH |
-			      IPS_HELPER | IPS_OFFLOAD | IPS_HW_OFFLOAD))) {
+		return LFP_PASS_CT_NAT;
+	}
+	if (!(status & IPS_CONFIRMED) ||
+	    (status & (IPS_EXPECTED | IPS_SEQ_ADJUST | IPS_DYING | IPS_TEMPLATE | IPS_NAT_CLASH | IPS_HELPER |
+		       IPS_OFFLOAD | IPS_HW_OFFLOAD))) {
 		/* Unconfirmed, a helper's (expected, sequence adjusting), dying, offloaded ...: Linux. */
-		why = LFP_PASS_CT_STATE;
-	} else if ((why = ct_extensions(ct)) != LFP_FORWARDED) {
+		return LFP_PASS_CT_STATE;
+	}
+	why = ct_extensions(ro);
+	if (why != LFP_FORWARDED) {
 		/* Counted, or timed by a policy of its own: Linux's. */
-	} else if (c->proto == IPPROTO_TCP) {
-		timeout = ct_tcp(cfg, ct, c, c->o.dir, status, &why);
+		return why;
+	}
+	if (c->proto == IPPROTO_TCP) {
+		*timeout = ct_tcp(cfg, ro, c, c->o.dir, status, &why);
 	} else if (status & IPS_ASSURED) {
 		/* udp_packet(): once ASSURED (replies seen, still alive after 2 s) every packet
 		 * refreshes the entry to the stream timeout. */
-		timeout = cfg->ct_udp_stream_ms;
+		*timeout = cfg->ct_udp_stream_ms;
 	} else if (!(status & IPS_SEEN_REPLY) && c->o.dir == 0) {
 		/* Before any reply, a packet in the original direction refreshes it to the unreplied
 		 * timeout (one-way flows: a vxlan device's outer packets, for one). */
-		timeout = cfg->ct_udp_ms;
+		*timeout = cfg->ct_udp_ms;
 	} else {
 		/* A first reply, or a stream not yet ASSURED: the state moves: Linux's. */
-		why = LFP_PASS_CT_STATE;
+		return LFP_PASS_CT_STATE;
 	}
 	if (why == LFP_FORWARDED && (status & (IPS_SRC_NAT | IPS_DST_NAT))) {
 		/* nf_nat_manip_pkt() in both hooks together: the packet leaves with the inverse of the
@@ -600,7 +715,7 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		 * out as it was. */
 		/* Constant indices: CO-RE relocates each (the kernel's tuplehash entry is larger than
 		 * the one declared here). */
-		const struct nf_conntrack_tuple *other = c->o.dir ? &ct->tuplehash[0].tuple : &ct->tuplehash[1].tuple;
+		const struct nf_conntrack_tuple *other = c->o.dir ? &ro->tuplehash[0].tuple : &ro->tuplehash[1].tuple;
 
 		if (c->v6) {
 #pragma unroll
@@ -616,12 +731,64 @@ static __always_inline enum lfp_reason ct_forward(lfp_ctx *ctx, const struct lfp
 		c->nat_dport = other->src.u.all;
 		c->nat = 1;
 	}
-	if (why == LFP_FORWARDED && !(status & IPS_FIXED_TIMEOUT)) {
+	return why;
+}
+
+/* The packet's entry judged (ct_judge) and refreshed as Linux would: from the conntrack cache
+ * where it holds the entry and the refresh would write nothing (or nothing now: deferred), else
+ * through the kernel's lookup, whose entry the cache then keeps. A global function, verified once
+ * on its own: inlined at each of its callers (the bridge's netfilter step, the router, the VXLAN
+ * module's outer packet), its two ways (the cache's entry, the lookup's held one) multiplied the
+ * states of everything after them (the XDP bridge port with the router: 447k -> 779k verified
+ * instructions). Returns an enum lfp_reason. */
+__attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *cfg, struct ct_pkt *c)
+{
+	struct lfp_ct_place *pl;
+	const struct nf_conn *ro;
+	struct nf_conn *ct;
+	enum lfp_reason why;
+	__u32 timeout;
+
+	if (!ctx || !cfg || !c)
+		return LFP_PASS_CT_PROTO;
+	if (!c->proto)
+		return LFP_PASS_CT_PROTO;
+	/* These move the TCP state machine: Linux's. */
+	if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
+		return LFP_PASS_CT_STATE;
+	pl = ct_cache_place(c);
+	ro = ct_cached(pl, c);
+	if (ro) {
+		why = ct_judge(cfg, c, ro, &timeout);
+		if (why != LFP_FORWARDED || (ro->status & IPS_FIXED_TIMEOUT) || ct_timeout_is(ro, timeout))
+			return why;
+		/* Refreshed after the filter (ct_refresh() looks the entry up then). */
 		if (c->defer) {
 			c->timeout = timeout;
 			c->refresh = 1;
-		} else {
-			ct_change_timeout(ct, timeout);
+			return why;
+		}
+	}
+	ct = ct_lookup(ctx, c);
+	/* No entry: a new connection (or one conntrack gave up): Linux creates the entry, applies
+	 * the nat chains and decides. */
+	if (!ct)
+		return LFP_PASS_CT_NEW;
+	ro = bpf_rdonly_cast(ct, bpf_core_type_id_kernel(struct nf_conn));
+	why = ct_judge(cfg, c, ro, &timeout);
+	if (why == LFP_FORWARDED) {
+		if (!(ro->status & IPS_FIXED_TIMEOUT) && !ct_timeout_is(ro, timeout)) {
+			if (c->defer) {
+				c->timeout = timeout;
+				c->refresh = 1;
+			} else {
+				bpf_ct_change_timeout(ct, timeout);
+			}
+		}
+		if (pl) {
+			pl->ct = (__u64)ct;
+			pl->net = (__u64)ro->ct_net.net;
+			pl->dir = c->o.dir;
 		}
 	}
 	bpf_ct_release(ct);

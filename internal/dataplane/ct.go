@@ -74,7 +74,7 @@ func (ctModule) sync(d *Dataplane, data *Data, cfg *linuxfpLfpConfig) (before, a
 
 // jiffyMs is the setting cfg_ct_jiffy_ms: the ms of a jiffy where the kernel's HZ is known and divides
 // 1000 (100, 250, 1000 ...: msecs_to_jiffies() then rounds ms up to whole jiffies), else 0, and
-// the data plane refreshes conntrack timeouts without comparing (ct_change_timeout in ct.h).
+// the data plane refreshes conntrack timeouts without comparing (ct_timeout_is in ct.h).
 func jiffyMs() uint32 { return jiffyMsOf(kernelConfigHZ()) }
 
 func jiffyMsOf(hz int, ok bool) uint32 {

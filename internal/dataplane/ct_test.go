@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -366,6 +367,144 @@ func TestConntrack(t *testing.T) {
 	env.checkRouted(t, env.prog(t, true, true), tcp(src, dst, 1011, 80, ack), Forwarded, nil)
 }
 
+// The conntrack cache (bpf/lib/ct.h): a packet whose entry a CPU found before is judged from that
+// entry without the kernel's lookup, only while it is what the lookup would find. Entries with a
+// fixed timeout need no refresh, so every packet after the first is the cache's: a deleted entry,
+// one replaced by an entry of another state, and an expired one must each be seen as the kernel's
+// lookup sees them.
+func TestConntrackCache(t *testing.T) {
+	env := newTestEnv(t)
+	var ct *conntrack.Conn
+	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	err := env.ns.Do(func() error {
+		return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: CT{Active4: true, Active6: true,
+			TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
+			TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
+	const established, synSent = 3, 1
+	flow := func(state uint8, timeout uint32) conntrack.Flow {
+		f := conntrack.NewFlow(unix.IPPROTO_TCP, 0, src, dst, 3001, 80, timeout, 0)
+		f.ProtoInfo.TCP = &conntrack.ProtoInfoTCP{State: state, OriginalFlags: 0x0808, ReplyFlags: 0x0808}
+		return f
+	}
+	create := func(f conntrack.Flow) {
+		t.Helper()
+		err := env.ns.Do(func() error {
+			if err := ct.Create(f); err != nil {
+				return err
+			}
+			f.Status = conntrack.StatusConfirmed | conntrack.StatusSeenReply | conntrack.StatusAssured | conntrack.StatusFixedTimeout
+			f.ProtoInfo = conntrack.ProtoInfo{}
+			return ct.Update(f)
+		})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+	}
+	remove := func(f conntrack.Flow) {
+		t.Helper()
+		if err := env.ns.Do(func() error { return ct.Delete(f) }); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	}
+	pkt := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolTCP,
+		SrcPort: 3001, DstPort: 80, Size: 60}.Bytes()
+	pkt[14+20+13] = 0x10 // ACK
+	// ctPlace is ct_cache_place()'s place in a CPU's range for an IPv4 TCP tuple.
+	ctPlace := func(sport uint16) uint32 {
+		b := func(a netip.Addr) uint32 { x := a.As4(); return binary.LittleEndian.Uint32(x[:]) }
+		ports := uint32(sport>>8) | uint32(sport&0xff)<<8 | uint32(80>>8)<<16 | uint32(80&0xff)<<24
+		h := (unix.IPPROTO_TCP ^ b(src)) * 0x9e3779b1
+		h = (h ^ b(dst)) * 0x85ebca6b
+		h = (h ^ ports) * 0xc2b2ae35
+		return h >> (32 - 9)
+	}
+	var other []byte
+	for sp := uint16(3002); other == nil; sp++ {
+		if ctPlace(sp) == ctPlace(3001) {
+			other = append([]byte(nil), pkt...)
+			binary.BigEndian.PutUint16(other[14+20:], sp)
+		}
+	}
+	// cached says whether some place of the cache holds an entry.
+	cached := func() bool {
+		var k uint32
+		var pl linuxfpLfpCtPlace
+		it := env.dp.maps.LfpCtCache.Iterate()
+		for it.Next(&k, &pl) {
+			if pl.Ct != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	// spread copies the place the connection's entry is in to that place of every CPU's range.
+	spread := func() {
+		n := env.dp.maps.LfpCtCache.MaxEntries()
+		var pl linuxfpLfpCtPlace
+		for k := ctPlace(3001); k < n; k += 1 << 9 {
+			if err := env.dp.maps.LfpCtCache.Lookup(k, &pl); err != nil {
+				t.Fatal(err)
+			}
+			if pl.Ct != 0 {
+				break
+			}
+		}
+		for k := ctPlace(3001); k < n; k += 1 << 9 {
+			if err := env.dp.maps.LfpCtCache.Put(k, pl); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	clear := func() {
+		n := env.dp.maps.LfpCtCache.MaxEntries()
+		for k := uint32(0); k < n; k++ {
+			if err := env.dp.maps.LfpCtCache.Put(k, linuxfpLfpCtPlace{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, hook := range hooks {
+		env.hook = hook
+		prog := env.prog(t, true, true)
+		t.Run(string(hook), func(t *testing.T) {
+			clear()
+			f := flow(established, 600)
+			create(f)
+			env.checkRouted(t, prog, pkt, Forwarded, nil)
+			if !cached() {
+				t.Fatal("no entry in the conntrack cache after a forwarded packet")
+			}
+			env.checkRouted(t, prog, pkt, Forwarded, nil)
+			// Another connection, without an entry, whose tuple the cache keeps in the same place
+			// (on whichever CPU the test run is on).
+			spread()
+			env.checkRouted(t, prog, other, PassCTNew, nil)
+			// Deleted: the kernel's lookup finds nothing.
+			remove(f)
+			env.checkRouted(t, prog, pkt, PassCTNew, nil)
+			// Back, in a state Linux keeps: whatever memory the entry now has.
+			create(flow(synSent, 600))
+			env.checkRouted(t, prog, pkt, PassCTState, nil)
+			remove(flow(synSent, 600))
+			// Expired (its timeout fixed at 1 s): gone for the kernel's lookup, even before the
+			// garbage collector has taken it out of the table.
+			create(flow(established, 1))
+			env.checkRouted(t, prog, pkt, Forwarded, nil)
+			time.Sleep(1100 * time.Millisecond)
+			env.checkRouted(t, prog, pkt, PassCTNew, nil)
+			_ = env.ns.Do(func() error { return ct.Delete(flow(established, 1)) })
+		})
+	}
+}
+
 // A program built without the conntrack module (Spec.Conntrack4/6 off: no conntrack users when it
 // was loaded) forwards as long as the configuration says conntrack does not run; once it says it
 // does (a first rule that tracks connections), that program hands every packet of the family to
@@ -401,7 +540,7 @@ func TestConntrackBuiltOut(t *testing.T) {
 }
 
 // ct_jiffy_ms is set only where msecs_to_jiffies() is the rounded-up division the data plane
-// does (ct_change_timeout in bpf/lib/ct.h).
+// does (ct_timeout_is in bpf/lib/ct.h).
 func TestJiffyMs(t *testing.T) {
 	for _, c := range []struct {
 		hz   int

@@ -176,6 +176,22 @@ type Options struct {
 	FilterRules int
 }
 
+// setCPURanges gives each named array a range for every possible CPU: the object declares one
+// CPU's, and each CPU uses its own (the FIB cache, bpf/lib/fibcache.h; the conntrack cache,
+// bpf/lib/ct.h).
+func setCPURanges(specs []*ebpf.CollectionSpec, names ...string) error {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("size the per-CPU ranges: %w", err)
+	}
+	for _, cs := range specs {
+		for _, n := range names {
+			cs.Maps[n].MaxEntries *= uint32(cpus)
+		}
+	}
+	return nil
+}
+
 // New creates the shared maps. Nothing is attached yet.
 func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	spec, err := loadLinuxfp()
@@ -191,7 +207,7 @@ func New(log *slog.Logger, o Options) (*Dataplane, error) {
 	}
 	fwCap := min(initialFilterRules, o.FilterRules)
 	setFilterCapacity([]*ebpf.CollectionSpec{spec, tcSpec}, fwCap)
-	if err := setFibCacheSize([]*ebpf.CollectionSpec{spec, tcSpec}); err != nil {
+	if err := setCPURanges([]*ebpf.CollectionSpec{spec, tcSpec}, linuxfpMapLfpFibCache, linuxfpMapLfpCtCache); err != nil {
 		return nil, err
 	}
 	d := &Dataplane{

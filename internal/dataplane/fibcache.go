@@ -23,20 +23,6 @@ type fibCacheMaps struct {
 	split map[linuxfpLfpFibKey]uint8
 }
 
-// setFibCacheSize gives lfp_fib_cache its sets for every possible CPU: the object declares one
-// CPU's range, and each CPU uses its own (bpf/lib/fibcache.h).
-func setFibCacheSize(specs []*ebpf.CollectionSpec) error {
-	cpus, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("size lfp_fib_cache: %w", err)
-	}
-	for _, cs := range specs {
-		m := cs.Maps[linuxfpMapLfpFibCache]
-		m.MaxEntries *= uint32(cpus)
-	}
-	return nil
-}
-
 // Turning the cache on needs no care: the gate is written after lfp_config at the end of every
 // Sync, and each gate write moves the cache's generation on (writeGateLocked), so no entry
 // filled before this Sync answers after it, and none filled under the split blocks this Sync

@@ -75,6 +75,14 @@ const (
 	linuxfpLfpCtFlagsLFP_CT_NAT6        linuxfpLfpCtFlags = 32
 )
 
+type linuxfpLfpCtPlace struct {
+	_   structs.HostLayout
+	Ct  uint64
+	Net uint64
+	Dir uint32
+	Pad uint32
+}
+
 type linuxfpLfpCtReq struct {
 	_      structs.HostLayout
 	Family uint8
@@ -553,6 +561,7 @@ type linuxfpLfpVxlanRxKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	linuxfpMapLfpConfigMap         = "lfp_config_map"
+	linuxfpMapLfpCtCache           = "lfp_ct_cache"
 	linuxfpMapLfpCtRequested       = "lfp_ct_requested"
 	linuxfpMapLfpCtRequests        = "lfp_ct_requests"
 	linuxfpMapLfpFdb               = "lfp_fdb"
@@ -662,6 +671,7 @@ type linuxfpProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpMapSpecs struct {
 	LfpConfigMap     *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpCtCache       *ebpf.MapSpec `ebpf:"lfp_ct_cache"`
 	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
@@ -747,6 +757,7 @@ func (o *linuxfpObjects) Close() error {
 // It can be passed to loadLinuxfpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpMaps struct {
 	LfpConfigMap     *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpCtCache       *ebpf.Map `ebpf:"lfp_ct_cache"`
 	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
@@ -797,6 +808,7 @@ type linuxfpMaps struct {
 func (m *linuxfpMaps) Close() error {
 	return _LinuxfpClose(
 		m.LfpConfigMap,
+		m.LfpCtCache,
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,

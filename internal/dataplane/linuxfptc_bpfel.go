@@ -64,6 +64,14 @@ type linuxfpTcLfpCtAsked struct {
 	Pad  uint32
 }
 
+type linuxfpTcLfpCtPlace struct {
+	_   structs.HostLayout
+	Ct  uint64
+	Net uint64
+	Dir uint32
+	Pad uint32
+}
+
 type linuxfpTcLfpCtReq struct {
 	_      structs.HostLayout
 	Family uint8
@@ -460,6 +468,7 @@ type linuxfpTcLfpVxlanRxKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	linuxfpTcMapLfpConfigMap         = "lfp_config_map"
+	linuxfpTcMapLfpCtCache           = "lfp_ct_cache"
 	linuxfpTcMapLfpCtRequested       = "lfp_ct_requested"
 	linuxfpTcMapLfpCtRequests        = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb               = "lfp_fdb"
@@ -569,6 +578,7 @@ type linuxfpTcProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type linuxfpTcMapSpecs struct {
 	LfpConfigMap     *ebpf.MapSpec `ebpf:"lfp_config_map"`
+	LfpCtCache       *ebpf.MapSpec `ebpf:"lfp_ct_cache"`
 	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
@@ -654,6 +664,7 @@ func (o *linuxfpTcObjects) Close() error {
 // It can be passed to loadLinuxfpTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linuxfpTcMaps struct {
 	LfpConfigMap     *ebpf.Map `ebpf:"lfp_config_map"`
+	LfpCtCache       *ebpf.Map `ebpf:"lfp_ct_cache"`
 	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
@@ -704,6 +715,7 @@ type linuxfpTcMaps struct {
 func (m *linuxfpTcMaps) Close() error {
 	return _LinuxfpTcClose(
 		m.LfpConfigMap,
+		m.LfpCtCache,
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,

@@ -11,7 +11,7 @@ type settings struct {
 	Ct4 uint32
 	// Ct6: the conntrack module is built in for IPv6.
 	Ct6 uint32
-	// CtJiffyMs: ms per jiffy where the kernel's HZ is known and divides 1000, else 0 (ct_change_timeout).
+	// CtJiffyMs: ms per jiffy where the kernel's HZ is known and divides 1000, else 0 (ct_timeout_is).
 	CtJiffyMs uint32
 	// FdbRefreshJiffies: the least time between two refreshes of one FDB entry (jiffies).
 	FdbRefreshJiffies uint64
