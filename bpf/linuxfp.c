@@ -139,7 +139,7 @@ static __always_inline int linuxfp_rx(lfp_ctx *ctx)
 	 * the ifindex is three dependent loads (XDP: rxq->dev->ifindex), each lookup an array access. */
 	in = ctx_ingress_ifindex(ctx);
 	gate_lookup(&gate);
-	r = gate_check_in(gate.g, gate.f, eth_proto(eth), in);
+	r = gate_check(gate.g, gate.f, eth_proto(eth), in);
 	if (r != LFP_FORWARDED)
 		return lfp_pass(ctx, r);
 	/* Uncounted: there is no row to count it in (lfp_count). */

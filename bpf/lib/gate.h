@@ -19,16 +19,6 @@ struct {
 	__uint(max_entries, 1);
 } lfp_gate_map SEC(".maps");
 
-/* Out of line at tc: inlined, it made the entry function's frame 8 bytes larger, and the
- * bridge's tc build is at the verifier's 512-byte stack limit. Inlined at XDP, whose frames are
- * smaller: a call's return costs a branch misprediction on CPUs whose kernel returns through a
- * safe-RET thunk (AMD, SRSO), which the JIT uses for BPF subprograms too. */
-#if LFP_TC
-#define GATE_CHECK_INLINE __attribute__((noinline))
-#else
-#define GATE_CHECK_INLINE __always_inline
-#endif
-
 /* The gate's maps, looked up once per packet (gate_lookup) and handed to each check: an inlined
  * array lookup is still a few instructions and a load of its key from the stack. */
 struct gate_ref {
@@ -47,8 +37,7 @@ static __always_inline int gate_lookup(struct gate_ref *gr)
 }
 
 /* LFP_FORWARDED (0) where the gate (g, f: gate_lookup()'s) lets a frame of ethertype proto
- * (network byte order) through, or the reason it goes to Linux. Inlined where the caller's frame
- * has room (gate_check_in() otherwise). */
+ * (network byte order) through, or the reason it goes to Linux. */
 static __always_inline enum lfp_reason gate_check(const struct lfp_gate *g, const struct lfp_fence *f,
 						  __be16 proto, __u32 ifindex)
 {
@@ -73,12 +62,6 @@ static __always_inline enum lfp_reason gate_check(const struct lfp_gate *g, cons
 			return LFP_PASS_FENCED;
 	}
 	return LFP_FORWARDED;
-}
-
-static GATE_CHECK_INLINE enum lfp_reason gate_check_in(const struct lfp_gate *g, const struct lfp_fence *f,
-						       __be16 proto, __u32 ifindex)
-{
-	return gate_check(g, f, proto, ifindex);
 }
 
 /* LFP_FORWARDED where a packet may leave by device ifindex, LFP_PASS_FENCED where a change of

@@ -364,22 +364,13 @@ static __always_inline int vxlan_rx_deliver(lfp_ctx *ctx, __u32 dev)
  * local address and its MAC), else read from the map and kept there. The cache's generation
  * gen, read before the map, keeps the copy only while the map holds it, as for the remotes kept
  * with routes (fib_cache_keep_vx() says why): one hash map call per decapsulated packet
- * otherwise. 0: none. A global function at tc, verified once on its own: inlined, its branches
- * multiplied the states of every program that routes (the bridge port's went past the
- * verification headroom); at XDP, where a VXLAN packet goes to Linux, inlined. */
-#if LFP_TC
-#define VXLAN_RX_DEV __attribute__((noinline))
-#else
-#define VXLAN_RX_DEV static __always_inline
-#endif
-VXLAN_RX_DEV int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __be16 port, __u32 vni, struct lfp_vxlan_rx *out)
+ * otherwise. 0: none. */
+static __always_inline int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __be16 port, __u32 vni, struct lfp_vxlan_rx *out)
 {
 	struct lfp_fib_key *k;
 	struct lfp_vxlan_rx_key rk = {};
 	const struct lfp_vxlan_rx *rx;
 
-	if (!fc || !out)
-		return 0;
 	k = &fc->key;
 	if (gen) {
 		const struct lfp_fib_entry *e;
