@@ -220,7 +220,7 @@ static __always_inline int bridge_rx(lfp_ctx *ctx, const struct lfp_if *iface, c
 		/* br_pass_frame_up(): only frames to the bridge device's own MAC become PACKET_HOST
 		 * there; other local entries (ports' addresses, `bridge fdb add ... permanent`) are
 		 * delivered as PACKET_OTHERHOST or HOST depending on the port: Linux's. */
-		if (!mac_equal(eth->h_dest, port->br_mac))
+		if (!mac_equal_w(eth->h_dest, port->br_mac))
 			return lfp_pass(ctx, LFP_PASS_BR_LOCAL);
 		/* The bridge device's options decide this too (its MAC, vlan_filtering ...). */
 		r = gate_egress_in(gate, bridge);

@@ -111,16 +111,10 @@ static __always_inline int l4_ports_offset(__u8 proto)
 	return -1;
 }
 
-static __always_inline int mac_equal(const __u8 *a, const volatile __u8 *b)
-{
-	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] &&
-	       a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
-}
-
-/* mac_equal() for a MAC in packet data (a) and one at an even address of a map value (b): one
- * 32-bit and one 16-bit compare instead of six byte compares (struct ethhdr is packed, so its
- * fields are read a byte at a time otherwise). Packet data may be read unaligned here: the
- * programs are not loaded with strict alignment. */
+/* Whether a MAC in packet data (a) equals one at an even address of a map value (b): one 32-bit
+ * and one 16-bit compare instead of six byte compares (struct ethhdr is packed, so its fields are
+ * read a byte at a time otherwise). Packet data may be read unaligned here: the programs are not
+ * loaded with strict alignment. */
 static __always_inline int mac_equal_w(const __u8 *a, const __u8 *b)
 {
 	return ((*(const __u32 *)a ^ *(const __u32 *)b) | (*(const __u16 *)(a + 4) ^ *(const __u16 *)(b + 4))) == 0;

@@ -460,7 +460,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	 * state Linux's UDP layer would adjust, IP options or fragments inside: Linux. */
 	if (ctx_gso_size(ctx) || bpf_ntohs(h->len) != l4len || l4len < 8 + VXLAN_HLEN + ETH_HLEN ||
 	    h->flags != bpf_htonl(VXLAN_HF_VNI) || (h->vni & bpf_htonl(0xff)) || (iph->tos & INET_ECN_MASK) ||
-	    mac_equal(ie->h_source, rx->mac))
+	    mac_equal_w(ie->h_source, rx->mac))
 		goto linux;
 	/* udp4_csum_init(): a zero checksum, or one the skb's state says is verified (UNNECESSARY)
 	 * or will be completed by whoever fills the inner one (PARTIAL, as from a local sender), is
