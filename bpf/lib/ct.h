@@ -562,7 +562,8 @@ static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
  * four of them a third of a pod-to-pod packet's program time. A place holds the address of the
  * entry the last lookup of a tuple hashing to it found, as a number, not a reference: the entry
  * is read through a read-only view (bpf_rdonly_cast(), whose loads cannot fault) and used only if
- * it is still what the kernel's lookup would find for the packet (ct_cached()). The kernel
+ * it is still what the kernel's lookup would find for the packet (ct_cached()), before its fields
+ * are read and again after (ct_forward). The kernel
  * allocates entries from a SLAB_TYPESAFE_BY_RCU cache, so the memory may by then hold another
  * entry or none; the checks are those of ____nf_conntrack_find() and __nf_conntrack_find_get():
  * the tuple of the direction the place names equal to the packet's, the entry confirmed (a
@@ -759,14 +760,23 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 	pl = ct_cache_place(c);
 	ro = ct_cached(pl, c);
 	if (ro) {
+		int done;
+
 		why = ct_judge(cfg, c, ro, &timeout);
-		if (why != LFP_FORWARDED || (ro->status & IPS_FIXED_TIMEOUT) || ct_timeout_is(ro, timeout))
-			return why;
-		/* Refreshed after the filter (ct_refresh() looks the entry up then). */
-		if (c->defer) {
-			c->timeout = timeout;
-			c->refresh = 1;
-			return why;
+		done = why != LFP_FORWARDED || (ro->status & IPS_FIXED_TIMEOUT) || ct_timeout_is(ro, timeout);
+		/* Read without a reference: the entry may have been freed meanwhile and its memory
+		 * taken by another connection's (see the cache above). What was read holds only if
+		 * the entry still passes ct_cached()'s checks after it, as __nf_conntrack_find_get()
+		 * checks the tuple again once it holds the entry. */
+		if (ct_cached(pl, c)) {
+			if (done)
+				return why;
+			/* Refreshed after the filter (ct_refresh() looks the entry up then). */
+			if (c->defer) {
+				c->timeout = timeout;
+				c->refresh = 1;
+				return why;
+			}
 		}
 	}
 	ct = ct_lookup(ctx, c);
