@@ -28,6 +28,7 @@
 #include "fdb_map.h"
 #include "fibcache_map.h"
 #include "neigh_map.h"
+#include "ct_frees_map.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -770,5 +771,34 @@ SEC("tp_btf/neigh_cleanup_and_release")
 int BPF_PROG(lfp_neigh_released, struct neighbour *n, int rc)
 {
 	neigh_changed(n, 1);
+	return 0;
+}
+
+/* Conntrack entries freed (ct_frees_map.h): the conntrack cache keeps entries' addresses and
+ * must not read one whose memory may have gone back to the page allocator. The tracepoint fires
+ * at the start of kmem_cache_free(), before the slab has the object back; every object of a
+ * cache whose objects are the size of the kernel's struct nf_conn counts (another cache of that
+ * size only costs the cache a lookup). It runs on every kmem_cache_free() of the host: the first
+ * test is one load and compare. Any namespace's: the cache keeps addresses, not namespaces. */
+struct kmem_cache {
+	unsigned int object_size;
+} __attribute__((preserve_access_index));
+
+struct nf_conn {
+	int x;
+} __attribute__((preserve_access_index));
+
+SEC("tp_btf/kmem_cache_free")
+int BPF_PROG(lfp_ct_freed, unsigned long call_site, const void *ptr, const struct kmem_cache *s)
+{
+	__u32 slot;
+	__u64 *n;
+
+	if (!s || s->object_size != bpf_core_type_size(struct nf_conn))
+		return 0;
+	slot = lfp_ct_free_slot((__u64)ptr);
+	n = bpf_map_lookup_elem(&lfp_ct_frees, &slot);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 	return 0;
 }

@@ -122,6 +122,7 @@ enum lfp_ct_flags {
 	LFP_CT_NAT4        = 1 << 3, /* translate IPv4 connections (no rule on prerouting/postrouting) */
 	LFP_CT_CHECKSUM    = 1 << 4, /* nf_conntrack_checksum=1: conntrack verifies L4 checksums */
 	LFP_CT_NAT6        = 1 << 5, /* translate IPv6 connections (no rule on prerouting/postrouting) */
+	LFP_CT_CACHE       = 1 << 6, /* the conntrack cache may answer: its entries' frees are seen (ct_frees_map.h) */
 };
 
 enum lfp_vx_flags {

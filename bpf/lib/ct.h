@@ -9,6 +9,7 @@
 #include "ctx.h"
 #include "parse.h"
 #include "linuxfp_types.h"
+#include "ct_frees_map.h"
 
 /* The kernel's structures, only the fields read here; CO-RE relocates them against the running
  * kernel's BTF. */
@@ -564,8 +565,13 @@ static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
  * is read through a read-only view (bpf_rdonly_cast(), whose loads cannot fault) and used only if
  * it is still what the kernel's lookup would find for the packet (ct_cached()), before its fields
  * are read and again after (ct_forward). The kernel
- * allocates entries from a SLAB_TYPESAFE_BY_RCU cache, so the memory may by then hold another
- * entry or none; the checks are those of ____nf_conntrack_find() and __nf_conntrack_find_get():
+ * allocates entries from a SLAB_TYPESAFE_BY_RCU cache: within one program run, memory that held an
+ * entry holds an entry (another one, maybe), but across runs the slab's page may have gone back
+ * to the page allocator and hold anything, even bytes a local user chose. So a kept address is
+ * used only while no object at it was freed since the lookup that found it (ct_frees_map.h: the
+ * watcher sees every free of an object of the entries' size, before the slab has it back; the
+ * controller turns the cache on only where that watcher runs, LFP_CT_CACHE). Then the checks are
+ * those of ____nf_conntrack_find() and __nf_conntrack_find_get():
  * the tuple of the direction the place names equal to the packet's, the entry confirmed (a
  * recycled one is not until it is in the table again) and not dying, its reference count not
  * zero, the default zone, the namespace the lookup found it in, and not expired. Nothing is
@@ -575,9 +581,10 @@ static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
 #define LFP_CT_CACHE_SHIFT 9
 
 struct lfp_ct_place {
-	__u64 ct;  /* the entry's address, 0: none */
-	__u64 net; /* its namespace's (struct net) */
-	__u32 dir; /* the direction of its tuple the packet's was */
+	__u64 ct;    /* the entry's address, 0: none */
+	__u64 net;   /* its namespace's (struct net) */
+	__u64 freed; /* its slot's count of frees (lfp_ct_frees) while the lookup held it */
+	__u32 dir;   /* the direction of its tuple the packet's was */
 	__u32 pad;
 };
 
@@ -607,37 +614,42 @@ static __always_inline struct lfp_ct_place *ct_cache_place(const struct ct_pkt *
 }
 
 /* Whether tuple t is the packet's: addresses, ports, protocol and family, as nf_ct_tuple_equal()
- * compares them (an IPv4 address's other words are zero in both). */
+ * compares them (an IPv4 address's other words are zero in both). Each load through the read-only
+ * view is checked by the JIT for a kernel address (BPF_PROBE_MEM: several instructions and a
+ * branch), so an address is read as two 64-bit words (the verifier allows no load across the
+ * end of a member, so the ports, family and protocol are read one by one). */
 static __always_inline int ct_tuple_is(const struct nf_conntrack_tuple *t, const struct ct_pkt *c)
 {
-	if (c->v6) {
-		const __u32 *s = (const __u32 *)c->t.ipv6.saddr, *d = (const __u32 *)c->t.ipv6.daddr;
+	const __u64 *s3 = (const __u64 *)&t->src.u3, *d3 = (const __u64 *)&t->dst.u3;
+	__u64 a;
 
-		if ((t->src.u3.all[0] ^ s[0]) | (t->src.u3.all[1] ^ s[1]) | (t->src.u3.all[2] ^ s[2]) |
-		    (t->src.u3.all[3] ^ s[3]) | (t->dst.u3.all[0] ^ d[0]) | (t->dst.u3.all[1] ^ d[1]) |
-		    (t->dst.u3.all[2] ^ d[2]) | (t->dst.u3.all[3] ^ d[3]))
-			return 0;
-		if (t->src.u.all != c->t.ipv6.sport || t->dst.u.all != c->t.ipv6.dport ||
-		    t->src.l3num != AF_INET6)
-			return 0;
+	if (c->v6) {
+		const __u64 *s = (const __u64 *)c->t.ipv6.saddr, *d = (const __u64 *)c->t.ipv6.daddr;
+
+		a = (s3[0] ^ s[0]) | (s3[1] ^ s[1]) | (d3[0] ^ d[0]) | (d3[1] ^ d[1]) |
+		    (t->src.u.all ^ c->t.ipv6.sport) | (t->dst.u.all ^ c->t.ipv6.dport) | (t->src.l3num ^ AF_INET6);
 	} else {
-		if ((t->src.u3.all[0] ^ c->t.ipv4.saddr) | t->src.u3.all[1] | t->src.u3.all[2] | t->src.u3.all[3] |
-		    (t->dst.u3.all[0] ^ c->t.ipv4.daddr) | t->dst.u3.all[1] | t->dst.u3.all[2] | t->dst.u3.all[3])
-			return 0;
-		if (t->src.u.all != c->t.ipv4.sport || t->dst.u.all != c->t.ipv4.dport || t->src.l3num != AF_INET)
-			return 0;
+		a = (s3[0] ^ c->t.ipv4.saddr) | s3[1] | (d3[0] ^ c->t.ipv4.daddr) | d3[1] |
+		    (t->src.u.all ^ c->t.ipv4.sport) | (t->dst.u.all ^ c->t.ipv4.dport) | (t->src.l3num ^ AF_INET);
 	}
-	return t->dst.protonum == c->proto;
+	return (a | (t->dst.protonum ^ c->proto)) == 0;
 }
 
 /* The entry place pl names, read-only, if it is the one the kernel's lookup would find for the
  * packet now (see the cache above), with c->o.dir set; otherwise NULL. */
-static __always_inline const struct nf_conn *ct_cached(const struct lfp_ct_place *pl, struct ct_pkt *c)
+static __always_inline const struct nf_conn *ct_cached(const struct lfp_config *cfg, const struct lfp_ct_place *pl,
+						       struct ct_pkt *c)
 {
 	const struct nf_conn *ro;
 	const struct nf_conntrack_tuple *t;
+	const __u64 *freed;
+	__u32 slot;
 
-	if (!pl || !pl->ct)
+	if (!(cfg->ct_flags & LFP_CT_CACHE) || !pl || !pl->ct)
+		return NULL;
+	slot = lfp_ct_free_slot(pl->ct);
+	freed = bpf_map_lookup_elem(&lfp_ct_frees, &slot);
+	if (!freed || *(volatile const __u64 *)freed != pl->freed)
 		return NULL;
 	ro = bpf_rdonly_cast((void *)pl->ct, bpf_core_type_id_kernel(struct nf_conn));
 	t = pl->dir ? &ro->tuplehash[1].tuple : &ro->tuplehash[0].tuple;
@@ -758,7 +770,7 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 	if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
 		return LFP_PASS_CT_STATE;
 	pl = ct_cache_place(c);
-	ro = ct_cached(pl, c);
+	ro = ct_cached(cfg, pl, c);
 	if (ro) {
 		int done;
 
@@ -768,7 +780,7 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 		 * taken by another connection's (see the cache above). What was read holds only if
 		 * the entry still passes ct_cached()'s checks after it, as __nf_conntrack_find_get()
 		 * checks the tuple again once it holds the entry. */
-		if (ct_cached(pl, c)) {
+		if (ct_cached(cfg, pl, c)) {
 			if (done)
 				return why;
 			/* Refreshed after the filter (ct_refresh() looks the entry up then). */
@@ -795,10 +807,24 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 				bpf_ct_change_timeout(ct, timeout);
 			}
 		}
-		if (pl) {
+		if (pl && (cfg->ct_flags & LFP_CT_CACHE)) {
+			const __u64 *freed;
+			__u32 slot;
+
+			/* The address read back from the map, a number there (the verifier allows
+			 * no multiplication of a pointer). The count is read while the entry is
+			 * held: it cannot be freed before the release, so any free of it moves the
+			 * count past this one. */
 			pl->ct = (__u64)ct;
-			pl->net = (__u64)ro->ct_net.net;
-			pl->dir = c->o.dir;
+			slot = lfp_ct_free_slot(*(volatile __u64 *)&pl->ct);
+			freed = bpf_map_lookup_elem(&lfp_ct_frees, &slot);
+			if (freed) {
+				pl->net = (__u64)ro->ct_net.net;
+				pl->freed = *(volatile const __u64 *)freed;
+				pl->dir = c->o.dir;
+			} else {
+				pl->ct = 0;
+			}
 		}
 	}
 	bpf_ct_release(ct);

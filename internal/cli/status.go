@@ -256,6 +256,9 @@ func printStatus(w io.Writer, st *status.Status, rs map[int]rates, withRates boo
 	if st.FDBWatch != "" {
 		fmt.Fprintf(w, "bridge fdb watch: %s\n", st.FDBWatch)
 	}
+	if st.CtFreeWatch != "" {
+		fmt.Fprintf(w, "conntrack free watch: %s\n", st.CtFreeWatch)
+	}
 	if st.NeighWatch != "" {
 		fmt.Fprintf(w, "neighbour watch: %s\n", st.NeighWatch)
 	}

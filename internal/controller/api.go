@@ -56,6 +56,7 @@ func (c *Controller) status(verbose bool) *status.Status {
 		IPSetWatch:     c.w.IPSetMethod,
 		FDBWatch:       c.w.FDBMethod,
 		NeighWatch:     c.w.NeighMethod,
+		CtFreeWatch:    c.w.CtFreeMethod,
 		IPSetReads:     c.obs.SetReads(),
 		NetlinkChanges: c.w.NetlinkChanges(),
 		Events:         c.events,

@@ -127,6 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.w.Close()
 	c.cfg.Options.NeighEvents = c.w.Fence && c.w.NeighEvents
+	c.cfg.Options.CtFreeEvents = c.w.Fence && c.w.CtFreeEvents
 	c.w.OnSysctlOnly(c.sysctlOnly)
 	c.obs, err = observe.NewObserver()
 	if err != nil {

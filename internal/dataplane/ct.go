@@ -28,6 +28,9 @@ type CT struct {
 	TCPMaxRetrans    int
 	UDPStream        time.Duration
 	UDP              time.Duration // unreplied
+	// Cache: the conntrack cache may answer (bpf/lib/ct.h): the watcher sees the frees of the
+	// entries' objects (observe.Watcher.CtFreeEvents).
+	Cache bool
 }
 
 func (c CT) flags() linuxfpLfpCtFlags {
@@ -49,6 +52,9 @@ func (c CT) flags() linuxfpLfpCtFlags {
 	}
 	if c.Checksum {
 		f |= linuxfpLfpCtFlagsLFP_CT_CHECKSUM
+	}
+	if c.Cache {
+		f |= linuxfpLfpCtFlagsLFP_CT_CACHE
 	}
 	return f
 }

@@ -379,14 +379,16 @@ func TestConntrackCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ct.Close()
-	err := env.ns.Do(func() error {
-		return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: CT{Active4: true, Active6: true,
-			TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
-			TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}})
-	})
-	if err != nil {
-		t.Fatal(err)
+	ctData := CT{Active4: true, Active6: true, Cache: true,
+		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
+		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	sync := func(c CT) {
+		t.Helper()
+		if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: c}) }); err != nil {
+			t.Fatal(err)
+		}
 	}
+	sync(ctData)
 	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
 	const established, synSent = 3, 1
 	flow := func(state uint8, timeout uint32) conntrack.Flow {
@@ -463,6 +465,20 @@ func TestConntrackCache(t *testing.T) {
 			}
 		}
 	}
+	// kept is a place that holds an entry (the test's one connection; each CPU the test ran on
+	// has its own).
+	kept := func() uint32 {
+		var k uint32
+		var pl linuxfpLfpCtPlace
+		it := env.dp.maps.LfpCtCache.Iterate()
+		for it.Next(&k, &pl) {
+			if pl.Ct != 0 {
+				return k
+			}
+		}
+		t.Fatal("no entry in the conntrack cache")
+		return 0
+	}
 	clear := func() {
 		n := env.dp.maps.LfpCtCache.MaxEntries()
 		for k := uint32(0); k < n; k++ {
@@ -483,6 +499,32 @@ func TestConntrackCache(t *testing.T) {
 				t.Fatal("no entry in the conntrack cache after a forwarded packet")
 			}
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
+			// An object freed at the entry's address (the watcher moves its slot's count,
+			// ct_frees_map.h): the kept address is not read again, the lookup fills the place
+			// anew with the count as it is now.
+			var pl linuxfpLfpCtPlace
+			k := kept()
+			if err := env.dp.maps.LfpCtCache.Lookup(k, &pl); err != nil {
+				t.Fatal(err)
+			}
+			slot := ctFreeSlot(pl.Ct)
+			var n uint64
+			if err := env.dp.maps.LfpCtFrees.Lookup(slot, &n); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.dp.maps.LfpCtFrees.Put(slot, n+1); err != nil {
+				t.Fatal(err)
+			}
+			env.checkRouted(t, prog, pkt, Forwarded, nil)
+			refilled := false
+			var i uint32
+			it := env.dp.maps.LfpCtCache.Iterate()
+			for it.Next(&i, &pl) {
+				refilled = refilled || pl.Ct != 0 && pl.Freed == n+1
+			}
+			if !refilled {
+				t.Fatalf("no place holds the count %d its slot moved to: the kept address was read", n+1)
+			}
 			// Another connection, without an entry, whose tuple the cache keeps in the same place
 			// (on whichever CPU the test run is on).
 			spread()
@@ -503,6 +545,22 @@ func TestConntrackCache(t *testing.T) {
 			_ = env.ns.Do(func() error { return ct.Delete(flow(established, 1)) })
 		})
 	}
+	// Where the watcher does not see the frees, the cache is off: nothing is kept.
+	off := ctData
+	off.Cache = false
+	sync(off)
+	env.hook = HookXDP
+	clear()
+	create(flow(established, 600))
+	env.checkRouted(t, env.prog(t, true, true), pkt, Forwarded, nil)
+	if cached() {
+		t.Fatal("an entry kept in the conntrack cache while it is off")
+	}
+}
+
+// ctFreeSlot is lfp_ct_free_slot() (bpf/include/ct_frees_map.h).
+func ctFreeSlot(addr uint64) uint32 {
+	return uint32(((addr >> 6) * 0x9e3779b97f4a7c15) >> (64 - 10))
 }
 
 // A program built without the conntrack module (Spec.Conntrack4/6 off: no conntrack users when it

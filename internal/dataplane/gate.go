@@ -97,11 +97,12 @@ func FenceUnitName(u int) string {
 
 // WatcherMaps are the maps the watchers write (they are loaded with them): the fence, the bridge
 // FDB's moves, which the bridge FDB watcher counts the moment the bridge makes one, the FIB
-// cache's generation, and the STALE-neighbour mirror the neighbour tracepoints keep.
+// cache's generation, the STALE-neighbour mirror the neighbour tracepoints keep, and the counts
+// of conntrack entries freed the conntrack cache checks.
 func (d *Dataplane) WatcherMaps() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{"lfp_fence_map": d.maps.LfpFenceMap, "lfp_if_fence": d.maps.LfpIfFence, "lfp_fdb_moves": d.maps.LfpFdbMoves,
 		"lfp_fib_gen": d.maps.LfpFibGen, "lfp_stale": d.maps.LfpStale, "lfp_stale_count": d.maps.LfpStaleCount,
-		"lfp_stale_filter": d.maps.LfpStaleFilter}
+		"lfp_stale_filter": d.maps.LfpStaleFilter, "lfp_ct_frees": d.maps.LfpCtFrees}
 }
 
 // Fence reads how many changes the watchers have counted. The controller reads it before it

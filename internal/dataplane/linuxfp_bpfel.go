@@ -73,14 +73,16 @@ const (
 	linuxfpLfpCtFlagsLFP_CT_NAT4        linuxfpLfpCtFlags = 8
 	linuxfpLfpCtFlagsLFP_CT_CHECKSUM    linuxfpLfpCtFlags = 16
 	linuxfpLfpCtFlagsLFP_CT_NAT6        linuxfpLfpCtFlags = 32
+	linuxfpLfpCtFlagsLFP_CT_CACHE       linuxfpLfpCtFlags = 64
 )
 
 type linuxfpLfpCtPlace struct {
-	_   structs.HostLayout
-	Ct  uint64
-	Net uint64
-	Dir uint32
-	Pad uint32
+	_     structs.HostLayout
+	Ct    uint64
+	Net   uint64
+	Freed uint64
+	Dir   uint32
+	Pad   uint32
 }
 
 type linuxfpLfpCtReq struct {
@@ -562,6 +564,7 @@ type linuxfpLfpVxlanRxKey struct {
 const (
 	linuxfpMapLfpConfigMap         = "lfp_config_map"
 	linuxfpMapLfpCtCache           = "lfp_ct_cache"
+	linuxfpMapLfpCtFrees           = "lfp_ct_frees"
 	linuxfpMapLfpCtRequested       = "lfp_ct_requested"
 	linuxfpMapLfpCtRequests        = "lfp_ct_requests"
 	linuxfpMapLfpFdb               = "lfp_fdb"
@@ -672,6 +675,7 @@ type linuxfpProgramSpecs struct {
 type linuxfpMapSpecs struct {
 	LfpConfigMap     *ebpf.MapSpec `ebpf:"lfp_config_map"`
 	LfpCtCache       *ebpf.MapSpec `ebpf:"lfp_ct_cache"`
+	LfpCtFrees       *ebpf.MapSpec `ebpf:"lfp_ct_frees"`
 	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
@@ -758,6 +762,7 @@ func (o *linuxfpObjects) Close() error {
 type linuxfpMaps struct {
 	LfpConfigMap     *ebpf.Map `ebpf:"lfp_config_map"`
 	LfpCtCache       *ebpf.Map `ebpf:"lfp_ct_cache"`
+	LfpCtFrees       *ebpf.Map `ebpf:"lfp_ct_frees"`
 	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
@@ -809,6 +814,7 @@ func (m *linuxfpMaps) Close() error {
 	return _LinuxfpClose(
 		m.LfpConfigMap,
 		m.LfpCtCache,
+		m.LfpCtFrees,
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,

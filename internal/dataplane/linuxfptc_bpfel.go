@@ -65,11 +65,12 @@ type linuxfpTcLfpCtAsked struct {
 }
 
 type linuxfpTcLfpCtPlace struct {
-	_   structs.HostLayout
-	Ct  uint64
-	Net uint64
-	Dir uint32
-	Pad uint32
+	_     structs.HostLayout
+	Ct    uint64
+	Net   uint64
+	Freed uint64
+	Dir   uint32
+	Pad   uint32
 }
 
 type linuxfpTcLfpCtReq struct {
@@ -469,6 +470,7 @@ type linuxfpTcLfpVxlanRxKey struct {
 const (
 	linuxfpTcMapLfpConfigMap         = "lfp_config_map"
 	linuxfpTcMapLfpCtCache           = "lfp_ct_cache"
+	linuxfpTcMapLfpCtFrees           = "lfp_ct_frees"
 	linuxfpTcMapLfpCtRequested       = "lfp_ct_requested"
 	linuxfpTcMapLfpCtRequests        = "lfp_ct_requests"
 	linuxfpTcMapLfpFdb               = "lfp_fdb"
@@ -579,6 +581,7 @@ type linuxfpTcProgramSpecs struct {
 type linuxfpTcMapSpecs struct {
 	LfpConfigMap     *ebpf.MapSpec `ebpf:"lfp_config_map"`
 	LfpCtCache       *ebpf.MapSpec `ebpf:"lfp_ct_cache"`
+	LfpCtFrees       *ebpf.MapSpec `ebpf:"lfp_ct_frees"`
 	LfpCtRequested   *ebpf.MapSpec `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.MapSpec `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.MapSpec `ebpf:"lfp_fdb"`
@@ -665,6 +668,7 @@ func (o *linuxfpTcObjects) Close() error {
 type linuxfpTcMaps struct {
 	LfpConfigMap     *ebpf.Map `ebpf:"lfp_config_map"`
 	LfpCtCache       *ebpf.Map `ebpf:"lfp_ct_cache"`
+	LfpCtFrees       *ebpf.Map `ebpf:"lfp_ct_frees"`
 	LfpCtRequested   *ebpf.Map `ebpf:"lfp_ct_requested"`
 	LfpCtRequests    *ebpf.Map `ebpf:"lfp_ct_requests"`
 	LfpFdb           *ebpf.Map `ebpf:"lfp_fdb"`
@@ -716,6 +720,7 @@ func (m *linuxfpTcMaps) Close() error {
 	return _LinuxfpTcClose(
 		m.LfpConfigMap,
 		m.LfpCtCache,
+		m.LfpCtFrees,
 		m.LfpCtRequested,
 		m.LfpCtRequests,
 		m.LfpFdb,

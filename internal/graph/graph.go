@@ -36,6 +36,9 @@ type Options struct {
 	// table's own included (the fence and the neighbour tracepoints): the FIB cache may be used,
 	// and the tracepoints keep the STALE mirror.
 	FibCache, NeighEvents bool
+	// CtFreeEvents: the watcher sees every free of a conntrack entry's object as it happens
+	// (tp_btf/kmem_cache_free): the conntrack cache may be used.
+	CtFreeEvents bool
 }
 
 // Interface is the decision for one interface.
@@ -156,6 +159,7 @@ func Build(s *observe.Snapshot, o Options, owned OwnedProgram, refused Refused) 
 	p.Data.LocalPrefixes = s.Routes.LocalPrefixes
 	p.Data.Filter = filterData(s)
 	p.Data.CT = ctData(s)
+	p.Data.CT.Cache = o.CtFreeEvents
 	slices.SortFunc(p.Data.VXLAN, func(a, b dataplane.VXLANDev) int { return a.Ifindex - b.Ifindex })
 	slices.SortFunc(p.Data.VXLANRx, func(a, b dataplane.VXLANRx) int { return a.Dev - b.Dev })
 	p.Data.VXLANFDB = vxlanFDB(s, p.Data.VXLAN)

@@ -95,6 +95,14 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 		w.NeighEvents = true
 		w.NeighMethod = "event: tp_btf/neigh_update_done, neigh_timer_handler, neigh_event_send_done and neigh_cleanup_and_release keep the STALE mirror at once"
 	}
+	if l, err := link.AttachTracing(link.TracingOptions{Program: objs.LfpCtFreed}); err != nil {
+		w.CtFreeMethod = "off (" + err.Error() + ")"
+		w.log.Warn("cannot see conntrack entries freed as it happens; the conntrack cache stays off", "err", err)
+	} else {
+		w.closers = append(w.closers, func() { l.Close() })
+		w.CtFreeEvents = true
+		w.CtFreeMethod = "event: tp_btf/kmem_cache_free moves the conntrack cache's counts before an entry's memory is reused"
+	}
 	if err := w.watchFDB(ctx, &objs); err != nil {
 		w.FDBMethod = "notification (" + err.Error() + ")"
 		w.log.Warn("cannot see bridge FDB changes as they happen; followed by notification", "err", err)

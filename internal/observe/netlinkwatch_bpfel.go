@@ -80,6 +80,7 @@ type netlinkwatchLfpStaleVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	netlinkwatchMapLfpCtFrees        = "lfp_ct_frees"
 	netlinkwatchMapLfpFdbChanges     = "lfp_fdb_changes"
 	netlinkwatchMapLfpFdbMoves       = "lfp_fdb_moves"
 	netlinkwatchMapLfpFenceMap       = "lfp_fence_map"
@@ -91,6 +92,7 @@ const (
 	netlinkwatchMapLfpStale          = "lfp_stale"
 	netlinkwatchMapLfpStaleCount     = "lfp_stale_count"
 	netlinkwatchMapLfpStaleFilter    = "lfp_stale_filter"
+	netlinkwatchProgLfpCtFreed       = "lfp_ct_freed"
 	netlinkwatchProgLfpFdbDeleted    = "lfp_fdb_deleted"
 	netlinkwatchProgLfpFdbMoved      = "lfp_fdb_moved"
 	netlinkwatchProgLfpNeighReleased = "lfp_neigh_released"
@@ -146,6 +148,7 @@ type netlinkwatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchProgramSpecs struct {
+	LfpCtFreed       *ebpf.ProgramSpec `ebpf:"lfp_ct_freed"`
 	LfpFdbDeleted    *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
 	LfpFdbMoved      *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
 	LfpNeighReleased *ebpf.ProgramSpec `ebpf:"lfp_neigh_released"`
@@ -159,6 +162,7 @@ type netlinkwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchMapSpecs struct {
+	LfpCtFrees     *ebpf.MapSpec `ebpf:"lfp_ct_frees"`
 	LfpFdbChanges  *ebpf.MapSpec `ebpf:"lfp_fdb_changes"`
 	LfpFdbMoves    *ebpf.MapSpec `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap    *ebpf.MapSpec `ebpf:"lfp_fence_map"`
@@ -202,6 +206,7 @@ func (o *netlinkwatchObjects) Close() error {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchMaps struct {
+	LfpCtFrees     *ebpf.Map `ebpf:"lfp_ct_frees"`
 	LfpFdbChanges  *ebpf.Map `ebpf:"lfp_fdb_changes"`
 	LfpFdbMoves    *ebpf.Map `ebpf:"lfp_fdb_moves"`
 	LfpFenceMap    *ebpf.Map `ebpf:"lfp_fence_map"`
@@ -217,6 +222,7 @@ type netlinkwatchMaps struct {
 
 func (m *netlinkwatchMaps) Close() error {
 	return _NetlinkwatchClose(
+		m.LfpCtFrees,
 		m.LfpFdbChanges,
 		m.LfpFdbMoves,
 		m.LfpFenceMap,
@@ -245,6 +251,7 @@ type netlinkwatchVariables struct {
 //
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchPrograms struct {
+	LfpCtFreed       *ebpf.Program `ebpf:"lfp_ct_freed"`
 	LfpFdbDeleted    *ebpf.Program `ebpf:"lfp_fdb_deleted"`
 	LfpFdbMoved      *ebpf.Program `ebpf:"lfp_fdb_moved"`
 	LfpNeighReleased *ebpf.Program `ebpf:"lfp_neigh_released"`
@@ -256,6 +263,7 @@ type netlinkwatchPrograms struct {
 
 func (p *netlinkwatchPrograms) Close() error {
 	return _NetlinkwatchClose(
+		p.LfpCtFreed,
 		p.LfpFdbDeleted,
 		p.LfpFdbMoved,
 		p.LfpNeighReleased,

@@ -101,6 +101,10 @@ type Watcher struct {
 	routeSysctls bool
 	// NeighMethod says how the neighbour table's own changes reach the data plane.
 	NeighMethod string
+	// CtFreeEvents: every free of a conntrack entry's object moves the conntrack cache's counts
+	// as it happens (netlinkwatch.go); without it the cache stays off. CtFreeMethod says how.
+	CtFreeEvents bool
+	CtFreeMethod string
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	// sysctl: the sysctl writes seen (the fence's sysctl unit).

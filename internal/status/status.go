@@ -43,6 +43,9 @@ type Status struct {
 	IPSetWatch  string    `json:"ipset_watch"`
 	FDBWatch    string    `json:"fdb_watch,omitempty"`
 	NeighWatch  string    `json:"neigh_watch,omitempty"`
+	// CtFreeWatch says whether and how linuxfp sees conntrack entries freed (the conntrack
+	// cache is used only with it).
+	CtFreeWatch string `json:"ct_free_watch,omitempty"`
 	// NetlinkChanges: configuration changes the netlink watcher saw as they were made, by
 	// class (link, address, route, neighbour, tc, other, nftables, ipset).
 	NetlinkChanges map[string]uint64 `json:"netlink_changes,omitempty"`
