@@ -20,7 +20,8 @@ import (
 
 // The conntrack module against entries of the kernel's own table, created through ctnetlink in
 // the test namespace: which connections the fast path takes, that it refreshes their timeout as
-// Linux would, and that it asks for TCP connections to be made liberal.
+// Linux would, and that it asks for TCP connections to be made liberal. The conntrack cache is on
+// (a packet repeated within a jiffy is judged from it); TestConntrackCache tests the cache itself.
 // liberalAfter is LFP_CT_LIBERAL_AFTER (bpf/lib/ct.h): the segment of a not-liberal TCP
 // connection that makes the fast path ask for it to be marked liberal.
 const liberalAfter = 4
@@ -32,7 +33,7 @@ func TestConntrack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ct.Close()
-	ctData := CT{Active4: true, Active6: true, TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
+	ctData := CT{Active4: true, Active6: true, Cache: true, TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
 		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
 	sync := func(c CT) {
 		t.Helper()
