@@ -561,23 +561,24 @@ static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
  * count raised, and lowered again by bpf_ct_release(), an atomic write to a line every CPU
  * forwarding the connection shares) is, on a CPU that mispredicts every return, some 150 ns:
  * four of them a third of a pod-to-pod packet's program time. A place holds the address of the
- * entry the last lookup of a tuple hashing to it found, as a number, not a reference: the entry
- * is read through a read-only view (bpf_rdonly_cast(), whose loads cannot fault) and used only if
- * it is still what the kernel's lookup would find for the packet (ct_cached()), before its fields
- * are read and again after (ct_forward). The kernel
- * allocates entries from a SLAB_TYPESAFE_BY_RCU cache: within one program run, memory that held an
- * entry holds an entry (another one, maybe), but across runs the slab's page may have gone back
- * to the page allocator and hold anything, even bytes a local user chose. So a kept address is
- * used only while no object at it was freed since the lookup that found it (ct_frees_map.h: the
- * watcher sees every free of an object of the entries' size, before the slab has it back; the
- * controller turns the cache on only where that watcher runs, LFP_CT_CACHE). Then the checks are
- * those of ____nf_conntrack_find() and __nf_conntrack_find_get():
- * the tuple of the direction the place names equal to the packet's, the entry confirmed (a
- * recycled one is not until it is in the table again) and not dying, its reference count not
- * zero, the default zone, the namespace the lookup found it in, and not expired. Nothing is
- * written through the view: where the entry's timeout must move, it is looked up as before
- * (ct_forward). Nothing to invalidate: every use checks the entry itself. Per CPU, as the FIB
- * cache's sets (fibcache.h), in one array with a range per CPU that the controller sizes. */
+ * entry the last lookup of a tuple hashing to it found, as a number, not a reference. The entry
+ * is read through a read-only view (bpf_rdonly_cast(), whose loads cannot fault), and only while
+ * it is still what the kernel's lookup would find for the packet (ct_cached(), before its fields
+ * are read and again after: ct_forward).
+ *
+ * The kernel allocates entries from a SLAB_TYPESAFE_BY_RCU cache: within one program run, memory
+ * that held an entry holds an entry (another one, maybe), but across runs the slab's page may
+ * have gone back to the page allocator and hold anything, even bytes a local user chose. So a
+ * kept address is used only while no object at it was freed since the lookup that found it
+ * (ct_frees_map.h: the watcher sees every free of an object of the entries' size before the slab
+ * has it back; the controller turns the cache on only where that watcher runs, LFP_CT_CACHE).
+ * Then the checks are those of ____nf_conntrack_find() and __nf_conntrack_find_get(): the tuple
+ * of the direction the place names equal to the packet's, the entry confirmed (a recycled one is
+ * not until it is in the table again) and not dying, its reference count not zero, the default
+ * zone, the namespace the lookup found it in, and not expired. Nothing is written through the
+ * view: where the entry's timeout must move, it is looked up as before (ct_forward). Per CPU, as
+ * the FIB cache's sets (fibcache.h), in one array with a range per CPU that the controller
+ * sizes. */
 #define LFP_CT_CACHE_SHIFT 9
 
 struct lfp_ct_place {
