@@ -101,8 +101,9 @@ func (l *apiListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse answers c with code and msg without looking at its request, and closes it within
-// apiRefuseLinger; with apiMaxRefusing others being answered, it closes c at once.
+// refuse answers c with code and msg without looking at its request (once it has arrived), and
+// closes it within twice apiRefuseLinger; with apiMaxRefusing others being answered, it closes c
+// at once.
 func (l *apiListener) refuse(c net.Conn, code int, msg string) {
 	select {
 	case l.refusing <- struct{}{}:
@@ -113,21 +114,24 @@ func (l *apiListener) refuse(c net.Conn, code int, msg string) {
 	go func() {
 		defer func() { <-l.refusing }()
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(apiRefuseLinger))
-		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
-			code, http.StatusText(code), len(msg)+1, msg)
-		// Close only once the request has arrived (or the deadline passed): a client that
-		// writes its request into a socket already closed gets EPIPE and never reads the
-		// answer; one whose request is left unread still reads the answer queued before it.
+		// Answer once the request has arrived (its header's end, 4 KiB of it, or the
+		// deadline): an answer written before it reaches an HTTP client as a response on an
+		// idle connection, which Go's transport drops, failing the request without the reason
+		// ("Unsolicited response received on idle HTTP channel"); and a client that writes its
+		// request into a socket already closed gets EPIPE and never reads the answer.
+		c.SetReadDeadline(time.Now().Add(apiRefuseLinger))
 		var seen []byte
 		buf := make([]byte, 1024)
 		for len(seen) < 4<<10 && !bytes.Contains(seen, []byte("\r\n\r\n")) {
 			n, err := c.Read(buf)
 			seen = append(seen, buf[:n]...)
 			if err != nil {
-				return
+				break
 			}
 		}
+		c.SetWriteDeadline(time.Now().Add(apiRefuseLinger))
+		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
+			code, http.StatusText(code), len(msg)+1, msg)
 	}()
 }
 
