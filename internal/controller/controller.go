@@ -111,21 +111,26 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("create data plane: %w (is this root, with BPF available?)", err)
 	}
 	defer func() {
-		// Detach every program: traffic goes back to Linux as it was.
+		// Detach every program: traffic goes back to Linux as it was. The watchers last: until
+		// no program is attached, the changes they count (the fence, the FIB cache's generation,
+		// the conntrack entries freed) still govern packets.
 		if err := c.dp.Close(); err != nil {
 			log.Error("detach", "err", err)
 		}
 		log.Info("stopped; all programs detached")
+		if c.w != nil {
+			c.w.Close()
+		}
 	}()
 	if err := c.dp.CountLongRoutes(c.cfg.Options.FibCache); err != nil {
 		return err
 	}
 	// Subscribe before the first read, so no change in between is missed.
-	c.w, err = observe.NewWatcher(ctx, log, c.dp.WatcherMaps(), c.cfg.Options.FibCache)
+	w, err := observe.NewWatcher(ctx, log, c.dp.WatcherMaps(), c.cfg.Options.FibCache)
 	if err != nil {
 		return err
 	}
-	defer c.w.Close()
+	c.w = w
 	c.cfg.Options.NeighEvents = c.w.Fence && c.w.NeighEvents
 	c.cfg.Options.CtFreeEvents = c.w.Fence && c.w.CtFreeEvents
 	c.w.OnSysctlOnly(c.sysctlOnly)
