@@ -636,21 +636,26 @@ static __always_inline int ct_tuple_is(const struct nf_conntrack_tuple *t, const
 	return (a | (t->dst.protonum ^ c->proto)) == 0;
 }
 
+/* The count of frees (ct_frees_map.h) of the slot of address addr, or NULL. */
+static __always_inline const volatile __u64 *ct_frees_of(__u64 addr)
+{
+	__u32 slot = lfp_ct_free_slot(addr);
+
+	return bpf_map_lookup_elem(&lfp_ct_frees, &slot);
+}
+
 /* The entry place pl names, read-only, if it is the one the kernel's lookup would find for the
  * packet now (see the cache above), with c->o.dir set; otherwise NULL. */
-static __always_inline const struct nf_conn *ct_cached(const struct lfp_config *cfg, const struct lfp_ct_place *pl,
-						       struct ct_pkt *c)
+static __always_inline const struct nf_conn *ct_cached(const struct lfp_ct_place *pl, struct ct_pkt *c)
 {
+	const volatile __u64 *freed;
 	const struct nf_conn *ro;
 	const struct nf_conntrack_tuple *t;
-	const __u64 *freed;
-	__u32 slot;
 
-	if (!(cfg->ct_flags & LFP_CT_CACHE) || !pl || !pl->ct)
+	if (!pl || !pl->ct)
 		return NULL;
-	slot = lfp_ct_free_slot(pl->ct);
-	freed = bpf_map_lookup_elem(&lfp_ct_frees, &slot);
-	if (!freed || *(volatile const __u64 *)freed != pl->freed)
+	freed = ct_frees_of(pl->ct);
+	if (!freed || *freed != pl->freed)
 		return NULL;
 	ro = bpf_rdonly_cast((void *)pl->ct, bpf_core_type_id_kernel(struct nf_conn));
 	t = pl->dir ? &ro->tuplehash[1].tuple : &ro->tuplehash[0].tuple;
@@ -770,8 +775,9 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 	/* These move the TCP state machine: Linux's. */
 	if (c->tcp_flags & (TCPHDR_SYN | TCPHDR_FIN | TCPHDR_RST))
 		return LFP_PASS_CT_STATE;
-	pl = ct_cache_place(c);
-	ro = ct_cached(cfg, pl, c);
+	/* The cache is on only where the frees are seen (LFP_CT_CACHE). */
+	pl = (cfg->ct_flags & LFP_CT_CACHE) ? ct_cache_place(c) : NULL;
+	ro = ct_cached(pl, c);
 	if (ro) {
 		int done;
 
@@ -781,7 +787,7 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 		 * taken by another connection's (see the cache above). What was read holds only if
 		 * the entry still passes ct_cached()'s checks after it, as __nf_conntrack_find_get()
 		 * checks the tuple again once it holds the entry. */
-		if (ct_cached(cfg, pl, c)) {
+		if (ct_cached(pl, c)) {
 			if (done)
 				return why;
 			/* Refreshed after the filter (ct_refresh() looks the entry up then). */
@@ -808,20 +814,18 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 				bpf_ct_change_timeout(ct, timeout);
 			}
 		}
-		if (pl && (cfg->ct_flags & LFP_CT_CACHE)) {
-			const __u64 *freed;
-			__u32 slot;
+		if (pl) {
+			const volatile __u64 *freed;
 
 			/* The address read back from the map, a number there (the verifier allows
 			 * no multiplication of a pointer). The count is read while the entry is
 			 * held: it cannot be freed before the release, so any free of it moves the
 			 * count past this one. */
 			pl->ct = (__u64)ct;
-			slot = lfp_ct_free_slot(*(volatile __u64 *)&pl->ct);
-			freed = bpf_map_lookup_elem(&lfp_ct_frees, &slot);
+			freed = ct_frees_of(*(volatile __u64 *)&pl->ct);
 			if (freed) {
 				pl->net = (__u64)ro->ct_net.net;
-				pl->freed = *(volatile const __u64 *)freed;
+				pl->freed = *freed;
 				pl->dir = c->o.dir;
 			} else {
 				pl->ct = 0;
