@@ -173,9 +173,12 @@ func build(prefix string, o Options, l layout) (tb *Testbed, err error) {
 		o.Queues = 1
 	}
 	tb = &Testbed{Prefixes: o.Prefixes, GenIP: l.genIP, SinkIP: l.sinkIP, Bridge: l.bridge}
+	// The namespaces made so far are removed on failure: through a copy of the pointer, since
+	// each failing return sets tb to nil before this runs.
+	made := tb
 	defer func() {
 		if err != nil {
-			tb.Close()
+			made.Close()
 		}
 	}()
 	if tb.Gen, err = nsutil.New(prefix + "-gen"); err != nil {
