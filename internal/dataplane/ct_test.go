@@ -355,6 +355,51 @@ func TestConntrack(t *testing.T) {
 		env.checkRouted(t, env.prog(t, true, true), zero, Forwarded, nil)
 		env.checkRouted(t, env.prog(t, true, true), big, Forwarded, nil)
 	}
+	// Short L4 parts are summed in place (ct.h, CT_CSUM_INLINE): each length modulo 4 (the last
+	// 1-3 bytes padded as a word), IPv4 and IPv6 pseudo headers, a wrong checksum field and a
+	// wrong last byte found, and Ethernet's padding of a short frame (not part of the IP packet)
+	// left out of the sum. A forwarded frame leaves without its padding.
+	for _, hook := range hooks {
+		env.hook = hook
+		for n := range 4 {
+			for _, c := range []struct {
+				name     string
+				spec     packet.Spec
+				l4, csum int // the L4 header's offset, its checksum's offset in it
+			}{
+				{"udp", packet.Spec{Src: src, Dst: dst, SrcPort: 2001, DstPort: 53, Size: 14 + 20 + 8 + n}, 14 + 20, 6},
+				{"tcp", packet.Spec{Src: src, Dst: dst, Proto: layers.IPProtocolTCP, SrcPort: 1001, DstPort: 80,
+					Size: 14 + 20 + 20 + n}, 14 + 20, 16},
+				{"tcp ipv6", packet.Spec{Src: src6, Dst: dst6, Proto: layers.IPProtocolTCP, SrcPort: 1004, DstPort: 80,
+					Size: 14 + 40 + 20 + n}, 14 + 40, 16},
+			} {
+				c.spec.SrcMAC, c.spec.DstMAC = macPeer, macIn
+				if n > 0 {
+					c.spec.Payload = bytes.Repeat([]byte{0xa5}, n)
+				}
+				padded := c.spec.Bytes() // padded to 60 bytes by the serialiser where shorter
+				end := 14 + 20 + n + map[bool]int{true: 8, false: 20}[c.name == "udp"]
+				if c.spec.Src.Is6() {
+					end += 20
+				}
+				if binary.BigEndian.Uint16(padded[12:]) == 0x0800 && int(binary.BigEndian.Uint16(padded[16:]))+14 != end {
+					t.Fatalf("%s: IPv4 length %d, want %d", c.name, binary.BigEndian.Uint16(padded[16:]), end-14)
+				}
+				out := packet.Forwarded(padded[:end], macOut, macNext)
+				env.checkRouted(t, env.prog(t, true, true), padded, Forwarded, out)
+				if end < len(padded) {
+					padded[len(padded)-1] ^= 0x5a
+					env.checkRouted(t, env.prog(t, true, true), padded, Forwarded, out)
+				}
+				for _, at := range []int{c.l4 + c.csum, end - 1} {
+					bad := append([]byte(nil), padded...)
+					bad[at] ^= 0x01
+					t.Logf("%s: %s, %d bytes of payload, byte %d wrong", hook, c.name, n, at)
+					env.checkRouted(t, env.prog(t, true, true), bad, PassCTInvalid, nil)
+				}
+			}
+		}
+	}
 	env.hook = HookXDP
 
 	// nf_conntrack_tcp_be_liberal=1: every connection is liberal, no request needed.
