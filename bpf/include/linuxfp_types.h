@@ -154,8 +154,9 @@ enum lfp_fw_flags {
 	/* Some rule tests the input or output interface (else their bits are not looked up). */
 	LFP_FW_HAS_IF4 = 1 << 14,
 	LFP_FW_HAS_IF6 = 1 << 15,
-	/* The cut has /0: an address not in lfp_fw_hosts (nor, with LFP_FW_SHORT*, in
-	 * lfp_fw_short_filter) takes fw_default_leaf without a lookup in the LPM trie. */
+	/* The cut has /0 (and, IPv6, no prefix lfp_fw_short_filter cannot hold): an address not
+	 * in lfp_fw_hosts (nor, with LFP_FW_SHORT*, in lfp_fw_short_filter) takes fw_default_leaf
+	 * without a lookup in the LPM trie. */
 	LFP_FW_DEFAULT_LEAF4 = 1 << 16,
 	LFP_FW_DEFAULT_LEAF6 = 1 << 17,
 	/* The cut has prefixes shorter than an address besides /0 (lfp_fw_short_filter). */

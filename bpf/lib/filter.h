@@ -83,12 +83,18 @@ struct {
 } lfp_fw_set_filter SEC(".maps");
 
 /* The same in front of lfp_fw_lpm for the cut's prefixes shorter than an address other than /0:
- * by family and the address's first 16 bits (fw_short_bucket()), the bit of every block a prefix
- * of either bank overlaps is set (a /12 sets 16 bits, a /17 one), so an address whose bit is
- * clear is in no such prefix, and /0's leaf is its leaf without a walk down the trie (the usual
- * case for kube-proxy's nftables ruleset: its service CIDR beside /0, and traffic to pods). Set
- * and cleared as lfp_fw_host_filter is. */
+ * by family and block of addresses (fw_short_bucket()), the bit of every block a prefix of
+ * either bank overlaps is set, so an address whose bit is clear is in no such prefix, and /0's
+ * leaf is its leaf without a walk down the trie (the usual case for kube-proxy's nftables
+ * ruleset: its service CIDR beside /0, and traffic to pods). Set and cleared as
+ * lfp_fw_host_filter is.
+ * - IPv4: the block is the address's first 16 bits, a bit each (a /12 sets 16 bits, a /17 one).
+ * - IPv6: the block is the /64, hashed into 2^16 bits (a /112 service CIDR sets one, a /56
+ *   cluster CIDR 256). The first 16 bits would not tell a service from a pod: a network's
+ *   addresses share them. A prefix shorter than LFP_FW_SHORT_MIN6 covers too many /64s to set:
+ *   where the cut has one, IPv6 takes no leaf without the trie (no LFP_FW_DEFAULT_LEAF6). */
 #define LFP_FW_SHORT_WORDS (2 * 65536 / 64)
+#define LFP_FW_SHORT_MIN6 54
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -97,17 +103,19 @@ struct {
 	__uint(max_entries, LFP_FW_SHORT_WORDS);
 } lfp_fw_short_filter SEC(".maps");
 
-/* The bucket of a cut address of family v6 in lfp_fw_short_filter (dataplane.fwShortBucket). */
-static __always_inline __u32 fw_short_bucket(const __u32 *a, __u32 v6)
-{
-	return (v6 << 16) | (bpf_ntohl(a[0]) >> 16);
-}
-
 /* One step of the buckets' hash (multiplicative: the top bits depend on every bit fed in). The
  * controller computes the same (dataplane.fwMix). */
 static __always_inline __u32 fw_mix(__u32 h, __u32 w)
 {
 	return (h ^ w) * 0x9e3779b1u;
+}
+
+/* The bucket of a cut address of family v6 in lfp_fw_short_filter (dataplane.fwShortBucket). */
+static __always_inline __u32 fw_short_bucket(const __u32 *a, __u32 v6)
+{
+	if (v6)
+		return 1 << 16 | fw_mix(fw_mix(6, a[0]), a[1]) >> 16;
+	return bpf_ntohl(a[0]) >> 16;
 }
 
 static __always_inline __u32 fw_mix_addr(__u32 h, const __u32 *a, __u32 v6)

@@ -284,8 +284,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 			}
 			leaves = append(leaves, bl)
 		}
-		// short: the cut's prefixes shorter than an address; zero: /0 is one of them.
-		short, zero := 0, false
+		// short: the cut's prefixes shorter than an address; zero: /0 is one of them; wide: an
+		// IPv6 one lfp_fw_short_filter cannot hold (shortFilterWords).
+		short, zero, wide := 0, false, false
 		for _, lp := range p.Prefixes {
 			pf := lp.Prefix.Masked()
 			if pf.IsSingleIP() {
@@ -294,6 +295,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 				continue
 			}
 			short++
+			if fam == 1 && pf.Bits() > 0 && pf.Bits() < fwShortMin6 {
+				wide = true
+			}
 			if pf.Bits() == 0 {
 				zero, defLeaf[fam] = true, leafBase+uint32(lp.Leaf)
 			}
@@ -304,7 +308,9 @@ func (d *Dataplane) syncFilter(f FilterData) (flags, bank uint32, err error) {
 		// for an address that is no host entry and, where there are other short prefixes, in
 		// none of them by lfp_fw_short_filter.
 		if zero {
-			flags |= fwDefLeaf4 << fam
+			if !wide {
+				flags |= fwDefLeaf4 << fam
+			}
 			short--
 		}
 		if short > 0 {
@@ -443,27 +449,53 @@ func fwSetBucket(k linuxfpLfpFwSetKey) uint32 {
 	return fwMixAddr(h, k.Addr, k.Prefixlen == 64+128) >> (32 - fwFilterShift)
 }
 
-// fwShortBucket is fw_short_bucket(): the bucket in lfp_fw_short_filter of the addresses of
-// family v6 whose first 16 bits are top.
-func fwShortBucket(top uint16, v6 bool) uint32 {
+// fwShortMin6 is LFP_FW_SHORT_MIN6: the shortest IPv6 prefix whose /64 blocks
+// lfp_fw_short_filter holds.
+const fwShortMin6 = 54
+
+// fwShortBucket is fw_short_bucket(): the bucket in lfp_fw_short_filter of address a (words as
+// in the maps) of family v6: IPv4's first 16 bits, a hash of IPv6's first 64.
+func fwShortBucket(a [4]uint32, v6 bool) uint32 {
 	if v6 {
-		return 1<<16 | uint32(top)
+		return 1<<16 | fwMix(fwMix(6, a[0]), a[1])>>16
 	}
-	return uint32(top)
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], a[0])
+	return uint32(binary.BigEndian.Uint16(b[:2]))
 }
 
 // shortFilterWords are lfp_fw_short_filter's words with the bits of the blocks the keys' prefixes
-// overlap (/0 aside: its leaf is the one the filter stands for).
+// overlap (/0 aside: its leaf is the one the filter stands for; IPv6 prefixes shorter than
+// fwShortMin6 aside: a bank with one takes no leaf without the trie).
 func shortFilterWords(keys ...[]linuxfpLfpFwLpmKey) map[uint32]uint64 {
 	w := map[uint32]uint64{}
+	set := func(a [4]uint32, v6 bool) {
+		bk := fwShortBucket(a, v6)
+		w[bk/64] |= 1 << (bk % 64)
+	}
 	for _, ks := range keys {
 		for _, k := range ks {
 			bits := int(k.Prefixlen) - 32
 			if bits <= 0 {
 				continue
 			}
-			var b [4]byte
-			binary.NativeEndian.PutUint32(b[:], k.Addr[0])
+			var b [16]byte
+			for i := range 4 {
+				binary.NativeEndian.PutUint32(b[4*i:], k.Addr[i])
+			}
+			if k.Sel&0xff == 1 {
+				if bits < fwShortMin6 {
+					continue
+				}
+				// Every /64 the prefix overlaps: its own, or 2^(64-bits) from its first.
+				first := binary.BigEndian.Uint64(b[:8])
+				for i := range uint64(1) << max(0, 64-bits) {
+					var blk [8]byte
+					binary.BigEndian.PutUint64(blk[:], first+i)
+					set([4]uint32{binary.NativeEndian.Uint32(blk[:4]), binary.NativeEndian.Uint32(blk[4:])}, true)
+				}
+				continue
+			}
 			top := binary.BigEndian.Uint16(b[:2])
 			n := 1
 			if bits < 16 {
@@ -471,8 +503,8 @@ func shortFilterWords(keys ...[]linuxfpLfpFwLpmKey) map[uint32]uint64 {
 				top &^= uint16(n - 1)
 			}
 			for i := range n {
-				bk := fwShortBucket(top+uint16(i), k.Sel&0xff == 1)
-				w[bk/64] |= 1 << (bk % 64)
+				binary.BigEndian.PutUint16(b[:2], top+uint16(i))
+				set([4]uint32{binary.NativeEndian.Uint32(b[:4])}, false)
 			}
 		}
 	}

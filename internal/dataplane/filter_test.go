@@ -352,10 +352,11 @@ func blacklistProgram(t testing.TB, fam model.Family, addrs []netip.Addr, set bo
 }
 
 // The bit array in front of the LPM trie (lfp_fw_short_filter) must never hide a prefix: DROP
-// rules for prefixes shorter and longer than its 16-bit blocks, in both families, each set
-// replaced by an overlapping one (a new bank); every address must be dropped exactly while a
-// listed prefix holds it, and forwarded through /0's leaf otherwise. Where the controller's
-// blocks differed from the data plane's, listed addresses would take /0's leaf and be forwarded.
+// rules for prefixes shorter and longer than its blocks (IPv4's 16 bits, IPv6's /64s), in both
+// families, IPv6 ones too short for the array among them, each set replaced by an overlapping
+// one (a new bank); every address must be dropped exactly while a listed prefix holds it, and
+// forwarded through /0's leaf otherwise. Where the controller's blocks differed from the data
+// plane's, listed addresses would take /0's leaf and be forwarded.
 func TestFilterShortPrefixes(t *testing.T) {
 	env := newTestEnv(t)
 	// The routed destinations (198.19.0.0/24, 2001:2:0:f100::/64) lie in one block each; the
@@ -369,6 +370,15 @@ func TestFilterShortPrefixes(t *testing.T) {
 		{"198.19.0.0/16", "2001:2:0:f100::/64"},
 		{"198.19.0.0/24", "2001::/16"},
 		{"198.18.0.0/15"},
+		// (A bank's bits stay set until the bank after next is written: the /54, and the /48
+		// too long for the array, come after lists that leave the destinations' /64 clear.)
+		{"2001:2:0:f000::/54", "198.19.0.0/25"},
+		{"2001:2:0:f200::/56", "2001:2:0:f110::/60"},
+		{"2001:2::/48"},
+		{"2001:2:0:f100::/56"},
+		{"2001:2:0:f100::/60", "fd00::/8"},
+		{"2001:2:0:f1ff::/64", "2001:2:0:f100::/63"},
+		{"2001:2:0:f101::/64"},
 	}
 	dsts := []string{"198.19.0.1", "198.19.0.130", "2001:2:0:f100::1", "2001:2:0:f100::8001"}
 	for _, l := range lists {
