@@ -117,22 +117,7 @@ func TestConntrack(t *testing.T) {
 	for _, f := range flows {
 		create(f)
 	}
-	// get reads an entry back. (conntrack.Conn.Get waits forever with this module's netlink
-	// library version; a dump works.)
-	get := func(f conntrack.Flow) conntrack.Flow {
-		t.Helper()
-		all, err := ct.Dump(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, g := range all {
-			if g.TupleOrig == f.TupleOrig {
-				return g
-			}
-		}
-		t.Fatalf("no entry %v", f.TupleOrig)
-		return conntrack.Flow{}
-	}
+	get := func(f conntrack.Flow) conntrack.Flow { t.Helper(); return env.ctDump(t, ct, f) }
 	timeout := func(f conntrack.Flow) uint32 { t.Helper(); return get(f).Timeout }
 
 	// tcpData is a segment with 26 bytes of data, tcp one without: 12 bytes of options (NOPs)
@@ -420,95 +405,38 @@ func TestConntrackCache(t *testing.T) {
 	pkt := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolTCP,
 		SrcPort: 3001, DstPort: 80, Size: 60}.Bytes()
 	pkt[14+20+13] = 0x10 // ACK
-	// ctPlace is ct_cache_place()'s place in a CPU's range for an IPv4 TCP tuple.
-	ctPlace := func(sport uint16) uint32 {
-		b := func(a netip.Addr) uint32 { x := a.As4(); return binary.LittleEndian.Uint32(x[:]) }
-		ports := uint32(sport>>8) | uint32(sport&0xff)<<8 | uint32(80>>8)<<16 | uint32(80&0xff)<<24
-		h := (unix.IPPROTO_TCP ^ b(src)) * 0x9e3779b1
-		h = (h ^ b(dst)) * 0x85ebca6b
-		h = (h ^ ports) * 0xc2b2ae35
-		return h >> (32 - 9)
+	// place is the offset in a CPU's range of the place of the connection's tuple, with source
+	// port sport.
+	place := func(sport uint16) uint32 {
+		return ctPlaceOf(unix.IPPROTO_TCP, netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, 80))
 	}
+	// other: another connection, without an entry, whose tuple has the same place.
 	var other []byte
 	for sp := uint16(3002); other == nil; sp++ {
-		if ctPlace(sp) == ctPlace(3001) {
+		if place(sp) == place(3001) {
 			other = append([]byte(nil), pkt...)
 			binary.BigEndian.PutUint16(other[14+20:], sp)
-		}
-	}
-	// cached says whether some place of the cache holds an entry.
-	cached := func() bool {
-		var k uint32
-		var pl linuxfpLfpCtPlace
-		it := env.dp.maps.LfpCtCache.Iterate()
-		for it.Next(&k, &pl) {
-			if pl.Ct != 0 {
-				return true
-			}
-		}
-		return false
-	}
-	// spread copies the place the connection's entry is in to that place of every CPU's range.
-	spread := func() {
-		n := env.dp.maps.LfpCtCache.MaxEntries()
-		var pl linuxfpLfpCtPlace
-		for k := ctPlace(3001); k < n; k += 1 << 9 {
-			if err := env.dp.maps.LfpCtCache.Lookup(k, &pl); err != nil {
-				t.Fatal(err)
-			}
-			if pl.Ct != 0 {
-				break
-			}
-		}
-		for k := ctPlace(3001); k < n; k += 1 << 9 {
-			if err := env.dp.maps.LfpCtCache.Put(k, pl); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	// kept is a place that holds an entry (the test's one connection; each CPU the test ran on
-	// has its own).
-	kept := func() uint32 {
-		var k uint32
-		var pl linuxfpLfpCtPlace
-		it := env.dp.maps.LfpCtCache.Iterate()
-		for it.Next(&k, &pl) {
-			if pl.Ct != 0 {
-				return k
-			}
-		}
-		t.Fatal("no entry in the conntrack cache")
-		return 0
-	}
-	clear := func() {
-		n := env.dp.maps.LfpCtCache.MaxEntries()
-		for k := uint32(0); k < n; k++ {
-			if err := env.dp.maps.LfpCtCache.Put(k, linuxfpLfpCtPlace{}); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)
 		t.Run(string(hook), func(t *testing.T) {
-			clear()
+			env.ctClear(t)
 			f := flow(established, 600)
 			create(f)
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
-			if !cached() {
+			if len(env.ctPlaces(t)) == 0 {
 				t.Fatal("no entry in the conntrack cache after a forwarded packet")
 			}
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
 			// An object freed at the entry's address (the watcher moves its slot's count,
 			// ct_frees_map.h): the kept address is not read again, the lookup fills the place
 			// anew with the count as it is now.
-			var pl linuxfpLfpCtPlace
-			k := kept()
-			if err := env.dp.maps.LfpCtCache.Lookup(k, &pl); err != nil {
-				t.Fatal(err)
+			var slot uint32
+			for _, pl := range env.ctPlaces(t) { // the test's one connection: each place holds its entry
+				slot = ctFreeSlot(pl.Ct)
 			}
-			slot := ctFreeSlot(pl.Ct)
 			var n uint64
 			if err := env.dp.maps.LfpCtFrees.Lookup(slot, &n); err != nil {
 				t.Fatal(err)
@@ -517,18 +445,18 @@ func TestConntrackCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
-			refilled := false
-			var i uint32
-			it := env.dp.maps.LfpCtCache.Iterate()
-			for it.Next(&i, &pl) {
-				refilled = refilled || pl.Ct != 0 && pl.Freed == n+1
+			k, refilled, ok := uint32(0), linuxfpLfpCtPlace{}, false
+			for i, pl := range env.ctPlaces(t) {
+				if pl.Freed == n+1 {
+					k, refilled, ok = i, pl, true
+				}
 			}
-			if !refilled {
+			if !ok {
 				t.Fatalf("no place holds the count %d its slot moved to: the kept address was read", n+1)
 			}
 			// Another connection, without an entry, whose tuple the cache keeps in the same place
-			// (on whichever CPU the test run is on).
-			spread()
+			// (the refilled one, copied to every CPU's range: on whichever CPU the test runs).
+			env.ctSpread(t, k, refilled)
 			env.checkRouted(t, prog, other, PassCTNew, nil)
 			// Deleted: the kernel's lookup finds nothing.
 			remove(f)
@@ -551,10 +479,10 @@ func TestConntrackCache(t *testing.T) {
 	off.Cache = false
 	sync(off)
 	env.hook = HookXDP
-	clear()
+	env.ctClear(t)
 	create(flow(established, 600))
 	env.checkRouted(t, env.prog(t, true, true), pkt, Forwarded, nil)
-	if cached() {
+	if len(env.ctPlaces(t)) != 0 {
 		t.Fatal("an entry kept in the conntrack cache while it is off")
 	}
 }
@@ -562,6 +490,85 @@ func TestConntrackCache(t *testing.T) {
 // ctFreeSlot is lfp_ct_free_slot() (bpf/include/ct_frees_map.h).
 func ctFreeSlot(addr uint64) uint32 {
 	return uint32(((addr >> 6) * 0x9e3779b97f4a7c15) >> (64 - 10))
+}
+
+// ctCacheShift is LFP_CT_CACHE_SHIFT (bpf/lib/ct.h): each CPU has a range of 1<<ctCacheShift
+// places in the conntrack cache, and a tuple has its place at the same offset in every range.
+const ctCacheShift = 9
+
+// ctPlaceOf is ct_cache_place()'s offset in a CPU's range for the tuple of a TCP or UDP packet
+// from src to dst: the words of struct bpf_sock_tuple (addresses and ports in network byte
+// order, loaded little-endian), each mixed in by a multiplication.
+func ctPlaceOf(proto uint8, src, dst netip.AddrPort) uint32 {
+	var b []byte
+	b = append(b, src.Addr().AsSlice()...)
+	b = append(b, dst.Addr().AsSlice()...)
+	b = binary.BigEndian.AppendUint16(b, src.Port())
+	b = binary.BigEndian.AppendUint16(b, dst.Port())
+	w := func(i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
+	h := (uint32(proto) ^ w(0)) * 0x9e3779b1
+	h = (h ^ w(1)) * 0x85ebca6b
+	h = (h ^ w(2)) * 0xc2b2ae35
+	for i := 3; i < len(b)/4; i++ { // IPv6: the rest of the addresses, then the ports
+		h = (h ^ w(i)) * 0x9e3779b1
+	}
+	return h >> (32 - ctCacheShift)
+}
+
+// ctPlaces returns the places of the conntrack cache that hold an entry, by key.
+func (e *testEnv) ctPlaces(t testing.TB) map[uint32]linuxfpLfpCtPlace {
+	t.Helper()
+	held := map[uint32]linuxfpLfpCtPlace{}
+	var k uint32
+	var pl linuxfpLfpCtPlace
+	it := e.dp.maps.LfpCtCache.Iterate()
+	for it.Next(&k, &pl) {
+		if pl.Ct != 0 {
+			held[k] = pl
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
+// ctSpread copies pl, the place at key, to its offset in every CPU's range: the next packet of
+// its tuple finds it whichever CPU the test runs on.
+func (e *testEnv) ctSpread(t testing.TB, key uint32, pl linuxfpLfpCtPlace) {
+	t.Helper()
+	for k := key % (1 << ctCacheShift); k < e.dp.maps.LfpCtCache.MaxEntries(); k += 1 << ctCacheShift {
+		if err := e.dp.maps.LfpCtCache.Put(k, pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ctClear empties every place of the conntrack cache.
+func (e *testEnv) ctClear(t testing.TB) {
+	t.Helper()
+	for k := uint32(0); k < e.dp.maps.LfpCtCache.MaxEntries(); k++ {
+		if err := e.dp.maps.LfpCtCache.Put(k, linuxfpLfpCtPlace{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ctDump reads the entry of f's original tuple back from the kernel. (conntrack.Conn.Get waits
+// forever with this module's netlink library version; a dump works.)
+func (e *testEnv) ctDump(t testing.TB, ct *conntrack.Conn, f conntrack.Flow) conntrack.Flow {
+	t.Helper()
+	var all []conntrack.Flow
+	if err := e.ns.Do(func() (err error) { all, err = ct.Dump(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range all {
+		if g.TupleOrig == f.TupleOrig {
+			return g
+		}
+	}
+	t.Fatalf("no entry %v", f.TupleOrig)
+	return conntrack.Flow{}
 }
 
 // A program built without the conntrack module (Spec.Conntrack4/6 off: no conntrack users when it
