@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/mdlayher/netlink"
 	"github.com/ti-mo/conntrack"
+	"github.com/ti-mo/netfilter"
 	"golang.org/x/sys/unix"
 
 	lfpct "github.com/linuxfp/linuxfp/internal/conntrack"
@@ -117,22 +120,7 @@ func TestConntrack(t *testing.T) {
 	for _, f := range flows {
 		create(f)
 	}
-	// get reads an entry back. (conntrack.Conn.Get waits forever with this module's netlink
-	// library version; a dump works.)
-	get := func(f conntrack.Flow) conntrack.Flow {
-		t.Helper()
-		all, err := ct.Dump(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, g := range all {
-			if g.TupleOrig == f.TupleOrig {
-				return g
-			}
-		}
-		t.Fatalf("no entry %v", f.TupleOrig)
-		return conntrack.Flow{}
-	}
+	get := func(f conntrack.Flow) conntrack.Flow { t.Helper(); return env.ctDump(t, ct, f) }
 	timeout := func(f conntrack.Flow) uint32 { t.Helper(); return get(f).Timeout }
 
 	// tcpData is a segment with 26 bytes of data, tcp one without: 12 bytes of options (NOPs)
@@ -465,95 +453,38 @@ func TestConntrackCache(t *testing.T) {
 	pkt := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolTCP,
 		SrcPort: 3001, DstPort: 80, Size: 60}.Bytes()
 	pkt[14+20+13] = 0x10 // ACK
-	// ctPlace is ct_cache_place()'s place in a CPU's range for an IPv4 TCP tuple.
-	ctPlace := func(sport uint16) uint32 {
-		b := func(a netip.Addr) uint32 { x := a.As4(); return binary.LittleEndian.Uint32(x[:]) }
-		ports := uint32(sport>>8) | uint32(sport&0xff)<<8 | uint32(80>>8)<<16 | uint32(80&0xff)<<24
-		h := (unix.IPPROTO_TCP ^ b(src)) * 0x9e3779b1
-		h = (h ^ b(dst)) * 0x85ebca6b
-		h = (h ^ ports) * 0xc2b2ae35
-		return h >> (32 - 9)
+	// place is the offset in a CPU's range of the place of the connection's tuple, with source
+	// port sport.
+	place := func(sport uint16) uint32 {
+		return ctPlaceOf(unix.IPPROTO_TCP, netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, 80))
 	}
+	// other: another connection, without an entry, whose tuple has the same place.
 	var other []byte
 	for sp := uint16(3002); other == nil; sp++ {
-		if ctPlace(sp) == ctPlace(3001) {
+		if place(sp) == place(3001) {
 			other = append([]byte(nil), pkt...)
 			binary.BigEndian.PutUint16(other[14+20:], sp)
-		}
-	}
-	// cached says whether some place of the cache holds an entry.
-	cached := func() bool {
-		var k uint32
-		var pl linuxfpLfpCtPlace
-		it := env.dp.maps.LfpCtCache.Iterate()
-		for it.Next(&k, &pl) {
-			if pl.Ct != 0 {
-				return true
-			}
-		}
-		return false
-	}
-	// spread copies the place the connection's entry is in to that place of every CPU's range.
-	spread := func() {
-		n := env.dp.maps.LfpCtCache.MaxEntries()
-		var pl linuxfpLfpCtPlace
-		for k := ctPlace(3001); k < n; k += 1 << 9 {
-			if err := env.dp.maps.LfpCtCache.Lookup(k, &pl); err != nil {
-				t.Fatal(err)
-			}
-			if pl.Ct != 0 {
-				break
-			}
-		}
-		for k := ctPlace(3001); k < n; k += 1 << 9 {
-			if err := env.dp.maps.LfpCtCache.Put(k, pl); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	// kept is a place that holds an entry (the test's one connection; each CPU the test ran on
-	// has its own).
-	kept := func() uint32 {
-		var k uint32
-		var pl linuxfpLfpCtPlace
-		it := env.dp.maps.LfpCtCache.Iterate()
-		for it.Next(&k, &pl) {
-			if pl.Ct != 0 {
-				return k
-			}
-		}
-		t.Fatal("no entry in the conntrack cache")
-		return 0
-	}
-	clear := func() {
-		n := env.dp.maps.LfpCtCache.MaxEntries()
-		for k := uint32(0); k < n; k++ {
-			if err := env.dp.maps.LfpCtCache.Put(k, linuxfpLfpCtPlace{}); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)
 		t.Run(string(hook), func(t *testing.T) {
-			clear()
+			env.ctClear(t)
 			f := flow(established, 600)
 			create(f)
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
-			if !cached() {
+			if len(env.ctPlaces(t)) == 0 {
 				t.Fatal("no entry in the conntrack cache after a forwarded packet")
 			}
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
 			// An object freed at the entry's address (the watcher moves its slot's count,
 			// ct_frees_map.h): the kept address is not read again, the lookup fills the place
 			// anew with the count as it is now.
-			var pl linuxfpLfpCtPlace
-			k := kept()
-			if err := env.dp.maps.LfpCtCache.Lookup(k, &pl); err != nil {
-				t.Fatal(err)
+			var slot uint32
+			for _, pl := range env.ctPlaces(t) { // the test's one connection: each place holds its entry
+				slot = ctFreeSlot(pl.Ct)
 			}
-			slot := ctFreeSlot(pl.Ct)
 			var n uint64
 			if err := env.dp.maps.LfpCtFrees.Lookup(slot, &n); err != nil {
 				t.Fatal(err)
@@ -562,18 +493,18 @@ func TestConntrackCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			env.checkRouted(t, prog, pkt, Forwarded, nil)
-			refilled := false
-			var i uint32
-			it := env.dp.maps.LfpCtCache.Iterate()
-			for it.Next(&i, &pl) {
-				refilled = refilled || pl.Ct != 0 && pl.Freed == n+1
+			k, refilled, ok := uint32(0), linuxfpLfpCtPlace{}, false
+			for i, pl := range env.ctPlaces(t) {
+				if pl.Freed == n+1 {
+					k, refilled, ok = i, pl, true
+				}
 			}
-			if !refilled {
+			if !ok {
 				t.Fatalf("no place holds the count %d its slot moved to: the kept address was read", n+1)
 			}
 			// Another connection, without an entry, whose tuple the cache keeps in the same place
-			// (on whichever CPU the test run is on).
-			spread()
+			// (the refilled one, copied to every CPU's range: on whichever CPU the test runs).
+			env.ctSpread(t, k, refilled)
 			env.checkRouted(t, prog, other, PassCTNew, nil)
 			// Deleted: the kernel's lookup finds nothing.
 			remove(f)
@@ -596,10 +527,10 @@ func TestConntrackCache(t *testing.T) {
 	off.Cache = false
 	sync(off)
 	env.hook = HookXDP
-	clear()
+	env.ctClear(t)
 	create(flow(established, 600))
 	env.checkRouted(t, env.prog(t, true, true), pkt, Forwarded, nil)
-	if cached() {
+	if len(env.ctPlaces(t)) != 0 {
 		t.Fatal("an entry kept in the conntrack cache while it is off")
 	}
 }
@@ -607,6 +538,453 @@ func TestConntrackCache(t *testing.T) {
 // ctFreeSlot is lfp_ct_free_slot() (bpf/include/ct_frees_map.h).
 func ctFreeSlot(addr uint64) uint32 {
 	return uint32(((addr >> 6) * 0x9e3779b97f4a7c15) >> (64 - 10))
+}
+
+// ctCacheShift is LFP_CT_CACHE_SHIFT (bpf/lib/ct.h): each CPU has a range of 1<<ctCacheShift
+// places in the conntrack cache, and a tuple has its place at the same offset in every range.
+const ctCacheShift = 9
+
+// ctPlaceOf is ct_cache_place()'s offset in a CPU's range for the tuple of a TCP or UDP packet
+// from src to dst: the words of struct bpf_sock_tuple (addresses and ports in network byte
+// order, loaded little-endian), each mixed in by a multiplication.
+func ctPlaceOf(proto uint8, src, dst netip.AddrPort) uint32 {
+	var b []byte
+	b = append(b, src.Addr().AsSlice()...)
+	b = append(b, dst.Addr().AsSlice()...)
+	b = binary.BigEndian.AppendUint16(b, src.Port())
+	b = binary.BigEndian.AppendUint16(b, dst.Port())
+	w := func(i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
+	h := (uint32(proto) ^ w(0)) * 0x9e3779b1
+	h = (h ^ w(1)) * 0x85ebca6b
+	h = (h ^ w(2)) * 0xc2b2ae35
+	for i := 3; i < len(b)/4; i++ { // IPv6: the rest of the addresses, then the ports
+		h = (h ^ w(i)) * 0x9e3779b1
+	}
+	return h >> (32 - ctCacheShift)
+}
+
+// ctPlaces returns the places of the conntrack cache that hold an entry, by key.
+func (e *testEnv) ctPlaces(t testing.TB) map[uint32]linuxfpLfpCtPlace {
+	t.Helper()
+	held := map[uint32]linuxfpLfpCtPlace{}
+	var k uint32
+	var pl linuxfpLfpCtPlace
+	it := e.dp.maps.LfpCtCache.Iterate()
+	for it.Next(&k, &pl) {
+		if pl.Ct != 0 {
+			held[k] = pl
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
+// ctSpread copies pl, the place at key, to its offset in every CPU's range: the next packet of
+// its tuple finds it whichever CPU the test runs on.
+func (e *testEnv) ctSpread(t testing.TB, key uint32, pl linuxfpLfpCtPlace) {
+	t.Helper()
+	for k := key % (1 << ctCacheShift); k < e.dp.maps.LfpCtCache.MaxEntries(); k += 1 << ctCacheShift {
+		if err := e.dp.maps.LfpCtCache.Put(k, pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ctClear empties every place of the conntrack cache.
+func (e *testEnv) ctClear(t testing.TB) {
+	t.Helper()
+	for k := uint32(0); k < e.dp.maps.LfpCtCache.MaxEntries(); k++ {
+		if err := e.dp.maps.LfpCtCache.Put(k, linuxfpLfpCtPlace{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ctnetlink's attributes (include/uapi/linux/netfilter/nfnetlink_conntrack.h) that ctCreateNAT
+// sends.
+const (
+	// The message's.
+	ctaTupleOrig, ctaTupleReply, ctaProtoinfo, ctaNATSrc, ctaTimeout, ctaNATDst = 1, 2, 4, 6, 7, 13
+	// A tuple's, then those of its CTA_TUPLE_IP and CTA_TUPLE_PROTO.
+	ctaTupleIP, ctaTupleProto                      = 1, 2
+	ctaIPv4Src, ctaIPv4Dst, ctaIPv6Src, ctaIPv6Dst = 1, 2, 3, 4
+	ctaProtoNum, ctaProtoSrcPort, ctaProtoDstPort  = 1, 2, 3
+	// CTA_PROTOINFO's, then its CTA_PROTOINFO_TCP's.
+	ctaProtoinfoTCP                                                           = 1
+	ctaProtoinfoTCPState, ctaProtoinfoTCPFlagsOrig, ctaProtoinfoTCPFlagsReply = 1, 4, 5
+	// CTA_NAT_SRC's or CTA_NAT_DST's, then its CTA_NAT_PROTO's.
+	ctaNATV4MinIP, ctaNATV4MaxIP, ctaNATProto, ctaNATV6MinIP, ctaNATV6MaxIP = 1, 2, 3, 4, 5
+	ctaProtoNATPortMin, ctaProtoNATPortMax                                  = 1, 2
+)
+
+// ctCreateNAT creates the conntrack entry of an ESTABLISHED TCP connection from src to dst, liberal
+// in both directions, whose destination (dnat) or source a NAT rule translated to to, and returns
+// it as a flow of ti-mo/conntrack, with the reply tuple the kernel computes for it. The entry is
+// translated as a rule's would be: CTA_NAT_DST or CTA_NAT_SRC makes ctnetlink call
+// nf_nat_setup_info(), which alters the reply tuple and sets IPS_DST_NAT or IPS_SRC_NAT. Those bits
+// cannot be given as the entry's status (ctnetlink leaves them as they are), and ti-mo/conntrack
+// sends no NAT attributes, so the request is built here; the status is set afterwards, as for the
+// other tests' entries.
+func (e *testEnv) ctCreateNAT(t testing.TB, src, dst netip.AddrPort, dnat bool, to netip.AddrPort, timeout uint32) conntrack.Flow {
+	t.Helper()
+	family, ipSrc, ipDst, natMin, natMax := netfilter.ProtoIPv4, uint16(ctaIPv4Src), uint16(ctaIPv4Dst), uint16(ctaNATV4MinIP), uint16(ctaNATV4MaxIP)
+	if src.Addr().Is6() {
+		family, ipSrc, ipDst, natMin, natMax = netfilter.ProtoIPv6, ctaIPv6Src, ctaIPv6Dst, ctaNATV6MinIP, ctaNATV6MaxIP
+	}
+	tuple := func(typ uint16, s, d netip.AddrPort) netfilter.Attribute {
+		return netfilter.Attribute{Type: typ, Nested: true, Children: []netfilter.Attribute{
+			{Type: ctaTupleIP, Nested: true, Children: []netfilter.Attribute{
+				{Type: ipSrc, Data: s.Addr().AsSlice()},
+				{Type: ipDst, Data: d.Addr().AsSlice()},
+			}},
+			{Type: ctaTupleProto, Nested: true, Children: []netfilter.Attribute{
+				{Type: ctaProtoNum, Data: []byte{unix.IPPROTO_TCP}},
+				{Type: ctaProtoSrcPort, Data: netfilter.Uint16Bytes(s.Port())},
+				{Type: ctaProtoDstPort, Data: netfilter.Uint16Bytes(d.Port())},
+			}},
+		}}
+	}
+	liberal := []byte{0x08, 0x08} // IP_CT_TCP_FLAG_BE_LIBERAL, as flags and mask
+	nat := netfilter.Attribute{Type: ctaNATSrc, Nested: true, Children: []netfilter.Attribute{
+		{Type: natMin, Data: to.Addr().AsSlice()},
+		{Type: natMax, Data: to.Addr().AsSlice()},
+		{Type: ctaNATProto, Nested: true, Children: []netfilter.Attribute{
+			{Type: ctaProtoNATPortMin, Data: netfilter.Uint16Bytes(to.Port())},
+			{Type: ctaProtoNATPortMax, Data: netfilter.Uint16Bytes(to.Port())},
+		}},
+	}}
+	if dnat {
+		nat.Type = ctaNATDst
+	}
+	tmo := netfilter.Attribute{Type: ctaTimeout}
+	tmo.PutUint32(timeout)
+	attrs := []netfilter.Attribute{
+		tuple(ctaTupleOrig, src, dst),
+		tuple(ctaTupleReply, dst, src), // untranslated: the NAT setup alters it
+		tmo,
+		{Type: ctaProtoinfo, Nested: true, Children: []netfilter.Attribute{
+			{Type: ctaProtoinfoTCP, Nested: true, Children: []netfilter.Attribute{
+				{Type: ctaProtoinfoTCPState, Data: []byte{3}}, // TCP_CONNTRACK_ESTABLISHED
+				{Type: ctaProtoinfoTCPFlagsOrig, Data: liberal},
+				{Type: ctaProtoinfoTCPFlagsReply, Data: liberal},
+			}},
+		}},
+		nat,
+	}
+	req, err := netfilter.MarshalNetlink(netfilter.Header{
+		SubsystemID: netfilter.NFSubsysCTNetlink,
+		MessageType: 0, // IPCTNL_MSG_CT_NEW
+		Family:      family,
+		Flags:       netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Excl,
+	}, attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.ns.Do(func() error {
+		c, err := netfilter.Dial(nil)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Query(req)
+		return err
+	})
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		t.Skipf("ctnetlink cannot set up NAT: a kernel without CONFIG_NF_NAT (%v)", err)
+	}
+	if err != nil {
+		t.Fatalf("create %v > %v translated to %v: %v", src, dst, to, err)
+	}
+	f := conntrack.NewFlow(unix.IPPROTO_TCP, 0, src.Addr(), dst.Addr(), src.Port(), dst.Port(), timeout, 0)
+	// The reply tuple: the translated original tuple, inverted.
+	if dnat {
+		f.TupleReply.IP.SourceAddress, f.TupleReply.Proto.SourcePort = to.Addr(), to.Port()
+	} else {
+		f.TupleReply.IP.DestinationAddress, f.TupleReply.Proto.DestinationPort = to.Addr(), to.Port()
+	}
+	return f
+}
+
+// ctDump reads the entry of f's original tuple back from the kernel. (conntrack.Conn.Get waits
+// forever with this module's netlink library version; a dump works.)
+func (e *testEnv) ctDump(t testing.TB, ct *conntrack.Conn, f conntrack.Flow) conntrack.Flow {
+	t.Helper()
+	var all []conntrack.Flow
+	if err := e.ns.Do(func() (err error) { all, err = ct.Dump(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range all {
+		if g.TupleOrig == f.TupleOrig {
+			return g
+		}
+	}
+	t.Fatalf("no entry %v", f.TupleOrig)
+	return conntrack.Flow{}
+}
+
+// The conntrack cache with translated connections (bpf/lib/ct.h, nat.h): a packet of a DNAT'd or
+// SNAT'd connection, in either direction, is judged from the kept entry as from the one the
+// kernel's lookup returns. Its place keeps the direction of the entry's tuple the packet matched;
+// the tuple of that direction is what a later packet in the place is compared with, and the
+// packet leaves with the inverse of the other direction's tuple. The entries' timeouts are fixed:
+// nothing to refresh, so a packet whose place holds its entry is answered from the cache alone
+// (ct_forward). The packets it must leave as are built from the translated addresses and ports,
+// with their checksums computed anew (nat.h updates them incrementally).
+func TestConntrackCacheNAT(t *testing.T) {
+	env := newTestEnv(t)
+	// The IPv6 client on in0, to which replies are forwarded (the IPv4 one is in the topology).
+	if err := env.ns.Script("ip -6 neigh replace 2001:2::2 lladdr 02:00:00:00:00:05 dev in0 nud permanent"); err != nil {
+		t.Fatal(err)
+	}
+	var ct *conntrack.Conn
+	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	ctData := CT{Active4: true, Active6: true, NAT4: true, NAT6: true, Cache: true,
+		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
+		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: ctData}) }); err != nil {
+		t.Fatal(err)
+	}
+	// seg is a TCP segment with data, its checksums right.
+	seg := func(src, dst netip.AddrPort, mac net.HardwareAddr) []byte {
+		return packet.Spec{SrcMAC: macPeer, DstMAC: mac, Src: src.Addr(), Dst: dst.Addr(), Proto: layers.IPProtocolTCP,
+			SrcPort: src.Port(), DstPort: dst.Port(), Size: 100}.Bytes()
+	}
+	// A direction of a connection: its packets' addresses and ports, the device they come in by,
+	// what they leave as, and the direction of the entry's tuple they match.
+	type direction struct {
+		name      string
+		src, dst  netip.AddrPort
+		in        int
+		pkt, want []byte
+		dir       uint32
+	}
+	type connection struct {
+		name string
+		dirs [2]direction // original, reply
+	}
+	var conns []connection
+	ap := netip.MustParseAddrPort
+	for _, c := range []struct {
+		name     string
+		src, dst netip.AddrPort // the connection's first packet, from a client on in0
+		dnat     bool           // a DNAT rule translated its destination (else an SNAT rule its source)
+		to       netip.AddrPort
+	}{
+		{"dnat", ap("198.18.0.2:3101"), ap("198.19.50.1:80"), true, ap("198.19.0.9:8080")},
+		{"snat", ap("198.18.0.2:3102"), ap("198.19.0.9:80"), false, ap("198.18.1.1:40001")},
+		{"dnat ipv6", ap("[2001:2::2]:3103"), ap("[2001:2:0:f150::1]:80"), true, ap("[2001:2:0:f100::9]:8080")},
+	} {
+		f := env.ctCreateNAT(t, c.src, c.dst, c.dnat, c.to, 600)
+		// The kernel translated it as a rule would have.
+		natBit := conntrack.StatusSrcNAT
+		if c.dnat {
+			natBit = conntrack.StatusDstNAT
+		}
+		if g := env.ctDump(t, ct, f); g.TupleReply != f.TupleReply || g.Status&conntrack.StatusNATMask != natBit {
+			t.Fatalf("%s: entry %v > %v, status %v; want the reply tuple %v and %v", c.name, g.TupleOrig, g.TupleReply, g.Status, f.TupleReply, natBit)
+		}
+		f.Status = conntrack.StatusConfirmed | conntrack.StatusSeenReply | conntrack.StatusAssured | conntrack.StatusFixedTimeout
+		f.ProtoInfo = conntrack.ProtoInfo{}
+		if err := env.ns.Do(func() error { return ct.Update(f) }); err != nil {
+			t.Fatal(err)
+		}
+		// Replies come from the server to the translated source, by out0, and leave by in0 as
+		// from the address the client sent to.
+		rsrc := netip.AddrPortFrom(f.TupleReply.IP.SourceAddress, f.TupleReply.Proto.SourcePort)
+		rdst := netip.AddrPortFrom(f.TupleReply.IP.DestinationAddress, f.TupleReply.Proto.DestinationPort)
+		conns = append(conns, connection{c.name, [2]direction{
+			{"original", c.src, c.dst, env.in, seg(c.src, c.dst, macIn), packet.Forwarded(seg(rdst, rsrc, macIn), macOut, macNext), 0},
+			{"reply", rsrc, rdst, env.out, seg(rsrc, rdst, macOut), packet.Forwarded(seg(c.dst, c.src, macOut), macIn, macPeer), 1},
+		}})
+	}
+	for _, hook := range hooks {
+		env.hook = hook
+		prog := env.prog(t, true, true)
+		// out0 runs the same kind of program, with its own MAC (as in TestConntrack).
+		outProg, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: hook, Router4: true, Router6: true,
+			Conntrack4: true, Conntrack6: true}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outProg.Close()
+		for _, c := range conns {
+			// The original direction first, then the reply, each from an empty place.
+			env.ctClear(t)
+			for _, d := range c.dirs {
+				t.Run(string(hook)+"/"+c.name+"/"+d.name, func(t *testing.T) {
+					// The kernel's lookup: the packet leaves translated, and the place of its tuple
+					// keeps the entry, with the direction of the tuple it matched.
+					env.checkRoutedOn(t, prog, d.pkt, d.in, Forwarded, d.want)
+					off := ctPlaceOf(unix.IPPROTO_TCP, d.src, d.dst)
+					k, pl, ok := uint32(0), linuxfpLfpCtPlace{}, false
+					for i, p := range env.ctPlaces(t) {
+						if i%(1<<ctCacheShift) == off {
+							k, pl, ok = i, p, true
+						}
+					}
+					if !ok {
+						t.Fatal("no entry in the place of the packet's tuple after it was forwarded")
+					}
+					if pl.Dir != d.dir {
+						t.Fatalf("the place keeps direction %d, want %d", pl.Dir, d.dir)
+					}
+					// From the cache, whichever CPU the test runs on: the same bytes.
+					env.ctSpread(t, k, pl)
+					env.checkRoutedOn(t, prog, d.pkt, d.in, Forwarded, d.want)
+					// A tuple of the same direction with another source port, whose place is the
+					// same: not the kept entry's (the tuple of the place's direction is compared),
+					// and the kernel's lookup finds none.
+					other := d.src
+					for other == d.src || ctPlaceOf(unix.IPPROTO_TCP, other, d.dst) != off {
+						other = netip.AddrPortFrom(other.Addr(), other.Port()+1)
+					}
+					mac := macIn
+					if d.in == env.out {
+						mac = macOut
+					}
+					env.checkRoutedOn(t, prog, seg(other, d.dst, mac), d.in, PassCTNew, nil)
+				})
+			}
+		}
+	}
+}
+
+// The conntrack cache where the refresh moves the entry's timeout (ct_forward in bpf/lib/ct.h):
+// Linux refreshes the entry of every packet it tracks, and nothing is written through the cache's
+// read-only view. A packet whose place holds its entry, and whose refresh moves the timeout, is
+// forwarded all the same, and the timeout read back afterwards is what Linux's refresh makes it:
+// through the kernel's lookup at once where no rule before conntrack may drop the packet; where
+// one may, after the filter (the refresh deferred), and only if no such rule dropped it: conntrack
+// never saw the packet then. A rule after conntrack (forward) that drops it does not undo the
+// refresh.
+func TestConntrackCacheRefresh(t *testing.T) {
+	env := newTestEnv(t)
+	var ct *conntrack.Conn
+	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	ctData := CT{Active4: true, Active6: true, Cache: true,
+		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
+		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	sync := func(filter *compile.Program) {
+		t.Helper()
+		err := env.ns.Do(func() error {
+			return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: ctData, Filter: FilterData{Prog4: filter}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
+	// Established, liberal, a reply seen; the timeout not fixed.
+	f := conntrack.NewFlow(unix.IPPROTO_TCP, 0, src, dst, 3401, 80, 600, 0)
+	f.ProtoInfo.TCP = &conntrack.ProtoInfoTCP{State: 3, OriginalFlags: 0x0808, ReplyFlags: 0x0808}
+	err := env.ns.Do(func() error {
+		if err := ct.Create(f); err != nil {
+			return err
+		}
+		f.Status = conntrack.StatusConfirmed | conntrack.StatusSeenReply | conntrack.StatusAssured
+		f.ProtoInfo = conntrack.ProtoInfo{}
+		return ct.Update(f)
+	})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	setTimeout := func(s uint32) {
+		t.Helper()
+		g := f
+		g.Status, g.Timeout = 0, s
+		if err := env.ns.Do(func() error { return ct.Update(g) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A segment without data: Linux refreshes the entry to the established timeout. (Without
+	// the padding to Ethernet's minimum the frame is built with, which forwarding removes.)
+	pkt := packet.Spec{SrcMAC: macPeer, DstMAC: macIn, Src: src, Dst: dst, Proto: layers.IPProtocolTCP,
+		SrcPort: 3401, DstPort: 80}.Bytes()[:14+20+20]
+	const refreshed = 432000
+	// A filter with a rule in raw PREROUTING (before conntrack) and one in FORWARD (after it).
+	filter := func(raw, fwd model.Rule) *compile.Program {
+		t.Helper()
+		rs := model.NewRuleset(model.IPv4)
+		for _, c := range []struct {
+			key  model.ChainKey
+			base *model.BaseChain
+			rule model.Rule
+		}{
+			{model.ChainKey{TableFamily: "ip", Table: "raw", Chain: "PREROUTING"},
+				&model.BaseChain{Hook: model.Prerouting, Priority: model.PriorityRaw, Type: model.ChainFilter, Policy: model.PolicyAccept}, raw},
+			{model.ChainKey{TableFamily: "ip", Table: "filter", Chain: "FORWARD"},
+				&model.BaseChain{Hook: model.Forward, Type: model.ChainFilter, Policy: model.PolicyAccept}, fwd},
+		} {
+			c.rule.ID = model.RuleID{Chain: c.key, Handle: 1}
+			rs.AddChain(&model.Chain{Key: c.key, Base: c.base, Rules: []*model.Rule{&c.rule}})
+		}
+		rs.Sort()
+		p, err := compile.Compile(rs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.PreCTDrop {
+			t.Fatalf("no drop before conntrack:\n%s", p)
+		}
+		return p
+	}
+	// drop is a rule that drops packets from (to) prefix.
+	drop := func(dir model.Dir, prefix string) model.Rule {
+		return model.Rule{Matches: []model.Match{model.Addr{Dir: dir, Prefix: pfx(prefix)}}, Verdict: model.Verdict{Kind: model.Drop}}
+	}
+	fromOthers, fromThis := drop(model.Src, "198.18.9.0/24"), drop(model.Src, "198.18.0.2/32")
+	toOthers, toThis := drop(model.Dst, "198.19.9.0/24"), drop(model.Dst, "198.19.0.9/32")
+	cases := []struct {
+		name    string
+		filter  *compile.Program
+		want    Reason
+		timeout uint32 // s, after the packet
+	}{
+		{"no filter: at once", nil, Forwarded, refreshed},
+		{"deferred: accepted", filter(fromOthers, toOthers), Forwarded, refreshed},
+		{"deferred: dropped before conntrack", filter(fromThis, toOthers), FilterDropped, 60},
+		{"deferred: dropped after conntrack", filter(fromOthers, toThis), FilterDropped, refreshed},
+	}
+	for _, hook := range hooks {
+		env.hook = hook
+		prog := env.prog(t, true, true)
+		for _, c := range cases {
+			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
+				// The kernel's lookup keeps the entry (refreshed: its timeout is the one Linux gives
+				// it now), then every CPU has it in the packet's place.
+				sync(nil)
+				env.ctClear(t)
+				env.checkRouted(t, prog, pkt, Forwarded, nil)
+				places := env.ctPlaces(t)
+				if len(places) != 1 {
+					t.Fatalf("%d places hold an entry after a forwarded packet, want 1", len(places))
+				}
+				for k, pl := range places {
+					env.ctSpread(t, k, pl)
+				}
+				// The timeout moved back (an update in place: the kept entry is still the one the
+				// kernel's lookup returns), and the filter of the case.
+				sync(c.filter)
+				setTimeout(60)
+				if c.want == Forwarded {
+					env.checkRouted(t, prog, pkt, Forwarded, nil)
+				} else if _, _, r := env.run(t, prog, pkt); r != c.want {
+					t.Fatalf("reason %v, want %v", r, c.want)
+				}
+				if got := env.ctDump(t, ct, f).Timeout; got < c.timeout-2 || got > c.timeout {
+					t.Fatalf("timeout %d s after the packet, want %d (as Linux's refresh leaves it)", got, c.timeout)
+				}
+			})
+		}
+	}
 }
 
 // A program built without the conntrack module (Spec.Conntrack4/6 off: no conntrack users when it
