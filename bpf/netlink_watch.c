@@ -788,17 +788,37 @@ struct nf_conn {
 	int x;
 } __attribute__((preserve_access_index));
 
-SEC("tp_btf/kmem_cache_free")
-int BPF_PROG(lfp_ct_freed, unsigned long call_site, const void *ptr, const struct kmem_cache *s)
+static __always_inline void ct_freed(const void *ptr, const struct kmem_cache *s)
 {
 	__u32 slot;
 	__u64 *n;
 
 	if (!s || s->object_size != bpf_core_type_size(struct nf_conn))
-		return 0;
+		return;
 	slot = lfp_ct_free_slot((__u64)ptr);
 	n = bpf_map_lookup_elem(&lfp_ct_frees, &slot);
 	if (n)
 		__sync_fetch_and_add(n, 1);
+}
+
+/* Twice, as two programs: the kernel skips a tracing program that is already running on the CPU
+ * (__bpf_trace_run(): a per-program, per-CPU count of runs; a skip is only counted in the
+ * program's recursion misses). A free in an interrupt or softirq that comes while one of the
+ * two runs for another free on that CPU (in process context, or in the softirq the interrupt
+ * interrupted) is still counted by the other, which is not running then: the tracepoint calls
+ * them one after the other. Only a free nested two deep, each level inside a different one of
+ * the two, would be missed; conntrack entries are not freed in hard interrupts. A free counts
+ * once or twice: the data plane asks only whether a count moved. */
+SEC("tp_btf/kmem_cache_free")
+int BPF_PROG(lfp_ct_freed, unsigned long call_site, const void *ptr, const struct kmem_cache *s)
+{
+	ct_freed(ptr, s);
+	return 0;
+}
+
+SEC("tp_btf/kmem_cache_free")
+int BPF_PROG(lfp_ct_freed_twin, unsigned long call_site, const void *ptr, const struct kmem_cache *s)
+{
+	ct_freed(ptr, s);
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* Where the conntrack cache (lib/ct.h) learns that an entry it keeps the address of was freed:
- * the watcher's tp_btf program on kmem_cache_free (netlink_watch.c) moves the counter of the
+ * the watcher's tp_btf programs on kmem_cache_free (netlink_watch.c) move the counter of the
  * slot the freed object's address falls in, before the slab takes the object back; the data
  * plane uses a kept address only while its slot's counter is the one it read when it held the
  * entry. The controller loads the watcher with the data plane's map. */

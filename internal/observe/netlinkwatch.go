@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -95,13 +96,13 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 		w.NeighEvents = true
 		w.NeighMethod = "event: tp_btf/neigh_update_done, neigh_timer_handler, neigh_event_send_done and neigh_cleanup_and_release keep the STALE mirror at once"
 	}
-	if l, err := link.AttachTracing(link.TracingOptions{Program: objs.LfpCtFreed}); err != nil {
+	if ls, err := attachCtFrees(&objs); err != nil {
 		w.CtFreeMethod = "off (" + err.Error() + ")"
 		w.log.Warn("cannot see conntrack entries freed as it happens; the conntrack cache stays off", "err", err)
 	} else {
-		w.closers = append(w.closers, func() { l.Close() })
+		w.closers = append(w.closers, func() { closeLinks(ls) })
 		w.CtFreeEvents = true
-		w.CtFreeMethod = "event: tp_btf/kmem_cache_free moves the conntrack cache's counts before an entry's memory is reused"
+		w.CtFreeMethod = "event: tp_btf/kmem_cache_free (two programs) moves the conntrack cache's counts before an entry's memory is reused"
 	}
 	if err := w.watchFDB(ctx, &objs); err != nil {
 		w.FDBMethod = "notification (" + err.Error() + ")"
@@ -335,4 +336,31 @@ func (w *Watcher) NetlinkChanges() map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// attachCtFrees attaches the two programs that count conntrack entries' frees (netlink_watch.c
+// says why two: two programs, not one program twice, which shares one count of runs): both, or
+// neither. The data plane's checks of a kept entry read its fields in program order after its
+// count and rely on loads not being reordered with loads, as on x86; elsewhere the cache stays
+// off.
+func attachCtFrees(objs *netlinkwatchObjects) ([]link.Link, error) {
+	if runtime.GOARCH != "amd64" {
+		return nil, fmt.Errorf("the conntrack cache's checks rely on x86's load ordering, this is %s", runtime.GOARCH)
+	}
+	var ls []link.Link
+	for _, p := range []*ebpf.Program{objs.LfpCtFreed, objs.LfpCtFreedTwin} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			closeLinks(ls)
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+func closeLinks(ls []link.Link) {
+	for _, l := range ls {
+		l.Close()
+	}
 }

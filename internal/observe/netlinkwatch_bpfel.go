@@ -93,6 +93,7 @@ const (
 	netlinkwatchMapLfpStaleCount     = "lfp_stale_count"
 	netlinkwatchMapLfpStaleFilter    = "lfp_stale_filter"
 	netlinkwatchProgLfpCtFreed       = "lfp_ct_freed"
+	netlinkwatchProgLfpCtFreedTwin   = "lfp_ct_freed_twin"
 	netlinkwatchProgLfpFdbDeleted    = "lfp_fdb_deleted"
 	netlinkwatchProgLfpFdbMoved      = "lfp_fdb_moved"
 	netlinkwatchProgLfpNeighReleased = "lfp_neigh_released"
@@ -149,6 +150,7 @@ type netlinkwatchSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type netlinkwatchProgramSpecs struct {
 	LfpCtFreed       *ebpf.ProgramSpec `ebpf:"lfp_ct_freed"`
+	LfpCtFreedTwin   *ebpf.ProgramSpec `ebpf:"lfp_ct_freed_twin"`
 	LfpFdbDeleted    *ebpf.ProgramSpec `ebpf:"lfp_fdb_deleted"`
 	LfpFdbMoved      *ebpf.ProgramSpec `ebpf:"lfp_fdb_moved"`
 	LfpNeighReleased *ebpf.ProgramSpec `ebpf:"lfp_neigh_released"`
@@ -252,6 +254,7 @@ type netlinkwatchVariables struct {
 // It can be passed to loadNetlinkwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netlinkwatchPrograms struct {
 	LfpCtFreed       *ebpf.Program `ebpf:"lfp_ct_freed"`
+	LfpCtFreedTwin   *ebpf.Program `ebpf:"lfp_ct_freed_twin"`
 	LfpFdbDeleted    *ebpf.Program `ebpf:"lfp_fdb_deleted"`
 	LfpFdbMoved      *ebpf.Program `ebpf:"lfp_fdb_moved"`
 	LfpNeighReleased *ebpf.Program `ebpf:"lfp_neigh_released"`
@@ -264,6 +267,7 @@ type netlinkwatchPrograms struct {
 func (p *netlinkwatchPrograms) Close() error {
 	return _NetlinkwatchClose(
 		p.LfpCtFreed,
+		p.LfpCtFreedTwin,
 		p.LfpFdbDeleted,
 		p.LfpFdbMoved,
 		p.LfpNeighReleased,
