@@ -34,13 +34,44 @@ static __always_inline int linuxfp_verdict(lfp_ctx *ctx, enum lfp_reason r)
 	return lfp_pass(ctx, r);
 }
 
+/* An inner packet the underlay's program decapsulated and does not forward (linuxfp_decap_route):
+ * to the vxlan device's receive path, where its own program decides it; or, where Linux's own
+ * decapsulation would have left its skb otherwise (vxlan.h, vxlan_undo), back to the VXLAN
+ * packet it came as, for Linux's receive path on the underlay. */
+static __always_inline int linuxfp_decap_handoff(lfp_ctx *ctx, __u32 dev)
+{
+#if LFP_TC
+	struct lfp_scratch *scr = lfp_scratch();
+	struct vxlan_undo *u;
+
+	if (!scr || !scr->vxu.on)
+		return ctx_redirect_ingress(ctx, dev);
+	u = &scr->vxu;
+	u->on = 0;
+	/* The 50 bytes the decapsulation took out, back after the (inner) Ethernet header, then
+	 * the 64 bytes as they came over both. An inner checksum left to offload is summed from
+	 * its own start on: nothing before it is in any sum. */
+	if (ctx_adjust_room(ctx, VXLAN_ENCAP, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_NO_CSUM_RESET) ||
+	    ctx_store_bytes(ctx, 0, u->head, sizeof(u->head), 0)) {
+		/* Cannot happen short of memory: the decapsulated packet to the device, as where
+		 * nothing was kept. */
+		lfp_count(ctx, LFP_DECAPSULATED);
+		return ctx_redirect_ingress(ctx, dev);
+	}
+	ctx_set_priority(ctx, u->priority);
+	return lfp_pass(ctx, LFP_PASS_VXLAN);
+#else
+	return ctx_redirect_ingress(ctx, dev);
+#endif
+}
+
 /* A step's reason as the routed path's verdict: for a packet the underlay's program routes as
  * a vxlan device would (inner, linuxfp_decap_route), whatever that device's program would not
  * forward is handed to the device's receive path, where that program decides it, as before. */
 static __always_inline int linuxfp_route_verdict(lfp_ctx *ctx, enum lfp_reason r, __u32 in, const int inner)
 {
 	if (inner)
-		return ctx_redirect_ingress(ctx, in);
+		return linuxfp_decap_handoff(ctx, in);
 	return linuxfp_verdict(ctx, r);
 }
 
@@ -177,6 +208,9 @@ __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 d
 	struct gate_ref gate;
 	struct ethhdr *eth;
 
+	struct lfp_scratch *scr;
+	int v;
+
 	if (!ctx)
 		return CTX_DROP;
 	ctx_set_priority(ctx, 0);
@@ -185,11 +219,21 @@ __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 d
 	gate_lookup(&gate);
 	if ((void *)(eth + 1) > ctx_data_end(ctx) || eth_proto(eth) != bpf_htons(ETH_P_IP) ||
 	    gate_check(gate.g, gate.f, eth_proto(eth), dev) != LFP_FORWARDED)
-		return ctx_redirect_ingress(ctx, dev);
+		return linuxfp_decap_handoff(ctx, dev);
 	iface = lfp_iface_of(dev);
 	if (!iface || !mac_equal_w(eth->h_dest, iface->mac))
-		return ctx_redirect_ingress(ctx, dev);
-	return linuxfp_route(ctx, iface, &gate, dev, 1, 1);
+		return linuxfp_decap_handoff(ctx, dev);
+	v = linuxfp_route(ctx, iface, &gate, dev, 1, 1);
+	/* Taken (not handed over: that cleared it): the decapsulation counted, and the hash
+	 * cleared as iptunnel_pull_header() clears a non-L4 one, both left for now by vxlan_rx(). */
+	scr = lfp_scratch();
+	if (scr && scr->vxu.on) {
+		scr->vxu.on = 0;
+		lfp_count(ctx, LFP_DECAPSULATED);
+		if (!scr->vxu.l4_hash)
+			ctx_clear_hash(ctx);
+	}
+	return v;
 }
 
 /* linuxfp_rx in a frame of its own, for programs that may route an inner frame after it

@@ -26,6 +26,7 @@ struct ctx_csum {
 	__s32 start;     /* PARTIAL: where the checksummed part starts, from ctx_data */
 	__u32 offset;    /* PARTIAL: where the checksum goes, from start */
 	__u32 l4_hash;   /* the skb's hash is an L4 one */
+	__u32 encap;     /* skb->encapsulation: a tunnel's offloads (inner headers) are set up */
 };
 
 #ifdef LFP_HOOK_TC
@@ -144,6 +145,7 @@ struct sk_buff {
 	__u8 csum_level : 2;
 	__u8 l4_hash : 1;
 	__u8 sw_hash : 1;
+	__u8 encapsulation : 1;
 } __attribute__((preserve_access_index));
 
 static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
@@ -152,6 +154,7 @@ static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
 
 	c->ip_summed = BPF_CORE_READ_BITFIELD(skb, ip_summed);
 	c->l4_hash = BPF_CORE_READ_BITFIELD(skb, l4_hash);
+	c->encap = BPF_CORE_READ_BITFIELD(skb, encapsulation);
 	c->start = (__s32)((long)skb->head + skb->csum_start - (long)skb->data);
 	c->offset = skb->csum_offset;
 }
@@ -240,6 +243,11 @@ static __always_inline int ctx_redirect_ingress(lfp_ctx *ctx, __u32 ifindex)
 static __always_inline void ctx_set_priority(lfp_ctx *ctx, __u32 prio)
 {
 	ctx->priority = prio;
+}
+
+static __always_inline __u32 ctx_priority(lfp_ctx *ctx)
+{
+	return ctx->priority;
 }
 
 static __always_inline void ctx_redirect(lfp_ctx *ctx, __u32 ifindex)
@@ -335,6 +343,7 @@ static __always_inline void ctx_csum_state(lfp_ctx *ctx, struct ctx_csum *c)
 	c->start = 0;
 	c->offset = 0;
 	c->l4_hash = 0;
+	c->encap = 0;
 }
 
 /* A frame has no checksum state to keep: direct writes, with the helpers' arithmetic (the same
@@ -431,6 +440,11 @@ static __always_inline int ctx_redirect_ingress(lfp_ctx *ctx, __u32 ifindex)
 
 static __always_inline void ctx_set_priority(lfp_ctx *ctx, __u32 prio)
 {
+}
+
+static __always_inline __u32 ctx_priority(lfp_ctx *ctx)
+{
+	return 0;
 }
 
 static __always_inline void ctx_redirect(lfp_ctx *ctx, __u32 ifindex)

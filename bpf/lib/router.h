@@ -439,7 +439,7 @@ static __always_inline int router_vxlan_rx(lfp_ctx *ctx, const struct router_pkt
 	if (!p->v4 || !p->cfg->vxlans || p->proto != IPPROTO_UDP || p->scr->ct.nat)
 		return 0;
 	return vxlan_rx(ctx, p->cfg, p->l3, p->data_end, p->tot, &p->scr->fc, fib_cache_gen_in(p->cfg, p->gate.g, 1),
-			&p->scr->vxrx, &p->gate, verdict);
+			&p->scr->vxrx, &p->scr->vxu, &p->gate, verdict);
 }
 
 /* A translated connection: prerouting's translation (the destination, or for a reply the

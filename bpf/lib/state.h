@@ -39,6 +39,8 @@ struct lfp_scratch {
 	struct vxlan_plan vx;
 	/* The vxlan device a VXLAN packet for this host is for (vxlan_rx). */
 	struct lfp_vxlan_rx vxrx;
+	/* What a decapsulated packet needs to be handed to Linux as it came (vxlan_undo). */
+	struct vxlan_undo vxu;
 	/* ct_l4_csum()'s buffer; vxlan_plan()'s outer route lookup. */
 	__u8 buf[CT_CSUM_CHUNK + 4];
 	__u64 ofib[sizeof(struct bpf_fib_lookup) / 8]; /* bytes: bpf2go cannot describe the struct */

@@ -347,6 +347,17 @@ LFP_SETTING(__u32, vxlan_rx_route, 0, "a frame decapsulated here is routed by th
 /* The verdict that asks the entry point for that route (tc verdicts are small: never this). */
 #define LFP_VX_ROUTE 0x10000000
 
+/* A decapsulated packet whose skb Linux's own decapsulation would leave otherwise (vxlan_rx:
+ * PARTIAL with the tunnel's offloads set up), kept so that it can be handed to Linux as it
+ * came: its first 64 bytes (outer Ethernet, IPv4, UDP and VXLAN headers, inner Ethernet
+ * header), its priority, and whether its hash is an L4 one. */
+struct vxlan_undo {
+	__u8 head[ETH_HLEN + VXLAN_ENCAP];
+	__u32 priority;
+	__u32 l4_hash;
+	__u32 on;
+};
+
 static __always_inline int vxlan_rx_deliver(lfp_ctx *ctx, __u32 dev)
 {
 	if (CTX_TUNNEL && cfg_vxlan_rx_route && dev < LFP_VX_ROUTE)
@@ -417,7 +428,8 @@ static __always_inline int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __b
  * cache's scratch and IPv4 generation (vxlan_rx_dev); rx: scratch space for the device. */
 static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, struct iphdr *iph,
 				    void *data_end, __u32 tot, struct fib_cache_scr *fc, __u64 gen,
-				    struct lfp_vxlan_rx *rx, const struct gate_ref *gate, int *verdict)
+				    struct lfp_vxlan_rx *rx, struct vxlan_undo *undo, const struct gate_ref *gate,
+				    int *verdict)
 {
 	struct {
 		__be16 sport, dport, len, check;
@@ -469,6 +481,23 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	if (h->check && cs.ip_summed != CTX_CSUM_UNNECESSARY &&
 	    !(cs.ip_summed == CTX_CSUM_PARTIAL && cs.start >= (__s32)(ETH_HLEN + sizeof(*iph))))
 		goto linux;
+	/* An inner checksum left to offload (PARTIAL) in a packet whose tunnel offloads are set up
+	 * (skb->encapsulation: as the sender's vxlan driver, or this fast path, leaves it):
+	 * vxlan_rcv() clears the flag (iptunnel_pull_offloads()), the helper's decapsulation cannot.
+	 * Left set, a device the inner packet then leaves by without checksum offload for tunnels
+	 * (a bridge: cni0) completes the checksum (validate_xmit_skb()) where Linux's would leave it
+	 * to be completed: not the same packet whenever Linux forwards what was decapsulated here.
+	 * So such a packet is decapsulated only where the underlay's program routes it on
+	 * (cfg_vxlan_rx_route), which puts it back as it came wherever it hands it to Linux
+	 * (vxlan_undo); a packet handed to the device's receive path would be Linux's to forward. */
+	if (cs.ip_summed == CTX_CSUM_PARTIAL && cs.encap && !(CTX_TUNNEL && cfg_vxlan_rx_route))
+		goto linux;
+	undo->on = cs.ip_summed == CTX_CSUM_PARTIAL && cs.encap;
+	if (undo->on) {
+		__builtin_memcpy(undo->head, (void *)iph - ETH_HLEN, sizeof(undo->head));
+		undo->priority = ctx_priority(ctx);
+		undo->l4_hash = cs.l4_hash;
+	}
 	/* udp_rcv() delivers to the socket bound most specifically: the vxlan device's socket is
 	 * bound to the port on any address; another socket on this very address would get it. */
 	t.ipv4.saddr = iph->saddr;
@@ -496,7 +525,7 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	 * (__skb_decr_checksum_unnecessary()); iptunnel_pull_header() clears a non-L4 hash. */
 	if (cs.ip_summed == CTX_CSUM_UNNECESSARY)
 		ctx_csum_level_dec(ctx);
-	if (!cs.l4_hash)
+	if (!cs.l4_hash && !undo->on)
 		ctx_clear_hash(ctx);
 	/* The inner Ethernet header in the outer one's place: outside any checksum state's sum, so
 	 * written in place where it is linear (it is, after the shrink), through the helper else. */
@@ -511,7 +540,9 @@ static __always_inline int vxlan_rx(lfp_ctx *ctx, const struct lfp_config *cfg, 
 	if (!own)
 		*verdict = CTX_DROP;
 	else {
-		lfp_count(ctx, LFP_DECAPSULATED);
+		/* Counted once the route has taken it, where it may still be undone. */
+		if (!undo->on)
+			lfp_count(ctx, LFP_DECAPSULATED);
 		*verdict = vxlan_rx_deliver(ctx, rx->dev);
 	}
 	return 1;

@@ -435,8 +435,14 @@ type linuxfpLfpScratch struct {
 		_         [2]byte
 	}
 	Vxrx linuxfpLfpVxlanRx
+	Vxu  struct {
+		_        structs.HostLayout
+		Head     [64]uint8
+		Priority uint32
+		L4Hash   uint32
+		On       uint32
+	}
 	Buf  [260]uint8
-	_    [4]byte
 	Ofib [8]uint64
 	Fc   struct {
 		_       structs.HostLayout
