@@ -204,6 +204,9 @@ struct ct_pkt {
 	__u8 defer;
 	__u8 refresh;
 	__u32 timeout;
+	/* With refresh: the address of the entry judged, which alone the refresh may move (a
+	 * number, not a reference). */
+	__u64 judged;
 	__be16 nat_sport, nat_dport;
 	__be32 nat_saddr[4], nat_daddr[4];
 	/* The lookup's options (bpf_ct_opts), here rather than on the stack: the tc program's
@@ -616,8 +619,8 @@ static __always_inline __u32 ct_ms_to_jiffies(__u32 ms)
  * four of them a third of a pod-to-pod packet's program time. A place holds the address of the
  * entry the last lookup of a tuple hashing to it found, as a number, not a reference. The entry
  * is read through a read-only view (bpf_rdonly_cast(), whose loads cannot fault), and only while
- * it is still what the kernel's lookup would find for the packet (ct_cached(), before its fields
- * are read and again after: ct_forward).
+ * it is still what the kernel's lookup would find for the packet (ct_cached() before its fields
+ * are read; its count of frees again after: ct_forward).
  *
  * The kernel allocates entries from a SLAB_TYPESAFE_BY_RCU cache: within one program run, memory
  * that held an entry holds an entry (another one, maybe), but across runs the slab's page may
@@ -740,7 +743,7 @@ static __always_inline int ct_timeout_is(const struct nf_conn *ro, __u32 timeout
  * c->nat and its addresses, the timeout Linux's refresh gives it (ms) in *timeout; LFP_FORWARDED
  * or why Linux must see the packet. */
 static __always_inline enum lfp_reason ct_judge(const struct lfp_config *cfg, struct ct_pkt *c,
-						const struct nf_conn *ro, __u32 *timeout)
+						const struct nf_conn *ro, __u32 *timeout, int held)
 {
 	enum lfp_reason why = LFP_FORWARDED;
 	unsigned long status = ro->status;
@@ -762,10 +765,18 @@ static __always_inline enum lfp_reason ct_judge(const struct lfp_config *cfg, st
 		/* Unconfirmed, a helper's (expected, sequence adjusting), dying, offloaded ...: Linux. */
 		return LFP_PASS_CT_STATE;
 	}
-	why = ct_extensions(ro);
-	if (why != LFP_FORWARDED) {
-		/* Counted, or timed by a policy of its own: Linux's. */
-		return why;
+	/* Counted, or timed by a policy of its own: Linux's. Asked of a held entry only: a place
+	 * of the cache is filled only with an entry judged LFP_FORWARDED, and while its count of
+	 * frees says it is the same entry, it cannot have gained either since: the accounting
+	 * extension is added when an entry is created, a timeout policy from the template it is
+	 * created with (nft's `ct timeout set` leaves confirmed entries alone), and a policy can
+	 * only be dropped (nf_ct_untimeout()). (nf_ct_ext_add() itself only warns.) Nor is the
+	 * extensions' memory read without a reference: nf_conntrack_free() frees it before the
+	 * entry. */
+	if (held) {
+		why = ct_extensions(ro);
+		if (why != LFP_FORWARDED)
+			return why;
 	}
 	if (c->proto == IPPROTO_TCP) {
 		*timeout = ct_tcp(cfg, ro, c, c->o.dir, status, &why);
@@ -832,20 +843,28 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 	pl = (cfg->ct_flags & LFP_CT_CACHE) ? ct_cache_place(c) : NULL;
 	ro = ct_cached(pl, c);
 	if (ro) {
+		const volatile __u64 *freed;
 		int done;
 
-		why = ct_judge(cfg, c, ro, &timeout);
+		why = ct_judge(cfg, c, ro, &timeout, 0);
 		done = why != LFP_FORWARDED || (ro->status & IPS_FIXED_TIMEOUT) || ct_timeout_is(ro, timeout);
 		/* Read without a reference: the entry may have been freed meanwhile and its memory
 		 * taken by another connection's (see the cache above). What was read holds only if
-		 * the entry still passes ct_cached()'s checks after it, as __nf_conntrack_find_get()
-		 * checks the tuple again once it holds the entry. */
-		if (ct_cached(pl, c)) {
+		 * it was still the entry after it, as __nf_conntrack_find_get() checks the tuple
+		 * again once it holds the entry: its count of frees still the one the place keeps.
+		 * A free counts before the slab has the object back, so memory taken by another
+		 * entry by the time of a read above (seen there) moved the count before that (seen
+		 * here: loads are not reordered on this architecture). Then the tuple, zone and
+		 * namespace are the ones ct_cached() saw; its other checks are the lookup's own,
+		 * which stand for the moment of the lookup too. */
+		freed = ct_frees_of(pl->ct);
+		if (freed && *freed == pl->freed) {
 			if (done)
 				return why;
 			/* Refreshed after the filter (ct_refresh() looks the entry up then). */
 			if (c->defer) {
 				c->timeout = timeout;
+				c->judged = pl->ct;
 				c->refresh = 1;
 				return why;
 			}
@@ -857,11 +876,12 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 	if (!ct)
 		return LFP_PASS_CT_NEW;
 	ro = bpf_rdonly_cast(ct, bpf_core_type_id_kernel(struct nf_conn));
-	why = ct_judge(cfg, c, ro, &timeout);
+	why = ct_judge(cfg, c, ro, &timeout, 1);
 	if (why == LFP_FORWARDED) {
 		if (!(ro->status & IPS_FIXED_TIMEOUT) && !ct_timeout_is(ro, timeout)) {
 			if (c->defer) {
 				c->timeout = timeout;
+				c->judged = (__u64)ct;
 				c->refresh = 1;
 			} else {
 				bpf_ct_change_timeout(ct, timeout);
@@ -928,7 +948,10 @@ static __always_inline void ct_refresh(lfp_ctx *ctx, struct ct_pkt *c, __u32 ver
 	ct = ct_lookup(ctx, c);
 	if (!ct)
 		return;
-	bpf_ct_change_timeout(ct, c->timeout);
+	/* Another entry of the tuple (the one judged was deleted and the tuple's connection made
+	 * anew meanwhile) gets nothing: the timeout was the judged entry's. */
+	if ((__u64)ct == c->judged)
+		bpf_ct_change_timeout(ct, c->timeout);
 	bpf_ct_release(ct);
 }
 

@@ -953,36 +953,47 @@ func TestConntrackCacheRefresh(t *testing.T) {
 		{"deferred: dropped before conntrack", filter(fromThis, toOthers), FilterDropped, 60},
 		{"deferred: dropped after conntrack", filter(fromOthers, toThis), FilterDropped, refreshed},
 	}
+	// Each case from the cache and, the cache emptied before the packet, through the kernel's
+	// lookup: the deferred refresh moves the entry either way judged.
 	for _, hook := range hooks {
 		env.hook = hook
 		prog := env.prog(t, true, true)
 		for _, c := range cases {
-			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
-				// The kernel's lookup keeps the entry (refreshed: its timeout is the one Linux gives
-				// it now), then every CPU has it in the packet's place.
-				sync(nil)
-				env.ctClear(t)
-				env.checkRouted(t, prog, pkt, Forwarded, nil)
-				places := env.ctPlaces(t)
-				if len(places) != 1 {
-					t.Fatalf("%d places hold an entry after a forwarded packet, want 1", len(places))
+			for _, cached := range []bool{true, false} {
+				name := string(hook) + "/" + c.name
+				if !cached {
+					name += ", looked up"
 				}
-				for k, pl := range places {
-					env.ctSpread(t, k, pl)
-				}
-				// The timeout moved back (an update in place: the kept entry is still the one the
-				// kernel's lookup returns), and the filter of the case.
-				sync(c.filter)
-				setTimeout(60)
-				if c.want == Forwarded {
+				t.Run(name, func(t *testing.T) {
+					// The kernel's lookup keeps the entry (refreshed: its timeout is the one Linux gives
+					// it now), then every CPU has it in the packet's place.
+					sync(nil)
+					env.ctClear(t)
 					env.checkRouted(t, prog, pkt, Forwarded, nil)
-				} else if _, _, r := env.run(t, prog, pkt); r != c.want {
-					t.Fatalf("reason %v, want %v", r, c.want)
-				}
-				if got := env.ctDump(t, ct, f).Timeout; got < c.timeout-2 || got > c.timeout {
-					t.Fatalf("timeout %d s after the packet, want %d (as Linux's refresh leaves it)", got, c.timeout)
-				}
-			})
+					places := env.ctPlaces(t)
+					if len(places) != 1 {
+						t.Fatalf("%d places hold an entry after a forwarded packet, want 1", len(places))
+					}
+					for k, pl := range places {
+						env.ctSpread(t, k, pl)
+					}
+					// The timeout moved back (an update in place: the kept entry is still the one the
+					// kernel's lookup returns), and the filter of the case.
+					sync(c.filter)
+					setTimeout(60)
+					if !cached {
+						env.ctClear(t)
+					}
+					if c.want == Forwarded {
+						env.checkRouted(t, prog, pkt, Forwarded, nil)
+					} else if _, _, r := env.run(t, prog, pkt); r != c.want {
+						t.Fatalf("reason %v, want %v", r, c.want)
+					}
+					if got := env.ctDump(t, ct, f).Timeout; got < c.timeout-2 || got > c.timeout {
+						t.Fatalf("timeout %d s after the packet, want %d (as Linux's refresh leaves it)", got, c.timeout)
+					}
+				})
+			}
 		}
 	}
 }

@@ -322,6 +322,7 @@ type linuxfpTcLfpScratch struct {
 		Defer    uint8
 		Refresh  uint8
 		Timeout  uint32
+		Judged   uint64
 		NatSport uint16
 		NatDport uint16
 		NatSaddr [4]uint32
