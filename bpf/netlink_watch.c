@@ -700,14 +700,20 @@ static __always_inline void stale_count(const struct lfp_neigh_key *k, __s64 d)
 }
 
 /* A STALE neighbour the set has no room for: the data plane hands every packet to a neighbour
- * to Linux until the controller has written the set again (lib/neigh.h). */
+ * to Linux until the controller has written the set again (lib/neigh.h). The controller is
+ * woken to read the neighbours after the count moved: the change's own netlink notification
+ * comes before this tracepoint (__neigh_update() notifies, then traces), and a read it caused
+ * may have seen the count before the loss; the next notification may be seconds away (a STALE
+ * neighbour's DELAY ends after delay_probe_time). */
 static __always_inline void stale_lost(void)
 {
 	__u32 k = 0;
 	struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+	struct lfp_nl_event ev = { .classes = 1 << LFP_NL_NEIGH };
 
 	if (c)
 		__sync_fetch_and_add(&c->lost, 1);
+	bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 }
 
 static __always_inline void neigh_changed(struct neighbour *n, int removed)
