@@ -228,12 +228,7 @@ func TestConntrack(t *testing.T) {
 		env.hook = hook
 		prog := env.prog(t, true, true)
 		// out0 runs the same kind of program, with its own MAC (counting into the same slot).
-		outProg, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: hook, Router4: true, Router6: true,
-			Conntrack4: true, Conntrack6: true}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outProg.Close()
+		env.loadOut0(t, hook)
 		for _, c := range cases {
 			t.Run(string(hook)+"/"+c.name, func(t *testing.T) {
 				// Every packet of a known connection refreshes it, forwarded or not: start from
@@ -806,12 +801,7 @@ func TestConntrackCacheNAT(t *testing.T) {
 		env.hook = hook
 		prog := env.prog(t, true, true)
 		// out0 runs the same kind of program, with its own MAC (as in TestConntrack).
-		outProg, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: hook, Router4: true, Router6: true,
-			Conntrack4: true, Conntrack6: true}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outProg.Close()
+		env.loadOut0(t, hook)
 		for _, c := range conns {
 			// The original direction first, then the reply, each from an empty place.
 			env.ctClear(t)
@@ -1136,4 +1126,16 @@ func TestFilterCtStateNoRule(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, reason, c.want)
 		}
 	}
+}
+
+// loadOut0 loads out0's program, a router with conntrack of the same kind as in0's, with out0's
+// MAC, at hook: its data is then there for the packets received on out0 (the replies).
+func (env *testEnv) loadOut0(t *testing.T, hook Hook) {
+	t.Helper()
+	p, err := env.dp.LoadProgram(Spec{Ifindex: env.out, Name: "out0", MAC: MACOf(macOut), Hook: hook, Router4: true, Router6: true,
+		Conntrack4: true, Conntrack6: true}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
 }
