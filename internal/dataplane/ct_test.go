@@ -29,15 +29,29 @@ import (
 // connection that makes the fast path ask for it to be marked liberal.
 const liberalAfter = 4
 
-func TestConntrack(t *testing.T) {
-	env := newTestEnv(t)
+// ctTestData is the conntrack module's data the tests run with: both families, the cache on, the
+// sysctls' default timeouts but CLOSE_WAIT's, which is kube-proxy's (1 h).
+func ctTestData() CT {
+	return CT{Active4: true, Active6: true, Cache: true,
+		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
+		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+}
+
+// ctConn is a ctnetlink connection in the test's namespace, closed when the test ends.
+func (env *testEnv) ctConn(t *testing.T) *conntrack.Conn {
+	t.Helper()
 	var ct *conntrack.Conn
 	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
 		t.Fatal(err)
 	}
-	defer ct.Close()
-	ctData := CT{Active4: true, Active6: true, Cache: true, TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
-		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	t.Cleanup(func() { ct.Close() })
+	return ct
+}
+
+func TestConntrack(t *testing.T) {
+	env := newTestEnv(t)
+	ct := env.ctConn(t)
+	ctData := ctTestData()
 	sync := func(c CT) {
 		t.Helper()
 		err := env.ns.Do(func() error {
@@ -403,14 +417,8 @@ func TestConntrack(t *testing.T) {
 // lookup sees them.
 func TestConntrackCache(t *testing.T) {
 	env := newTestEnv(t)
-	var ct *conntrack.Conn
-	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer ct.Close()
-	ctData := CT{Active4: true, Active6: true, Cache: true,
-		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
-		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	ct := env.ctConn(t)
+	ctData := ctTestData()
 	sync := func(c CT) {
 		t.Helper()
 		if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: c}) }); err != nil {
@@ -733,14 +741,9 @@ func TestConntrackCacheNAT(t *testing.T) {
 	if err := env.ns.Script("ip -6 neigh replace 2001:2::2 lladdr 02:00:00:00:00:05 dev in0 nud permanent"); err != nil {
 		t.Fatal(err)
 	}
-	var ct *conntrack.Conn
-	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer ct.Close()
-	ctData := CT{Active4: true, Active6: true, NAT4: true, NAT6: true, Cache: true,
-		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
-		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	ct := env.ctConn(t)
+	ctData := ctTestData()
+	ctData.NAT4, ctData.NAT6 = true, true
 	if err := env.ns.Do(func() error { return env.dp.Sync(Data{TxData: txTo(env.out, env.in), CT: ctData}) }); err != nil {
 		t.Fatal(err)
 	}
@@ -854,14 +857,8 @@ func TestConntrackCacheNAT(t *testing.T) {
 // refresh.
 func TestConntrackCacheRefresh(t *testing.T) {
 	env := newTestEnv(t)
-	var ct *conntrack.Conn
-	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer ct.Close()
-	ctData := CT{Active4: true, Active6: true, Cache: true,
-		TCPEstablished: 432000 * time.Second, TCPCloseWait: 3600 * time.Second, TCPUnack: 300 * time.Second,
-		TCPRetrans: 300 * time.Second, TCPMaxRetrans: 3, UDPStream: 120 * time.Second, UDP: 30 * time.Second}
+	ct := env.ctConn(t)
+	ctData := ctTestData()
 	sync := func(filter *compile.Program) {
 		t.Helper()
 		err := env.ns.Do(func() error {
@@ -1043,11 +1040,7 @@ func TestJiffyMs(t *testing.T) {
 // state still decides.
 func TestFilterCtStateNoRule(t *testing.T) {
 	env := newTestEnv(t)
-	var ct *conntrack.Conn
-	if err := env.ns.Do(func() (err error) { ct, err = conntrack.Dial(nil); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer ct.Close()
+	ct := env.ctConn(t)
 	src, dst := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.9")
 	for _, dport := range []uint16{53, 54} {
 		f := conntrack.NewFlow(unix.IPPROTO_UDP, 0, src, dst, 2001, dport, 60, 0)
