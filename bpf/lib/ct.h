@@ -700,18 +700,23 @@ static __always_inline const volatile __u64 *ct_frees_of(__u64 addr)
 	return bpf_map_lookup_elem(&lfp_ct_frees, &slot);
 }
 
+/* Whether no object at place pl's address was freed since its lookup held it: its slot's count
+ * of frees is still the one the place keeps. */
+static __always_inline int ct_unfreed(const struct lfp_ct_place *pl)
+{
+	const volatile __u64 *freed = ct_frees_of(pl->ct);
+
+	return freed && *freed == pl->freed;
+}
+
 /* The entry place pl names, read-only, if it is the one the kernel's lookup would find for the
  * packet now (see the cache above), with c->o.dir set; otherwise NULL. */
 static __always_inline const struct nf_conn *ct_cached(const struct lfp_ct_place *pl, struct ct_pkt *c)
 {
-	const volatile __u64 *freed;
 	const struct nf_conn *ro;
 	const struct nf_conntrack_tuple *t;
 
-	if (!pl || !pl->ct)
-		return NULL;
-	freed = ct_frees_of(pl->ct);
-	if (!freed || *freed != pl->freed)
+	if (!pl || !pl->ct || !ct_unfreed(pl))
 		return NULL;
 	ro = bpf_rdonly_cast((void *)pl->ct, bpf_core_type_id_kernel(struct nf_conn));
 	t = pl->dir ? &ro->tuplehash[1].tuple : &ro->tuplehash[0].tuple;
@@ -843,7 +848,6 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 	pl = (cfg->ct_flags & LFP_CT_CACHE) ? ct_cache_place(c) : NULL;
 	ro = ct_cached(pl, c);
 	if (ro) {
-		const volatile __u64 *freed;
 		int done;
 
 		why = ct_judge(cfg, c, ro, &timeout, 0);
@@ -857,8 +861,7 @@ __attribute__((noinline)) int ct_forward(lfp_ctx *ctx, const struct lfp_config *
 		 * here: loads are not reordered on this architecture). Then the tuple, zone and
 		 * namespace are the ones ct_cached() saw; its other checks are the lookup's own,
 		 * which stand for the moment of the lookup too. */
-		freed = ct_frees_of(pl->ct);
-		if (freed && *freed == pl->freed) {
+		if (ct_unfreed(pl)) {
 			if (done)
 				return why;
 			/* Refreshed after the filter (ct_refresh() looks the entry up then). */
