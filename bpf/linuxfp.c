@@ -207,7 +207,6 @@ __attribute__((noinline)) int linuxfp_decap_route(struct __sk_buff *ctx, __u32 d
 	const struct lfp_if *iface;
 	struct gate_ref gate;
 	struct ethhdr *eth;
-
 	struct lfp_scratch *scr;
 	int v;
 
