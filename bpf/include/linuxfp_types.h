@@ -545,34 +545,43 @@ struct lfp_fib_key {
 	__u8 pad[2];
 };
 
+/* lfp_fib_entry.flags */
+#define LFP_FIB_PER_DST 1 /* the block's answers differ per destination: look up the destination's */
+#define LFP_FIB_VX_OK 2   /* vx holds the egress vxlan device's data and its remote for dmac */
+
+/* An answer, laid out so that with its key (struct lfp_fib_way) all an IPv4 answer needs is in
+ * the place's first 64 bytes, one cache line (lib/fibcache.h); what only IPv6 answers and
+ * encapsulated packets read is in the second. rt_metric is not kept: no module reads it. */
 struct lfp_fib_entry {
 	__u64 gen;     /* struct lfp_fib_gen's plus lfp_gate.fib_epoch, read before the lookup */
 	__u32 ifindex; /* egress */
-	__u32 nh[4];   /* the next hop (bpf_fib_lookup() writes it over the destination) */
-	__u32 metric;  /* rt_metric */
+	__u32 nh0;     /* the next hop's first word, all of it for IPv4 (bpf_fib_lookup() writes
+			* the next hop over the destination) */
 	__u16 mtu;     /* the largest IP length the lookup let through (0xffff: any) */
 	__u8 smac[6];
 	__u8 dmac[6];
-	__u8 per_dst; /* the block's answers differ per destination: look up the destination's */
+	__u8 flags;    /* LFP_FIB_* */
 	__u8 neigh_ok; /* the next hop was not in the STALE set at fill time (lib/neigh.h) */
-	__u8 vx_ok;    /* vx holds the egress vxlan device's data and its remote for dmac */
-	__u8 pad[3];
+	/* The second line. */
+	__u32 nh6[3];  /* IPv6: the next hop's other three words */
+	__u32 pad;
 	/* Kept by the first packet encapsulated after the fill (lib/vxlan.h, vxlan_remote()). */
 	struct lfp_vx_remote vx;
+	__u32 pad2[4];
 };
 
-/* One place of the FIB cache (lib/fibcache.h): the key its answer is for, and the answer. */
+/* One place of the FIB cache (lib/fibcache.h): the key its answer is for, and the answer. 128
+ * bytes, two cache lines. */
 struct lfp_fib_way {
 	struct lfp_fib_key key;
 	__u32 pad;
 	struct lfp_fib_entry e;
 };
 
-/* A set of the FIB cache: the places a key may be kept in (lib/fibcache.h). */
+/* A set of the FIB cache: the places a key may be kept in (lib/fibcache.h). 256 bytes: in the
+ * cache's page-aligned array each place starts a cache line. */
 struct lfp_fib_set {
 	struct lfp_fib_way way[2];
-	__u32 next; /* the way the next fill replaces when both hold current answers */
-	__u32 pad;
 };
 
 #endif

@@ -56,9 +56,13 @@
  * two keys of one set take both places, a third replaces one of them (asked again later: only
  * slower). Per CPU: a program runs to its end on its CPU, so no place is read half written
  * (lfp_scratch's argument, state.h), and each CPU fills its own places. One array with a range
- * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 248 KiB
+ * of 2^LFP_FIB_SET_SHIFT sets per CPU (the controller sizes it for the possible CPUs: 256 KiB
  * each), not a per-CPU array, whose lookup reads the element's per-CPU pointer first (one more
- * cache line per packet). A CPU beyond the array's end finds no set: the kernel is asked. */
+ * cache line per packet). A CPU beyond the array's end finds no set: the kernel is asked.
+ *
+ * Mappable only for where that puts the values: at the start of a page (an array's values
+ * otherwise start after the map's header, at no particular offset within a cache line), so each
+ * place starts a cache line and an IPv4 hit reads one (struct lfp_fib_entry). Nothing maps it. */
 #define LFP_FIB_SET_SHIFT 10
 
 struct {
@@ -66,6 +70,7 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lfp_fib_set);
 	__uint(max_entries, 1 << LFP_FIB_SET_SHIFT); /* times the possible CPUs: dataplane.New */
+	__uint(map_flags, BPF_F_MMAPABLE);
 } lfp_fib_cache SEC(".maps");
 
 /* The blocks whose destinations may meet different routes (a route longer than the block, a
@@ -198,7 +203,7 @@ static __always_inline const struct lfp_fib_entry *fib_cache_find(struct fib_cac
 }
 
 /* Keeps answer e for key k: in the place that holds k already, else in one whose answer is of an
- * older generation, else in the set's next place to replace. */
+ * older generation, else in either, chosen at random (fills are rare: each asks the kernel). */
 static __always_inline void fib_cache_put(struct fib_cache_scr *fc, const struct lfp_fib_key *k,
 					  const struct lfp_fib_entry *e, int v4)
 {
@@ -215,17 +220,15 @@ static __always_inline void fib_cache_put(struct fib_cache_scr *fc, const struct
 		w = &s->way[0];
 	else if (s->way[1].e.gen != e->gen)
 		w = &s->way[1];
-	else {
-		w = &s->way[s->next & 1];
-		s->next ^= 1;
-	}
+	else
+		w = &s->way[bpf_get_prandom_u32() & 1];
 	w->key = *k;
 	w->e = *e;
 }
 
 /* The cached answer for the lookup fib describes (its input, filled by the family's entry point
- * and router_prepare()): written into fib as bpf_fib_lookup() would write it, and its result
- * code returned; FIB_MISS when there is none under generation gen. The block's answer, and where
+ * and router_prepare()): written into fib as bpf_fib_lookup() would write it (all but
+ * rt_metric, which no module reads), and its result code returned; FIB_MISS when there is none under generation gen. The block's answer, and where
  * the block's answers are per destination, the destination's. The key of the answer to fill is
  * left in fc. */
 static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4, __u64 gen,
@@ -238,7 +241,7 @@ static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fi
 	e = fib_cache_find(fc, k, v4, gen);
 	if (!e)
 		return FIB_MISS;
-	if (e->per_dst) {
+	if (e->flags & LFP_FIB_PER_DST) {
 		fib_cache_key(k, fib, v4, 1);
 		e = fib_cache_find(fc, k, v4, gen);
 		if (!e)
@@ -247,17 +250,20 @@ static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fi
 	if (mtulen > e->mtu)
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
 	fib->ifindex = e->ifindex;
-	fib->rt_metric = e->metric;
 	fib->h_vlan_proto = 0;
 	fib->h_vlan_TCI = 0;
-	if (v4)
-		fib->ipv4_dst = e->nh[0];
-	else
-		__builtin_memcpy(fib->ipv6_dst, e->nh, sizeof(e->nh));
+	if (v4) {
+		fib->ipv4_dst = e->nh0;
+	} else {
+		fib->ipv6_dst[0] = e->nh0;
+		fib->ipv6_dst[1] = e->nh6[0];
+		fib->ipv6_dst[2] = e->nh6[1];
+		fib->ipv6_dst[3] = e->nh6[2];
+	}
 	__builtin_memcpy(fib->smac, e->smac, ETH_ALEN);
 	__builtin_memcpy(fib->dmac, e->dmac, ETH_ALEN);
 	fc->neigh_ok = e->neigh_ok;
-	if (e->vx_ok) {
+	if (e->flags & LFP_FIB_VX_OK) {
 		fc->vx = e->vx;
 		fc->vx_ok = 1;
 	}
@@ -300,13 +306,12 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, const struct lfp_config 
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
 	e->gen = gen;
-	e->vx_ok = 0;
 	if (!fc->key.one && fib_cache_per_dst(fc, fib, probe, v4)) {
-		e->per_dst = 1;
+		e->flags = LFP_FIB_PER_DST;
 		fib_cache_put(fc, &fc->key, e, v4);
 		fib_cache_key(&fc->key, probe, v4, 1);
 	}
-	e->per_dst = 0;
+	e->flags = 0;
 	/* The MTU the lookup checks lengths against: asked with the largest length, it answers
 	 * FRAG_NEEDED with that MTU before it looks at the neighbour, or lets any length through. */
 	probe->tot_len = 0xffff;
@@ -318,12 +323,14 @@ static __always_inline int fib_cache_fill(lfp_ctx *ctx, const struct lfp_config 
 	else
 		return rc; /* the route changed meanwhile: not kept */
 	e->ifindex = fib->ifindex;
-	e->metric = fib->rt_metric;
 	if (v4) {
-		e->nh[0] = fib->ipv4_dst;
-		e->nh[1] = e->nh[2] = e->nh[3] = 0;
+		e->nh0 = fib->ipv4_dst;
+		e->nh6[0] = e->nh6[1] = e->nh6[2] = 0;
 	} else {
-		__builtin_memcpy(e->nh, fib->ipv6_dst, sizeof(e->nh));
+		e->nh0 = fib->ipv6_dst[0];
+		e->nh6[0] = fib->ipv6_dst[1];
+		e->nh6[1] = fib->ipv6_dst[2];
+		e->nh6[2] = fib->ipv6_dst[3];
 	}
 	__builtin_memcpy(e->smac, fib->smac, ETH_ALEN);
 	__builtin_memcpy(e->dmac, fib->dmac, ETH_ALEN);
@@ -355,7 +362,7 @@ static __always_inline void fib_cache_keep_vx(struct fib_cache_scr *fc)
 	if (!w)
 		return;
 	w->e.vx = fc->vx;
-	w->e.vx_ok = 1;
+	w->e.flags |= LFP_FIB_VX_OK;
 }
 
 /* bpf_fib_lookup() for fib, answered by the cache where it may: gen is fib_cache_gen()'s (0: the

@@ -394,7 +394,7 @@ static __always_inline int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __b
 		e = fib_cache_find(fc, k, 1, gen);
 		if (e) {
 			out->dev = e->ifindex;
-			out->local = e->nh[0];
+			out->local = e->nh0;
 			__builtin_memcpy(out->mac, e->smac, ETH_ALEN);
 			return 1;
 		}
@@ -413,7 +413,7 @@ static __always_inline int vxlan_rx_dev(struct fib_cache_scr *fc, __u64 gen, __b
 		__builtin_memset(e, 0, sizeof(*e));
 		e->gen = gen;
 		e->ifindex = rx->dev;
-		e->nh[0] = rx->local;
+		e->nh0 = rx->local;
 		__builtin_memcpy(e->smac, rx->mac, ETH_ALEN);
 		fib_cache_put(fc, k, e, 1);
 	}

@@ -167,25 +167,22 @@ type linuxfpLfpFibSet struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
-			Nh      [4]uint32
-			Metric  uint32
+			Nh0     uint32
 			Mtu     uint16
 			Smac    [6]uint8
 			Dmac    [6]uint8
-			PerDst  uint8
+			Flags   uint8
 			NeighOk uint8
-			VxOk    uint8
-			Pad     [3]uint8
+			Nh6     [3]uint32
+			Pad     uint32
 			Vx      struct {
 				_   structs.HostLayout
 				Dev linuxfpLfpVxlanDev
 				Fdb linuxfpLfpVxfdbVal
 			}
-			_ [4]byte
+			Pad2 [4]uint32
 		}
 	}
-	Next uint32
-	Pad  uint32
 }
 
 type linuxfpLfpFwFlags uint32
@@ -463,21 +460,20 @@ type linuxfpLfpScratch struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
-			Nh      [4]uint32
-			Metric  uint32
+			Nh0     uint32
 			Mtu     uint16
 			Smac    [6]uint8
 			Dmac    [6]uint8
-			PerDst  uint8
+			Flags   uint8
 			NeighOk uint8
-			VxOk    uint8
-			Pad     [3]uint8
+			Nh6     [3]uint32
+			Pad     uint32
 			Vx      struct {
 				_   structs.HostLayout
 				Dev linuxfpLfpVxlanDev
 				Fdb linuxfpLfpVxfdbVal
 			}
-			_ [4]byte
+			Pad2 [4]uint32
 		}
 		Probe [8]uint64
 	}

@@ -142,25 +142,22 @@ type linuxfpTcLfpFibSet struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
-			Nh      [4]uint32
-			Metric  uint32
+			Nh0     uint32
 			Mtu     uint16
 			Smac    [6]uint8
 			Dmac    [6]uint8
-			PerDst  uint8
+			Flags   uint8
 			NeighOk uint8
-			VxOk    uint8
-			Pad     [3]uint8
+			Nh6     [3]uint32
+			Pad     uint32
 			Vx      struct {
 				_   structs.HostLayout
 				Dev linuxfpTcLfpVxlanDev
 				Fdb linuxfpTcLfpVxfdbVal
 			}
-			_ [4]byte
+			Pad2 [4]uint32
 		}
 	}
-	Next uint32
-	Pad  uint32
 }
 
 type linuxfpTcLfpFwHostKey struct {
@@ -384,21 +381,20 @@ type linuxfpTcLfpScratch struct {
 			_       structs.HostLayout
 			Gen     uint64
 			Ifindex uint32
-			Nh      [4]uint32
-			Metric  uint32
+			Nh0     uint32
 			Mtu     uint16
 			Smac    [6]uint8
 			Dmac    [6]uint8
-			PerDst  uint8
+			Flags   uint8
 			NeighOk uint8
-			VxOk    uint8
-			Pad     [3]uint8
+			Nh6     [3]uint32
+			Pad     uint32
 			Vx      struct {
 				_   structs.HostLayout
 				Dev linuxfpTcLfpVxlanDev
 				Fdb linuxfpTcLfpVxfdbVal
 			}
-			_ [4]byte
+			Pad2 [4]uint32
 		}
 		Probe [8]uint64
 	}
