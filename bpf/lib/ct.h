@@ -650,6 +650,8 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lfp_ct_place);
 	__uint(max_entries, 1 << LFP_CT_CACHE_SHIFT); /* times the possible CPUs: dataplane.New */
+	/* Each place in half a cache line, none across two (mappable: fibcache.h says why). */
+	__uint(map_flags, BPF_F_MMAPABLE);
 } lfp_ct_cache SEC(".maps");
 
 /* This CPU's place for the packet's tuple (each word mixed by a multiplication, as
