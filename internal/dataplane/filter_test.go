@@ -222,11 +222,16 @@ func TestFilterSetsInPlace(t *testing.T) {
 // replaced by an overlapping one (a new bank, set members added and removed); every address must
 // have its verdict exactly while it is listed. The controller computes the bits' buckets and the
 // guard; where its buckets differed from the data plane's, listed addresses would be forwarded.
+// The addresses differ in each of their last 24 bits somewhere (not only in the last byte), so
+// that a bucket computed from part of an address would be found out.
 func TestFilterBitFilters(t *testing.T) {
 	env := newTestEnv(t)
-	v4addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}) }
+	if err := env.ns.Script("ip route add 198.19.128.0/17 via 198.18.1.2\n"); err != nil {
+		t.Fatal(err)
+	}
+	v4addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, byte(128 | i*7), byte(i*53 + 1)}) }
 	v6addr := func(i int) netip.Addr {
-		return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0xf1, 0, 15: byte(i)})
+		return netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0xf1, 0, 13: byte(i * 3), 14: byte(i * 7), 15: byte(i*53 + 1)})
 	}
 	drop := model.Verdict{Kind: model.Drop}
 	inSet := model.Set{Name: "blk", Dirs: []model.Dir{model.Dst}}
