@@ -228,9 +228,9 @@ static __always_inline void fib_cache_put(struct fib_cache_scr *fc, const struct
 
 /* The cached answer for the lookup fib describes (its input, filled by the family's entry point
  * and router_prepare()): written into fib as bpf_fib_lookup() would write it (all but
- * rt_metric, which no module reads), and its result code returned; FIB_MISS when there is none under generation gen. The block's answer, and where
- * the block's answers are per destination, the destination's. The key of the answer to fill is
- * left in fc. */
+ * rt_metric, which no module reads), and its result code returned; FIB_MISS when there is none
+ * under generation gen. The block's answer, and where the block's answers are per destination,
+ * the destination's. The key of the answer to fill is left in fc. */
 static __always_inline int fib_cache_get(struct fib_cache_scr *fc, struct bpf_fib_lookup *fib, int v4, __u64 gen,
 					 __u32 mtulen)
 {
