@@ -56,6 +56,9 @@ type Config struct {
 	// NoIPSet: measure the paper's 100 DROP rules (and the sweep), not the same addresses as one
 	// ipset rule.
 	NoIPSet bool
+	// NoRouter: do not measure the router alone first (noRules: FORWARD empty, traffic no rule
+	// would match), the rate the rulesets' are held against in the same run.
+	NoRouter bool
 	// LargeSet: a second ipset ruleset, this many addresses in the one set (0: none).
 	LargeSet int
 	// Idle: with the large set in the DUT, linuxfp's CPU time over this long with no traffic
@@ -182,6 +185,11 @@ func (r Ruleset) rules() int {
 	}
 	return r.Blacklisted
 }
+
+// noRules is the router alone: the filter table's FORWARD chain empty. Measured first (unless
+// Config.NoRouter), with miss traffic only (nothing to hit): the router's own rate in the same
+// run and testbed as the rulesets', which the blacklists should cost little of.
+var noRules = Ruleset{Name: "no rules"}
 
 // gatewayRulesets are the paper's two rulesets, the sweep's (100 rules is measured once), then
 // the large set's (none for 0; a set of 100 is the paper's).
@@ -314,6 +322,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.NoIPSet {
 		g.rulesets = slices.DeleteFunc(g.rulesets, func(rs Ruleset) bool { return rs.IPSet })
 	}
+	if !cfg.NoRouter {
+		g.rulesets = append([]Ruleset{noRules}, g.rulesets...)
+	}
 	t := harness.RoutedTopology("gateway", "lfp-bench")
 	t.Module, t.StartLinuxfp, t.Throughput = "filter", g.startLinuxfp, g.measure
 	// To the DUT's in0, destinations from the generator's list (gatewayDsts).
@@ -325,6 +336,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		f := &LinuxfpFilter{}
 		g.filters[rs.Name] = f
 		for _, tr := range cfg.Traffic {
+			if rs.Blacklisted == 0 && tr != TrafficMiss {
+				continue
+			}
 			dsts, permitted := gatewayDsts(tr, rs)
 			v := &Variant{Ruleset: rs, Traffic: tr, Destinations: len(dsts), Permitted: 1, res: harness.NewPipelineResult(cfg.PipelineConfig, t),
 				dsts: dsts, permitted: permitted}
@@ -549,10 +563,19 @@ func (r Ruleset) startTimeout() time.Duration {
 }
 
 // filterProblem says why in0's state does not show the filter module classifying all of a
-// ruleset of want rules in the fast path ("" if it does).
+// ruleset of want rules in the fast path ("" if it does). With want 0 (noRules), a program and no
+// filter note of a rule are what is expected: the router alone.
 func filterProblem(program bool, notes []string, want int) string {
 	if !program {
 		return "no program on in0"
+	}
+	if want == 0 {
+		for _, n := range notes {
+			if m := filterNote.FindStringSubmatch(n); m == nil || m[1] != "0" {
+				return "in0 with no rules: " + n
+			}
+		}
+		return ""
 	}
 	for _, n := range notes {
 		m := filterNote.FindStringSubmatch(n)

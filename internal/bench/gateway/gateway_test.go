@@ -194,6 +194,62 @@ func TestFilterProblem(t *testing.T) {
 			t.Errorf("program %v, notes %q: problem %q, want %q", tc.program, tc.notes, got, tc.want)
 		}
 	}
+	// No rules (the router alone): a program and no filter note of a rule.
+	for _, tc := range []struct {
+		program bool
+		notes   []string
+		want    string
+	}{
+		{true, nil, ""},
+		{true, []string{note(0, 0)}, ""},
+		{false, nil, "no program"},
+		{true, []string{note(1, 0)}, "with no rules"},
+		{true, []string{"ipv4 netfilter sees forwarded packets: legacy iptables"}, "legacy iptables"},
+	} {
+		got := filterProblem(tc.program, tc.notes, 0)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("no rules: program %v, notes %q: problem %q, want %q", tc.program, tc.notes, got, tc.want)
+		}
+	}
+}
+
+// Issue 19's gateway target holds the 10,000-rule and ipset rows against the router alone
+// (noRules) measured in the same run, with miss traffic: where no rules were measured, there is
+// no such target.
+func TestGatewayRouterTarget(t *testing.T) {
+	cfg := Config{PipelineConfig: harness.PipelineConfig{Run: harness.Run{Modes: harness.DefaultModes, Rounds: 1}, Sizes: []int{64}, Cores: []int{1}},
+		Sweep: []int{1, 10000, 100000}, Traffic: []Traffic{TrafficMiss}}
+	rates := map[string]float64{"no rules": 8, "100 rules": 7.6, "ipset (100 addresses)": 7, "1 rule": 7.8, "10000 rules": 7.4, "100000 rules": 5}
+	build := func(withNone bool) *Result {
+		g := &gatewayRun{cfg: cfg}
+		rulesets := gatewayRulesets(cfg.Sweep, 0)
+		if withNone {
+			rulesets = append([]Ruleset{noRules}, rulesets...)
+		}
+		for _, rs := range rulesets {
+			v := &Variant{Ruleset: rs, Traffic: TrafficMiss, Permitted: 1, res: harness.NewPipelineResult(cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench"))}
+			for _, m := range harness.DefaultModes {
+				x := map[harness.Mode]float64{harness.ModeLinux: 1, harness.ModeLinuxfp: rates[rs.Name], harness.ModeCeiling: 10}[m]
+				v.res.AddRound(1, 64, m, harness.Round{Offered: 1000, Received: 1000, Mpps: x})
+			}
+			g.variants = append(g.variants, v)
+		}
+		return g.result(harness.NewPipelineResult(cfg.PipelineConfig, harness.RoutedTopology("gateway", "lfp-bench")))
+	}
+	res := build(true)
+	if len(res.Targets) != 1 {
+		t.Fatalf("targets %+v", res.Targets)
+	}
+	if tg := res.Targets[0]; tg.MostOverNone != 7.4/8 || tg.IPSetOverNone != 7.0/8 || tg.Most != 10000 {
+		t.Errorf("target %+v, want 10000 rules 0.925 and the ipset 0.875 of no rules", tg)
+	}
+	benchtest.ReportHas(t, res,
+		"1 64 no rules miss 1.000 8.000 10.000 8.00x",
+		"linuxfp at 10000 rules / with no rules 0.93 (want >= 0.90: met)",
+		"linuxfp with the ipset rule / with no rules 0.88 (want >= 0.90: not met)")
+	if tg := build(false).Targets[0]; tg.MostOverNone != 0 || tg.IPSetOverNone != 0 {
+		t.Errorf("without no rules measured: target %+v", tg)
+	}
 }
 
 // The targets and the report come from the variants' DUT rates; the second target stays at
@@ -308,9 +364,12 @@ func TestGatewayApply(t *testing.T) {
 	// 100 rules, a set of 100, one of 70,000 swapped in for it (sized beyond ipset's default
 	// maxelem, mostly addresses no packet goes to), then 1,000 and 20,000 rules, then the large
 	// set again, made anew.
+	// Then no rules at all (the router alone), which takes the set away too, and 100 rules
+	// again.
 	rulesets := gatewayRulesets(nil, 70000)
 	rulesets = append(rulesets, gatewayRulesets([]int{1000, 20000}, 70000)[2:]...)
-	if len(rulesets) != 6 || !rulesets[1].IPSet || !rulesets[2].IPSet || !rulesets[5].IPSet {
+	rulesets = append(rulesets, noRules)
+	if len(rulesets) != 7 || !rulesets[1].IPSet || !rulesets[2].IPSet || !rulesets[5].IPSet {
 		t.Fatalf("rulesets %+v", rulesets)
 	}
 	for _, rs := range rulesets {
@@ -321,7 +380,7 @@ func TestGatewayApply(t *testing.T) {
 		if n != rs.rules() || hasSet() != rs.IPSet {
 			t.Errorf("%s: %d rules in FORWARD, set %v; want %d, %v", rs.Name, n, hasSet(), rs.rules(), rs.IPSet)
 		}
-		if last := rs.addr(rs.Blacklisted - 1).String(); !rs.IPSet && !strings.Contains(out, "-A FORWARD -d "+last+"/32 -j DROP") {
+		if last := rs.addr(rs.Blacklisted - 1).String(); !rs.IPSet && rs.Blacklisted > 0 && !strings.Contains(out, "-A FORWARD -d "+last+"/32 -j DROP") {
 			t.Errorf("%s: no rule for its last address %s", rs.Name, last)
 		}
 		if rs.IPSet {

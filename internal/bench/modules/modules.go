@@ -53,7 +53,7 @@ func Run(ctx context.Context, cfg harness.PipelineConfig) (*Result, error) {
 	if res.Bridge, err = bridge.Run(ctx, cfg); err != nil {
 		return res, fmt.Errorf("bridge: %w", err)
 	}
-	res.Gateway, err = gateway.Run(ctx, gateway.Config{PipelineConfig: cfg, Traffic: []gateway.Traffic{gateway.TrafficMiss}, NoIPSet: true})
+	res.Gateway, err = gateway.Run(ctx, gateway.Config{PipelineConfig: cfg, Traffic: []gateway.Traffic{gateway.TrafficMiss}, NoIPSet: true, NoRouter: true})
 	if err != nil {
 		return res, fmt.Errorf("gateway: %w", err)
 	}
