@@ -149,8 +149,10 @@ func benchGatewayCmd() *cobra.Command {
 		Short: "The virtual gateway: a blacklist in FORWARD, Linux vs linuxfp vs the router ceiling, and throughput vs rule count",
 		Long: `The paper's virtual gateway and its Figure 8. Builds the router benchmark's namespaces
 gen -> dut -> sink (veth, 50 routed prefixes 198.19.N.0/24 on the DUT) and applies blacklists in
-the DUT with the real tools: 100 addresses as 100 "iptables -A FORWARD -d <addr>/32 -j DROP" rules
-(iptables-restore), the same 100 as one "-m set --match-set <set> dst -j DROP" rule on a hash:ip
+the DUT with the real tools, after the router alone (no rules: FORWARD empty, the rate the
+rulesets are held against in the same run): 100 addresses as 100 "iptables -A FORWARD -d
+<addr>/32 -j DROP" rules (iptables-restore), the same 100 as one "-m set --match-set <set> dst
+-j DROP" rule on a hash:ip
 set (ipset restore), then --rules DROP rules each (the sweep), then with --large 100,000 DROP
 rules and a set of --large-set addresses in the one rule. A blacklist larger than 10,240
 addresses holds 10,240 or fewer that traffic goes to, spread evenly among addresses in 10.0.0.0/8
@@ -162,7 +164,7 @@ Two traffic patterns from the XDP generator: miss, to 2,540 hosts no rule matche
 every rule for every packet), and hit, every other packet to a blacklisted address. The sink
 counts what is forwarded; the report gives the DUT's packet rate (forwarded + dropped), the
 ratios linuxfp/Linux, linuxfp/Linux-with-ipset, linuxfp/ceiling and linuxfp at N rules against
-the fewest, and flags rounds where linuxfp handed packets to Linux. With the large set in place,
+the fewest and against no rules, and flags rounds where linuxfp handed packets to Linux. With the large set in place,
 linuxfp's own CPU over --idle with no traffic and no change, then --set-adds "ipset add"s of a
 destination gen streams to, each timed to the fast path's first drop. --large adds about 6
 minutes (most of it Linux at 100,000 rules and linuxfp's handling of the large set), so it is
