@@ -49,7 +49,10 @@ type Target struct {
 	Fewest   int     `json:"fewest_rules,omitempty"`
 	// MostOverNone, IPSetOverNone: linuxfp at the sweep's most rules up to retainedRules, and
 	// with the paper's ipset rule, over linuxfp with no rules, the router alone (noRules; miss
-	// traffic only). Target: >= 0.9, within 10% of the router's own rate.
+	// traffic only). Target: >= 0.9, within 10% of the router's own rate. Each rate is taken as
+	// a share of the ceiling's in the same ruleset's rounds (overNone): the rulesets are measured
+	// one after the other, and the machine's speed drifts between them (the ceiling's own rate by
+	// 15% within a run here), where the ceiling, which evaluates no rules, only moves with it.
 	MostOverNone  float64 `json:"linuxfp_most_rules_over_no_rules,omitempty"`
 	IPSetOverNone float64 `json:"linuxfp_ipset_over_no_rules,omitempty"`
 }
@@ -186,8 +189,8 @@ func (r *Result) targets() []Target {
 				gt := Target{Traffic: t, Cores: cores, FrameSize: size,
 					Over100IPSet: harness.Div(r.variant(rules100, t).rateOf(cores, size, harness.ModeLinuxfp),
 						r.variant(ipsetRules, t).rateOf(cores, size, harness.ModeLinux))}
-				none := r.variant(noRules, t).rateOf(cores, size, harness.ModeLinuxfp)
-				gt.IPSetOverNone = harness.Div(r.variant(ipsetRules, t).rateOf(cores, size, harness.ModeLinuxfp), none)
+				none := r.variant(noRules, t)
+				gt.IPSetOverNone = overNone(r.variant(ipsetRules, t), none, cores, size)
 				if sw := r.sweep(t); len(sw) > 0 {
 					fewest, most := sw[0], sw[0]
 					for _, v := range sw[1:] {
@@ -196,7 +199,7 @@ func (r *Result) targets() []Target {
 						}
 					}
 					gt.Most = most.Ruleset.Blacklisted
-					gt.MostOverNone = harness.Div(most.rateOf(cores, size, harness.ModeLinuxfp), none)
+					gt.MostOverNone = overNone(most, none, cores, size)
 					if most != fewest {
 						gt.Fewest = fewest.Ruleset.Blacklisted
 						gt.Retained = harness.Div(most.rateOf(cores, size, harness.ModeLinuxfp), fewest.rateOf(cores, size, harness.ModeLinuxfp))
@@ -209,6 +212,16 @@ func (r *Result) targets() []Target {
 		}
 	}
 	return out
+}
+
+// overNone is linuxfp's rate in v over its rate with no rules (none), each as a share of the
+// ceiling's in its own rounds where the ceiling was measured in both (Target.MostOverNone says
+// why), else as measured; 0 if either is missing.
+func overNone(v, none *Variant, cores, size int) float64 {
+	if c, cn := v.rateOf(cores, size, harness.ModeCeiling), none.rateOf(cores, size, harness.ModeCeiling); c > 0 && cn > 0 {
+		return harness.Div(v.over(cores, size, harness.ModeLinuxfp, harness.ModeCeiling), none.over(cores, size, harness.ModeLinuxfp, harness.ModeCeiling))
+	}
+	return harness.Div(v.rateOf(cores, size, harness.ModeLinuxfp), none.rateOf(cores, size, harness.ModeLinuxfp))
 }
 
 // WriteTable writes the tables a person reads.
@@ -364,11 +377,11 @@ func (r *Result) WriteTable(w io.Writer) {
 					t.Most, t.Fewest, t.Retained, harness.Met(t.Retained >= 0.8)))
 			}
 			if t.MostOverNone > 0 {
-				parts = append(parts, fmt.Sprintf("linuxfp at %d rules / with no rules %.2f (want >= 0.90: %s)",
+				parts = append(parts, fmt.Sprintf("linuxfp at %d rules / with no rules (each of its ceiling) %.2f (want >= 0.90: %s)",
 					t.Most, t.MostOverNone, harness.Met(t.MostOverNone >= 0.9)))
 			}
 			if t.IPSetOverNone > 0 {
-				parts = append(parts, fmt.Sprintf("linuxfp with the ipset rule / with no rules %.2f (want >= 0.90: %s)",
+				parts = append(parts, fmt.Sprintf("linuxfp with the ipset rule / with no rules (each of its ceiling) %.2f (want >= 0.90: %s)",
 					t.IPSetOverNone, harness.Met(t.IPSetOverNone >= 0.9)))
 			}
 			fmt.Fprintf(w, "  %s, %d cores, %d bytes: %s\n", t.Traffic, t.Cores, t.FrameSize, strings.Join(parts, "; "))
