@@ -231,50 +231,28 @@ func setName(n string) netlinkwatchLfpSetName {
 // STALE-neighbour mirror (bpf/lib/neigh.h) and move the FIB cache's generation on
 // (bpf/lib/fibcache.h).
 func (w *Watcher) watchNeighbours(objs *netlinkwatchObjects) error {
-	var links []link.Link
-	for _, p := range []*ebpf.Program{objs.LfpNeighUpdated, objs.LfpNeighTimer, objs.LfpNeighSent, objs.LfpNeighReleased} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
-			return fmt.Errorf("attach %s: %w", p, err)
-		}
-		links = append(links, l)
+	links, err := attachTracing(objs.LfpNeighUpdated, objs.LfpNeighTimer, objs.LfpNeighSent, objs.LfpNeighReleased)
+	if err != nil {
+		return err
 	}
-	w.closers = append(w.closers, func() {
-		for _, l := range links {
-			l.Close()
-		}
-	})
+	w.closers = append(w.closers, func() { closeLinks(links) })
 	return nil
 }
 
 // watchFDB attaches the bridge FDB watcher (its programs and ring are in objs).
 func (w *Watcher) watchFDB(ctx context.Context, objs *netlinkwatchObjects) error {
-	var links []link.Link
-	for _, p := range []*ebpf.Program{objs.LfpFdbMoved, objs.LfpFdbDeleted} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
-			return fmt.Errorf("attach %s: %w", p, err)
-		}
-		links = append(links, l)
+	links, err := attachTracing(objs.LfpFdbMoved, objs.LfpFdbDeleted)
+	if err != nil {
+		return err
 	}
 	rd, err := ringbuf.NewReader(objs.LfpFdbChanges)
 	if err != nil {
-		for _, l := range links {
-			l.Close()
-		}
+		closeLinks(links)
 		return err
 	}
 	w.closers = append(w.closers, func() {
 		rd.Close()
-		for _, l := range links {
-			l.Close()
-		}
+		closeLinks(links)
 	})
 	// Each record (struct lfp_fdb_key) is one change counted: the FDB is read again.
 	w.readRing(ctx, rd, "bridge FDB watcher", func([]byte) { w.send(ctx, DirtyFDB) })
@@ -347,12 +325,18 @@ func attachCtFrees(objs *netlinkwatchObjects) ([]link.Link, error) {
 	if runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("the conntrack cache's checks rely on x86's load ordering, this is %s", runtime.GOARCH)
 	}
+	return attachTracing(objs.LfpCtFreed, objs.LfpCtFreedTwin)
+}
+
+// attachTracing attaches every one of the tracing programs ps, or none: an error closes the
+// links made before it.
+func attachTracing(ps ...*ebpf.Program) ([]link.Link, error) {
 	var ls []link.Link
-	for _, p := range []*ebpf.Program{objs.LfpCtFreed, objs.LfpCtFreedTwin} {
+	for _, p := range ps {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			closeLinks(ls)
-			return nil, err
+			return nil, fmt.Errorf("attach %s: %w", p, err)
 		}
 		ls = append(ls, l)
 	}
