@@ -50,16 +50,22 @@ static __always_inline int linuxfp_decap_handoff(lfp_ctx *ctx, __u32 dev)
 	u->on = 0;
 	/* The 50 bytes the decapsulation took out, back after the (inner) Ethernet header, then
 	 * the 64 bytes as they came over both. An inner checksum left to offload is summed from
-	 * its own start on: nothing before it is in any sum. */
-	if (ctx_adjust_room(ctx, VXLAN_ENCAP, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_NO_CSUM_RESET) ||
-	    ctx_store_bytes(ctx, 0, u->head, sizeof(u->head), 0)) {
-		/* Cannot happen short of memory: the decapsulated packet to the device, as where
-		 * nothing was kept. */
-		lfp_count(ctx, LFP_DECAPSULATED);
-		return ctx_redirect_ingress(ctx, dev);
+	 * its own start on: nothing before it is in any sum. Neither step fails short of memory;
+	 * where one does, the decapsulated packet goes to the device, as where nothing was kept,
+	 * with the room taken out again if the bytes could not be written into it (should that
+	 * fail too, the packet holds 50 bytes nobody wrote, and is dropped). */
+	if (ctx_adjust_room(ctx, VXLAN_ENCAP, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_NO_CSUM_RESET))
+		goto decapsulated;
+	if (ctx_store_bytes(ctx, 0, u->head, sizeof(u->head), 0)) {
+		if (ctx_adjust_room(ctx, -(__s32)VXLAN_ENCAP, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_NO_CSUM_RESET))
+			return CTX_DROP;
+		goto decapsulated;
 	}
 	ctx_set_priority(ctx, u->priority);
 	return lfp_pass(ctx, LFP_PASS_VXLAN);
+decapsulated:
+	lfp_count(ctx, LFP_DECAPSULATED);
+	return ctx_redirect_ingress(ctx, dev);
 #else
 	return ctx_redirect_ingress(ctx, dev);
 #endif
