@@ -716,6 +716,20 @@ static __always_inline void stale_lost(void)
 	bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 }
 
+/* Whether the controller's last writing of the set did not fit (LFP_STALE_NOT_COVERED). Then
+ * every neighbour change wakes it: the neighbour it could not write may have left STALE, and
+ * Linux notifies no such move to DELAY; without a wake, packets to neighbours would go to Linux
+ * until the next notification, delay_probe_time away. */
+static __always_inline void stale_wake_uncovered(void)
+{
+	__u32 k = 1;
+	const struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
+	struct lfp_nl_event ev = { .classes = 1 << LFP_NL_NEIGH };
+
+	if (c && c->lost == LFP_STALE_NOT_COVERED)
+		bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
+}
+
 static __always_inline void neigh_changed(struct neighbour *n, int removed)
 {
 	struct lfp_neigh_key k = {};
@@ -745,6 +759,7 @@ static __always_inline void neigh_changed(struct neighbour *n, int removed)
 	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
 		stale_count(&k, -1);
 	}
+	stale_wake_uncovered();
 moved:
 	/* After the set: a FIB cache answer keeps whether its next hop was in the set when it was
 	 * filled (lib/fibcache.h), so the generation must move on after the set changed, not

@@ -47,8 +47,10 @@ func staleThenSend(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, mac st
 		out, _ := tb.DUT.Run("ip", "neigh", "show", "198.18.1.2", "dev", "out0")
 		return out
 	}
-	sh(t, tb.Sink, "ip link set eth0 address "+mac+"\nip neigh flush dev eth0")
+	// Frozen first: whatever the sink sends after its change (an ICMP error to the generator
+	// needs its ARP request too) reaches a controller that reads nothing until the end.
 	thaw := freeze(t, l)
+	sh(t, tb.Sink, "ip link set eth0 address "+mac+"\nip neigh flush dev eth0")
 	sendARPRequest(t, tb.Sink, "eth0", mac, "198.18.1.2", "198.18.1.1")
 	eventually(t, 2*time.Second, "the DUT learnt the new MAC", func() error {
 		if s := state(); !strings.Contains(s, mac) {
@@ -102,22 +104,7 @@ func TestNeighbourMirrorFull(t *testing.T) {
 	tb := newTestbed(t, testbed.Options{})
 	l := startLinuxfp(t, tb)
 	waitFastPath(t, tb, l, "198.19.6.1")
-	stale := dataplaneMap(t, tb.DUT, "in0", "lfp_stale")
-	type key struct {
-		Ifindex, Family uint32
-		Addr            [4]uint32
-	}
-	// Entries no neighbour has, until there is no room; the map goes with linuxfp's programs.
-	for i := uint32(1); ; i++ {
-		k := key{Ifindex: 1 << 30, Family: unix.AF_INET, Addr: [4]uint32{i}}
-		err := stale.Update(k, uint32(0), ebpf.UpdateNoExist)
-		if errors.Is(err, unix.E2BIG) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("fill lfp_stale: %v", err)
-		}
-	}
+	fillStale(t, tb)
 	staleThenSend(t, tb, l, "02:00:5e:00:53:79")
 	eventually(t, 3*time.Second, "the packet counted as neighbour_mirror_lost", func() error {
 		if c := readCounters(t, l, "in0"); c.passed["neighbour_mirror_lost"] == 0 {
@@ -128,6 +115,60 @@ func TestNeighbourMirrorFull(t *testing.T) {
 	// The controller reads the neighbours after the change and writes the set: the neighbour
 	// Linux probed is STALE no more, so nothing is missing and the fast path comes back.
 	waitFastPath(t, tb, l, "198.19.6.1")
+}
+
+// The STALE mirror full when the controller reads the neighbours: it cannot write the STALE
+// neighbour either, and every packet to a neighbour goes to Linux. The datagram that moves the
+// neighbour to DELAY (Linux notifies no such move) wakes the controller through the
+// tracepoints, which rereads and writes the set, now without it: the fast path comes back at
+// once. Without that wake it would wait for the neighbour's next notification, here 30 s away
+// (delay_first_probe_time).
+func TestNeighbourMirrorFullUncovered(t *testing.T) {
+	tb := newTestbed(t, testbed.Options{})
+	sh(t, tb.DUT, "sysctl -qw net.ipv4.neigh.out0.delay_first_probe_time=30")
+	l := startLinuxfp(t, tb)
+	waitFastPath(t, tb, l, "198.19.6.1")
+	fillStale(t, tb)
+	counts := dataplaneMap(t, tb.DUT, "in0", "lfp_stale_count")
+	const mac = "02:00:5e:00:53:7a"
+	sh(t, tb.Sink, "ip link set eth0 address "+mac+"\nip neigh flush dev eth0")
+	sendARPRequest(t, tb.Sink, "eth0", mac, "198.18.1.2", "198.18.1.1")
+	eventually(t, 3*time.Second, "the controller found the set full", func() error {
+		var c uint64
+		if err := counts.Lookup(uint32(1), &c); err != nil {
+			return err
+		}
+		if c != ^uint64(0) {
+			return errString("the controller's part of lfp_stale_count is not 'not covered'")
+		}
+		return nil
+	})
+	sendUDP(t, tb, "198.19.6.1", 1)
+	if c := readCounters(t, l, "in0"); c.passed["neighbour_mirror_lost"] == 0 {
+		t.Fatalf("the datagram to a STALE neighbour with the set full: to Linux %v, want neighbour_mirror_lost", c.passed)
+	}
+	waitFastPath(t, tb, l, "198.19.6.1")
+}
+
+// fillStale fills linuxfp's STALE set in the DUT with entries no neighbour has, until there is
+// no room; the map goes with linuxfp's programs.
+func fillStale(t *testing.T, tb *testbed.Testbed) {
+	t.Helper()
+	stale := dataplaneMap(t, tb.DUT, "in0", "lfp_stale")
+	type key struct {
+		Ifindex, Family uint32
+		Addr            [4]uint32
+	}
+	for i := uint32(1); ; i++ {
+		k := key{Ifindex: 1 << 30, Family: unix.AF_INET, Addr: [4]uint32{i}}
+		err := stale.Update(k, uint32(0), ebpf.UpdateNoExist)
+		if errors.Is(err, unix.E2BIG) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("fill lfp_stale: %v", err)
+		}
+	}
 }
 
 // dataplaneMap opens the map called name of the program linuxfp attached to dev in ns (at XDP

@@ -23,6 +23,10 @@ struct {
 	__uint(max_entries, 2);
 } lfp_stale_count SEC(".maps");
 
+/* The controller's part when its last writing did not fit in the set: no count of losses equals
+ * it, so every packet to a neighbour goes to Linux until a writing fits. */
+#define LFP_STALE_NOT_COVERED ((__u64)-1)
+
 /* How many entries lfp_stale holds in each bucket (neigh_bucket()), in two parts, each with one
  * kind of writer: [b] the tracepoints' (atomic adds), [LFP_STALE_BUCKETS + b] the controller's
  * (the entries it wrote). A neighbour whose bucket's parts sum to 0 is not in the set, and the

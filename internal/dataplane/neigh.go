@@ -57,8 +57,10 @@ func neighBucket(k linuxfpLfpNeighKey) uint32 {
 	return h >> 20
 }
 
-// staleNotCovered in the controller's lost field hands every packet to a neighbour to Linux
-// until a writing of the set succeeds: the tracepoints' count never reaches it.
+// staleNotCovered (LFP_STALE_NOT_COVERED, include/neigh_map.h) in the controller's lost field
+// hands every packet to a neighbour to Linux until a writing of the set succeeds: the
+// tracepoints' count never reaches it, and they wake the controller on every neighbour change
+// meanwhile.
 const staleNotCovered = ^uint64(0)
 
 func newNeighMaps() neighMaps {
