@@ -102,6 +102,7 @@ const (
 	composeMapLfpTcCompanions  = "lfp_tc_companions"
 	composeMapLfpTcRequests    = "lfp_tc_requests"
 	composeMapLfpTcTxDevs      = "lfp_tc_tx_devs"
+	composeMapLfpTcTxHi        = "lfp_tc_tx_hi"
 	composeMapLfpTxDevs        = "lfp_tx_devs"
 	composeProgComposeInline   = "compose_inline"
 	composeProgComposeTail0    = "compose_tail0"
@@ -208,6 +209,7 @@ type composeMapSpecs struct {
 	LfpTcCompanions  *ebpf.MapSpec `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.MapSpec `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.MapSpec `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.MapSpec `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.MapSpec `ebpf:"lfp_tx_devs"`
 }
 
@@ -258,6 +260,7 @@ type composeMaps struct {
 	LfpTcCompanions  *ebpf.Map `ebpf:"lfp_tc_companions"`
 	LfpTcRequests    *ebpf.Map `ebpf:"lfp_tc_requests"`
 	LfpTcTxDevs      *ebpf.Map `ebpf:"lfp_tc_tx_devs"`
+	LfpTcTxHi        *ebpf.Map `ebpf:"lfp_tc_tx_hi"`
 	LfpTxDevs        *ebpf.Map `ebpf:"lfp_tx_devs"`
 }
 
@@ -277,6 +280,7 @@ func (m *composeMaps) Close() error {
 		m.LfpTcCompanions,
 		m.LfpTcRequests,
 		m.LfpTcTxDevs,
+		m.LfpTcTxHi,
 		m.LfpTxDevs,
 	)
 }
