@@ -15,6 +15,7 @@ export SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 
 ARCH    ?= $(shell $(GO) env GOARCH)
 IMAGE   := bin/linuxfp-image.tar
 IMAGE_REF ?= linuxfp:$(VERSION)
+BPF_SUMS := bpf/generated-from.sha256
 
 .PHONY: all build test bench generate deps clean vet image release
 
@@ -39,10 +40,12 @@ test: deps vet
 bench: deps build
 	./$(BENCH) router
 
-# Rebuild the committed BPF objects (needs clang, llvm, libbpf-dev).
+# Rebuild the committed BPF objects (needs clang, llvm, libbpf-dev), and record the sources they
+# were built from: `make test` fails while a source under bpf/ differs (internal/bpfsrc).
 generate:
 	@scripts/deps.sh generate
 	$(GO) generate $(PKGS)
+	cd bpf && find . -type f ! -name $(notdir $(BPF_SUMS)) | LC_ALL=C sort | xargs sha256sum > $(notdir $(BPF_SUMS))
 
 # An OCI image archive of the static binary for $(ARCH), built without a container daemon
 # (cmd/mkimage); its path is printed last.
