@@ -41,6 +41,10 @@ type Options struct {
 	// stacks put complete checksums in every packet, as hosts behind physical NICs do. By default
 	// it stays on (veth's default, as in containers): the DUT then receives CHECKSUM_PARTIAL skbs.
 	TxChecksumOff bool
+	// NoRouterSolicit: gen and the sink send no IPv6 router solicitations. By default each sends
+	// its first one a second or two after coming up, and the DUT (a router) then holds the
+	// host's link-local address STALE: a neighbour nobody talks to, made when the test runs.
+	NoRouterSolicit bool
 }
 
 // Testbed is the three namespaces and what is known of them.
@@ -204,6 +208,9 @@ ip link add eth0 %[1]s type veth peer name in0 %[1]s netns %[2]s
 ip link add sink0 %[1]s type veth peer name out0 %[1]s netns %[2]s
 ip link set sink0 netns %[3]s
 `, q, tb.DUT.Name, tb.Sink.Name)
+	if o.NoRouterSolicit {
+		l.gen.noRouterSolicit, l.sink.noRouterSolicit = true, true
+	}
 	if err := tb.Gen.BatchScript(script + l.gen.script(offloads)); err != nil {
 		return nil, err
 	}
