@@ -268,7 +268,9 @@ Then TCP request/response, 1 byte each way as netperf's TCP_RR, over 1 to 10 con
 pairs (one connection each): intra-node (node1 -> node1, through cni0) and inter-node (node1 ->
 node2, through the VXLAN overlay). Modes: Linux alone, ` + "`linuxfp run`" + ` in both nodes, and the
 ceiling (each client pod joined to its server by one veth pair: nothing forwarded, what the pods'
-own stacks cost), alternating round by round; the report gives medians of transactions/s and of
+own stacks cost), alternating round by round; asked for by name, intra-node only, the tc ceiling
+(ceiling-tc: a program on the host veths that hands each IPv4 frame straight to the other pod,
+the least a tc data path adds in this topology). The report gives medians of transactions/s and of
 average, p99 and stddev latency, the ratios, and what linuxfp's programs fast-pathed and handed to
 Linux (from ` + "`linuxfp status -j`" + ` in each node). Removes its namespaces on exit, including on Ctrl-C.
 
@@ -286,7 +288,7 @@ Quick run: linuxfp bench pods --rounds 1 --duration 1s --pairs 1,10`,
 	f := cmd.Flags()
 	f.IntSliceVar(&pairs, "pairs", []int{1, 2, 5, 10}, "numbers of concurrent pod pairs to measure")
 	f.StringSliceVar(&workloads, "workloads", nil, "workloads: intra (pods on one node), inter (pods on two nodes) (default both)")
-	bf.addRun(cmd, "modes: linux, linuxfp, ceiling (default all)", timing{
+	bf.addRun(cmd, "modes: linux, linuxfp, ceiling, ceiling-tc (with --workloads intra) (default linux, linuxfp, ceiling)", timing{
 		duration: 2 * time.Second, durationUsage: "measured time per round, mode, workload and pair count",
 		warmup: 500 * time.Millisecond, warmupUsage: "unmeasured transactions before each measurement"})
 	return cmd

@@ -9,11 +9,11 @@ import (
 
 func TestFigure(t *testing.T) {
 	r := &Result{}
-	r.Config.Workloads, r.Config.Modes = []Workload{WorkloadIntra, WorkloadInter}, Modes
+	r.Config.Workloads, r.Config.Modes = []Workload{WorkloadIntra, WorkloadInter}, DefaultModes
 	for _, w := range r.Config.Workloads {
 		for _, pairs := range []int{1, 5, 10} {
 			row := &Row{Workload: w, Pairs: pairs, Modes: map[harness.Mode]*ModeResult{}}
-			for i, m := range Modes {
+			for i, m := range DefaultModes {
 				if w == WorkloadInter && m == harness.ModeCeiling {
 					continue
 				}

@@ -44,8 +44,13 @@ func ParseWorkload(s string) (Workload, error) { return harness.ParseName(Worklo
 
 // Modes are the modes the pods benchmark runs. Its ceiling forwards nothing at all: each
 // client pod is joined to its server by one veth pair (testbed.DirectPods), so it measures what
-// the pods' own stacks and the client cost, which no data path between them can save.
-var Modes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeCeiling}
+// the pods' own stacks and the client cost, which no data path between them can save. The tc
+// ceiling (ceiling-tc, intra-node only, asked for by name) is a data path: the least one at tc
+// in this topology (ceilingtc.go).
+var Modes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeCeiling, harness.ModeCeilingTC}
+
+// DefaultModes are the modes run unless told otherwise.
+var DefaultModes = []harness.Mode{harness.ModeLinux, harness.ModeLinuxfp, harness.ModeCeiling}
 
 // Config configures Run.
 type Config struct {
@@ -66,12 +71,15 @@ func (c *Config) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "lfp-pods"
 	}
-	err := c.Run.Defaults(harness.RunDefaults{Name: "pods", Modes: Modes,
+	err := c.Run.Defaults(harness.RunDefaults{Name: "pods", Modes: Modes, Default: DefaultModes,
 		Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Where: "the nodes"})
 	if err != nil {
 		return err
 	}
 	c.Workloads = harness.Choose(Workloads, c.Workloads)
+	if slices.Contains(c.Modes, harness.ModeCeilingTC) && slices.Contains(c.Workloads, WorkloadInter) {
+		return errors.New("mode ceiling-tc forwards between pods of one node only (across nodes it would have to encapsulate): run it with --workloads intra")
+	}
 	return harness.Counts(&c.Pairs, []int{1, 2, 5, 10}, 1, maxPodPairs, "pairs")
 }
 
@@ -190,14 +198,26 @@ func (r *podsRun) stopServers() {
 	}
 }
 
-// withMode runs fn with the nodes in mode m: nothing attached (linux, ceiling) or `linuxfp run`
-// in both nodes (linuxfp), stopped afterwards whatever happens. Modes never overlap: before any,
-// no linuxfp may answer in either node.
+// withMode runs fn with the nodes in mode m: nothing attached (linux, ceiling), `linuxfp run`
+// in both nodes (linuxfp), or the tc ceiling in node1 (ceiling-tc), detached or stopped
+// afterwards whatever happens. Modes never overlap: before any, no linuxfp may answer in either
+// node.
 func (r *podsRun) withMode(m harness.Mode, fn func() error) (err error) {
 	for _, n := range r.pods.Nodes {
 		if _, err := testbed.StatusClientIn(n.NS).Status(); !errors.Is(err, status.ErrNotRunning) {
 			return fmt.Errorf("enter %s: linuxfp still answers in node%d (%v)", m, n.Index, err)
 		}
+	}
+	if m == harness.ModeCeilingTC {
+		c, err := attachCeilingTC(r.pods, r.layout, r.layout.max)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := c.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("detach the tc ceiling: %w", cerr))
+			}
+		}()
 	}
 	if m == harness.ModeLinuxfp {
 		defer func() {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/linuxfp/linuxfp/internal/bench/harness"
 	"github.com/linuxfp/linuxfp/internal/bench/harness/benchtest"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -19,7 +21,7 @@ func TestPodsConfigDefaults(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Pairs, []int{1, 5, 10}) || !slices.Equal(c.Workloads, Workloads) || !slices.Equal(c.Modes, Modes) {
+	if !slices.Equal(c.Pairs, []int{1, 5, 10}) || !slices.Equal(c.Workloads, Workloads) || !slices.Equal(c.Modes, DefaultModes) {
 		t.Errorf("pairs %v, workloads %v, modes %v: want sorted, deduplicated, in report order", c.Pairs, c.Workloads, c.Modes)
 	}
 	if c.Duration <= 0 || c.Warmup <= 0 || c.Rounds <= 0 || c.Log == nil {
@@ -30,10 +32,21 @@ func TestPodsConfigDefaults(t *testing.T) {
 		{Run: harness.Run{Binary: "linuxfp"}, Pairs: []int{maxPodPairs + 1}},
 		{Run: harness.Run{Binary: "linuxfp", Modes: []harness.Mode{"xdp"}}},
 		{Run: harness.Run{Modes: []harness.Mode{harness.ModeLinuxfp}}}, // no binary to run
+		// The tc ceiling forwards between pods of one node only.
+		{Run: harness.Run{Modes: []harness.Mode{harness.ModeCeilingTC}}},
+		{Run: harness.Run{Modes: []harness.Mode{harness.ModeCeilingTC}}, Workloads: []Workload{WorkloadInter}},
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
+	}
+	d := Config{Run: harness.Run{Binary: "linuxfp"}}
+	if err := d.defaults(); err != nil || !slices.Equal(d.Modes, DefaultModes) {
+		t.Errorf("no modes given: %v, %v; want the defaults, without ceiling-tc", d.Modes, err)
+	}
+	tc := Config{Run: harness.Run{Modes: []harness.Mode{harness.ModeCeilingTC, harness.ModeLinux}}, Workloads: []Workload{WorkloadIntra}}
+	if err := tc.defaults(); err != nil || !slices.Equal(tc.Modes, []harness.Mode{harness.ModeLinux, harness.ModeCeilingTC}) {
+		t.Errorf("ceiling-tc, intra: %v, %v", tc.Modes, err)
 	}
 	if _, err := ParseWorkload("intra"); err != nil {
 		t.Error(err)
@@ -109,6 +122,7 @@ func TestPodsResult(t *testing.T) {
 		node("node1", map[string]uint64{"bridged": 1000}, nil),
 		node("node2", nil, map[string]uint64{"bridge_flood": 1})))
 	r.add(WorkloadIntra, 1, harness.ModeCeiling, round(600, 5))
+	r.add(WorkloadIntra, 1, harness.ModeCeilingTC, round(500, 6))
 	r.finish(time.Minute)
 	if len(r.Rows) != 2 || r.Rows[0].Workload != WorkloadIntra || r.Rows[1].Workload != WorkloadInter {
 		t.Fatalf("rows %+v", r.Rows)
@@ -123,14 +137,19 @@ func TestPodsResult(t *testing.T) {
 	if inter.TPSRatio != 2.5 || inter.AvgRatio != 0.7 || inter.CeilingTPSRatio != 0 || inter.GainShare != 0 {
 		t.Errorf("ratios %+v", inter)
 	}
-	// The ceiling gains 400 trans/s over Linux, linuxfp 240 of them.
-	if intra := r.Rows[0]; intra.CeilingTPSRatio != 3 || intra.CeilingAvgRatio != 0.5 || intra.GainShare != 0.6 {
+	// The ceiling gains 400 trans/s over Linux, linuxfp 240 of them; the tc ceiling 300.
+	if intra := r.Rows[0]; intra.CeilingTPSRatio != 3 || intra.CeilingAvgRatio != 0.5 || intra.GainShare != 0.6 ||
+		intra.CeilingTCTPSRatio != 2.5 || intra.CeilingTCAvgRatio != 0.6 || intra.GainShareTC != 0.8 {
 		t.Errorf("ceiling ratios %+v", intra)
+	}
+	if inter := r.Rows[1]; inter.CeilingTCTPSRatio != 0 || inter.GainShareTC != 0 {
+		t.Errorf("inter: tc ceiling ratios without a tc ceiling: %+v", inter)
 	}
 	want := []Target{
 		{Workload: WorkloadIntra, PaperTPSRatio: 2.20, PaperAvgCut: 0.18, MinTPSRatio: 2.2, MaxTPSRatio: 2.2,
 			MinAvgCut: 1 - 0.83, MaxAvgCut: 1 - 0.83, TPSMet: true, AvgMet: false,
-			MinCeilingTPSRatio: 3, MaxCeilingTPSRatio: 3, MinGainShare: 0.6, MaxGainShare: 0.6},
+			MinCeilingTPSRatio: 3, MaxCeilingTPSRatio: 3, MinGainShare: 0.6, MaxGainShare: 0.6,
+			MinCeilingTCTPSRatio: 2.5, MaxCeilingTCTPSRatio: 2.5, MinGainShareTC: 0.8, MaxGainShareTC: 0.8},
 		{Workload: WorkloadInter, PaperTPSRatio: 2.16, PaperAvgCut: 0.14, MinTPSRatio: 2.5, MaxTPSRatio: 2.5,
 			MinAvgCut: 1 - 0.7, MaxAvgCut: 1 - 0.7, TPSMet: true, AvgMet: true},
 	}
@@ -142,7 +161,8 @@ func TestPodsResult(t *testing.T) {
 		near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 		if tg.Workload != w.Workload || tg.TPSMet != w.TPSMet || tg.AvgMet != w.AvgMet || !near(tg.MinTPSRatio, w.MinTPSRatio) ||
 			!near(tg.MinAvgCut, w.MinAvgCut) || !near(tg.MaxAvgCut, w.MaxAvgCut) ||
-			!near(tg.MaxCeilingTPSRatio, w.MaxCeilingTPSRatio) || !near(tg.MinGainShare, w.MinGainShare) {
+			!near(tg.MaxCeilingTPSRatio, w.MaxCeilingTPSRatio) || !near(tg.MinGainShare, w.MinGainShare) ||
+			!near(tg.MinCeilingTCTPSRatio, w.MinCeilingTCTPSRatio) || !near(tg.MaxGainShareTC, w.MaxGainShareTC) {
 			t.Errorf("target %+v, want %+v", tg, w)
 		}
 	}
@@ -151,9 +171,10 @@ func TestPodsResult(t *testing.T) {
 	}
 	var out bytes.Buffer
 	r.WriteTable(&out)
-	for _, s := range []string{"inter      2  linuxfp", "2.50x", "-30.0%", "intra      1  ceiling", "3.00x", "-50.0%",
+	for _, s := range []string{"inter      2     linuxfp", "2.50x", "-30.0%", "intra      1     ceiling", "3.00x", "-50.0%",
 		"a round failed: connection reset", "intra: trans/s 2.20x Linux (paper 2.20x): met; average latency 17% lower (paper 18%): not met",
-		"linuxfp got 60% of that gain", "Median of 3 rounds x 0s",
+		"linuxfp got 60% of that gain", "intra      1  ceiling-tc", "2.50x", "-40.0%", "linuxfp got 80% of that gain",
+		"Median of 3 rounds x 0s",
 		"! linuxfp, inter, 2 pairs, node1: 33.3% of its program runs handed the packet to Linux (vxlan_rx 100)",
 		"eth0's packets handed to Linux (inter) are the VXLAN packets"} {
 		if !strings.Contains(out.String(), s) {
@@ -163,6 +184,48 @@ func TestPodsResult(t *testing.T) {
 	// node2 handed one ARP or multicast frame to Linux while node1 bridged 1000: no flag.
 	if strings.Contains(out.String(), "! linuxfp, intra") {
 		t.Errorf("intra flagged:\n%s", out.String())
+	}
+}
+
+// The tc ceiling carries the intra-node pairs' transactions (ARP through cni0, IPv4 straight
+// into the other pod) and leaves no program behind.
+func TestRunPodsCeilingTC(t *testing.T) {
+	benchtest.NeedRoot(t)
+	prefix := benchtest.Prefix("lfp-podsc")
+	before := benchtest.Namespaces(t, prefix)
+	res, err := Run(context.Background(), Config{Pairs: []int{1, 2}, Prefix: prefix, Workloads: []Workload{WorkloadIntra},
+		Run: harness.Run{Modes: []harness.Mode{harness.ModeLinux, harness.ModeCeilingTC}, Duration: 100 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 {
+		t.Fatalf("rows %d, want 2", len(res.Rows))
+	}
+	for _, row := range res.Rows {
+		c := row.Modes[harness.ModeCeilingTC]
+		if c == nil || c.Failed > 0 || c.TPS <= 0 || row.CeilingTCTPSRatio <= 0 {
+			t.Errorf("ceiling-tc, %d pairs: %+v", row.Pairs, c)
+		}
+	}
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && info.Name == "bench_ceil_pods" {
+			t.Errorf("program %d (%s) left loaded", id, info.Name)
+		}
+		p.Close()
+	}
+	for _, ns := range benchtest.Namespaces(t, prefix) {
+		if !slices.Contains(before, ns) {
+			t.Errorf("namespace %s left behind", ns)
+		}
 	}
 }
 

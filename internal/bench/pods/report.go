@@ -25,6 +25,10 @@ type Row struct {
 	// GainShare: how much of the ceiling's gain in transactions/s over Linux linuxfp got
 	// ((linuxfp - Linux) / (ceiling - Linux); 0: not all three measured).
 	GainShare float64 `json:"linuxfp_share_of_ceiling_gain,omitempty"`
+	// The same against the tc ceiling (ceiling-tc, intra-node only).
+	CeilingTCTPSRatio float64 `json:"tps_ceiling_tc_over_linux,omitempty"`
+	CeilingTCAvgRatio float64 `json:"avg_latency_ceiling_tc_over_linux,omitempty"`
+	GainShareTC       float64 `json:"linuxfp_share_of_ceiling_tc_gain,omitempty"`
 }
 
 // ModeResult is one mode's result: the medians over its rounds that completed.
@@ -65,6 +69,12 @@ type Target struct {
 	MaxCeilingTPSRatio float64 `json:"max_ceiling_tps_ratio,omitempty"`
 	MinGainShare       float64 `json:"min_linuxfp_share_of_ceiling_gain,omitempty"`
 	MaxGainShare       float64 `json:"max_linuxfp_share_of_ceiling_gain,omitempty"`
+	// The same against the tc ceiling (ceiling-tc: the least a tc data path in the topology
+	// adds; intra-node only).
+	MinCeilingTCTPSRatio float64 `json:"min_ceiling_tc_tps_ratio,omitempty"`
+	MaxCeilingTCTPSRatio float64 `json:"max_ceiling_tc_tps_ratio,omitempty"`
+	MinGainShareTC       float64 `json:"min_linuxfp_share_of_ceiling_tc_gain,omitempty"`
+	MaxGainShareTC       float64 `json:"max_linuxfp_share_of_ceiling_tc_gain,omitempty"`
 }
 
 // podsPaper is the paper's result (and issue 5's target) per workload: transactions/s ratio and
@@ -97,17 +107,26 @@ func (r *Result) add(w Workload, n int, m harness.Mode, rd Round) {
 }
 
 func (row *Row) ratios() {
-	l, f, c := row.Modes[harness.ModeLinux], row.Modes[harness.ModeLinuxfp], row.Modes[harness.ModeCeiling]
-	row.TPSRatio, row.AvgRatio, row.CeilingTPSRatio, row.CeilingAvgRatio, row.GainShare = 0, 0, 0, 0, 0
+	l, f := row.Modes[harness.ModeLinux], row.Modes[harness.ModeLinuxfp]
+	row.TPSRatio, row.AvgRatio = 0, 0
 	if l != nil && f != nil {
 		row.TPSRatio, row.AvgRatio = harness.Div(f.TPS, l.TPS), harness.Div(f.AvgUs, l.AvgUs)
 	}
-	if l != nil && c != nil {
-		row.CeilingTPSRatio, row.CeilingAvgRatio = harness.Div(c.TPS, l.TPS), harness.Div(c.AvgUs, l.AvgUs)
+	row.CeilingTPSRatio, row.CeilingAvgRatio, row.GainShare = ceilingRatios(l, f, row.Modes[harness.ModeCeiling])
+	row.CeilingTCTPSRatio, row.CeilingTCAvgRatio, row.GainShareTC = ceilingRatios(l, f, row.Modes[harness.ModeCeilingTC])
+}
+
+// ceilingRatios: ceiling c's transactions/s and average latency over Linux's (l), and linuxfp's
+// (f) share of c's gain in transactions/s over Linux; 0 where a mode is missing.
+func ceilingRatios(l, f, c *ModeResult) (tps, avg, share float64) {
+	if l == nil || c == nil {
+		return 0, 0, 0
 	}
-	if l != nil && f != nil && c != nil && l.TPS > 0 && f.TPS > 0 && c.TPS > l.TPS {
-		row.GainShare = (f.TPS - l.TPS) / (c.TPS - l.TPS)
+	tps, avg = harness.Div(c.TPS, l.TPS), harness.Div(c.AvgUs, l.AvgUs)
+	if f != nil && l.TPS > 0 && f.TPS > 0 && c.TPS > l.TPS {
+		share = (f.TPS - l.TPS) / (c.TPS - l.TPS)
 	}
+	return tps, avg, share
 }
 
 func (r *Result) finish(elapsed time.Duration) {
@@ -140,12 +159,14 @@ func (r *Result) targets() []Target {
 			t.TPSMet = t.TPSMet && row.TPSRatio >= t.PaperTPSRatio
 			t.AvgMet = t.AvgMet && cut >= t.PaperAvgCut
 			if row.CeilingTPSRatio > 0 {
-				if t.MinCeilingTPSRatio == 0 {
-					t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio = row.CeilingTPSRatio, row.CeilingTPSRatio
-					t.MinGainShare, t.MaxGainShare = row.GainShare, row.GainShare
-				}
-				t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio = min(t.MinCeilingTPSRatio, row.CeilingTPSRatio), max(t.MaxCeilingTPSRatio, row.CeilingTPSRatio)
-				t.MinGainShare, t.MaxGainShare = min(t.MinGainShare, row.GainShare), max(t.MaxGainShare, row.GainShare)
+				first := t.MaxCeilingTPSRatio == 0
+				widen(&t.MinCeilingTPSRatio, &t.MaxCeilingTPSRatio, row.CeilingTPSRatio, first)
+				widen(&t.MinGainShare, &t.MaxGainShare, row.GainShare, first)
+			}
+			if row.CeilingTCTPSRatio > 0 {
+				first := t.MaxCeilingTCTPSRatio == 0
+				widen(&t.MinCeilingTCTPSRatio, &t.MaxCeilingTCTPSRatio, row.CeilingTCTPSRatio, first)
+				widen(&t.MinGainShareTC, &t.MaxGainShareTC, row.GainShareTC, first)
 			}
 			n++
 		}
@@ -154,6 +175,14 @@ func (r *Result) targets() []Target {
 		}
 	}
 	return out
+}
+
+// widen makes [*lo, *hi] hold v, or only v where first.
+func widen(lo, hi *float64, v float64, first bool) {
+	if first {
+		*lo, *hi = v, v
+	}
+	*lo, *hi = min(*lo, v), max(*hi, v)
 }
 
 // Measured: the result holds at least one measurement (false for a nil result).
@@ -189,6 +218,8 @@ func (r *Result) WriteTable(w io.Writer) {
 				cells = append(cells, harness.Ratio(row.TPSRatio, "x"), harness.PercentChange(row.AvgRatio))
 			case harness.ModeCeiling:
 				cells = append(cells, harness.Ratio(row.CeilingTPSRatio, "x"), harness.PercentChange(row.CeilingAvgRatio))
+			case harness.ModeCeilingTC:
+				cells = append(cells, harness.Ratio(row.CeilingTCTPSRatio, "x"), harness.PercentChange(row.CeilingTCAvgRatio))
 			default:
 				cells = append(cells, "", "")
 			}
@@ -217,6 +248,11 @@ func (r *Result) WriteTable(w io.Writer) {
 				fmt.Fprintf(w, "    ceiling (the pods joined by one veth: nothing forwarded, filtered or encapsulated): trans/s %s\n"+
 					"    Linux, which no data path between the pods can beat; linuxfp got %s of that gain\n",
 					harness.Span(t.MinCeilingTPSRatio, t.MaxCeilingTPSRatio, "%.2fx"), harness.Span(100*t.MinGainShare, 100*t.MaxGainShare, "%.0f%%"))
+			}
+			if t.MaxCeilingTCTPSRatio > 0 {
+				fmt.Fprintf(w, "    tc ceiling (a program on the host veths that only hands each IPv4 frame to the other pod): trans/s %s\n"+
+					"    Linux, the least a tc data path adds here; linuxfp got %s of that gain\n",
+					harness.Span(t.MinCeilingTCTPSRatio, t.MaxCeilingTCTPSRatio, "%.2fx"), harness.Span(100*t.MinGainShareTC, 100*t.MaxGainShareTC, "%.0f%%"))
 			}
 		}
 	}
