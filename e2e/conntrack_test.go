@@ -28,6 +28,66 @@ iptables -t nat -A POSTROUTING -j LFP-POSTRTG
 iptables -t nat -A LFP-POSTRTG -s 198.18.0.0/24 -d 198.19.0.0/16 -j RETURN
 iptables -t nat -A LFP-POSTRTG -o out0 -j MASQUERADE`
 
+// --ct-cache=false: no free watch and no conntrack cache (every packet of a tracked connection
+// asks the kernel's lookup), and the fast path forwards an established connection all the same.
+// With the default, the same packets leave entries in the cache's places.
+func TestConntrackCacheFlag(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		kept bool
+	}{{"default", nil, true}, {"off", []string{"--ct-cache=false"}, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := newTestbed(t, testbed.Options{TxChecksumOff: true})
+			sh(t, tb.Sink, "ip addr add 198.19.0.1/32 dev eth0")
+			sh(t, tb.DUT, flannelishNAT)
+			l := startLinuxfp(t, tb, c.args...)
+			waitStatus(t, l, "in0", "ipv4 router on with conntrack", func(it *status.Interface) bool {
+				return it.Program != nil && hasNote(it, "conntrack: netfilter tracks connections (ip nat: nat chain")
+			})
+			st, err := l.Client.Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if off := strings.HasPrefix(st.CtFreeWatch, "off (--ct-cache=false)"); off == c.kept {
+				t.Fatalf("conntrack free watch %q with %v", st.CtFreeWatch, c.args)
+			}
+			ec := dialEcho(t, tb, "198.19.0.1")
+			ec.exchange(t, 5)
+			eventually(t, 3*time.Second, "the connection marked liberal", func() error {
+				if st, err := l.Client.Status(); err != nil || st.CTLiberal == 0 {
+					return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
+				}
+				return nil
+			})
+			mid := readCounters(t, l, "in0")
+			ec.exchange(t, 100)
+			if d := readCounters(t, l, "in0").sub(mid).ownOnly(); d.forwarded < 100 || len(d.passed) > 0 {
+				t.Fatalf("established, liberal connection: forwarded %d, to Linux %v; want all forwarded", d.forwarded, d.passed)
+			}
+			ec.close()
+			var k uint32
+			var place struct {
+				Ct, Net, Freed uint64
+				Dir, Pad       uint32
+			}
+			kept := 0
+			it := dataplaneMap(t, tb.DUT, "in0", "lfp_ct_cache").Iterate()
+			for it.Next(&k, &place) {
+				if place.Ct != 0 {
+					kept++
+				}
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if (kept > 0) != c.kept {
+				t.Fatalf("%d places of the conntrack cache hold an entry with %v", kept, c.args)
+			}
+		})
+	}
+}
+
 // With NAT rules netfilter tracks every connection. Linux decides each new one; the later
 // packets of established, untranslated TCP connections are fast-pathed once conntrack has been
 // told to be liberal about them; translated connections stay with Linux; Linux still sees the

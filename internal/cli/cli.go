@@ -47,7 +47,7 @@ func runCmd() *cobra.Command {
 	var hook, level, format, metricsAddr string
 	var ifaces, exclude []string
 	var filterRules int
-	var fibCache bool
+	var fibCache, ctCache bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Accelerate the current network namespace until stopped (SIGINT/SIGTERM)",
@@ -92,7 +92,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			return controller.Run(ctx, controller.Config{
-				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude), FibCache: fibCache},
+				Options:   graph.Options{Hook: mode, Interfaces: splitList(ifaces), Exclude: splitList(exclude), FibCache: fibCache, CtCache: ctCache},
 				Dataplane: dataplane.Options{FilterRules: filterRules},
 				Log:       log,
 				Metrics:   controller.MetricsConfig{Addr: metricsAddr, Version: version, Commit: buildCommit()},
@@ -107,6 +107,7 @@ On exit (or if killed) every program is detached and traffic is plain Linux agai
 	f.StringVar(&format, "log-format", "text", "text or json")
 	f.IntVar(&filterRules, "filter-rules", dataplane.DefaultFilterRules, "the most netfilter rules (flattened) the filter module takes: its maps start at 16,384 and follow the ruleset up to this (each 1,000 about 1.2 MB); a larger ruleset sends its family's forwarded packets to Linux")
 	f.BoolVar(&fibCache, "fib-cache", true, "keep the kernel's routing answer per /24 (IPv4) or /64 (IPv6) block of destinations until Linux's routing state changes, instead of asking per packet (exact; status says where it is off and why; --fib-cache=false asks the kernel for every packet)")
+	f.BoolVar(&ctCache, "ct-cache", true, "keep, per CPU, the conntrack entry each tracked connection's packets were last found in, while the kernel's lookup would still return it (exact; it needs a program at every slab free of the host, a few tens of ns each: --ct-cache=false leaves that out and asks the kernel's conntrack lookup for every packet)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz and /readyz on this TCP address, e.g. 127.0.0.1:9650 (default: off; unauthenticated and read-only: bind it to localhost or a trusted network)")
 	return cmd
 }

@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	// Subscribe before the first read, so no change in between is missed.
-	w, err := observe.NewWatcher(ctx, log, c.dp.WatcherMaps(), c.cfg.Options.FibCache)
+	w, err := observe.NewWatcher(ctx, log, c.dp.WatcherMaps(), observe.WatchOptions{FibCache: c.cfg.Options.FibCache, CtCache: c.cfg.Options.CtCache})
 	if err != nil {
 		return err
 	}

@@ -36,9 +36,10 @@ type Options struct {
 	// table's own included (the fence and the neighbour tracepoints): the FIB cache may be used,
 	// and the tracepoints keep the STALE mirror.
 	FibCache, NeighEvents bool
-	// CtFreeEvents: the watcher sees every free of a conntrack entry's object as it happens
+	// CtCache: the conntrack cache was asked for (linuxfp run --ct-cache). CtFreeEvents: the
+	// watcher sees every free of a conntrack entry's object as it happens
 	// (tp_btf/kmem_cache_free): the conntrack cache may be used.
-	CtFreeEvents bool
+	CtCache, CtFreeEvents bool
 }
 
 // Interface is the decision for one interface.

@@ -96,7 +96,9 @@ func (w *Watcher) watchNetlink(ctx context.Context, shared map[string]*ebpf.Map)
 		w.NeighEvents = true
 		w.NeighMethod = "event: tp_btf/neigh_update_done, neigh_timer_handler, neigh_event_send_done and neigh_cleanup_and_release keep the STALE mirror at once"
 	}
-	if ls, err := attachCtFrees(&objs); err != nil {
+	if !w.ctCache {
+		w.CtFreeMethod = "off (--ct-cache=false): the conntrack cache stays off"
+	} else if ls, err := attachCtFrees(&objs); err != nil {
 		w.CtFreeMethod = "off (" + err.Error() + ")"
 		w.log.Warn("cannot see conntrack entries freed as it happens; the conntrack cache stays off", "err", err)
 	} else {

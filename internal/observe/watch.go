@@ -105,6 +105,7 @@ type Watcher struct {
 	// as it happens (netlinkwatch.go); without it the cache stays off. CtFreeMethod says how.
 	CtFreeEvents bool
 	CtFreeMethod string
+	ctCache      bool // WatchOptions.CtCache
 	// FDBMethod says how the bridge FDB's own changes reach the data plane.
 	FDBMethod string
 	// sysctl: the sysctl writes seen (the fence's sysctl unit).
@@ -203,15 +204,23 @@ func (w *Watcher) SysctlSettled(t time.Time, count uint64) bool {
 	return true
 }
 
+// WatchOptions are the user's choices a Watcher follows.
+type WatchOptions struct {
+	// FibCache: the sysctl writes the FIB cache depends on keep the fence closed too
+	// (forwardingSysctl).
+	FibCache bool
+	// CtCache: watch conntrack entries' frees, so that the conntrack cache may be used
+	// (netlinkwatch.go). Without it nothing runs at each slab free of the host, and each packet
+	// of a tracked connection asks the kernel's conntrack lookup.
+	CtCache bool
+}
+
 // NewWatcher subscribes to every event source in the current network namespace. shared are the
 // data plane's maps the watchers write: the fence, in which they count changes as they are made,
 // and the FDB mirror (nil: none).
-//
-// With fibCache, the sysctl writes the FIB cache depends on keep the fence closed too
-// (forwardingSysctl).
-func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.Map, fibCache bool) (*Watcher, error) {
+func NewWatcher(ctx context.Context, log *slog.Logger, shared map[string]*ebpf.Map, o WatchOptions) (*Watcher, error) {
 	w := &Watcher{C: make(chan Event, 1024), Failed: make(chan error, 8), log: log, LegacyPoll: legacyPollInterval,
-		routeSysctls: fibCache}
+		routeSysctls: o.FibCache, ctCache: o.CtCache}
 	ok := false
 	defer func() {
 		if !ok {
