@@ -33,21 +33,26 @@ const (
 	skbDataEnd = 80
 )
 
-// tcCeilingInsns is the tc ceiling's program: redirect to ifindex every IPv4 frame and IPv6 UDP
-// one, rewriting its MACs to eth (destination, source) unless l2.
-func tcCeilingInsns(l2 bool, eth [12]byte, ifindex int) asm.Instructions {
-	insns := asm.Instructions{
-		// r2 = data, r3 = data_end; the Ethernet header must be in the linear part.
+// tcEthInsns begin a tc ceiling: r2 = data, r3 = data_end, r4 = the EtherType, to "pass" where
+// the Ethernet header is not in the linear part. h_proto is big-endian: ETH_P_IP loads as 0x0008
+// on this little-endian CPU, ETH_P_IPV6 as 0xdd86.
+func tcEthInsns() asm.Instructions {
+	return asm.Instructions{
 		asm.LoadMem(asm.R2, asm.R1, skbData, asm.Word),
 		asm.LoadMem(asm.R3, asm.R1, skbDataEnd, asm.Word),
 		asm.Mov.Reg(asm.R4, asm.R2),
 		asm.Add.Imm(asm.R4, 14),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.LoadMem(asm.R4, asm.R2, 12, asm.Half),
+	}
+}
+
+// tcCeilingInsns is the tc ceiling's program: redirect to ifindex every IPv4 frame and IPv6 UDP
+// one, rewriting its MACs to eth (destination, source) unless l2.
+func tcCeilingInsns(l2 bool, eth [12]byte, ifindex int) asm.Instructions {
+	insns := append(tcEthInsns(),
 		// The one check, as in the XDP ceiling: ARP, IPv6 neighbour discovery (and the bridge's
 		// learning frames) stay with Linux; IPv4 and IPv6 with UDP right after the header go.
-		// h_proto is big-endian: ETH_P_IP loads as 0x0008 on this little-endian CPU,
-		// ETH_P_IPV6 as 0xdd86.
-		asm.LoadMem(asm.R4, asm.R2, 12, asm.Half),
 		asm.JEq.Imm(asm.R4, 0x0008, "go"),
 		asm.JNE.Imm(asm.R4, 0xdd86, "pass"),
 		// The IPv6 header's next header (byte 6) must be in the linear part too.
@@ -57,7 +62,7 @@ func tcCeilingInsns(l2 bool, eth [12]byte, ifindex int) asm.Instructions {
 		asm.LoadMem(asm.R4, asm.R2, 14+6, asm.Byte),
 		asm.JNE.Imm(asm.R4, 17, "pass"), // IPPROTO_UDP
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("go"),
-	}
+	)
 	if !l2 {
 		for i := 0; i < 3; i++ {
 			v := int32(binary.NativeEndian.Uint32(eth[4*i:]))
@@ -83,6 +88,27 @@ func loadTCCeiling(l2 bool, eth [12]byte, ifindex int) (*ebpf.Program, error) {
 		License:      "GPL",
 		Instructions: tcCeilingInsns(l2, eth, ifindex),
 	})
+	if err != nil {
+		return nil, fmt.Errorf("load the tc ceiling: %w", err)
+	}
+	return p, nil
+}
+
+// LoadTCPeerCeiling loads the pods benchmark's tc ceiling for one host veth (tcx ingress): every
+// IPv4 frame goes straight to ifindex's veth peer with bpf_redirect_peer() (as linuxfp delivers
+// into a pod, bpf/lib/tx.h), anything else on to Linux.
+func LoadTCPeerCeiling(ifindex int) (*ebpf.Program, error) {
+	insns := append(tcEthInsns(),
+		asm.JNE.Imm(asm.R4, 0x0008, "pass"),
+		asm.Mov.Imm(asm.R1, int32(ifindex)),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.FnRedirectPeer.Call(),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, tcxNext).WithSymbol("pass"),
+		asm.Return(),
+	)
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_ceil_pods", Type: ebpf.SchedCLS,
+		AttachType: ebpf.AttachTCXIngress, License: "GPL", Instructions: insns})
 	if err != nil {
 		return nil, fmt.Errorf("load the tc ceiling: %w", err)
 	}
