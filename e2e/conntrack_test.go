@@ -54,12 +54,7 @@ func TestConntrackCacheFlag(t *testing.T) {
 			}
 			ec := dialEcho(t, tb, "198.19.0.1")
 			ec.exchange(t, 5)
-			eventually(t, 3*time.Second, "the connection marked liberal", func() error {
-				if st, err := l.Client.Status(); err != nil || st.CTLiberal == 0 {
-					return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
-				}
-				return nil
-			})
+			waitLiberalMarks(t, l, "the connection marked liberal", 1)
 			mid := readCounters(t, l, "in0")
 			ec.exchange(t, 100)
 			if d := readCounters(t, l, "in0").sub(mid).ownOnly(); d.forwarded < 100 || len(d.passed) > 0 {
@@ -111,12 +106,7 @@ func TestConntrackEstablished(t *testing.T) {
 			before := readCounters(t, l, "in0")
 			ec := dialEcho(t, tb, "198.19.0.1")
 			ec.exchange(t, 5)
-			eventually(t, 3*time.Second, "the connection marked liberal", func() error {
-				if st, err := l.Client.Status(); err != nil || st.CTLiberal == 0 {
-					return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
-				}
-				return nil
-			})
+			waitLiberalMarks(t, l, "the connection marked liberal", 1)
 			mid := readCounters(t, l, "in0")
 			ec.exchange(t, 300)
 			d := readCounters(t, l, "in0").sub(mid).ownOnly()
@@ -169,12 +159,7 @@ ip6tables -t nat -A PREROUTING -d 2001:2:0:f100::99 -p tcp -j DNAT --to-destinat
 				beforeIn := readCounters(t, l, "in0")
 				ec := dialEchoVia(t, tb, tc.listen, tc.dial)
 				ec.exchange(t, 5)
-				eventually(t, 3*time.Second, tc.name+" connection marked liberal", func() error {
-					if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
-						return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
-					}
-					return nil
-				})
+				waitLiberalMarks(t, l, tc.name+" connection marked liberal", st0.CTLiberal+1)
 				ec.exchange(t, 5) // the other direction's first segments meet the mark too
 				midIn, midOut := readCounters(t, l, "in0"), readCounters(t, l, "out0")
 				ec.exchange(t, 300)
@@ -509,12 +494,7 @@ func TestConntrackHalfClosed(t *testing.T) {
 				fwd0, passed0 := byteCounts(t, l, "in0", "out0")
 				hc := startHalfClosed(t, tb.Sink, tb.Gen, p.listen, p.dial, true)
 				hc.transfer(t, first)
-				eventually(t, 3*time.Second, p.name+" connection marked liberal", func() error {
-					if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
-						return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
-					}
-					return nil
-				})
+				waitLiberalMarks(t, l, p.name+" connection marked liberal", st0.CTLiberal+1)
 				time.Sleep(pause)
 				hc.transfer(t, second)
 				time.Sleep(settle)

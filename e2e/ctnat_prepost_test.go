@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/linuxfp/linuxfp/internal/status"
 	"github.com/linuxfp/linuxfp/internal/testbed"
@@ -53,12 +51,7 @@ func natFastPathed(t *testing.T, tb *testbed.Testbed, l *testbed.Linuxfp, name s
 	defer ec.close()
 	ec.exchange(t, 5)
 	if fast {
-		eventually(t, 3*time.Second, name+": connection marked liberal", func() error {
-			if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
-				return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
-			}
-			return nil
-		})
+		waitLiberalMarks(t, l, name+": connection marked liberal", st0.CTLiberal+1)
 	}
 	ec.exchange(t, 5) // the other direction's first segments meet the mark too
 	midIn, midOut := readCounters(t, l, "in0"), readCounters(t, l, "out0")

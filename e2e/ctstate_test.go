@@ -33,12 +33,7 @@ iptables -A FORWARD -i in0 -o out0 -m conntrack --ctstate NEW -j ACCEPT`)
 			// directions is the fast path's.
 			ec := dialEcho(t, tb, testbed.SinkAddr.String())
 			ec.exchange(t, 5)
-			eventually(t, 3*time.Second, "the connection marked liberal", func() error {
-				if st, err := l.Client.Status(); err != nil || st.CTLiberal == 0 {
-					return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
-				}
-				return nil
-			})
+			waitLiberalMarks(t, l, "the connection marked liberal", 1)
 			ec.exchange(t, 5)
 			midIn, midOut := readCounters(t, l, "in0"), readCounters(t, l, "out0")
 			ec.exchange(t, 300)

@@ -421,3 +421,15 @@ func newServices(t *testing.T, name string, o testbed.ServicesOptions) *testbed.
 	})
 	return s
 }
+
+// waitLiberalMarks waits until linuxfp has marked at least least TCP connections liberal in
+// conntrack (status: ct_liberal), the mark the fast path needs before it forwards a connection.
+func waitLiberalMarks(t *testing.T, l *testbed.Linuxfp, what string, least uint64) {
+	t.Helper()
+	eventually(t, 3*time.Second, what, func() error {
+		if st, err := l.Client.Status(); err != nil || st.CTLiberal < least {
+			return fmt.Errorf("liberal marks %d (%v)", st.CTLiberal, err)
+		}
+		return nil
+	})
+}

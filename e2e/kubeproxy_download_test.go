@@ -3,7 +3,6 @@ package e2e
 import (
 	"net/netip"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -102,12 +101,7 @@ func kubeLongDownload(t *testing.T, mode testbed.ProxyMode) {
 				hc := startHalfClosed(t, backend.NS, from.ns, netip.AddrPortFrom(f.backend, port).String(),
 					netip.AddrPortFrom(f.svc, 80).String(), half)
 				hc.transfer(t, first)
-				eventually(t, 3*time.Second, name+": connection marked liberal", func() error {
-					if st, err := l.Client.Status(); err != nil || st.CTLiberal < st0.CTLiberal+1 {
-						return errString("not yet")
-					}
-					return nil
-				})
+				waitLiberalMarks(t, l, name+": connection marked liberal", st0.CTLiberal+1)
 				hc.transfer(t, second)
 				e, err := ctEntry(s.Node, unix.IPPROTO_TCP, f.svc.String(), 80)
 				if err != nil {
