@@ -69,14 +69,20 @@ func tcCeilingInsns(l2 bool, eth [12]byte, ifindex int) asm.Instructions {
 			insns = append(insns, asm.StoreImm(asm.R2, int16(4*i), int64(v), asm.Word))
 		}
 	}
-	return append(insns,
+	return append(insns, tcRedirectInsns(asm.FnRedirect, ifindex)...)
+}
+
+// tcRedirectInsns end a tc ceiling: redirect with fn (flags 0) to ifindex, and at "pass" hand the
+// packet on to Linux.
+func tcRedirectInsns(fn asm.BuiltinFunc, ifindex int) asm.Instructions {
+	return asm.Instructions{
 		asm.Mov.Imm(asm.R1, int32(ifindex)),
 		asm.Mov.Imm(asm.R2, 0),
-		asm.FnRedirect.Call(),
+		fn.Call(),
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, tcxNext).WithSymbol("pass"),
 		asm.Return(),
-	)
+	}
 }
 
 // loadTCCeiling loads the tc ceiling for redirects to ifindex.
@@ -98,15 +104,8 @@ func loadTCCeiling(l2 bool, eth [12]byte, ifindex int) (*ebpf.Program, error) {
 // IPv4 frame goes straight to ifindex's veth peer with bpf_redirect_peer() (as linuxfp delivers
 // into a pod, bpf/lib/tx.h), anything else on to Linux.
 func LoadTCPeerCeiling(ifindex int) (*ebpf.Program, error) {
-	insns := append(tcEthInsns(),
-		asm.JNE.Imm(asm.R4, 0x0008, "pass"),
-		asm.Mov.Imm(asm.R1, int32(ifindex)),
-		asm.Mov.Imm(asm.R2, 0),
-		asm.FnRedirectPeer.Call(),
-		asm.Return(),
-		asm.Mov.Imm(asm.R0, tcxNext).WithSymbol("pass"),
-		asm.Return(),
-	)
+	insns := append(tcEthInsns(), asm.JNE.Imm(asm.R4, 0x0008, "pass"))
+	insns = append(insns, tcRedirectInsns(asm.FnRedirectPeer, ifindex)...)
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "bench_ceil_pods", Type: ebpf.SchedCLS,
 		AttachType: ebpf.AttachTCXIngress, License: "GPL", Instructions: insns})
 	if err != nil {
