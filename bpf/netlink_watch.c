@@ -699,6 +699,14 @@ static __always_inline void stale_count(const struct lfp_neigh_key *k, __s64 d)
 		__sync_fetch_and_add(c, d);
 }
 
+/* Wakes the controller to read the neighbours. */
+static __always_inline void neigh_wake(void)
+{
+	struct lfp_nl_event ev = { .classes = 1 << LFP_NL_NEIGH };
+
+	bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
+}
+
 /* A STALE neighbour the set has no room for: the data plane hands every packet to a neighbour
  * to Linux until the controller has written the set again (lib/neigh.h). The controller is
  * woken to read the neighbours after the count moved: the change's own netlink notification
@@ -709,58 +717,58 @@ static __always_inline void stale_lost(void)
 {
 	__u32 k = 0;
 	struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
-	struct lfp_nl_event ev = { .classes = 1 << LFP_NL_NEIGH };
 
 	if (c)
 		__sync_fetch_and_add(&c->lost, 1);
-	bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
 }
 
 /* Whether the controller's last writing of the set did not fit (LFP_STALE_NOT_COVERED). Then
  * every neighbour change wakes it: the neighbour it could not write may have left STALE, and
  * Linux notifies no such move to DELAY; without a wake, packets to neighbours would go to Linux
  * until the next notification, delay_probe_time away. */
-static __always_inline void stale_wake_uncovered(void)
+static __always_inline int stale_uncovered(void)
 {
 	__u32 k = 1;
 	const struct lfp_stale_count *c = bpf_map_lookup_elem(&lfp_stale_count, &k);
-	struct lfp_nl_event ev = { .classes = 1 << LFP_NL_NEIGH };
 
-	if (c && c->lost == LFP_STALE_NOT_COVERED)
-		bpf_ringbuf_output(&lfp_nl_events, &ev, sizeof(ev), 0);
+	return c && c->lost == LFP_STALE_NOT_COVERED;
 }
 
 static __always_inline void neigh_changed(struct neighbour *n, int removed)
 {
 	struct lfp_neigh_key k = {};
 	struct lfp_stale_val v = {};
-	int family;
+	int family, stale;
+	long err = 0;
 
 	if (BPF_CORE_READ(n, dev, nd_net.net, ns.inum) != cfg_netns)
 		return;
 	family = BPF_CORE_READ(n, tbl, family);
 	if (family != 2 && family != 10)
 		return;
+	stale = !removed && BPF_CORE_READ(n, nud_state) == NUD_STALE;
 	k.ifindex = BPF_CORE_READ(n, dev, ifindex);
 	k.family = family;
 	if (bpf_probe_read_kernel(k.addr, family == 2 ? 4 : 16,
-				  (void *)n + bpf_core_field_offset(struct neighbour, primary_key)))
-		goto moved;
-	if (!removed && BPF_CORE_READ(n, nud_state) == NUD_STALE) {
+				  (void *)n + bpf_core_field_offset(struct neighbour, primary_key))) {
+		/* No key: a STALE neighbour is lost as where the set is full. (One that left
+		 * STALE keeps its entry: its next packet goes to Linux, which changes nothing.) */
+		err = -EFAULT;
+	} else if (stale) {
 		/* Already there: it keeps its mark (the packet that moves it on went to Linux). */
-		long err;
-
 		stale_count(&k, 1);
 		err = bpf_map_update_elem(&lfp_stale, &k, &v, BPF_NOEXIST);
 		if (err)
 			stale_count(&k, -1);
-		if (err && err != -EEXIST)
-			stale_lost();
+		if (err == -EEXIST)
+			err = 0;
 	} else if (!bpf_map_delete_elem(&lfp_stale, &k)) {
 		stale_count(&k, -1);
 	}
-	stale_wake_uncovered();
-moved:
+	if (stale && err)
+		stale_lost();
+	if ((stale && err) || stale_uncovered())
+		neigh_wake();
 	/* After the set: a FIB cache answer keeps whether its next hop was in the set when it was
 	 * filled (lib/fibcache.h), so the generation must move on after the set changed, not
 	 * before (a fill in between would keep "not STALE" under the new generation). */
