@@ -27,9 +27,9 @@ type ceilingTC struct {
 	links []link.Link
 }
 
-// attachCeilingTC attaches the tc ceiling to the host veths of the first n intra-node pairs of
-// layout l in node1, each one redirecting into the other.
-func attachCeilingTC(p *testbed.Pods, l podsLayout, n int) (c *ceilingTC, err error) {
+// attachCeilingTC attaches the tc ceiling to the host veths of every intra-node pair of layout l
+// in node1, each one redirecting into the other.
+func attachCeilingTC(p *testbed.Pods, l podsLayout) (c *ceilingTC, err error) {
 	c = &ceilingTC{}
 	defer func() {
 		if err != nil {
@@ -39,7 +39,7 @@ func attachCeilingTC(p *testbed.Pods, l podsLayout, n int) (c *ceilingTC, err er
 	}()
 	node := p.Nodes[0]
 	return c, node.NS.Do(func() error {
-		for k := range n {
+		for k := range l.max {
 			client, server := l.pair(p, WorkloadIntra, k)
 			for _, d := range [][2]string{{client.HostVeth, server.HostVeth}, {server.HostVeth, client.HostVeth}} {
 				from, err := net.InterfaceByName(d[0])

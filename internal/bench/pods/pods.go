@@ -209,7 +209,7 @@ func (r *podsRun) withMode(m harness.Mode, fn func() error) (err error) {
 		}
 	}
 	if m == harness.ModeCeilingTC {
-		c, err := attachCeilingTC(r.pods, r.layout, r.layout.max)
+		c, err := attachCeilingTC(r.pods, r.layout)
 		if err != nil {
 			return err
 		}
